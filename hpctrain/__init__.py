@@ -1,0 +1,59 @@
+"""hpctrain: Ray Train's ergonomics on Slurm and PBS, with the batch system as the engine.
+
+```python
+import hpctrain
+from hpctrain import ScalingConfig, RunConfig, CheckpointConfig, FailureConfig, Checkpoint
+from hpctrain.torch import TorchTrainer
+
+def train_func(config):
+    ctx = hpctrain.get_context()
+    ...
+    hpctrain.report({"loss": loss}, checkpoint=Checkpoint.from_directory(d))
+
+result = TorchTrainer(train_func, scaling_config=ScalingConfig(num_workers=2)).fit()
+```
+Framework imports are lazy: ``import hpctrain`` needs neither torch nor TensorFlow.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from .checkpoint import Checkpoint
+from .config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from .errors import CheckpointError, ConfigError, HpctrainError, RunLockedError, TrainingFailedError
+from .result import Result
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Checkpoint", "CheckpointConfig", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
+    "report", "get_checkpoint", "get_context", "TrainingFailedError", "ConfigError",
+    "CheckpointError", "HpctrainError", "RunLockedError", "__version__",
+]
+
+
+def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None) -> None:
+    """Report this iteration's metrics (rank 0's are recorded) and, optionally, a checkpoint.
+
+    Every rank must call ``report`` the same number of times. When any rank passes a
+    checkpoint, every rank's files are gathered into one committed checkpoint
+    (``checkpoints/checkpoint_NNNNNN``), published atomically once all ranks are done.
+    """
+    from ._internal.session import get_session
+
+    get_session("report()").report(metrics, checkpoint)
+
+
+def get_checkpoint() -> Optional[Checkpoint]:
+    """The checkpoint to resume from (latest committed after a restart, else the
+    trainer's ``resume_from_checkpoint``), or None on a fresh start."""
+    from ._internal.session import get_session
+
+    return get_session("get_checkpoint()").get_checkpoint()
+
+
+def get_context():
+    """This worker's :class:`TrainContext` (ranks, sizes, run dir, job id, restarts)."""
+    from ._internal.session import TrainContext, get_session
+
+    return TrainContext(get_session("get_context()"))

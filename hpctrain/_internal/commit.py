@@ -1,0 +1,187 @@
+"""Atomic checkpoint commits, including distributed checkpoints (one shard per rank).
+
+Protocol for the checkpoint with index k (every rank runs ``stage_shard`` when it
+reports a checkpoint; rank 0 runs ``publish`` after a collective proved that every
+rank finished staging):
+
+1. each rank copies — or, from the staging area on the same filesystem, renames — its
+   files into ``checkpoints/.tmp_checkpoint_k/``, fsyncs them, and writes its manifest
+   ``.hpctrain_shard.rank-R.json`` (file sizes and content digests) last;
+2. rank 0 merges the manifests into ``.hpctrain_checkpoint.json`` and renames the
+   directory to ``checkpoints/checkpoint_k`` — the single step that makes it visible;
+3. rank 0 applies top-K retention, which never removes the newest checkpoint.
+
+A crash before step 2 leaves only a ``.tmp_`` directory, which readers ignore and the
+supervisor removes before the next attempt: the previous checkpoint stays the latest.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from ..checkpoint import INTERNAL_PREFIX, METADATA_FILE, Checkpoint
+from ..config import CheckpointConfig
+from ..errors import CheckpointError
+from .fsutil import (DIGEST_ALGO, atomic_write_json, copy_file_with_digest, file_digest,
+                     fsync_path, json_default, read_json, remove_tree, walk_files)
+from .storage import (SHARD_MANIFEST, RunDir, checkpoint_dir_name, checkpoints_to_delete,
+                      ensure_no_checkpoint_collision)
+
+
+def stage_shard(run: RunDir, index: int, rank: int, checkpoint: Checkpoint,
+                *, sync: bool) -> Dict[str, Any]:
+    """Put this rank's checkpoint files into the temporary directory of checkpoint
+    ``index``; return the manifest written for them."""
+    src = os.path.abspath(checkpoint.path)
+    if not os.path.isdir(src):
+        raise CheckpointError(f"rank {rank}: checkpoint directory {src} does not exist")
+    tmp = run.staging_tmp(index)
+    os.makedirs(tmp, exist_ok=True)
+    move = _is_staged(run, src)
+    files: Dict[str, Dict[str, Any]] = {}
+    try:
+        for rel in walk_files(src):
+            if os.path.basename(rel).startswith(INTERNAL_PREFIX):
+                continue  # metadata of a checkpoint handed back in (e.g. get_checkpoint())
+            ensure_no_checkpoint_collision(tmp, rel, rank)
+            s, d = os.path.join(src, rel), os.path.join(tmp, rel)
+            os.makedirs(os.path.dirname(d), exist_ok=True)
+            if move:
+                os.rename(s, d)
+                files[rel] = {"size": os.path.getsize(d)}
+            else:
+                size, digest = copy_file_with_digest(s, d, sync=sync)
+                files[rel] = {"size": size, "digest": digest}
+    except OSError as e:
+        raise CheckpointError(
+            f"rank {rank}: writing checkpoint {checkpoint_dir_name(index)} failed: {e}. "
+            "The previous committed checkpoint is untouched."
+        ) from e
+    if move:
+        if sync:
+            for rel in files:
+                fsync_path(os.path.join(tmp, rel))
+        shutil.rmtree(src, ignore_errors=True)
+    if sync:
+        for d in {os.path.dirname(os.path.join(tmp, rel)) for rel in files} | {tmp}:
+            fsync_path(d)
+    manifest = {"rank": rank, "moved": move, "algo": DIGEST_ALGO, "files": files}
+    atomic_write_json(os.path.join(tmp, SHARD_MANIFEST.format(rank=rank)), manifest, sync=sync)
+    return manifest
+
+
+def _is_staged(run: RunDir, src: str) -> bool:
+    """True for directories from ``get_context().get_checkpoint_staging_dir()``: these
+    are on the storage filesystem and owned by hpctrain, so they are moved, not copied."""
+    root = run.staging_root + os.sep
+    return src.startswith(root)
+
+
+def publish(run: RunDir, index: int, *, iteration: int, metrics: Dict[str, Any],
+            world_size: int, config: CheckpointConfig, started: float) -> Optional[str]:
+    """Rank 0: commit checkpoint ``index`` by one rename; apply retention.
+    Returns the committed directory's name, or None if no rank staged a shard."""
+    tmp = run.staging_tmp(index)
+    if not os.path.isdir(tmp):
+        return None
+    shards: List[Dict[str, Any]] = []
+    for entry in sorted(os.listdir(tmp)):
+        if entry.startswith(".hpctrain_shard.rank-"):
+            m = read_json(os.path.join(tmp, entry))
+            if m:
+                shards.append(m)
+    files: Dict[str, Any] = {}
+    for s in shards:
+        files.update(s["files"])
+    manifest_sum = hashlib.sha256(
+        json.dumps({k: v["size"] for k, v in sorted(files.items())}).encode()).hexdigest()
+    meta = {
+        "index": index,
+        "iteration": iteration,
+        "metrics": json.loads(json.dumps(metrics, default=json_default)),
+        "time": time.time(),
+        "commit_seconds": time.time() - started,
+        "ranks": [s["rank"] for s in shards],
+        "world_size": world_size,
+        "digest_algo": DIGEST_ALGO,
+        "files": files,
+        "manifest_sha256": manifest_sum,
+    }
+    atomic_write_json(os.path.join(tmp, METADATA_FILE), meta, sync=config.sync_to_disk)
+    name = checkpoint_dir_name(index)
+    final = os.path.join(run.checkpoints_dir, name)
+    os.rename(tmp, final)
+    if config.sync_to_disk:
+        fsync_path(run.checkpoints_dir)
+    for rec in checkpoints_to_delete(run.list_checkpoints(), config.num_to_keep,
+                                     config.checkpoint_score_attribute,
+                                     config.checkpoint_score_order):
+        remove_tree(rec.path)
+    return name
+
+
+def digest_moved_files_async(final_dir: str, files: List[str]) -> threading.Thread:
+    """Files that were moved (not copied) have no digest yet: hash them off the training
+    thread (rank 0, for every rank's moved files, once the checkpoint is published) and
+    record ``.hpctrain_digest.json`` in the committed directory."""
+
+    def run() -> None:
+        digests = {}
+        for rel in files:
+            try:
+                digests[rel] = file_digest(os.path.join(final_dir, rel))
+            except FileNotFoundError:
+                return  # checkpoint deleted by retention meanwhile
+        try:
+            atomic_write_json(os.path.join(final_dir, f"{INTERNAL_PREFIX}digest.json"),
+                              {"algo": DIGEST_ALGO, "files": digests}, sync=False)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=run, name="hpctrain-digest", daemon=True)
+    t.start()
+    return t
+
+
+def verify_checkpoint(path: str) -> List[str]:
+    """Problems found in a committed checkpoint (empty list: it is intact): missing
+    files, wrong sizes, digests that do not match."""
+    meta = read_json(os.path.join(path, METADATA_FILE))
+    if not isinstance(meta, dict):
+        return [f"{path}: no readable {METADATA_FILE}"]
+    problems = []
+    late = {}
+    for entry in os.listdir(path):
+        if entry.startswith(f"{INTERNAL_PREFIX}digest"):
+            late.update((read_json(os.path.join(path, entry)) or {}).get("files", {}))
+    for rel, info in meta.get("files", {}).items():
+        p = os.path.join(path, rel)
+        if not os.path.isfile(p):
+            problems.append(f"{rel}: missing")
+            continue
+        if os.path.getsize(p) != info.get("size"):
+            problems.append(f"{rel}: size {os.path.getsize(p)} != {info.get('size')}")
+            continue
+        digest = info.get("digest") or late.get(rel)
+        if digest and file_digest(p) != digest:
+            problems.append(f"{rel}: content digest mismatch")
+    return problems
+
+
+def new_staging_dir(run: RunDir, rank: int) -> str:
+    """A fresh directory on the storage filesystem for this rank to write a checkpoint
+    into; reporting it moves the files (one rename each) instead of copying them."""
+    base = os.path.join(run.staging_root, f"rank-{rank}")
+    os.makedirs(base, exist_ok=True)
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="ckpt-", dir=base)
+
+
+__all__ = ["stage_shard", "publish", "verify_checkpoint", "new_staging_dir",
+           "digest_moved_files_async", "remove_tree"]

@@ -1,0 +1,115 @@
+"""Live progress of a run, read from its result.json (so it works the same for a local
+run and for a job on a cluster whose run directory is on the shared filesystem).
+
+On a terminal: a rich live panel (iteration, elapsed time, latest metrics, last
+checkpoint). Elsewhere (CI, batch logs, notebooks' plain output): one line per report,
+at most every ``interval`` seconds, plus the last one.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Dict, Optional
+
+from .storage import ResultTail, RunDir
+
+MAX_METRICS = 8
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.5g}"
+    return str(v)
+
+
+def user_metrics(row: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in row.items()
+            if not k.startswith("_") and k != "checkpoint_dir_name"}
+
+
+class Progress:
+    def __init__(self, run: RunDir, *, verbose: int = 1, interval: float = 2.0,
+                 stream=None, force_plain: Optional[bool] = None):
+        self.run = run
+        self.verbose = verbose
+        self.interval = interval
+        self.stream = stream or sys.stdout
+        self.tail = ResultTail(run.result_file)
+        self.start = time.time()
+        self.latest: Optional[Dict[str, Any]] = None
+        self.last_checkpoint: Optional[str] = None
+        self.count = 0
+        self._printed_at = 0.0
+        self._printed_iter = -1
+        plain = force_plain if force_plain is not None else not self.stream.isatty()
+        self._live = None
+        self._console = None
+        if verbose >= 1 and not plain:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._console = Console(file=self.stream)
+            self._live = Live(self._render(), console=self._console, refresh_per_second=4,
+                              transient=False)
+            self._live.start()
+
+    # -- worker output ---------------------------------------------------------------
+    def worker_line(self, rank: int, line: str) -> None:
+        if self.verbose < 1:
+            return
+        text = f"(rank {rank}) {line}"
+        if self._console is not None:
+            self._console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    # -- reports ---------------------------------------------------------------------
+    def tick(self) -> None:
+        rows = self.tail.poll()
+        for row in rows:
+            self.count += 1
+            self.latest = row
+            if row.get("checkpoint_dir_name"):
+                self.last_checkpoint = row["checkpoint_dir_name"]
+        if self.verbose < 1:
+            return
+        if self._live is not None:
+            if rows:
+                self._live.update(self._render())
+        elif rows and time.time() - self._printed_at >= self.interval:
+            self._print_plain()
+
+    def _print_plain(self) -> None:
+        row = self.latest or {}
+        it = row.get("_training_iteration", self.count)
+        if it == self._printed_iter:
+            return
+        metrics = " ".join(f"{k}={_fmt(v)}" for k, v in list(user_metrics(row).items())[:MAX_METRICS])
+        ck = f" checkpoint={self.last_checkpoint}" if self.last_checkpoint else ""
+        print(f"[hpctrain] iter {it} | {time.time() - self.start:.1f}s | {metrics}{ck}",
+              file=self.stream, flush=True)
+        self._printed_at = time.time()
+        self._printed_iter = it
+
+    def _render(self):
+        from rich.table import Table
+
+        t = Table(title=f"hpctrain · {self.run.name}", title_justify="left", expand=False)
+        t.add_column("iteration", justify="right")
+        t.add_column("elapsed", justify="right")
+        row = self.latest or {}
+        metrics = list(user_metrics(row).items())[:MAX_METRICS]
+        for k, _ in metrics:
+            t.add_column(k, justify="right")
+        t.add_column("checkpoint")
+        t.add_row(str(row.get("_training_iteration", "-")), f"{time.time() - self.start:.1f}s",
+                  *[_fmt(v) for _, v in metrics], self.last_checkpoint or "-")
+        return t
+
+    def close(self) -> None:
+        self.tick()
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.stop()
+        elif self.verbose >= 1 and self.latest is not None:
+            self._print_plain()

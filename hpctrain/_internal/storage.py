@@ -1,0 +1,352 @@
+"""The run directory on the shared filesystem (layout in DESIGN.md).
+
+```
+<storage_path>/<name>/
+  spec.toml  job.sh  state.json  result.json  progress.csv  error.txt
+  checkpoints/checkpoint_000007/      committed: .hpctrain_checkpoint.json inside
+  checkpoints/.tmp_checkpoint_000008/ being written (never read as a checkpoint)
+  logs/<job id>/rank-<r>.out
+  .hpctrain/                          payload, per-attempt worker errors and return values
+```
+The filesystem is the only source of truth: committed checkpoints are found by listing
+``checkpoints/`` and reading each one's metadata, so nothing can disagree with it.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional
+
+from filelock import FileLock, Timeout
+
+from ..checkpoint import METADATA_FILE, Checkpoint
+from ..errors import CheckpointError, RunLockedError
+from .fsutil import atomic_write_json, json_default, read_json, remove_tree
+
+CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{6,})$")
+TMP_PREFIX = ".tmp_checkpoint_"
+SHARD_MANIFEST = ".hpctrain_shard.rank-{rank}.json"
+
+
+def checkpoint_dir_name(index: int) -> str:
+    return f"checkpoint_{index:06d}"
+
+
+class RunDir:
+    """Paths and state of one run directory."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.path.abspath(os.fspath(path))
+
+    # -- paths -------------------------------------------------------------------
+    def _p(self, *parts: str) -> str:
+        return os.path.join(self.path, *parts)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    spec_file = property(lambda self: self._p("spec.toml"))
+    job_script = property(lambda self: self._p("job.sh"))
+    state_file = property(lambda self: self._p("state.json"))
+    result_file = property(lambda self: self._p("result.json"))
+    progress_file = property(lambda self: self._p("progress.csv"))
+    error_file = property(lambda self: self._p("error.txt"))
+    checkpoints_dir = property(lambda self: self._p("checkpoints"))
+    internal_dir = property(lambda self: self._p(".hpctrain"))
+    payload_file = property(lambda self: self._p(".hpctrain", "payload.pkl"))
+    staging_root = property(lambda self: self._p("checkpoints", ".staging"))
+
+    def logs_dir(self, job_id: str) -> str:
+        return self._p("logs", job_id)
+
+    def attempt_dir(self, attempt: int) -> str:
+        return self._p(".hpctrain", f"attempt-{attempt:03d}")
+
+    def exists(self) -> bool:
+        return os.path.exists(self.state_file)
+
+    def create(self) -> None:
+        for d in (self.path, self.checkpoints_dir, self.internal_dir, self._p("logs")):
+            os.makedirs(d, exist_ok=True)
+
+    # -- exclusive ownership -----------------------------------------------------
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Held by the supervisor for the whole run: a second run of the same directory
+        is refused instead of corrupting the first."""
+        lock = FileLock(self._p(".hpctrain", "run.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            state = self.read_state()
+            raise RunLockedError(
+                f"run directory {self.path} is in use by another hpctrain process "
+                f"(status {state.get('status', '?')}, job ids {state.get('job_ids', [])}).\n"
+                "HINT: wait for it to finish, cancel it, or pick another run name."
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    # -- state.json (under a file lock) -----------------------------------------
+    def read_state(self) -> Dict[str, Any]:
+        return read_json(self.state_file, default={}) or {}
+
+    @contextlib.contextmanager
+    def update_state(self) -> Iterator[Dict[str, Any]]:
+        """``with run.update_state() as s: s["status"] = ...`` — read, modify, write
+        atomically, under ``state.json.lock`` so concurrent writers never lose updates."""
+        with FileLock(self.state_file + ".lock", timeout=60):
+            state = self.read_state()
+            yield state
+            state["updated"] = time.time()
+            atomic_write_json(self.state_file, state)
+
+    # -- checkpoints -------------------------------------------------------------
+    def list_checkpoints(self) -> List["CheckpointRecord"]:
+        """Committed checkpoints, oldest first. A directory without readable metadata is
+        not a committed checkpoint and is skipped."""
+        out = []
+        try:
+            entries = os.listdir(self.checkpoints_dir)
+        except FileNotFoundError:
+            return []
+        for entry in entries:
+            m = CHECKPOINT_RE.match(entry)
+            if not m:
+                continue
+            path = os.path.join(self.checkpoints_dir, entry)
+            meta = read_json(os.path.join(path, METADATA_FILE))
+            if not isinstance(meta, dict):
+                continue
+            out.append(CheckpointRecord(int(m.group(1)), path, meta))
+        out.sort(key=lambda r: r.index)
+        return out
+
+    def latest_checkpoint(self) -> Optional["CheckpointRecord"]:
+        cps = self.list_checkpoints()
+        return cps[-1] if cps else None
+
+    def next_checkpoint_index(self) -> int:
+        """One past the highest index ever used here (committed or half-written)."""
+        hi = -1
+        for entry in _listdir(self.checkpoints_dir):
+            m = CHECKPOINT_RE.match(entry.replace(TMP_PREFIX, "checkpoint_", 1))
+            if m:
+                hi = max(hi, int(m.group(1)))
+        return hi + 1
+
+    def clean_incomplete(self) -> List[str]:
+        """Remove half-written checkpoints and staging leftovers of a dead attempt.
+        Only the supervisor calls this, and only while no worker runs."""
+        removed = []
+        for entry in _listdir(self.checkpoints_dir):
+            if entry.startswith((TMP_PREFIX, ".deleting_", ".staging")):
+                remove_tree(os.path.join(self.checkpoints_dir, entry))
+                removed.append(entry)
+        return removed
+
+    def staging_tmp(self, index: int) -> str:
+        return os.path.join(self.checkpoints_dir, f"{TMP_PREFIX}{index:06d}")
+
+
+@dataclass
+class CheckpointRecord:
+    index: int
+    path: str
+    metadata: Dict[str, Any]
+
+    @property
+    def metrics(self) -> Dict[str, Any]:
+        return self.metadata.get("metrics", {})
+
+    @property
+    def iteration(self) -> int:
+        return int(self.metadata.get("iteration", 0))
+
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(self.path)
+
+
+def _listdir(path: str) -> List[str]:
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+# -- retention ---------------------------------------------------------------------
+def checkpoints_to_delete(records: List[CheckpointRecord], num_to_keep: Optional[int],
+                          score_attribute: Optional[str], score_order: str) -> List[CheckpointRecord]:
+    """Which committed checkpoints top-K retention removes.
+
+    Keeps the ``num_to_keep`` best by ``score_attribute`` (most recent when None) and,
+    always, the latest — the one a restart resumes from. Records without the score
+    attribute rank below every scored one.
+
+    >>> recs = [CheckpointRecord(i, f"c{i}", {"metrics": {"loss": l}}) for i, l in enumerate([3, 1, 2, 5])]
+    >>> [r.index for r in checkpoints_to_delete(recs, 1, "loss", "min")]  # keep best (1) + latest (3)
+    [0, 2]
+    """
+    if num_to_keep is None or len(records) <= num_to_keep:
+        return []
+    latest = max(records, key=lambda r: r.index)
+    if score_attribute is None:
+        ranked = sorted(records, key=lambda r: r.index, reverse=True)
+    else:
+        sign = 1 if score_order == "max" else -1
+
+        def key(r: CheckpointRecord):
+            v = r.metrics.get(score_attribute)
+            has = isinstance(v, (int, float)) and not isinstance(v, bool)
+            # sorted descending: scored first, better first, newer first on ties
+            return (has, sign * v if has else 0.0, r.index)
+
+        ranked = sorted(records, key=key, reverse=True)
+    keep = {r.index for r in ranked[:num_to_keep]} | {latest.index}
+    return [r for r in records if r.index not in keep]
+
+
+# -- result.json / progress.csv ------------------------------------------------------
+def flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """``{"a": {"b": 1}}`` → ``{"a/b": 1}`` (Ray's flattening for CSV columns)."""
+    out: Dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out
+
+
+class ResultWriter:
+    """Appends one JSON line per report to result.json and a row to progress.csv.
+    Rank 0 only. Each line is written with one ``write`` of a complete line, so a
+    reader (``hpctrain status``, the progress display) never sees half a record."""
+
+    def __init__(self, run: RunDir):
+        self._json = open(run.result_file, "a", buffering=1)
+        self._csv_path = run.progress_file
+        self._csv_file = open(self._csv_path, "a", newline="", buffering=1)
+        self._fields: Optional[List[str]] = _read_csv_header(self._csv_path)
+        self._csv: Optional[csv.DictWriter] = None
+        if self._fields:
+            self._csv = csv.DictWriter(self._csv_file, self._fields, extrasaction="ignore")
+
+    def write(self, row: Dict[str, Any]) -> None:
+        self._json.write(json.dumps(row, default=json_default) + "\n")
+        flat = flatten(row)
+        if self._csv is None:
+            self._fields = list(flat)
+            self._csv = csv.DictWriter(self._csv_file, self._fields, extrasaction="ignore")
+            self._csv.writeheader()
+        buf = io.StringIO()
+        csv.DictWriter(buf, self._fields, extrasaction="ignore").writerow(
+            {k: (json.dumps(v, default=json_default) if isinstance(v, (list, dict)) else v)
+             for k, v in flat.items()})
+        self._csv_file.write(buf.getvalue())
+
+    def close(self) -> None:
+        for f in (self._json, self._csv_file):
+            with contextlib.suppress(Exception):
+                f.close()
+
+
+def _read_csv_header(path: str) -> Optional[List[str]]:
+    try:
+        with open(path, newline="") as f:
+            first = f.readline()
+    except FileNotFoundError:
+        return None
+    return next(csv.reader([first])) if first.strip() else None
+
+
+def read_results(path: str) -> List[Dict[str, Any]]:
+    """All complete lines of a result.json (a torn last line is ignored)."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    break
+                with contextlib.suppress(json.JSONDecodeError):
+                    out.append(json.loads(line))
+    except FileNotFoundError:
+        pass
+    return out
+
+
+class ResultTail:
+    """Follows result.json as it grows: ``poll()`` returns the complete new lines."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._offset = 0
+        self._partial = ""
+
+    def poll(self) -> List[Dict[str, Any]]:
+        try:
+            with open(self.path) as f:
+                f.seek(self._offset)
+                data = f.read()
+                self._offset = f.tell()
+        except FileNotFoundError:
+            return []
+        data = self._partial + data
+        lines = data.split("\n")
+        self._partial = lines.pop()
+        out = []
+        for line in lines:
+            with contextlib.suppress(json.JSONDecodeError):
+                out.append(json.loads(line))
+        return out
+
+
+def autofilled(iteration: int, this_iter_s: float, total_s: float, detailed: bool) -> Dict[str, Any]:
+    now = time.time()
+    row: Dict[str, Any] = {
+        "_timestamp": int(now),
+        "_time_this_iter_s": this_iter_s,
+        "_training_iteration": iteration,
+    }
+    if detailed:
+        host = socket.gethostname()
+        row.update(
+            _date=time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now)),
+            _hostname=host,
+            _node_ip=_node_ip(host),
+            _pid=os.getpid(),
+            _time_total_s=total_s,
+        )
+    return row
+
+
+_IP_CACHE: Dict[str, str] = {}
+
+
+def _node_ip(host: str) -> str:
+    if host not in _IP_CACHE:
+        try:
+            _IP_CACHE[host] = socket.gethostbyname(host)
+        except OSError:
+            _IP_CACHE[host] = "127.0.0.1"
+    return _IP_CACHE[host]
+
+
+def ensure_no_checkpoint_collision(staging: str, rel: str, rank: int) -> None:
+    if os.path.lexists(os.path.join(staging, rel)):
+        raise CheckpointError(
+            f"rank {rank}: checkpoint file {rel!r} was already written by another rank for "
+            "this checkpoint.\nHINT: when several ranks report a checkpoint, give each rank's "
+            "files distinct names (e.g. f\"shard-{rank}.pt\")."
+        )

@@ -1,0 +1,171 @@
+"""The supervisor owns the worker group of one run inside one allocation.
+
+It runs in the batch step on a cluster (``python -m hpctrain supervise RUN_DIR``) and in
+the driver process for local runs, the same code either way. Per attempt it picks the
+checkpoint to resume from (the latest committed one), starts every rank through the
+launcher, waits, and on a failure stops the remaining ranks, finds the rank that failed
+first, counts the failure in ``state.json`` and restarts while ``max_failures`` allows.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+from ..launchers.base import ExitRecord, Launcher, LineSink
+from .fsutil import read_json
+from .storage import RunDir
+from .worker import ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_RESUME, ENV_RUN_DIR, ENV_START_ITER
+
+FINISHED, FAILED, RUNNING, INTERRUPTED = "FINISHED", "FAILED", "RUNNING", "INTERRUPTED"
+
+
+@dataclass
+class Failure:
+    rank: int
+    time: float
+    summary: str
+    traceback: str
+    host: str = ""
+    pid: int = 0
+
+
+class Supervisor:
+    def __init__(self, run: RunDir, *, launcher: Launcher, num_workers: int, max_failures: int,
+                 job_id: str, initial_checkpoint: Optional[str] = None,
+                 on_line: Optional[LineSink] = None, on_tick: Optional[Callable[[], None]] = None,
+                 python: str = sys.executable, kill_grace_s: float = 10.0,
+                 extra_env: Optional[Dict[str, str]] = None):
+        self.run = run
+        self.launcher = launcher
+        self.num_workers = num_workers
+        self.max_failures = max_failures
+        self.job_id = job_id
+        self.initial_checkpoint = initial_checkpoint
+        self.on_line = on_line
+        self.on_tick = on_tick or (lambda: None)
+        self.python = python
+        self.kill_grace_s = kill_grace_s
+        self.extra_env = extra_env or {}
+        self.last_failure: Optional[Failure] = None
+
+    def run_to_end(self) -> str:
+        """Run attempts until success or until failures exceed ``max_failures``.
+        Returns the final status (FINISHED or FAILED)."""
+        with self.run.exclusive():
+            self.run.clean_incomplete()
+            with self.run.update_state() as s:
+                s.setdefault("created", time.time())
+                s.setdefault("name", self.run.name)
+                s.setdefault("attempts", [])
+                s.setdefault("failures", 0)
+                s["status"] = RUNNING
+                s["job_ids"] = s.get("job_ids", []) + (
+                    [] if self.job_id in s.get("job_ids", []) else [self.job_id])
+                s["max_failures"] = self.max_failures
+            while True:
+                status = self._one_attempt()
+                if status is not None:
+                    return status
+
+    def _one_attempt(self) -> Optional[str]:
+        latest = self.run.latest_checkpoint()
+        resume = latest.path if latest else self.initial_checkpoint
+        with self.run.update_state() as s:
+            attempt = len(s["attempts"]) + 1
+            s["attempts"].append({"attempt": attempt, "job_id": self.job_id,
+                                  "started": time.time(), "resumed_from": resume,
+                                  "outcome": RUNNING})
+            s["restart_count"] = attempt - 1
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env.update({
+            ENV_RUN_DIR: self.run.path, ENV_ATTEMPT: str(attempt),
+            "HPCTRAIN_RESTART_COUNT": str(attempt - 1), "HPCTRAIN_JOB_ID": self.job_id,
+            ENV_RESUME: resume or "", ENV_CKPT_INDEX: str(self.run.next_checkpoint_index()),
+            ENV_START_ITER: str(latest.iteration if latest else 0),
+        })
+        group = self.launcher.launch(
+            command=[self.python, "-m", "hpctrain._internal.worker", self.run.path],
+            env=env, num_workers=self.num_workers, log_dir=self.run.logs_dir(self.job_id),
+            on_line=self.on_line)
+        try:
+            exits = None
+            while exits is None:
+                exits = group.wait_any_failure(0.25)
+                self.on_tick()
+        except BaseException:  # Ctrl-C or the driver dying: never leave ranks behind
+            group.terminate(self.kill_grace_s)
+            self._end_attempt(attempt, INTERRUPTED, None)
+            with self.run.update_state() as s:
+                s["status"] = INTERRUPTED
+            raise
+        failed = [e for e in exits if e.returncode != 0]
+        if not failed:
+            group.terminate(self.kill_grace_s)  # reaps output threads; ranks are done
+            self.on_tick()
+            self._end_attempt(attempt, FINISHED, None)
+            with self.run.update_state() as s:
+                s["status"] = FINISHED
+            return FINISHED
+        group.terminate(self.kill_grace_s)
+        failure = self._root_cause(attempt, failed)
+        self.last_failure = failure
+        self._end_attempt(attempt, FAILED, failure)
+        self.on_tick()
+        with self.run.update_state() as s:
+            s["failures"] = s.get("failures", 0) + 1
+            failures = s["failures"]
+        if self.max_failures == -1 or failures <= self.max_failures:
+            self.run.clean_incomplete()
+            self._log(f"rank {failure.rank} failed ({failure.summary}); restarting the worker "
+                      f"group from the latest checkpoint (failure {failures} of "
+                      f"{'unlimited' if self.max_failures == -1 else self.max_failures})")
+            return None
+        self._write_error(attempt, failure)
+        with self.run.update_state() as s:
+            s["status"] = FAILED
+        return FAILED
+
+    def _root_cause(self, attempt: int, failed: List[ExitRecord]) -> Failure:
+        """The earliest failure: a rank's own error record if it left one, else its exit."""
+        candidates: List[Failure] = []
+        for path in glob.glob(os.path.join(self.run.attempt_dir(attempt), "error.rank-*.json")):
+            e = read_json(path)
+            if e:
+                last = (e.get("traceback") or "").strip().splitlines()
+                candidates.append(Failure(e["rank"], e["time"],
+                                          last[-1] if last else e.get("type", "error"),
+                                          e.get("traceback", ""), e.get("host", ""),
+                                          e.get("pid", 0)))
+        seen = {c.rank for c in candidates}
+        for x in failed:
+            if x.rank not in seen:
+                how = (f"killed by signal {-x.returncode}" if x.returncode < 0
+                       else f"exit code {x.returncode}")
+                candidates.append(Failure(x.rank, x.time, f"rank {x.rank} {how}",
+                                          f"rank {x.rank} ended with {how} and left no "
+                                          "traceback (killed, out of memory, or a crash in "
+                                          "native code); see its log.\n"))
+        return min(candidates, key=lambda c: c.time)
+
+    def _end_attempt(self, attempt: int, outcome: str, failure: Optional[Failure]) -> None:
+        with self.run.update_state() as s:
+            rec = s["attempts"][attempt - 1]
+            rec.update(ended=time.time(), outcome=outcome)
+            if failure is not None:
+                rec.update(failed_rank=failure.rank, error=failure.summary)
+
+    def _write_error(self, attempt: int, f: Failure) -> None:
+        where = f" on {f.host} (pid {f.pid})" if f.host else ""
+        text = (f"Training failed: rank {f.rank}{where}, attempt {attempt}, job "
+                f"{self.job_id}, at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(f.time))}"
+                f"\n\n{f.traceback}")
+        with open(self.run.error_file, "w") as fh:
+            fh.write(text)
+
+    def _log(self, msg: str) -> None:
+        print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)

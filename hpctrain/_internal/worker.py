@@ -1,0 +1,152 @@
+"""One training process: ``python -m hpctrain._internal.worker RUN_DIR``.
+
+Started by a launcher (local spawn, srun, mpiexec) once per rank. Reads its place in
+the job from the environment (:mod:`hpctrain.cluster_env`), the work from the run
+directory's payload, sets up the backend, runs the training function and leaves either
+its return value or its traceback in ``.hpctrain/attempt-NNN/``.
+
+Exit codes: 0 done; 1 the training function (or set-up) raised.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional
+
+import cloudpickle
+
+from ..config import CheckpointConfig, ScalingConfig
+from .fsutil import atomic_write_bytes, atomic_write_json
+from .storage import RunDir
+
+# Variables the supervisor sets for every rank of an attempt.
+ENV_RUN_DIR = "HPCTRAIN_RUN_DIR"
+ENV_ATTEMPT = "HPCTRAIN_ATTEMPT"
+ENV_RESUME = "HPCTRAIN_RESUME_CHECKPOINT"
+ENV_CKPT_INDEX = "HPCTRAIN_CHECKPOINT_INDEX"
+ENV_START_ITER = "HPCTRAIN_START_ITERATION"
+
+
+@dataclass
+class WorkerPayload:
+    """Everything a worker needs that is not in its environment, pickled into the run
+    directory by the driver (``.hpctrain/payload.pkl``)."""
+
+    train_func: Any                     # a callable, or a spec.EntryPoint resolved in the worker
+    train_loop_config: Optional[Dict[str, Any]]
+    backend: str
+    backend_config: Any
+    scaling: ScalingConfig
+    checkpoint_config: CheckpointConfig
+    run_name: str
+    per_rank_results: bool = False      # the seed-era API wants every rank's metrics
+    keep_return_values: bool = False    # the seed-era run() returns them
+    datasets: Dict[str, Any] = field(default_factory=dict)
+
+    def save(self, run: RunDir) -> None:
+        atomic_write_bytes(run.payload_file, cloudpickle.dumps(self))
+
+    @staticmethod
+    def load(run: RunDir) -> "WorkerPayload":
+        with open(run.payload_file, "rb") as f:
+            return cloudpickle.load(f)
+
+
+def call_train_func(fn: Callable, config: Optional[Dict[str, Any]]) -> Any:
+    """Ray accepts ``train_func()`` and ``train_func(config)``; so do we."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.default is inspect.Parameter.empty
+                  and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        takes_arg = bool(params) or any(p.kind == p.VAR_POSITIONAL
+                                        for p in inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        takes_arg = True
+    if takes_arg:
+        return fn(config if config is not None else {})
+    if config:
+        raise TypeError(
+            f"train_loop_config was given but {getattr(fn, '__name__', fn)}() takes no argument.\n"
+            "HINT: define it as def train_func(config): ...")
+    return fn()
+
+
+def run_worker(run_dir: str) -> int:
+    from .. import cluster_env
+    from ..backends import get_backend
+    from .session import Session, set_session
+
+    run = RunDir(run_dir)
+    attempt = int(os.environ.get(ENV_ATTEMPT, "1"))
+    adir = run.attempt_dir(attempt)
+    rank = -1
+    try:
+        info = cluster_env.worker_info_from_env()
+        rank = info.world_rank
+        payload = WorkerPayload.load(run)
+        backend = get_backend(payload.backend, payload.backend_config)
+        backend.on_start(info, use_gpu=payload.scaling.use_gpu)
+        session = Session(
+            info=info, run=run, coordinator=backend.coordinator(info),
+            checkpoint_config=payload.checkpoint_config, run_name=payload.run_name,
+            resume_checkpoint=os.environ.get(ENV_RESUME) or None,
+            start_iteration=int(os.environ.get(ENV_START_ITER, "0")),
+            next_checkpoint_index=int(os.environ.get(ENV_CKPT_INDEX, "0")),
+            use_gpu=payload.scaling.use_gpu, per_rank_results=payload.per_rank_results,
+            attempt=attempt, datasets=payload.datasets)
+        set_session(session)
+        fn = payload.train_func
+        if hasattr(fn, "resolve") and not callable(fn):
+            fn = fn.resolve()
+        value = call_train_func(fn, payload.train_loop_config)
+        session.close()
+        if payload.keep_return_values:
+            os.makedirs(adir, exist_ok=True)
+            atomic_write_bytes(os.path.join(adir, f"return.rank-{rank}.pkl"),
+                               cloudpickle.dumps(value), sync=False)
+        backend.on_shutdown(info)
+        return 0
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the supervisor
+        record_failure(adir, rank, e)
+        return 1
+
+
+def record_failure(attempt_dir: str, rank: int, exc: BaseException) -> None:
+    """Leave ``error.rank-R.json`` (rank, host, pid, time, traceback) for the supervisor,
+    and print the traceback to this rank's log."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    sys.stderr.write(tb)
+    sys.stderr.flush()
+    if rank < 0:
+        rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
+    try:
+        os.makedirs(attempt_dir, exist_ok=True)
+        atomic_write_json(os.path.join(attempt_dir, f"error.rank-{rank}.json"), {
+            "rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
+            "time": time.time(), "type": type(exc).__name__, "message": str(exc),
+            "traceback": tb,
+        }, sync=False)
+    except OSError:
+        pass
+
+
+def main(argv: Optional[list] = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    run_dir = argv[0] if argv else os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        sys.exit("usage: python -m hpctrain._internal.worker RUN_DIR")
+    code = run_worker(run_dir)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown after a failure: a peer may be gone and a blocking
+    # destructor (process group, data loader workers) must not keep us alive.
+    os._exit(code) if code else sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

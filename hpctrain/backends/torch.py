@@ -1,0 +1,108 @@
+"""PyTorch backend: a process group (NCCL on GPU, Gloo on CPU) per worker group.
+
+Rendezvous is TCP at ``master_addr:master_port`` from :class:`WorkerInfo` — the host of
+rank 0 and a port chosen per job (a free port for local runs, a job-derived one on a
+cluster), so two jobs sharing a node never meet. ``report()`` agrees across ranks over a
+Gloo group (the default group on CPU; a separate small Gloo group beside NCCL, so no
+GPU memory or stream is involved in bookkeeping).
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+from .._internal.session import Coordinator
+from ..cluster_env import WorkerInfo
+from ..errors import ConfigError
+from .base import Backend
+
+
+@dataclass
+class TorchConfig:
+    """``backend``: "nccl", "gloo" or None (NCCL when GPUs are used, else Gloo).
+    ``timeout_s``: collective timeout for the process group."""
+
+    backend: Optional[str] = None
+    timeout_s: int = 1800
+
+    def __post_init__(self) -> None:
+        if self.backend == "auto":
+            self.backend = None
+        if self.backend not in (None, "nccl", "gloo"):
+            raise ConfigError(f"torch.backend: expected \"nccl\", \"gloo\" or \"auto\", got {self.backend!r}")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int) or self.timeout_s <= 0:
+            raise ConfigError(f"torch.timeout_s: expected a positive integer, got {self.timeout_s!r}")
+
+
+class TorchCoordinator(Coordinator):
+    def __init__(self, group) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._dist = dist
+        self._group = group
+        self._buf = torch.zeros(2, dtype=torch.int64)
+
+    def allreduce_max(self, values: Sequence[int]) -> List[int]:
+        buf = self._buf
+        if len(values) != buf.numel():
+            import torch
+
+            buf = torch.zeros(len(values), dtype=torch.int64)
+        for i, v in enumerate(values):
+            buf[i] = int(v)
+        self._dist.all_reduce(buf, op=self._dist.ReduceOp.MAX, group=self._group)
+        return buf.tolist()
+
+
+class TorchBackend(Backend):
+    def __init__(self, config: Optional[TorchConfig] = None):
+        super().__init__(config or TorchConfig())
+        self._control = None
+        self.backend_name = "gloo"
+
+    def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
+        import torch
+        import torch.distributed as dist
+
+        cfg: TorchConfig = self.config
+        gpu = use_gpu and torch.cuda.is_available()
+        if use_gpu and not torch.cuda.is_available():
+            raise RuntimeError(
+                "ScalingConfig(use_gpu=True) but torch sees no CUDA device on "
+                f"{info.hosts[info.node_rank] if info.hosts else 'this host'}.\n"
+                "HINT: request GPUs from the scheduler, or set use_gpu=False.")
+        if gpu:
+            torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
+        self.backend_name = cfg.backend or ("nccl" if gpu else "gloo")
+        # Code that reads the usual variables (torchrun conventions) sees the same truth.
+        os.environ.update(
+            MASTER_ADDR=info.master_addr, MASTER_PORT=str(info.master_port),
+            RANK=str(info.world_rank), WORLD_SIZE=str(info.world_size),
+            LOCAL_RANK=str(info.local_rank), LOCAL_WORLD_SIZE=str(info.local_world_size),
+            GROUP_RANK=str(info.node_rank),
+        )
+        dist.init_process_group(
+            backend=self.backend_name,
+            init_method=f"tcp://{_bracket(info.master_addr)}:{info.master_port}",
+            rank=info.world_rank,
+            world_size=info.world_size,
+            timeout=datetime.timedelta(seconds=cfg.timeout_s),
+        )
+        if self.backend_name != "gloo" and info.world_size > 1:
+            self._control = dist.new_group(backend="gloo")
+
+    def coordinator(self, info: WorkerInfo) -> Coordinator:
+        return TorchCoordinator(self._control)
+
+    def on_shutdown(self, info: WorkerInfo) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

@@ -1,0 +1,107 @@
+"""``Checkpoint``: a directory of files, as in Ray Train 2.
+
+A checkpoint handed to :func:`hpctrain.report` is copied (or, when it lies in the
+run's staging area, moved) into the run directory and committed atomically there.
+A checkpoint returned by :func:`hpctrain.get_checkpoint` or ``Result.checkpoint``
+points at a committed directory under ``<run>/checkpoints/``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Dict, Iterator, Optional
+
+import cloudpickle
+
+DICT_FILE = "dict_checkpoint.pkl"
+METADATA_FILE = ".hpctrain_checkpoint.json"
+# Files hpctrain writes inside a committed checkpoint; not part of the user's content.
+INTERNAL_PREFIX = ".hpctrain_"
+
+
+class Checkpoint:
+    """A reference to a directory holding checkpoint files."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+
+    # -- construction ------------------------------------------------------------
+    @classmethod
+    def from_directory(cls, path: str | os.PathLike) -> "Checkpoint":
+        path = os.fspath(path)
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"Checkpoint.from_directory: {path!r} is not a directory")
+        return cls(path)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Checkpoint":
+        """A small checkpoint from a dict (pickled with cloudpickle into a temp dir)."""
+        if not isinstance(data, dict):
+            raise TypeError(f"Checkpoint.from_dict expects a dict, got {type(data).__name__}")
+        tmp = tempfile.mkdtemp(prefix="hpctrain-dict-ckpt-")
+        with open(os.path.join(tmp, DICT_FILE), "wb") as f:
+            cloudpickle.dump(data, f)
+        return cls(tmp)
+
+    # -- reading -----------------------------------------------------------------
+    def to_dict(self) -> Dict[str, Any]:
+        """The dict saved by :meth:`from_dict` (or by the seed-era ``save_checkpoint``)."""
+        file = os.path.join(self.path, DICT_FILE)
+        if not os.path.exists(file):
+            raise ValueError(
+                f"checkpoint {self.path} holds no dict (no {DICT_FILE}); "
+                "use as_directory() to read its files"
+            )
+        with open(file, "rb") as f:
+            return cloudpickle.load(f)
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        """Yield a local directory with the checkpoint's files (the checkpoint itself:
+        on a shared filesystem nothing needs downloading). Do not modify it."""
+        yield self.path
+
+    def to_directory(self, path: Optional[str | os.PathLike] = None) -> str:
+        """Copy the checkpoint's files (without hpctrain's metadata) to ``path``."""
+        dest = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="hpctrain-ckpt-")
+        os.makedirs(dest, exist_ok=True)
+        for entry in os.listdir(self.path):
+            if entry.startswith(INTERNAL_PREFIX):
+                continue
+            src = os.path.join(self.path, entry)
+            dst = os.path.join(dest, entry)
+            if os.path.isdir(src):
+                shutil.copytree(src, dst, dirs_exist_ok=True)
+            else:
+                shutil.copy2(src, dst)
+        return dest
+
+    def get_metadata(self) -> Dict[str, Any]:
+        """hpctrain's record of a committed checkpoint: index, iteration, metrics, time,
+        ranks, manifest and checksum. ``{}`` for an uncommitted directory."""
+        try:
+            with open(os.path.join(self.path, METADATA_FILE)) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {}
+
+    @property
+    def metrics(self) -> Dict[str, Any]:
+        return self.get_metadata().get("metrics", {})
+
+    def __repr__(self) -> str:
+        return f"Checkpoint(path={self.path!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Checkpoint) and os.path.abspath(self.path) == os.path.abspath(
+            other.path
+        )
+
+    def __hash__(self) -> int:
+        return hash(os.path.abspath(self.path))
+
+    def __fspath__(self) -> str:
+        return self.path

@@ -1,0 +1,39 @@
+"""The launcher interface: start N ranks, learn how each one ended, stop them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
+
+LineSink = Callable[[int, str], None]
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """How one rank (or, for launchers that see only one process, the whole step: rank -1)
+    ended: its exit code (negative: killed by that signal) and when it was seen."""
+
+    rank: int
+    returncode: int
+    time: float
+
+
+class WorkerGroup:
+    def wait_any_failure(self, timeout: float) -> Optional[List[ExitRecord]]:
+        """Block up to ``timeout`` seconds. Returns None while ranks are running and no rank
+        failed; else the exit records seen so far (all ranks done, or a failure)."""
+        raise NotImplementedError
+
+    def exits(self) -> List[ExitRecord]:
+        raise NotImplementedError
+
+    def terminate(self, grace: float = 10.0) -> None:
+        """SIGTERM every rank, SIGKILL whatever is left after ``grace`` seconds."""
+        raise NotImplementedError
+
+
+class Launcher:
+    name = "base"
+
+    def launch(self, *, command: Sequence[str], env: Dict[str, str], num_workers: int,
+               log_dir: str, on_line: Optional[LineSink] = None) -> WorkerGroup:
+        raise NotImplementedError

@@ -1,0 +1,109 @@
+"""Local launcher: ``num_workers`` processes on this machine, torchrun-style variables.
+
+Each rank gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+``GROUP_RANK=0``, ``MASTER_ADDR=127.0.0.1`` and a ``MASTER_PORT`` the kernel just handed
+out (so two local runs never pick the same port). Each rank runs in its own session, so
+Ctrl-C reaches the supervisor only, and stopping a rank stops its children too.
+Output (stdout and stderr, merged) goes to ``logs/<job>/rank-R.out`` and to ``on_line``.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from typing import Dict, List, Optional, Sequence
+
+from .base import ExitRecord, Launcher, LineSink, WorkerGroup
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (bound to port 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class LocalWorkerGroup(WorkerGroup):
+    def __init__(self, procs: List[subprocess.Popen], log_files, on_line: Optional[LineSink]):
+        self.procs = procs
+        self._exits: Dict[int, ExitRecord] = {}
+        self._cond = threading.Condition()
+        self._threads = []
+        for rank, (p, log) in enumerate(zip(procs, log_files)):
+            t = threading.Thread(target=self._pump, args=(rank, p, log, on_line), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _pump(self, rank: int, p: subprocess.Popen, log, on_line: Optional[LineSink]) -> None:
+        with log:
+            for raw in iter(p.stdout.readline, b""):
+                log.write(raw)
+                log.flush()
+                if on_line is not None:
+                    on_line(rank, raw.decode(errors="replace").rstrip("\n"))
+        code = p.wait()
+        with self._cond:
+            self._exits[rank] = ExitRecord(rank, code, time.time())
+            self._cond.notify_all()
+
+    def exits(self) -> List[ExitRecord]:
+        with self._cond:
+            return sorted(self._exits.values(), key=lambda e: e.time)
+
+    def wait_any_failure(self, timeout: float) -> Optional[List[ExitRecord]]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                done = len(self._exits) == len(self.procs)
+                failed = any(e.returncode != 0 for e in self._exits.values())
+                if done or failed:
+                    return sorted(self._exits.values(), key=lambda e: e.time)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+
+    def terminate(self, grace: float = 10.0) -> None:
+        for p in self.procs:
+            _signal_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(p, signal.SIGKILL)
+        for p in self.procs:
+            p.wait()
+        for t in self._threads:
+            t.join(timeout=5)
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class LocalLauncher(Launcher):
+    name = "local"
+
+    def launch(self, *, command: Sequence[str], env: Dict[str, str], num_workers: int,
+               log_dir: str, on_line: Optional[LineSink] = None) -> LocalWorkerGroup:
+        os.makedirs(log_dir, exist_ok=True)
+        port = env.get("MASTER_PORT") or str(free_port())
+        procs, logs = [], []
+        for rank in range(num_workers):
+            wenv = dict(env)
+            wenv.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(num_workers),
+                        LOCAL_WORLD_SIZE=str(num_workers), GROUP_RANK="0",
+                        MASTER_ADDR=env.get("MASTER_ADDR", "127.0.0.1"), MASTER_PORT=port,
+                        PYTHONUNBUFFERED="1")
+            logs.append(open(os.path.join(log_dir, f"rank-{rank}.out"), "ab"))
+            procs.append(subprocess.Popen(list(command), env=wenv, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          start_new_session=True))
+        return LocalWorkerGroup(procs, logs, on_line)

@@ -1,0 +1,76 @@
+"""``Result``: what a run left in its run directory, as in Ray Train 2."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from .checkpoint import Checkpoint
+from .errors import TrainingFailedError
+from ._internal.storage import RunDir, read_results
+
+
+@dataclass
+class Result:
+    """``metrics``: the last report of rank 0 (with the autofilled fields).
+    ``checkpoint``: the latest committed checkpoint. ``best_checkpoints``: every checkpoint
+    retention kept, with its metrics, oldest first. ``error``: a
+    :class:`TrainingFailedError` when the run failed. ``path``: the run directory."""
+
+    metrics: Optional[Dict[str, Any]]
+    checkpoint: Optional[Checkpoint]
+    error: Optional[BaseException]
+    path: str
+    best_checkpoints: List[Tuple[Checkpoint, Dict[str, Any]]] = field(default_factory=list)
+    status: str = "UNKNOWN"
+
+    @property
+    def metrics_dataframe(self):
+        """Every report of rank 0 as a pandas DataFrame (one row per report)."""
+        import pandas as pd
+
+        return pd.DataFrame(read_results(RunDir(self.path).result_file))
+
+    @property
+    def config(self) -> Optional[Dict[str, Any]]:
+        """The train_loop_config the run was started with."""
+        try:
+            from ._internal.worker import WorkerPayload
+
+            return WorkerPayload.load(RunDir(self.path)).train_loop_config
+        except Exception:  # noqa: BLE001 - payload may be unpicklable elsewhere
+            return None
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike) -> "Result":
+        """Rebuild the Result of a run from its directory (finished, failed or running)."""
+        run = RunDir(path)
+        if not run.exists():
+            raise FileNotFoundError(f"{run.path} is not an hpctrain run directory (no state.json)")
+        rows = read_results(run.result_file)
+        records = run.list_checkpoints()
+        state = run.read_state()
+        error = None
+        if state.get("status") == "FAILED" and os.path.exists(run.error_file):
+            with open(run.error_file) as f:
+                text = f.read()
+            failed = [a for a in state.get("attempts", []) if a.get("failed_rank") is not None]
+            rank = failed[-1]["failed_rank"] if failed else None
+            tb = text.split("\n\n", 1)[1] if "\n\n" in text else text
+            error = TrainingFailedError(text, rank=rank, worker_traceback=tb)
+        result = cls(
+            metrics=rows[-1] if rows else None,
+            checkpoint=records[-1].checkpoint() if records else None,
+            error=error,
+            path=run.path,
+            best_checkpoints=[(r.checkpoint(), r.metrics) for r in records],
+            status=state.get("status", "UNKNOWN"),
+        )
+        if error is not None:
+            error.result = result
+        return result
+
+    def __repr__(self) -> str:
+        shown = {k: v for k, v in (self.metrics or {}).items() if not k.startswith("_")}
+        return (f"Result(metrics={shown}, path={self.path!r}, checkpoint={self.checkpoint!r}, "
+                f"status={self.status!r}{', error=' + repr(type(self.error).__name__) if self.error else ''})")

@@ -1,0 +1,583 @@
+"""The job spec: one data model behind the Python configs and ``job.toml``.
+
+:class:`JobSpec` holds what a run needs (entry point, backend, scaling, run/checkpoint/
+failure settings, ``train_loop_config`` and backend options). :func:`load_job_spec`
+reads it from a TOML file plus ``section.key=value`` overrides; :meth:`JobSpec.to_toml`
+writes the resolved spec back (``spec.toml`` in the run directory), and that file loads
+into an equal spec.
+
+Every error is a :class:`~hpctrain.errors.ConfigError` naming the file (or override),
+the dotted key, what was expected and what was found.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import difflib
+import hashlib
+import importlib
+import importlib.util
+import json
+import keyword
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional, Sequence
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+import tomli_w
+
+from .config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from .errors import ConfigError
+
+__all__ = [
+    "BACKENDS", "EntryPoint", "JobSpec", "apply_overrides", "load_job_spec", "spec_from_dict",
+]
+
+BACKENDS = ("torch", "tensorflow", "horovod", "mpi")
+
+# --------------------------------------------------------------------------- schema
+# Value kinds: "int" (not bool), "bool", "str", "numbers" (table of str -> int/float).
+_EXPECTED = {
+    "int": "an integer",
+    "bool": "true or false",
+    "str": "a string",
+    "numbers": "a table of numbers",
+}
+
+#: Allowed keys per section; ``None`` marks a free-form table ([config]).
+SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
+    "job": {"entrypoint": "str", "backend": "str"},
+    "scaling": {
+        "num_workers": "int", "use_gpu": "bool", "num_nodes": "int",
+        "workers_per_node": "int", "resources_per_worker": "numbers",
+    },
+    "run": {"name": "str", "storage_path": "str", "verbose": "int"},
+    "checkpoint": {
+        "num_to_keep": "int", "checkpoint_score_attribute": "str",
+        "checkpoint_score_order": "str", "sync_to_disk": "bool",
+    },
+    "failure": {"max_failures": "int"},
+    "config": None,
+    # Backend options: one section per backend name.
+    "torch": {"backend": "str", "timeout_s": "int"},
+    "tensorflow": {"timeout_s": "int"},
+    "horovod": {"timeout_s": "int"},
+    "mpi": {"timeout_s": "int"},
+}
+
+_CHOICES: Dict[str, Sequence[str]] = {
+    "job.backend": BACKENDS,
+    "torch.backend": ("gloo", "nccl", "auto"),
+}
+_MINIMUM: Dict[str, int] = {f"{b}.timeout_s": 1 for b in BACKENDS}
+
+_KIND_NAMES = [
+    (bool, "boolean"), (int, "integer"), (float, "float"), (str, "string"),
+    (list, "array"), (dict, "table"), (_dt.datetime, "datetime"), (_dt.date, "date"),
+    (_dt.time, "time"),
+]
+
+
+def _kind(value: Any) -> str:
+    """TOML-ish name of a value's type: ``"two"`` → ``string``."""
+    for typ, name in _KIND_NAMES:
+        if isinstance(value, typ):
+            return name
+    return type(value).__name__
+
+
+def _show(value: Any) -> str:
+    """Render a found value as it would appear in TOML (``"two"``, ``true``, ``2.5``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _matches(kind: str, value: Any) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    return isinstance(value, dict)  # "numbers": entries checked separately
+
+
+def _did_you_mean(name: str, valid: Sequence[str]) -> Optional[str]:
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else None
+
+
+class _Ctx:
+    """Where values came from: the file, or (per dotted key) a command-line override."""
+
+    def __init__(self, file: Optional[str], origins: Optional[Mapping[str, str]] = None):
+        self.file = file
+        self.origins = dict(origins or {})
+
+    def override_for(self, key: str) -> Optional[str]:
+        parts = key.split(".")
+        for n in range(len(parts), 0, -1):
+            found = self.origins.get(".".join(parts[:n]))
+            if found is not None:
+                return found
+        return None
+
+    def where(self, key: str) -> Optional[str]:
+        override = self.override_for(key)
+        return f"override {override!r}" if override is not None else self.file
+
+    def error(self, key: str, message: str, hint: Optional[str] = None) -> ConfigError:
+        return ConfigError(f"{key}: {message}", file=self.where(key), hint=hint)
+
+    def reraise(self, err: ConfigError) -> ConfigError:
+        """Attach the file (or override) to an error raised by a config dataclass."""
+        if err.file is not None:
+            return err
+        key = err.message.split(":", 1)[0]
+        return ConfigError(err.message, file=self.where(key), hint=err.hint)
+
+
+def _unknown_key(ctx: _Ctx, section: str, key: str) -> ConfigError:
+    valid = SECTIONS[section] or {}
+    hint = _did_you_mean(key, valid)
+    if hint is None:
+        homes = [s for s, keys in SECTIONS.items() if keys and key in keys and s != section]
+        if homes:
+            hint = f"{key!r} belongs in [{homes[0]}]"
+        else:
+            hint = "valid keys: " + ", ".join(valid)
+    return ctx.error(f"{section}.{key}", f"unknown key in [{section}]", hint)
+
+
+def _unknown_section(ctx: _Ctx, name: str) -> ConfigError:
+    homes = [s for s, keys in SECTIONS.items() if keys and name in keys]
+    hint = f"{name!r} belongs in [{homes[0]}]" if homes else _did_you_mean(name, list(SECTIONS))
+    if hint is None:
+        hint = "valid sections: " + ", ".join(f"[{s}]" for s in SECTIONS)
+    return ctx.error(name, "unknown section", hint)
+
+
+def _check_value(ctx: _Ctx, key: str, kind: str, value: Any) -> Any:
+    """Type-check one value of a fixed-schema section; return it (copied if a table)."""
+    if not _matches(kind, value):
+        hint = None
+        if kind == "str" and not isinstance(value, (dict, list)):
+            hint = f"quote it: {key.split('.')[-1]} = \"{value}\""
+        raise ctx.error(key, f"expected {_EXPECTED[kind]}, got {_show(value)} ({_kind(value)})",
+                        hint)
+    if kind == "numbers":
+        out: Dict[str, Any] = {}
+        for name, number in value.items():
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or number < 0:
+                raise ctx.error(f"{key}.{name}", "expected a number ≥ 0, got "
+                                f"{_show(number)} ({_kind(number)})")
+            out[name] = number
+        return out
+    choices = _CHOICES.get(key)
+    if choices is not None and value not in choices:
+        raise ctx.error(key, "expected one of " + ", ".join(f'"{c}"' for c in choices)
+                        + f", got {_show(value)}", _did_you_mean(value, choices))
+    minimum = _MINIMUM.get(key)
+    if minimum is not None and value < minimum:
+        raise ctx.error(key, f"expected an integer ≥ {minimum}, got {value}")
+    return value
+
+
+def _check_table(ctx: _Ctx, section: str, table: Any) -> Dict[str, Any]:
+    """Validate one fixed-schema section; return ``{key: value}`` as given."""
+    if not isinstance(table, dict):
+        raise ctx.error(section, f"expected a table ([{section}] section), got "
+                        f"{_show(table)} ({_kind(table)})")
+    schema = SECTIONS[section] or {}
+    out: Dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in schema:
+            raise _unknown_key(ctx, section, key)
+        out[key] = _check_value(ctx, f"{section}.{key}", schema[key], value)
+    return out
+
+
+def _expand_path(ctx: _Ctx, key: str, value: str, base_dir: str) -> str:
+    """Expand ``~`` and ``$VARS``; make a relative path absolute against ``base_dir``."""
+    expanded = os.path.expandvars(os.path.expanduser(value))
+    missing = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
+    if missing:
+        raise ctx.error(key, f"environment variable ${missing.group(1)} is not set "
+                        f"(in {_show(value)})")
+    if "://" in expanded:
+        return expanded
+    return os.path.abspath(os.path.join(base_dir, expanded))
+
+
+# --------------------------------------------------------------------------- entry point
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+@dataclass
+class EntryPoint:
+    """The training function: ``"pkg.mod:func"`` or ``"path/to/file.py:func"``.
+
+    Exactly one of ``module`` and ``path`` is set; ``path`` is absolute.
+    """
+
+    module: Optional[str]
+    path: Optional[str]
+    function: str
+    key: str = field(default="job.entrypoint", compare=False, repr=False)
+    file: Optional[str] = field(default=None, compare=False, repr=False)
+    base_dir: Optional[str] = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, text: str, *, base_dir: str, key: str = "job.entrypoint",
+              file: Optional[str] = None) -> "EntryPoint":
+        """Parse ``"X:Y"``. ``X`` ending in ``.py`` (or holding a ``/``) is a file, resolved
+        against ``base_dir`` and required to exist; otherwise it is a dotted module name."""
+        usage = 'expected "module:function" or "file.py:function"'
+        if not isinstance(text, str):
+            raise ConfigError(f"{key}: {usage}, got {_show(text)} ({_kind(text)})", file=file)
+        target, sep, function = text.strip().rpartition(":")
+        if not sep or not target:
+            raise ConfigError(f"{key}: {usage}, got {_show(text)}", file=file,
+                              hint='name the function to call, e.g. "train.py:train_func"')
+        if not function.isidentifier() or keyword.iskeyword(function):
+            raise ConfigError(f'{key}: expected a Python function name after ":", got '
+                              f"{_show(function)} (in {_show(text)})", file=file)
+        if target.endswith(".py") or "/" in target or os.sep in target:
+            if not target.endswith(".py"):
+                raise ConfigError(f"{key}: expected a .py file before \":\", got {_show(target)}",
+                                  file=file)
+            path = os.path.abspath(os.path.join(base_dir, os.path.expanduser(target)))
+            if not os.path.isfile(path):
+                raise ConfigError(f"{key}: file not found: {path} (from {_show(text)})",
+                                  file=file,
+                                  hint="relative paths are resolved against the job file's "
+                                       "directory")
+            return cls(None, path, function, key=key, file=file, base_dir=base_dir)
+        if not _MODULE_RE.match(target):
+            raise ConfigError(f'{key}: expected a dotted module name (like "mypkg.train") '
+                              f'or a .py file before ":", got {_show(target)}', file=file)
+        return cls(target, None, function, key=key, file=file,
+                   base_dir=os.path.abspath(base_dir))
+
+    def __str__(self) -> str:
+        return f"{self.module if self.path is None else self.path}:{self.function}"
+
+    def _error(self, message: str, hint: Optional[str] = None) -> ConfigError:
+        return ConfigError(f"{self.key}: {message}", file=self.file, hint=hint)
+
+    def _import_module(self) -> Any:
+        assert self.module is not None
+        try:
+            return importlib.import_module(self.module)
+        except ModuleNotFoundError as e:
+            ours = e.name is not None and (self.module == e.name
+                                           or self.module.startswith(e.name + "."))
+            if not ours:
+                raise  # the module itself imports something missing: the user's traceback
+            # Console scripts do not put the working directory on sys.path; try the job
+            # file's directory before giving up.
+            if self.base_dir and self.base_dir not in sys.path:
+                sys.path.insert(0, self.base_dir)
+                importlib.invalidate_caches()
+                return self._import_module()
+            raise self._error(f"cannot import module {self.module!r}: {e}",
+                              "is the package installed, or on PYTHONPATH?") from e
+
+    def _load_file(self) -> Any:
+        assert self.path is not None
+        if not os.path.isfile(self.path):
+            raise self._error(f"file not found: {self.path}")
+        digest = hashlib.sha1(self.path.encode()).hexdigest()[:12]
+        stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(self.path))[0])
+        name = f"_hpctrain_entry_{stem}_{digest}"
+        if name in sys.modules:
+            return sys.modules[name]
+        directory = os.path.dirname(self.path)
+        if directory not in sys.path:
+            sys.path.insert(0, directory)  # so that sibling imports work
+        spec = importlib.util.spec_from_file_location(name, self.path)
+        if spec is None or spec.loader is None:
+            raise self._error(f"cannot load {self.path} as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        return module
+
+    def resolve(self) -> Callable[..., Any]:
+        """Import the module (or load the file) and return the function."""
+        module = self._load_file() if self.path is not None else self._import_module()
+        where = self.path if self.path is not None else self.module
+        try:
+            obj = getattr(module, self.function)
+        except AttributeError:
+            names = [n for n in dir(module)
+                     if not n.startswith("_") and callable(getattr(module, n, None))]
+            raise self._error(f"{where} has no function {self.function!r}",
+                              _did_you_mean(self.function, names)) from None
+        if not callable(obj):
+            raise self._error(f"{self} is not callable (found {_show(obj)}, "
+                              f"{type(obj).__name__})")
+        return obj
+
+
+# --------------------------------------------------------------------------- job spec
+@dataclass
+class JobSpec:
+    """Everything a run needs; the TOML file and the Python API both build one."""
+
+    entrypoint: Optional[EntryPoint] = None
+    backend: str = "torch"
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    config: Dict[str, Any] = field(default_factory=dict)
+    backend_options: Dict[str, Any] = field(default_factory=dict)
+    source: Optional[str] = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        ctx = _Ctx(self.source)
+        if isinstance(self.entrypoint, str):
+            self.entrypoint = EntryPoint.parse(self.entrypoint, base_dir=os.getcwd(),
+                                               file=self.source)
+        _check_value(ctx, "job.backend", "str", self.backend)
+        self.backend_options = _check_table(ctx, self.backend, self.backend_options or {})
+        if self.config is None:
+            self.config = {}
+
+    def to_toml_dict(self) -> Dict[str, Any]:
+        """The resolved spec as TOML sections; ``None`` omitted, objects as their repr."""
+        s, r = self.scaling, self.run
+        ck, fl = r.checkpoint_config, r.failure_config
+        data: Dict[str, Any] = {
+            "job": {"entrypoint": None if self.entrypoint is None else str(self.entrypoint),
+                    "backend": self.backend},
+            "scaling": {"num_workers": s.num_workers, "use_gpu": s.use_gpu,
+                        "num_nodes": s.num_nodes, "workers_per_node": s.workers_per_node,
+                        "resources_per_worker": s.resources_per_worker},
+            "run": {"name": r.name, "storage_path": r.storage_path, "verbose": r.verbose},
+            "checkpoint": {"num_to_keep": ck.num_to_keep,
+                           "checkpoint_score_attribute": ck.checkpoint_score_attribute,
+                           "checkpoint_score_order": ck.checkpoint_score_order,
+                           "sync_to_disk": ck.sync_to_disk},
+            "failure": {"max_failures": fl.max_failures},
+            "config": self.config,
+            self.backend: self.backend_options,
+        }
+        out = _tomlable(data)
+        for name in ("config", self.backend):
+            if not out.get(name):
+                out.pop(name, None)
+        return out
+
+    def to_toml(self) -> str:
+        """``to_toml_dict()`` as TOML text, loadable by :func:`load_job_spec`."""
+        return "# resolved hpctrain job spec\n" + tomli_w.dumps(self.to_toml_dict())
+
+
+_OMIT = object()
+
+
+def _tomlable(value: Any) -> Any:
+    """Convert to what TOML can hold: drop ``None`` in tables, other objects → repr."""
+    if value is None:
+        return _OMIT
+    if isinstance(value, (bool, int, float, str, _dt.date, _dt.time)):
+        return value
+    if isinstance(value, Mapping):
+        out = {str(k): _tomlable(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v is not _OMIT}
+    if isinstance(value, (list, tuple)):
+        return [repr(v) if v is None else _tomlable(v) for v in value]
+    return repr(value)
+
+
+# --------------------------------------------------------------------------- loading
+def _build(ctx: _Ctx, cls: Any, **kwargs: Any) -> Any:
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ctx.reraise(e) from e
+
+
+def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_dir: str = ".",
+                   origins: Optional[Mapping[str, str]] = None) -> JobSpec:
+    """Validate a parsed TOML document and build the :class:`JobSpec`.
+
+    ``base_dir`` resolves relative paths (entry point file, storage path); ``origins``
+    maps dotted keys set by overrides to the override text, so errors name the override
+    (and its relative paths resolve against the working directory instead).
+    """
+    ctx = _Ctx(file, origins)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"expected a table of sections, got {_kind(data)}", file=file)
+    for name, value in data.items():
+        if name not in SECTIONS:
+            raise _unknown_section(ctx, name)
+        if not isinstance(value, dict):
+            raise ctx.error(name, f"expected a table ([{name}] section), got "
+                            f"{_show(value)} ({_kind(value)})",
+                            "sections hold key = value lines under a [name] header")
+
+    def base_for(key: str) -> str:
+        return os.getcwd() if ctx.override_for(key) is not None else base_dir
+
+    job = _check_table(ctx, "job", data.get("job", {}))
+    backend_tables = {b: _check_table(ctx, b, data[b]) for b in BACKENDS if b in data}
+    entrypoint = None
+    if "entrypoint" in job:
+        entrypoint = EntryPoint.parse(job["entrypoint"], base_dir=base_for("job.entrypoint"),
+                                      file=ctx.where("job.entrypoint"))
+    scaling = _build(ctx, ScalingConfig, **_check_table(ctx, "scaling", data.get("scaling", {})))
+    checkpoint = _build(ctx, CheckpointConfig,
+                        **_check_table(ctx, "checkpoint", data.get("checkpoint", {})))
+    failure = _build(ctx, FailureConfig, **_check_table(ctx, "failure", data.get("failure", {})))
+    run = _check_table(ctx, "run", data.get("run", {}))
+    if "storage_path" in run:
+        run["storage_path"] = _expand_path(ctx, "run.storage_path", run["storage_path"],
+                                           base_for("run.storage_path"))
+    run_config = _build(ctx, RunConfig, checkpoint_config=checkpoint, failure_config=failure,
+                        **run)
+    backend = job.get("backend", "torch")
+    return _build(ctx, JobSpec, entrypoint=entrypoint, backend=backend, scaling=scaling,
+                  run=run_config, config=copy.deepcopy(dict(data.get("config", {}))),
+                  backend_options=backend_tables.get(backend, {}), source=file)
+
+
+def _read_toml(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError("job spec file not found", file=path) from None
+    except IsADirectoryError:
+        raise ConfigError("expected a TOML file, got a directory", file=path) from None
+    except PermissionError:
+        raise ConfigError("cannot read the job spec: permission denied", file=path) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read the job spec: {e.strerror or e}", file=path) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"invalid TOML: not UTF-8 text ({e.reason} at byte {e.start})",
+                          file=path) from None
+    except tomllib.TOMLDecodeError as e:
+        m = re.match(r"^(.*) \(at line (\d+), column (\d+)\)$", str(e))
+        msg = (f"invalid TOML at line {m.group(2)}, column {m.group(3)}: {m.group(1)}" if m
+               else f"invalid TOML: {e}")
+        raise ConfigError(msg, file=path) from None
+
+
+def load_job_spec(path: str, overrides: Sequence[str] = (), *,
+                  require_entrypoint: bool = True) -> JobSpec:
+    """Read ``path`` (TOML), apply ``overrides`` (``"section.key=value"``), validate."""
+    path = os.fspath(path)
+    data = _read_toml(path)
+    origins: Dict[str, str] = {}
+    data = _apply_overrides(data, overrides, origins)
+    spec = spec_from_dict(data, file=path, base_dir=os.path.dirname(os.path.abspath(path)),
+                          origins=origins)
+    if require_entrypoint and spec.entrypoint is None:
+        raise ConfigError('job.entrypoint: missing; expected "module:function" or '
+                          '"file.py:function"', file=_Ctx(path, origins).where("job.entrypoint"),
+                          hint='add  [job]  entrypoint = "train.py:train_func"')
+    return spec
+
+
+# --------------------------------------------------------------------------- overrides
+_DELETE = object()
+
+
+def _override_key(text: str, raw_key: str) -> List[str]:
+    where = f"override {text!r}"
+    if not raw_key:
+        raise ConfigError("empty key; expected section.key=value, e.g. scaling.num_workers=8",
+                          file=where)
+    try:
+        node: Any = tomllib.loads(f"{raw_key} = 0")
+    except tomllib.TOMLDecodeError:
+        raise ConfigError(f"malformed key {raw_key!r}; expected section.key=value",
+                          file=where) from None
+    path: List[str] = []
+    while isinstance(node, dict) and len(node) == 1:
+        (name, node), = node.items()
+        path.append(name)
+    if node != 0 or not path:
+        raise ConfigError(f"malformed key {raw_key!r}; expected section.key=value", file=where)
+    return path
+
+
+def _override_value(text: str, raw: str) -> Any:
+    if raw == "":
+        return _DELETE
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        if raw[:1] in "[{\"'":
+            raise ConfigError(f"value {raw} is not a valid TOML value",
+                              file=f"override {text!r}",
+                              hint='quote strings: run.name="x"; arrays: config.sizes=[1, 2]'
+                              ) from None
+        return raw  # a bare word: a string
+
+
+def _apply_overrides(data: Mapping[str, Any], overrides: Sequence[str],
+                     origins: MutableMapping[str, str]) -> Dict[str, Any]:
+    result = copy.deepcopy(dict(data))
+    for text in overrides:
+        where = f"override {text!r}"
+        if not isinstance(text, str) or "=" not in text:
+            raise ConfigError("expected section.key=value, e.g. scaling.num_workers=8",
+                              file=where)
+        raw_key, _, raw_value = text.partition("=")
+        path = _override_key(text, raw_key.strip())
+        ctx = _Ctx(where)
+        section, dotted = path[0], ".".join(path)
+        if section not in SECTIONS:
+            raise _unknown_section(ctx, section)
+        if len(path) < 2:
+            raise ctx.error(section, "expected section.key=value, not a whole section")
+        value = _override_value(text, raw_value.strip())
+        schema = SECTIONS[section]
+        if schema is not None:
+            key = path[1]
+            if key not in schema:
+                raise _unknown_key(ctx, section, key)
+            if len(path) > (3 if schema[key] == "numbers" else 2):
+                raise ctx.error(dotted, f"{section}.{key} is not a table")
+            if schema[key] == "str" and len(path) == 2 and isinstance(
+                    value, (bool, int, float, _dt.date, _dt.time)):
+                value = raw_value.strip()  # run.name=2024 means the string "2024"
+        node: Any = result
+        for i, part in enumerate(path[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ctx.error(".".join(path[: i + 1]),
+                                f"cannot set {dotted}: {_show(child)} is not a table")
+            node = child
+        if value is _DELETE:
+            node.pop(path[-1], None)
+        else:
+            node[path[-1]] = value
+        origins[dotted] = text
+    return result
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
+    """Return a copy of ``data`` with each ``"section.key=value"`` set.
+
+    The value is read as a TOML value (``8``, ``true``, ``0.1``, ``[1, 2]``, ``"x"``); a
+    bare word is a string, and an empty value (``run.name=``) removes the key so the
+    default applies.
+    """
+    return _apply_overrides(data, overrides, {})

@@ -1,0 +1,177 @@
+"""PyTorch integration: ``TorchTrainer`` and the helpers a training function calls.
+
+torch itself is imported only inside the helpers, so ``from hpctrain.torch import
+TorchTrainer`` works on a login node without torch.
+"""
+from __future__ import annotations
+
+import os
+import random
+from typing import Any, Dict, Optional
+
+from ..backends.torch import TorchConfig
+from ..trainer import DataParallelTrainer
+
+__all__ = ["TorchTrainer", "TorchConfig", "prepare_model", "prepare_data_loader", "get_device",
+           "get_devices", "enable_reproducibility", "backward", "prepare_optimizer"]
+
+
+class TorchTrainer(DataParallelTrainer):
+    """Ray Train's TorchTrainer: ``torch_config`` picks NCCL/Gloo and the timeout."""
+
+    _backend_name = "torch"
+
+    def __init__(self, train_loop_per_worker, *, train_loop_config: Optional[Dict[str, Any]] = None,
+                 torch_config: Optional[TorchConfig] = None, **kwargs):
+        if torch_config is not None and not isinstance(torch_config, TorchConfig):
+            from ..errors import ConfigError
+
+            raise ConfigError(f"torch_config: expected a TorchConfig, got {type(torch_config).__name__}")
+        super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
+                         backend_config=torch_config or TorchConfig(), **kwargs)
+
+
+def _session():
+    from .._internal.session import current_session
+
+    return current_session()
+
+
+def get_device():
+    """This rank's device: ``cuda:<local device>`` when the run uses GPUs, else ``cpu``."""
+    import torch
+
+    s = _session()
+    use_gpu = s.use_gpu if s is not None else torch.cuda.is_available()
+    if use_gpu and torch.cuda.is_available():
+        local = s.info.local_rank if s is not None else 0
+        return torch.device("cuda", local % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def get_devices():
+    return [get_device()]
+
+
+def prepare_model(model, move_to_device: bool = True, parallel_strategy: Optional[str] = "ddp",
+                  parallel_strategy_kwargs: Optional[Dict[str, Any]] = None):
+    """Move ``model`` to this rank's device and wrap it in DistributedDataParallel when the
+    run has more than one rank (``parallel_strategy=None`` skips the wrap)."""
+    import torch
+    import torch.distributed as dist
+
+    device = get_device()
+    if move_to_device:
+        model = model.to(device)
+    if parallel_strategy is None or not dist.is_initialized() or dist.get_world_size() == 1:
+        return model
+    kwargs = dict(parallel_strategy_kwargs or {})
+    if parallel_strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        if device.type == "cuda":
+            kwargs.setdefault("device_ids", [device.index])
+            kwargs.setdefault("output_device", device.index)
+        return DistributedDataParallel(model, **kwargs)
+    if parallel_strategy == "fsdp":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if device.type == "cuda":
+            kwargs.setdefault("device_id", device)
+        return FullyShardedDataParallel(model, **kwargs)
+    raise ValueError(f"parallel_strategy: expected \"ddp\", \"fsdp\" or None, got {parallel_strategy!r}")
+
+
+class _PreparedLoader:
+    """A DataLoader whose sampler is a DistributedSampler; calls ``set_epoch`` on every
+    new pass (0, 1, 2, …) unless the loop calls :meth:`set_epoch` itself, and moves
+    batches to the device."""
+
+    def __init__(self, loader, device, move: bool):
+        self._loader = loader
+        self._device = device
+        self._move = move and device.type != "cpu"
+        self._epoch = 0
+        self._explicit = False
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+        self._explicit = True
+
+    def __iter__(self):
+        sampler = getattr(self._loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(self._epoch)
+        if not self._explicit:
+            self._epoch += 1
+        self._explicit = False
+        for batch in self._loader:
+            yield _to_device(batch, self._device) if self._move else batch
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+def _to_device(batch, device):
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def prepare_data_loader(data_loader, add_dist_sampler: bool = True, move_to_device: bool = True):
+    """Give each rank its own part of the data (DistributedSampler, shuffled iff the
+    original loader shuffled) and move batches to this rank's device."""
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+
+    loader = data_loader
+    if (add_dist_sampler and dist.is_initialized() and dist.get_world_size() > 1
+            and not isinstance(data_loader.sampler, DistributedSampler)):
+        shuffle = isinstance(data_loader.sampler, RandomSampler)
+        sampler = DistributedSampler(data_loader.dataset, shuffle=shuffle,
+                                     num_replicas=dist.get_world_size(), rank=dist.get_rank())
+        loader = DataLoader(
+            data_loader.dataset, batch_size=data_loader.batch_size, sampler=sampler,
+            num_workers=data_loader.num_workers, collate_fn=data_loader.collate_fn,
+            pin_memory=data_loader.pin_memory, drop_last=data_loader.drop_last,
+            timeout=data_loader.timeout, worker_init_fn=data_loader.worker_init_fn,
+            generator=data_loader.generator,
+            persistent_workers=data_loader.persistent_workers if data_loader.num_workers else False,
+        )
+    return _PreparedLoader(loader, get_device(), move_to_device)
+
+
+def enable_reproducibility(seed: int = 0) -> None:
+    """Seed Python, NumPy and torch, and make torch choose deterministic kernels."""
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:
+        pass
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+
+
+def backward(tensor) -> None:
+    """Ray Train compatibility (AMP is the user's own business here)."""
+    tensor.backward()
+
+
+def prepare_optimizer(optimizer):
+    return optimizer

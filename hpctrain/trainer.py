@@ -1,0 +1,183 @@
+"""``DataParallelTrainer``: the driver side of a run.
+
+``fit()`` resolves the configs into one :class:`~hpctrain.spec.JobSpec`, prepares the run
+directory (spec.toml, the pickled training function), then hands the run to the
+supervisor — in this process for the local default, in the batch job on a cluster — and
+returns the :class:`~hpctrain.Result` read back from the run directory.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Dict, Optional
+
+from ._internal.progress import Progress
+from ._internal.storage import RunDir
+from ._internal.supervisor import FAILED, FINISHED, Supervisor
+from ._internal.worker import WorkerPayload
+from .checkpoint import Checkpoint
+from .config import RunConfig, ScalingConfig, default_storage_path
+from .errors import ConfigError, TrainingFailedError
+from .result import Result
+
+SCHEDULERS = ("local",)
+
+
+class DataParallelTrainer:
+    """Runs ``train_loop_per_worker`` on ``scaling_config.num_workers`` ranks."""
+
+    _backend_name = "torch"
+    _backend_config_cls: Any = None
+
+    def __init__(self, train_loop_per_worker: Callable, *,
+                 train_loop_config: Optional[Dict[str, Any]] = None,
+                 backend_config: Any = None,
+                 scaling_config: Optional[ScalingConfig] = None,
+                 run_config: Optional[RunConfig] = None,
+                 resume_from_checkpoint: Optional[Checkpoint] = None,
+                 datasets: Optional[Dict[str, Any]] = None,
+                 scheduler: Any = None):
+        if not callable(train_loop_per_worker) and not hasattr(train_loop_per_worker, "resolve"):
+            raise TypeError("train_loop_per_worker must be a function, got "
+                            f"{type(train_loop_per_worker).__name__}")
+        if train_loop_config is not None and not isinstance(train_loop_config, dict):
+            raise ConfigError(f"train_loop_config: expected a dict, got {type(train_loop_config).__name__}")
+        if resume_from_checkpoint is not None and not isinstance(resume_from_checkpoint, Checkpoint):
+            raise ConfigError("resume_from_checkpoint: expected a hpctrain.Checkpoint, got "
+                              f"{type(resume_from_checkpoint).__name__}")
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = train_loop_config
+        self.backend_config = backend_config
+        self.scaling_config = scaling_config or ScalingConfig()
+        self.run_config = run_config or RunConfig()
+        self.resume_from_checkpoint = resume_from_checkpoint
+        self.datasets = datasets or {}
+        self.scheduler = scheduler or "local"
+        if self.scheduler not in SCHEDULERS:
+            raise ConfigError(f"scheduler: expected one of {SCHEDULERS}, got {self.scheduler!r}")
+        # extension points for the seed-era adapter
+        self._per_rank_results = False
+        self._keep_return_values = False
+        self._run_path: Optional[str] = None
+        self._echo_worker_output = True
+
+    # -- the run directory ---------------------------------------------------------------
+    @property
+    def run_name(self) -> str:
+        if self._run_path:
+            return os.path.basename(self._run_path)
+        if self.run_config.name is None:
+            stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+            self.run_config.name = f"{type(self).__name__}_{stamp}_{os.getpid() % 10000:04d}"
+        return self.run_config.name
+
+    @property
+    def run_path(self) -> str:
+        if self._run_path:
+            return self._run_path
+        storage = os.path.expandvars(os.path.expanduser(
+            self.run_config.storage_path or default_storage_path()))
+        return os.path.join(os.path.abspath(storage), self.run_name)
+
+    def job_spec(self):
+        from .spec import JobSpec
+
+        backend_options = {}
+        if self.backend_config is not None and hasattr(self.backend_config, "__dataclass_fields__"):
+            from dataclasses import asdict
+
+            backend_options = {k: v for k, v in asdict(self.backend_config).items() if v is not None}
+        return JobSpec(entrypoint=self.train_loop_per_worker if hasattr(
+            self.train_loop_per_worker, "resolve") else None,
+            backend=self._backend_name, scaling=self.scaling_config, run=self.run_config,
+            config=dict(self.train_loop_config or {}), backend_options=backend_options)
+
+    def _prepare_run(self) -> RunDir:
+        run = RunDir(self.run_path)
+        state = run.read_state() if run.exists() else {}
+        if state.get("status") == FINISHED and not self._run_path:
+            raise ConfigError(
+                f"run.name: a finished run named {self.run_name!r} already exists at {run.path}",
+                hint="pick another name, or leave run.name unset for a fresh timestamped one")
+        run.create()
+        with open(run.spec_file, "w") as f:
+            f.write(self.job_spec().to_toml())
+        WorkerPayload(
+            train_func=self.train_loop_per_worker,
+            train_loop_config=self.train_loop_config,
+            backend=self._backend_name,
+            backend_config=self.backend_config,
+            scaling=self.scaling_config,
+            checkpoint_config=self.run_config.checkpoint_config,
+            run_name=self.run_name,
+            per_rank_results=self._per_rank_results,
+            keep_return_values=self._keep_return_values,
+            datasets=self.datasets,
+        ).save(run)
+        return run
+
+    # -- fit -------------------------------------------------------------------------------
+    def fit(self) -> Result:
+        """Run the training to the end and return its Result. Raises
+        :class:`TrainingFailedError` (with ``.result``) when it failed for good."""
+        run = self._prepare_run()
+        status = self._run_local(run)
+        result = Result.from_path(run.path)
+        if status == FAILED:
+            err = result.error or TrainingFailedError("training failed", result=result)
+            err.result = result
+            raise err
+        return result
+
+    def _run_local(self, run: RunDir, on_tick: Optional[Callable[[], None]] = None) -> str:
+        from .launchers.local import LocalLauncher
+
+        progress = Progress(run, verbose=self.run_config.verbose)
+        tick = progress.tick if on_tick is None else (lambda: (progress.tick(), on_tick()))
+        job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        sup = Supervisor(
+            run, launcher=LocalLauncher(), num_workers=self.scaling_config.num_workers,
+            max_failures=self.run_config.failure_config.max_failures, job_id=job_id,
+            initial_checkpoint=self.resume_from_checkpoint.path if self.resume_from_checkpoint else None,
+            on_line=progress.worker_line if self._echo_worker_output else None, on_tick=tick)
+        try:
+            return sup.run_to_end()
+        finally:
+            progress.close()
+
+    # -- restore ---------------------------------------------------------------------------
+    @classmethod
+    def can_restore(cls, path: str | os.PathLike) -> bool:
+        """True if ``path`` is a run directory that :meth:`restore` can continue."""
+        run = RunDir(path)
+        return run.exists() and os.path.exists(run.payload_file)
+
+    @classmethod
+    def restore(cls, path: str | os.PathLike, train_loop_per_worker: Optional[Callable] = None,
+                train_loop_config: Optional[Dict[str, Any]] = None) -> "DataParallelTrainer":
+        """A trainer that continues the run at ``path`` from its latest committed checkpoint.
+        The training function and config can be given again (e.g. after a code fix)."""
+        run = RunDir(path)
+        if not cls.can_restore(path):
+            raise FileNotFoundError(f"{run.path} is not a restorable hpctrain run directory")
+        payload = WorkerPayload.load(run)
+        state = run.read_state()
+        trainer = cls.__new__(cls)
+        DataParallelTrainer.__init__(
+            trainer, train_loop_per_worker or payload.train_func,
+            train_loop_config=train_loop_config if train_loop_config is not None else payload.train_loop_config,
+            backend_config=payload.backend_config, scaling_config=payload.scaling,
+            run_config=RunConfig(name=run.name, storage_path=os.path.dirname(run.path),
+                                 checkpoint_config=payload.checkpoint_config,
+                                 failure_config=_failure_config(state)),
+            datasets=payload.datasets)
+        trainer._run_path = run.path
+        trainer._per_rank_results = payload.per_rank_results
+        trainer._keep_return_values = payload.keep_return_values
+        return trainer
+
+
+def _failure_config(state: Dict[str, Any]):
+    from .config import FailureConfig
+
+    return FailureConfig(max_failures=int(state.get("max_failures", 0)))
