@@ -250,20 +250,24 @@ def hosts_from_nodefile(text: str) -> list[str]:
     return hosts
 
 
-def derive_port(job_id: str, *, step: str = "", base: int = 20000, span: int = 20000) -> int:
+def derive_port(job_id: str, *, step: str = "", base: int = 20000, span: int = 12000) -> int:
     """A port in ``[base, base + span)`` that every rank of one job step computes alike.
 
     It is a hash (BLAKE2b) of job id and step, not ``job_id % span``: consecutive or
     ``span``-apart job ids (``1234`` and ``21234``) would otherwise share a port on
     a shared node. Two different (job, step) pairs still pick the same port with
-    probability ``1/span`` (1 in 20000 by default); with k jobs on one node the odds
+    probability ``1/span`` (1 in 12000 by default); with k jobs on one node the odds
     of any clash are about ``k*(k-1)/2/span``. Set ``MASTER_PORT`` to rule it out.
 
     >>> derive_port("1234") == derive_port("1234")
     True
     >>> len({derive_port("1234"), derive_port("21234"), derive_port("1234", step="0")})
     3
-    >>> 20000 <= derive_port("1234", step="0") < 40000
+
+    The default range, 20000–31999, stays below Linux's ephemeral ports (32768–60999),
+    so an outgoing connection never holds the port the job wants.
+
+    >>> 20000 <= derive_port("1234", step="0") < 32000
     True
     """
     if base < 1 or span < 1 or base + span - 1 > 65535:

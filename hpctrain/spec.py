@@ -317,6 +317,56 @@ class EntryPoint:
             raise
         return module
 
+    def check(self) -> None:
+        """Check, without running any of the user's code, that the function exists:
+        parse the file (or the module's source) and look for a top-level definition of
+        that name. Lets ``hpctrain run``/``validate`` refuse a bad entry point before
+        anything starts, without importing torch in the driver."""
+        import ast
+
+        if self.path is not None:
+            source_file = self.path
+        else:
+            try:
+                found = importlib.util.find_spec(self.module)
+            except (ImportError, ValueError):
+                found = None
+            if found is None and self.base_dir:
+                if self.base_dir not in sys.path:
+                    sys.path.insert(0, self.base_dir)
+                importlib.invalidate_caches()
+                try:
+                    found = importlib.util.find_spec(self.module)
+                except (ImportError, ValueError):
+                    found = None
+            if found is None:
+                raise self._error(f"cannot find module {self.module!r}",
+                                  "is the package installed, or on PYTHONPATH?")
+            source_file = found.origin
+            if not source_file or not source_file.endswith(".py"):
+                return  # compiled or namespace module: resolve() will tell
+        try:
+            with open(source_file, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), filename=source_file)
+        except SyntaxError as e:
+            raise self._error(f"{source_file} does not parse: {e.msg} (line {e.lineno})") from None
+        names = set()
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+            elif not isinstance(node, (ast.Expr, ast.Pass)):
+                return  # conditional definitions etc.: leave it to resolve()
+        if self.function not in names:
+            where = self.path if self.path is not None else self.module
+            raise self._error(f"{where} defines no function {self.function!r}",
+                              _did_you_mean(self.function, sorted(names)))
+
     def resolve(self) -> Callable[..., Any]:
         """Import the module (or load the file) and return the function."""
         module = self._load_file() if self.path is not None else self._import_module()

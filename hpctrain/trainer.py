@@ -181,3 +181,23 @@ def _failure_config(state: Dict[str, Any]):
     from .config import FailureConfig
 
     return FailureConfig(max_failures=int(state.get("max_failures", 0)))
+
+
+def trainer_from_spec(spec) -> DataParallelTrainer:
+    """The trainer a :class:`~hpctrain.spec.JobSpec` describes (``hpctrain run job.toml``).
+    The entry point is checked here without running user code, and imported by each
+    worker."""
+    from .errors import ConfigError
+
+    if spec.entrypoint is None:
+        raise ConfigError("job.entrypoint: expected \"module:function\" or \"file.py:function\", "
+                          "got nothing", file=spec.source)
+    spec.entrypoint.check()
+    if spec.backend == "torch":
+        from .torch import TorchConfig, TorchTrainer
+
+        return TorchTrainer(spec.entrypoint, train_loop_config=dict(spec.config),
+                            torch_config=TorchConfig(**spec.backend_options),
+                            scaling_config=spec.scaling, run_config=spec.run)
+    raise ConfigError(f"job.backend: the {spec.backend!r} backend is not available in this "
+                      "version yet; expected \"torch\"", file=spec.source)
