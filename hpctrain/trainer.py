@@ -120,8 +120,11 @@ class DataParallelTrainer:
     def fit(self) -> Result:
         """Run the training to the end and return its Result. Raises
         :class:`TrainingFailedError` (with ``.result``) when it failed for good."""
-        run = self._prepare_run()
-        status = self._run_local(run)
+        run = RunDir(self.run_path)
+        os.makedirs(run.internal_dir, exist_ok=True)
+        with run.exclusive():  # refuse a second live run of this directory before touching it
+            self._prepare_run()
+            status = self._run_local(run)
         result = Result.from_path(run.path)
         if status == FAILED:
             err = result.error or TrainingFailedError("training failed", result=result)
@@ -139,7 +142,8 @@ class DataParallelTrainer:
             run, launcher=LocalLauncher(), num_workers=self.scaling_config.num_workers,
             max_failures=self.run_config.failure_config.max_failures, job_id=job_id,
             initial_checkpoint=self.resume_from_checkpoint.path if self.resume_from_checkpoint else None,
-            on_line=progress.worker_line if self._echo_worker_output else None, on_tick=tick)
+            on_line=progress.worker_line if self._echo_worker_output else None, on_tick=tick,
+            extra_env=driver_pythonpath())
         try:
             return sup.run_to_end()
         finally:
@@ -175,6 +179,23 @@ class DataParallelTrainer:
         trainer._per_rank_results = payload.per_rank_results
         trainer._keep_return_values = payload.keep_return_values
         return trainer
+
+
+def driver_pythonpath() -> Dict[str, str]:
+    """``PYTHONPATH`` for workers: the driver's own sys.path additions (the script's
+    directory, a notebook's cwd, pytest's rootdir…) so that functions pickled by reference
+    import in the workers exactly as they did in the driver."""
+    import sys
+
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    extra = []
+    for entry in sys.path:
+        path = os.path.realpath(entry or os.getcwd())
+        if os.path.isdir(path) and not any(path == p or path.startswith(p + os.sep)
+                                           for p in prefixes) and path not in extra:
+            extra.append(path)
+    current = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join(extra + ([current] if current else []))}
 
 
 def _failure_config(state: Dict[str, Any]):

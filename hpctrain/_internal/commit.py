@@ -29,8 +29,7 @@ from ..config import CheckpointConfig
 from ..errors import CheckpointError
 from .fsutil import (DIGEST_ALGO, atomic_write_json, copy_file_with_digest, file_digest,
                      fsync_path, json_default, read_json, remove_tree, walk_files)
-from .storage import (SHARD_MANIFEST, RunDir, checkpoint_dir_name, checkpoints_to_delete,
-                      ensure_no_checkpoint_collision)
+from .storage import SHARD_MANIFEST, RunDir, checkpoint_dir_name, checkpoints_to_delete
 
 
 def stage_shard(run: RunDir, index: int, rank: int, checkpoint: Checkpoint,
@@ -48,13 +47,17 @@ def stage_shard(run: RunDir, index: int, rank: int, checkpoint: Checkpoint,
         for rel in walk_files(src):
             if os.path.basename(rel).startswith(INTERNAL_PREFIX):
                 continue  # metadata of a checkpoint handed back in (e.g. get_checkpoint())
-            ensure_no_checkpoint_collision(tmp, rel, rank)
             s, d = os.path.join(src, rel), os.path.join(tmp, rel)
             os.makedirs(os.path.dirname(d), exist_ok=True)
             if move:
-                os.rename(s, d)
+                # link + unlink instead of rename: linking fails atomically if another
+                # rank already put a file of that name here (rename would replace it)
+                _claim(lambda: os.link(s, d), rel, rank)
+                os.unlink(s)
                 files[rel] = {"size": os.path.getsize(d)}
             else:
+                _claim(lambda: os.close(os.open(d, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)),
+                       rel, rank)
                 size, digest = copy_file_with_digest(s, d, sync=sync)
                 files[rel] = {"size": size, "digest": digest}
     except OSError as e:
@@ -73,6 +76,17 @@ def stage_shard(run: RunDir, index: int, rank: int, checkpoint: Checkpoint,
     manifest = {"rank": rank, "moved": move, "algo": DIGEST_ALGO, "files": files}
     atomic_write_json(os.path.join(tmp, SHARD_MANIFEST.format(rank=rank)), manifest, sync=sync)
     return manifest
+
+
+def _claim(create, rel: str, rank: int) -> None:
+    try:
+        create()
+    except FileExistsError:
+        raise CheckpointError(
+            f"rank {rank}: checkpoint file {rel!r} was already written by another rank for "
+            "this checkpoint.\nHINT: when several ranks report a checkpoint, give each rank's "
+            "files distinct names (e.g. f\"shard-{rank}.pt\")."
+        ) from None
 
 
 def _is_staged(run: RunDir, src: str) -> bool:

@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from filelock import FileLock, Timeout
 
 from ..checkpoint import METADATA_FILE, Checkpoint
-from ..errors import CheckpointError, RunLockedError
+from ..errors import RunLockedError
 from .fsutil import atomic_write_json, json_default, read_json, remove_tree
 
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{6,})$")
@@ -82,7 +82,10 @@ class RunDir:
     def exclusive(self) -> Iterator[None]:
         """Held by the supervisor for the whole run: a second run of the same directory
         is refused instead of corrupting the first."""
-        lock = FileLock(self._p(".hpctrain", "run.lock"))
+        path = self._p(".hpctrain", "run.lock")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        # one lock object per path: re-entrant within this process (driver → supervisor)
+        lock = _RUN_LOCKS.setdefault(path, FileLock(path))
         try:
             lock.acquire(timeout=0)
         except Timeout:
@@ -157,6 +160,9 @@ class RunDir:
 
     def staging_tmp(self, index: int) -> str:
         return os.path.join(self.checkpoints_dir, f"{TMP_PREFIX}{index:06d}")
+
+
+_RUN_LOCKS: Dict[str, FileLock] = {}
 
 
 @dataclass
@@ -341,12 +347,3 @@ def _node_ip(host: str) -> str:
         except OSError:
             _IP_CACHE[host] = "127.0.0.1"
     return _IP_CACHE[host]
-
-
-def ensure_no_checkpoint_collision(staging: str, rel: str, rank: int) -> None:
-    if os.path.lexists(os.path.join(staging, rel)):
-        raise CheckpointError(
-            f"rank {rank}: checkpoint file {rel!r} was already written by another rank for "
-            "this checkpoint.\nHINT: when several ranks report a checkpoint, give each rank's "
-            "files distinct names (e.g. f\"shard-{rank}.pt\")."
-        )

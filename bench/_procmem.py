@@ -1,0 +1,110 @@
+"""Peak proportional set size (PSS) of a process tree, sampled from /proc.
+
+PSS charges each shared page to the processes sharing it in equal parts, so the sum over
+a tree is what the tree costs the machine (RSS would count libtorch once per process).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import List, Set
+
+
+def children(pid: int) -> List[int]:
+    """Direct children of ``pid``: /proc/PID/task/*/children where the kernel has it,
+    else a scan of every process's parent."""
+    kids: List[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    found_file = False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found_file = True
+                kids.extend(int(x) for x in f.read().split())
+        except OSError:
+            continue
+    if found_file:
+        return kids
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                kids.append(int(entry))
+    return kids
+
+
+def tree(root: int) -> List[int]:
+    seen: Set[int] = set()
+    todo = [root]
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        todo.extend(children(p))
+    return sorted(seen)
+
+
+def pss_kib(pid: int) -> int:
+    """Pss of one process in KiB (0 if it is gone or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class TreeSampler(threading.Thread):
+    """Samples the PSS sum of ``root`` and its descendants every ``interval`` seconds."""
+
+    def __init__(self, root: int, interval: float = 0.05):
+        super().__init__(name="pss-sampler", daemon=True)
+        self.root = root
+        self.interval = interval
+        self.peak_kib = 0
+        self.peak_procs = 0
+        self.samples = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            pids = tree(self.root)
+            total = sum(pss_kib(p) for p in pids)
+            live = sum(1 for p in pids if os.path.exists(f"/proc/{p}"))
+            self.peak_kib = max(self.peak_kib, total)
+            self.peak_procs = max(self.peak_procs, live)
+            self.samples += 1
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+
+    @property
+    def peak_mib(self) -> float:
+        return self.peak_kib / 1024.0
+
+
+def sample_once(root: int) -> float:
+    """PSS of the tree now, MiB (for tests and debugging)."""
+    return sum(pss_kib(p) for p in tree(root)) / 1024.0
+
+
+if __name__ == "__main__":  # pragma: no cover - manual check
+    import sys
+
+    pid = int(sys.argv[1]) if len(sys.argv) > 1 else os.getpid()
+    t = time.perf_counter()
+    print(f"{sample_once(pid):.1f} MiB over {len(tree(pid))} processes "
+          f"({(time.perf_counter() - t) * 1e3:.1f} ms to sample)")

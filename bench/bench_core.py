@@ -1,0 +1,376 @@
+#!/usr/bin/env python
+"""hpctrain against the floor (the same loop under plain ``torchrun``), side by side.
+
+    python bench/bench_core.py                  # full: 3 fresh runs of each, medians
+    python bench/bench_core.py --quick          # 1 run each, smaller sizes (~1 min)
+    python bench/bench_core.py --json out.json  # also write every number as JSON
+
+Workload (DESIGN.md, "Performance, measured against the anchors"): MLP 784→256→10,
+2 Gloo workers, 3 epochs of synthetic data, OMP_NUM_THREADS=1. Each repeat starts every
+launcher afresh for three runs: ``train`` (start-up, report latency, steps/s, peak PSS),
+``ckpt`` with sync_to_disk=True and ``ckpt`` with sync_to_disk=False. The order of the
+launchers alternates between repeats. Ray Train is run too where it is installed.
+See bench/README.md for what each figure means.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from typing import Any, Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from _procmem import TreeSampler  # noqa: E402
+
+FLOOR, HP, RAY = "torchrun", "hpctrain", "ray"
+LABELS = {FLOOR: "torchrun (floor)", HP: "hpctrain", RAY: "Ray Train"}
+# environment that would make the local runs think they are inside a cluster job step
+_SCRUB_PREFIXES = ("SLURM_", "PBS_", "OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_")
+_SCRUB = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+          "MASTER_ADDR", "MASTER_PORT", "HPCTRAIN_RUN_DIR")
+
+
+# -- launching one run ------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_exe() -> List[str]:
+    """The torchrun next to this interpreter (not a pyenv/conda shim, which would add
+    its own start-up to the floor), else ``python -m torch.distributed.run``."""
+    exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if os.access(exe, os.X_OK):
+        return [exe]
+    return [sys.executable, "-m", "torch.distributed.run"]
+
+
+def command(launcher: str, workers: int, loop_args: List[str]) -> List[str]:
+    if launcher == FLOOR:
+        return torchrun_exe() + ["--nproc-per-node", str(workers), "--master-port",
+                                 str(free_port()), os.path.join(HERE, "_loop_torchrun.py")] + loop_args
+    script = {HP: "_loop_hpctrain.py", RAY: "_loop_ray.py"}[launcher]
+    return [sys.executable, os.path.join(HERE, script)] + loop_args
+
+
+def child_env() -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(_SCRUB_PREFIXES) and k not in _SCRUB}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def run_once(launcher: str, mode: str, *, size: str, sync: bool, workers: int, root: str,
+             tag: str, timeout: float, sample_memory: bool, keep: bool) -> Dict[str, Any]:
+    """Start one fresh run; return rank 0's record plus the bench's own measurements."""
+    workdir = os.path.join(root, tag)
+    os.makedirs(workdir)
+    out = os.path.join(workdir, "record.json")
+    log = os.path.join(root, f"{tag}.log")
+    loop_args = ["--mode", mode, "--size", size, "--out", out, "--workdir", workdir,
+                 "--sync", "1" if sync else "0", "--workers", str(workers)]
+    cmd = command(launcher, workers, loop_args)
+    with open(log, "wb") as logf:
+        t_launch = time.time()
+        proc = subprocess.Popen(cmd, env=child_env(), stdout=logf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        sampler = TreeSampler(proc.pid) if sample_memory else None
+        if sampler:
+            sampler.start()
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the session this bench started
+            proc.wait()
+            code = "timeout"
+        finally:
+            if sampler:
+                sampler.stop()
+        t_end = time.time()
+    if code != 0 or not os.path.exists(out):
+        with open(log, errors="replace") as f:
+            tail = f.read()[-4000:]
+        raise RuntimeError(f"{launcher} {mode} run failed (exit {code}); command:\n  "
+                           f"{shlex.join(cmd)}\nlast output:\n{tail}")
+    with open(out) as f:
+        rec = json.load(f)
+    rec.update(t_launch=t_launch, wall_s=t_end - t_launch, command=shlex.join(cmd), tag=tag)
+    if sampler:
+        rec.update(peak_pss_mib=sampler.peak_mib, peak_procs=sampler.peak_procs,
+                   pss_samples=sampler.samples)
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+        os.remove(log)
+    return rec
+
+
+# -- figures -----------------------------------------------------------------------------------
+def median(values: List[float]) -> Optional[float]:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def per_run_figures(train: Dict[str, Any], ck_sync: Optional[Dict[str, Any]],
+                    ck_nosync: Optional[Dict[str, Any]]) -> Dict[str, Optional[float]]:
+    f: Dict[str, Optional[float]] = {
+        "start_first_report_s": train["t_first_report"] - train["t_launch"],
+        "start_loop_entry_s": train["t_loop_entry"] - train["t_launch"],
+        "start_worker_proc_s": train["t_worker_proc_start"] - train["t_launch"],
+        "report_p50_us": train["report"]["p50_us"],
+        "report_p99_us": train["report"]["p99_us"],
+        "steps_per_s": train["train"]["steps_per_s"],
+        "peak_pss_mib": train.get("peak_pss_mib"),
+        "peak_procs": train.get("peak_procs"),
+    }
+    for key, rec in (("sync", ck_sync), ("nosync", ck_nosync)):
+        if rec is not None:
+            f[f"ckpt_{key}_copy_ms"] = rec["ckpt"]["copy_ms_median"]
+            f[f"ckpt_{key}_staged_ms"] = rec["ckpt"]["staged_ms_median"]
+    return f
+
+
+# (key, figure label, unit, how the target reads, check(value, floor) -> ratio/None, better)
+def figure_rows(med: Dict[str, Dict[str, Optional[float]]], mib: int) -> List[Dict[str, Any]]:
+    fl, hp = med[FLOOR], med[HP]
+    ray = med.get(RAY)
+    rows: List[Dict[str, Any]] = []
+
+    def row(label, unit, key, *, floor_key=None, target, kind, limit, fmt="{:.3g}",
+            info=False, ray_key=None):
+        floor_v = fl.get(floor_key or key)
+        hp_v = hp.get(key)
+        ray_v = ray.get(ray_key or key) if ray else None
+        ratio = hp_v / floor_v if hp_v is not None and floor_v else None
+        if kind == "ratio_le":
+            met = ratio is not None and ratio <= limit
+        elif kind == "ratio_ge":
+            met = ratio is not None and ratio >= limit
+        elif kind == "abs_le":
+            met = hp_v is not None and hp_v <= limit
+        else:
+            met = None
+        rows.append(dict(figure=label, unit=unit, key=key, floor=floor_v, hpctrain=hp_v,
+                         ray=ray_v, ratio=ratio, target=target, met=None if info else met,
+                         fmt=fmt))
+
+    row("1. start → first report, rank 0", "s", "start_first_report_s",
+        target="≤ 1.5× floor", kind="ratio_le", limit=1.5, fmt="{:.2f}")
+    row("   (start → training function entered)", "s", "start_loop_entry_s",
+        target="info", kind=None, limit=None, fmt="{:.2f}", info=True)
+    row("   (start → rank-0 worker process created)", "s", "start_worker_proc_s",
+        target="info", kind=None, limit=None, fmt="{:.2f}", info=True)
+    row("2. report() p50, no checkpoint", "µs", "report_p50_us",
+        target="≤ 200 µs", kind="abs_le", limit=200.0, fmt="{:.1f}")
+    row("   report() p99, no checkpoint", "µs", "report_p99_us",
+        target="info", kind=None, limit=None, fmt="{:.1f}", info=True)
+    row(f"3a. checkpoint {mib} MiB, sync_to_disk=True (floor: copytree + fsync)", "ms",
+        "ckpt_sync_copy_ms", target="≤ 1.11× floor", kind="ratio_le", limit=1.11,
+        fmt="{:.1f}")
+    row(f"3b. checkpoint {mib} MiB, sync_to_disk=False (floor: copytree)", "ms",
+        "ckpt_nosync_copy_ms", target="≤ 1.11× floor", kind="ratio_le", limit=1.11,
+        fmt="{:.1f}")
+    row(f"3c. staged {mib} MiB (rename), sync_to_disk=False (floor col.: copytree)", "ms",
+        "ckpt_nosync_staged_ms", floor_key="ckpt_nosync_copy_ms",
+        target="≈ 0 (≤ 0.05× copytree)", kind="ratio_le", limit=0.05, fmt="{:.2f}")
+    row(f"3d. staged {mib} MiB, sync_to_disk=True (floor: fsync in place + rename)", "ms",
+        "ckpt_sync_staged_ms", target="≤ 1.11× floor", kind="ratio_le", limit=1.11,
+        fmt="{:.1f}")
+    row("4. training throughput (after warm-up epoch)", "steps/s", "steps_per_s",
+        target="≥ 0.97× floor", kind="ratio_ge", limit=0.97, fmt="{:.1f}")
+    row("5. peak PSS of the process tree", "MiB", "peak_pss_mib",
+        target="≤ 1.2× floor", kind="ratio_le", limit=1.2, fmt="{:.0f}")
+    row("   processes in the tree (peak)", "", "peak_procs",
+        target="info", kind=None, limit=None, fmt="{:.0f}", info=True)
+    return rows
+
+
+# -- machine --------------------------------------------------------------------------------------
+def machine_info(directory: str) -> Dict[str, Any]:
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    fs = "?"
+    try:
+        best = ""
+        real = os.path.realpath(directory)
+        with open("/proc/mounts") as f:
+            for line in f:
+                dev, mnt, typ = line.split()[:3]
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                    best, fs = mnt, f"{typ} on {mnt} ({dev})"
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        with open("/proc/meminfo") as f:
+            mem = f"{int(f.readline().split()[1]) / 2**20:.1f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return {
+        "host": socket.gethostname(), "nproc": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_model": cpu, "memory": mem, "kernel": platform.release(),
+        "python": platform.python_version(), "torch": version("torch"),
+        "hpctrain": version("hpctrain"), "ray": version("ray"), "bench_fs": fs,
+    }
+
+
+# -- printing ----------------------------------------------------------------------------------------
+def fmt(v: Optional[float], f: str) -> str:
+    return "—" if v is None else f.format(v)
+
+
+def print_report(rows: List[Dict[str, Any]], machine: Dict[str, Any], cmdline: str,
+                 meta: Dict[str, Any], with_ray: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    console.print(f"command: {cmdline}")
+    console.print(f"machine: {machine['nproc']} CPUs ({machine['usable_cpus']} usable), "
+                  f"{machine['cpu_model']}, {machine['memory']} RAM, Linux {machine['kernel']}; "
+                  f"python {machine['python']}, torch {machine['torch']}, hpctrain "
+                  f"{machine['hpctrain']}; bench dir {meta['dir']} [{machine['bench_fs']}]")
+    console.print(f"workload: MLP 784→256→10, {meta['workers']} Gloo workers, "
+                  f"{meta['sizes']['epochs']} epochs × {meta['sizes']['samples']} samples, batch "
+                  f"{meta['sizes']['batch_size']}, OMP_NUM_THREADS=1; {meta['sizes']['report_n']} "
+                  f"timed reports; checkpoint {meta['sizes']['ckpt_files']} × "
+                  f"{meta['sizes']['ckpt_file_mib']} MiB; medians of {meta['repeats']} fresh "
+                  f"run(s) each")
+    if not with_ray:
+        console.print("Ray Train not installed: skipped")
+    table = Table(show_lines=False)
+    table.add_column("figure")
+    table.add_column("unit")
+    table.add_column(LABELS[FLOOR], justify="right")
+    table.add_column(LABELS[HP], justify="right")
+    if with_ray:
+        table.add_column(LABELS[RAY], justify="right")
+    table.add_column("ratio", justify="right")
+    table.add_column("target")
+    table.add_column("met?")
+    for r in rows:
+        cells = [r["figure"], r["unit"], fmt(r["floor"], r["fmt"]), fmt(r["hpctrain"], r["fmt"])]
+        if with_ray:
+            cells.append(fmt(r["ray"], r["fmt"]))
+        cells.append("—" if r["ratio"] is None else f"{r['ratio']:.2f}×")
+        cells.append(r["target"])
+        cells.append("" if r["met"] is None else ("[green]yes[/]" if r["met"] else "[red]NO[/]"))
+        table.add_row(*cells)
+    console.print(table)
+
+
+# -- main ---------------------------------------------------------------------------------------------
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=None, help="fresh runs per launcher (3)")
+    p.add_argument("--quick", action="store_true",
+                   help="1 repeat, smaller sizes (64 MiB checkpoint, 500 reports): ~1 min")
+    p.add_argument("--json", metavar="FILE", help="write every number here as JSON")
+    p.add_argument("--dir", default=tempfile.gettempdir(),
+                   help="where run directories and checkpoint copies go (same filesystem "
+                        "for hpctrain and copytree; default: %(default)s)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
+    p.add_argument("--no-ray", action="store_true", help="skip Ray Train even if installed")
+    p.add_argument("--keep", action="store_true", help="keep run directories and logs")
+    args = p.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 3)
+    size = "quick" if args.quick else "full"
+
+    from _sizes import SIZES  # (the bench process itself never imports torch)
+
+    sizes = SIZES[size]
+    launchers = [FLOOR, HP]
+    with_ray = importlib.util.find_spec("ray") is not None and not args.no_ray
+    if with_ray:
+        launchers.append(RAY)
+    else:
+        print("Ray Train not installed: skipped" if not args.no_ray else "Ray Train: skipped "
+              "(--no-ray)", file=sys.stderr)
+
+    os.makedirs(args.dir, exist_ok=True)
+    root = tempfile.mkdtemp(prefix="hpctrain-bench-", dir=args.dir)
+    cmdline = shlex.join([os.path.basename(sys.executable)] + [
+        os.path.relpath(sys.argv[0]) if sys.argv[0] else "bench/bench_core.py"] + sys.argv[1:])
+    machine = machine_info(root)
+    runs: List[Dict[str, Any]] = []
+    per_run: Dict[str, List[Dict[str, Optional[float]]]] = {l: [] for l in launchers}
+    t0 = time.time()
+    try:
+        for rep in range(repeats):
+            order = launchers if rep % 2 == 0 else list(reversed(launchers))
+            for launcher in order:
+                recs: Dict[str, Dict[str, Any]] = {}
+                plan = [("train", True), ("ckpt", True), ("ckpt", False)]
+                if launcher == RAY:  # no sync_to_disk switch in Ray
+                    plan = [("train", True), ("ckpt", False)]
+                for mode, sync in plan:
+                    tag = f"r{rep}-{launcher}-{mode}" + ("" if mode == "train" else
+                                                          ("-sync" if sync else "-nosync"))
+                    t = time.time()
+                    rec = run_once(launcher, mode, size=size, sync=sync, workers=args.workers,
+                                   root=root, tag=tag, timeout=args.timeout,
+                                   sample_memory=(mode == "train"), keep=args.keep)
+                    rec.update(repeat=rep, sync=sync)
+                    runs.append(rec)
+                    recs[tag.split("-", 2)[2]] = rec
+                    print(f"[bench {time.time() - t0:6.1f}s] repeat {rep + 1}/{repeats} "
+                          f"{launcher:8s} {mode:5s}{'' if mode == 'train' else (' sync' if sync else ' nosync'):7s}"
+                          f" {time.time() - t:5.1f}s", file=sys.stderr, flush=True)
+                per_run[launcher].append(per_run_figures(
+                    recs["train"], recs.get("ckpt-sync"), recs.get("ckpt-nosync")))
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+    med = {l: {k: median([r.get(k) for r in rs]) for k in rs[0]} for l, rs in per_run.items()}
+    mib = sizes["ckpt_files"] * sizes["ckpt_file_mib"]
+    rows = figure_rows(med, mib)
+    meta = {"dir": args.dir, "workers": args.workers, "repeats": repeats, "size": size,
+            "sizes": sizes, "elapsed_s": time.time() - t0}
+    print_report(rows, machine, cmdline, meta, with_ray)
+    if args.json:
+        doc = {"command": cmdline, "machine": machine, "meta": meta,
+               "launchers": launchers, "ray": "measured" if with_ray else
+               "Ray Train not installed: skipped",
+               "figures": [{k: v for k, v in r.items() if k != "fmt"} for r in rows],
+               "medians": med, "per_run": per_run, "runs": runs}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Training functions used by the multi-process tests (imported by the workers too)."""
+import os
+import signal
+import tempfile
+
+import torch
+from torch import nn
+
+import hpctrain
+from hpctrain import Checkpoint
+
+
+def _out(name):
+    ctx = hpctrain.get_context()
+    d = os.path.join(ctx.get_run_dir(), "test-out")
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, name)
+
+
+def ddp_sync(config):
+    """Each rank trains on different data; DDP must keep the replicas identical."""
+    from hpctrain.torch import prepare_model
+
+    ctx = hpctrain.get_context()
+    torch.manual_seed(0)  # same initial weights everywhere
+    model = prepare_model(nn.Linear(8, 1))
+    initial = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(100 + ctx.get_world_rank())  # rank-dependent data
+    for step in range(config["steps"]):
+        x = torch.randn(16, 8, generator=g)
+        loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        hpctrain.report({"loss": loss.item(), "step": step})
+    torch.save({"params": [p.detach() for p in model.parameters()], "initial": initial,
+                "last_local_loss": loss.item(), "info": repr(ctx),
+                "ranks": (ctx.get_world_rank(), ctx.get_local_rank(), ctx.get_node_rank(),
+                          ctx.get_world_size(), ctx.get_local_world_size())},
+               _out(f"rank-{ctx.get_world_rank()}.pt"))
+
+
+def deterministic(config):
+    """A resumable deterministic loop: checkpoints every epoch; with ``crash_at`` set it
+    crashes rank ``crash_rank`` at that epoch in the first attempt only."""
+    from hpctrain.torch import enable_reproducibility, prepare_model
+
+    enable_reproducibility(0)
+    ctx = hpctrain.get_context()
+    model = prepare_model(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    start = 0
+    ck = hpctrain.get_checkpoint()
+    if ck:
+        st = torch.load(os.path.join(ck.path, "state.pt"))
+        model.module.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        start = st["epoch"] + 1
+        with open(_out(f"resumed-attempt-{ctx.get_attempt()}-rank-{ctx.get_world_rank()}"), "w") as f:
+            f.write(f"{ck.path}\n{start}\n{ctx.get_restart_count()}\n")
+    for epoch in range(start, config["epochs"]):
+        g = torch.Generator().manual_seed(epoch * 10 + ctx.get_world_rank())
+        x = torch.randn(32, 8, generator=g)
+        loss = ((model(x) - torch.sin(x.sum(1, keepdim=True))) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if (config.get("crash_at") == epoch and ctx.get_world_rank() == config.get("crash_rank", 1)
+                and ctx.get_attempt() == 1):
+            if config.get("crash_how") == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"injected failure at epoch {epoch}")
+        with tempfile.TemporaryDirectory() as d:
+            ckpt = None
+            if ctx.get_world_rank() == 0:
+                torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
+                            "epoch": epoch}, os.path.join(d, "state.pt"))
+                ckpt = Checkpoint.from_directory(d)
+            hpctrain.report({"loss": loss.item(), "epoch": epoch}, checkpoint=ckpt)
+    if ctx.get_world_rank() == 0:
+        torch.save(model.module.state_dict(), _out("final.pt"))
+
+
+def scored(config):
+    """Reports a checkpoint per score in config["scores"] (rank 0's files)."""
+    ctx = hpctrain.get_context()
+    for i, score in enumerate(config["scores"]):
+        with tempfile.TemporaryDirectory() as d:
+            ckpt = None
+            if ctx.get_world_rank() == 0:
+                with open(os.path.join(d, "value.txt"), "w") as f:
+                    f.write(str(score))
+                ckpt = Checkpoint.from_directory(d)
+            hpctrain.report({"score": score, "i": i}, checkpoint=ckpt)
+
+
+def sharded(config):
+    """Every rank reports its own shard of one distributed checkpoint."""
+    ctx = hpctrain.get_context()
+    r = ctx.get_world_rank()
+    for step in range(config.get("steps", 2)):
+        d = ctx.get_checkpoint_staging_dir() if config.get("staged") else tempfile.mkdtemp()
+        name = "same.bin" if config.get("collide") else f"shard-{r}.bin"
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(bytes([r]) * (1000 + r) + bytes([step]))
+        hpctrain.report({"step": step}, checkpoint=Checkpoint.from_directory(d))
+
+
+def fail_on_rank(config):
+    ctx = hpctrain.get_context()
+    hpctrain.report({"ok": 1})
+    if ctx.get_world_rank() == config["rank"]:
+        raise ValueError(f"boom on rank {ctx.get_world_rank()}")
+    hpctrain.report({"ok": 2})  # the other ranks wait in the collective until stopped
+
+
+def kill_during_checkpoint(config):
+    """Commit checkpoint 0, then SIGKILL this rank while checkpoint 1's files are being
+    copied (after the first file); the restart must resume from checkpoint 0."""
+    import hpctrain._internal.commit as commit
+
+    ctx = hpctrain.get_context()
+    ck = hpctrain.get_checkpoint()
+    if ck is not None:
+        with open(_out(f"resumed-from-{ctx.get_world_rank()}"), "w") as f:
+            f.write(os.path.basename(ck.path) + "\n" + open(os.path.join(ck.path, "a.bin"), "rb").read()[:1].hex())
+        hpctrain.report({"step": 99})
+        return
+    for step in range(2):
+        d = tempfile.mkdtemp()
+        for name in ("a.bin", "b.bin", "c.bin"):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(bytes([step]) * 100_000)
+        if step == 1 and ctx.get_world_rank() == 0:
+            real = commit.copy_file_with_digest
+            calls = []
+
+            def copy_then_die(src, dst, *, sync):
+                calls.append(src)
+                if len(calls) == 2:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return real(src, dst, sync=sync)
+
+            commit.copy_file_with_digest = copy_then_die
+        hpctrain.report({"step": step},
+                        checkpoint=Checkpoint.from_directory(d) if ctx.get_world_rank() == 0 else None)
+
+
+def return_rank(config):
+    hpctrain.report({"x": 1})
+    return hpctrain.get_context().get_world_rank()
