@@ -27,6 +27,7 @@ class Checkpoint:
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
+        self._temporary = False
 
     # -- construction ------------------------------------------------------------
     @classmethod
@@ -44,7 +45,9 @@ class Checkpoint:
         tmp = tempfile.mkdtemp(prefix="hpctrain-dict-ckpt-")
         with open(os.path.join(tmp, DICT_FILE), "wb") as f:
             cloudpickle.dump(data, f)
-        return cls(tmp)
+        ckpt = cls(tmp)
+        ckpt._temporary = True  # report() removes it once its content is committed
+        return ckpt
 
     # -- reading -----------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -84,6 +85,8 @@ class Session:
         if checkpoint is not None:
             stage_shard(self.run, index, self.info.world_rank, checkpoint,
                         sync=self.checkpoint_config.sync_to_disk)
+            if getattr(checkpoint, "_temporary", False):
+                shutil.rmtree(checkpoint.path, ignore_errors=True)
         local = [1 if checkpoint is not None else 0, 1 if self._stop_requested.is_set() else 0]
         if self.info.world_size > 1:
             any_ckpt, stop = self.coordinator.allreduce_max(local)

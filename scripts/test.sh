@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The project's one test command (README, .ci/run): installs what the tests need, then
+# runs the whole suite. Safe to run again: every step is idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+echo "== installing hpctrain[torch,dev] (editable)"
+python3 -m pip install -q -e '.[torch,dev]'
+
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+echo "== running the test suite"
+set +e
+python3 -m pytest -q -p no:cacheprovider "$@"
+code=$?
+set -e
+if [ "$code" -eq 5 ]; then
+  echo "error: pytest collected no tests" >&2
+  exit 1
+fi
+exit "$code"
