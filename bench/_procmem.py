@@ -96,6 +96,57 @@ class TreeSampler(threading.Thread):
         return self.peak_kib / 1024.0
 
 
+def cpu_busy_seconds() -> float:
+    """CPU-seconds the whole machine spent busy since boot (all cores, from /proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    """user+sys CPU of this process's waited-for descendants (the runs it started)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def self_cpu_seconds() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class ForeignLoad:
+    """CPU used on the machine by processes other than this bench and the runs it started,
+    averaged over a window, in cores (0.0 = nobody else; 1.0 = one core's worth)."""
+
+    def __init__(self):
+        self.t = time.monotonic()
+        self.busy = cpu_busy_seconds()
+        self.ours = children_cpu_seconds() + self_cpu_seconds()
+
+    def cores(self) -> float:
+        dt = time.monotonic() - self.t
+        busy = cpu_busy_seconds() - self.busy
+        ours = children_cpu_seconds() + self_cpu_seconds() - self.ours
+        return max(0.0, (busy - ours) / dt) if dt > 0 else 0.0
+
+
+def wait_until_idle(max_wait: float, threshold: float = 0.15, window: float = 1.0) -> float:
+    """Wait (at most ``max_wait`` s) for a ``window`` in which others use < ``threshold``
+    cores; return the foreign load of the last window."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        w = ForeignLoad()
+        time.sleep(window)
+        load = w.cores()
+        if load < threshold or time.monotonic() >= deadline:
+            return load
+
+
 def sample_once(root: int) -> float:
     """PSS of the tree now, MiB (for tests and debugging)."""
     return sum(pss_kib(p) for p in tree(root)) / 1024.0

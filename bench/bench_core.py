@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _procmem import TreeSampler  # noqa: E402
+from _procmem import ForeignLoad, TreeSampler, wait_until_idle  # noqa: E402
 
 FLOOR, HP, RAY = "torchrun", "hpctrain", "ray"
 LABELS = {FLOOR: "torchrun (floor)", HP: "hpctrain", RAY: "Ray Train"}
@@ -75,7 +75,8 @@ def child_env() -> Dict[str, str]:
 
 
 def run_once(launcher: str, mode: str, *, size: str, sync: bool, workers: int, root: str,
-             tag: str, timeout: float, sample_memory: bool, keep: bool) -> Dict[str, Any]:
+             tag: str, timeout: float, sample_memory: bool, keep: bool,
+             wait_idle: float) -> Dict[str, Any]:
     """Start one fresh run; return rank 0's record plus the bench's own measurements."""
     workdir = os.path.join(root, tag)
     os.makedirs(workdir)
@@ -84,7 +85,9 @@ def run_once(launcher: str, mode: str, *, size: str, sync: bool, workers: int, r
     loop_args = ["--mode", mode, "--size", size, "--out", out, "--workdir", workdir,
                  "--sync", "1" if sync else "0", "--workers", str(workers)]
     cmd = command(launcher, workers, loop_args)
+    load_before = wait_until_idle(wait_idle) if wait_idle > 0 else None
     with open(log, "wb") as logf:
+        foreign = ForeignLoad()
         t_launch = time.time()
         proc = subprocess.Popen(cmd, env=child_env(), stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -101,6 +104,7 @@ def run_once(launcher: str, mode: str, *, size: str, sync: bool, workers: int, r
             if sampler:
                 sampler.stop()
         t_end = time.time()
+        foreign_cores = foreign.cores()
     if code != 0 or not os.path.exists(out):
         with open(log, errors="replace") as f:
             tail = f.read()[-4000:]
@@ -108,7 +112,8 @@ def run_once(launcher: str, mode: str, *, size: str, sync: bool, workers: int, r
                            f"{shlex.join(cmd)}\nlast output:\n{tail}")
     with open(out) as f:
         rec = json.load(f)
-    rec.update(t_launch=t_launch, wall_s=t_end - t_launch, command=shlex.join(cmd), tag=tag)
+    rec.update(t_launch=t_launch, wall_s=t_end - t_launch, command=shlex.join(cmd), tag=tag,
+               foreign_load_cores=foreign_cores, foreign_load_before=load_before)
     if sampler:
         rec.update(peak_pss_mib=sampler.peak_mib, peak_procs=sampler.peak_procs,
                    pss_samples=sampler.samples)
@@ -138,6 +143,7 @@ def per_run_figures(train: Dict[str, Any], ck_sync: Optional[Dict[str, Any]],
         "steps_per_s": train["train"]["steps_per_s"],
         "peak_pss_mib": train.get("peak_pss_mib"),
         "peak_procs": train.get("peak_procs"),
+        "foreign_load_cores": train["foreign_load_cores"],
     }
     for key, rec in (("sync", ck_sync), ("nosync", ck_nosync)):
         if rec is not None:
@@ -198,6 +204,8 @@ def figure_rows(med: Dict[str, Dict[str, Optional[float]]], mib: int) -> List[Di
         target="≤ 1.2× floor", kind="ratio_le", limit=1.2, fmt="{:.0f}")
     row("   processes in the tree (peak)", "", "peak_procs",
         target="info", kind=None, limit=None, fmt="{:.0f}", info=True)
+    row("   CPU used by other processes during train runs", "cores", "foreign_load_cores",
+        target="info (≈ 0 for clean numbers)", kind=None, limit=None, fmt="{:.2f}", info=True)
     return rows
 
 
@@ -227,7 +235,7 @@ def machine_info(directory: str) -> Dict[str, Any]:
             for line in f:
                 dev, mnt, typ = line.split()[:3]
                 if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
-                    best, fs = mnt, f"{typ} on {mnt} ({dev})"
+                    best, fs = mnt, f"{typ} on {mnt}, {dev}"
     except OSError:
         pass
     mem = "?"
@@ -260,7 +268,7 @@ def print_report(rows: List[Dict[str, Any]], machine: Dict[str, Any], cmdline: s
     console.print(f"machine: {machine['nproc']} CPUs ({machine['usable_cpus']} usable), "
                   f"{machine['cpu_model']}, {machine['memory']} RAM, Linux {machine['kernel']}; "
                   f"python {machine['python']}, torch {machine['torch']}, hpctrain "
-                  f"{machine['hpctrain']}; bench dir {meta['dir']} [{machine['bench_fs']}]")
+                  f"{machine['hpctrain']}; bench dir {meta['dir']} ({machine['bench_fs']})")
     console.print(f"workload: MLP 784→256→10, {meta['workers']} Gloo workers, "
                   f"{meta['sizes']['epochs']} epochs × {meta['sizes']['samples']} samples, batch "
                   f"{meta['sizes']['batch_size']}, OMP_NUM_THREADS=1; {meta['sizes']['report_n']} "
@@ -304,6 +312,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
     p.add_argument("--no-ray", action="store_true", help="skip Ray Train even if installed")
     p.add_argument("--keep", action="store_true", help="keep run directories and logs")
+    p.add_argument("--wait-idle", type=float, default=30.0, metavar="S",
+                   help="before each run, wait up to S seconds for other processes to leave "
+                        "the CPUs idle (0: don't wait; default %(default)s)")
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
     size = "quick" if args.quick else "full"
@@ -341,13 +352,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                     t = time.time()
                     rec = run_once(launcher, mode, size=size, sync=sync, workers=args.workers,
                                    root=root, tag=tag, timeout=args.timeout,
-                                   sample_memory=(mode == "train"), keep=args.keep)
+                                   sample_memory=(mode == "train"), keep=args.keep,
+                                   wait_idle=args.wait_idle)
                     rec.update(repeat=rep, sync=sync)
                     runs.append(rec)
                     recs[tag.split("-", 2)[2]] = rec
                     print(f"[bench {time.time() - t0:6.1f}s] repeat {rep + 1}/{repeats} "
                           f"{launcher:8s} {mode:5s}{'' if mode == 'train' else (' sync' if sync else ' nosync'):7s}"
-                          f" {time.time() - t:5.1f}s", file=sys.stderr, flush=True)
+                          f" {time.time() - t:5.1f}s (other load {rec['foreign_load_cores']:.2f}"
+                          " cores)", file=sys.stderr, flush=True)
                 per_run[launcher].append(per_run_figures(
                     recs["train"], recs.get("ckpt-sync"), recs.get("ckpt-nosync")))
     finally:

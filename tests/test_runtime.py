@@ -243,3 +243,15 @@ def test_training_function_defined_in_main_script(tmp_path):
                           cwd=str(tmp_path), timeout=120)
     assert out_.returncode == 0, out_.stderr
     assert "RESULT 42" in out_.stdout
+
+
+def test_prepare_data_loader_gives_each_rank_its_own_part(storage):
+    result = fit(workloads.data_shards, storage, config={"n": 20})
+    seen = [torch.load(out(result, f"seen-{r}.pt")) for r in (0, 1)]
+    assert all(s["device"] == "cpu" for s in seen)
+    for epoch in range(2):
+        a, b = seen[0]["seen"][epoch], seen[1]["seen"][epoch]
+        assert len(a) == len(b) == 10 and not set(a) & set(b)
+        assert sorted(a + b) == list(range(20))
+    # shuffled, and a new order each epoch (DistributedSampler.set_epoch is called)
+    assert seen[0]["seen"][0] != seen[0]["seen"][1]

@@ -150,3 +150,19 @@ def kill_during_checkpoint(config):
 def return_rank(config):
     hpctrain.report({"x": 1})
     return hpctrain.get_context().get_world_rank()
+
+
+def data_shards(config):
+    """Records which samples each rank saw in two epochs of a prepared DataLoader."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from hpctrain.torch import get_device, prepare_data_loader
+
+    ctx = hpctrain.get_context()
+    ds = TensorDataset(torch.arange(config["n"]))
+    loader = prepare_data_loader(DataLoader(ds, batch_size=3, shuffle=True))
+    seen = []
+    for epoch in range(2):
+        seen.append([int(v) for (batch,) in loader for v in batch])
+        hpctrain.report({"epoch": epoch})
+    torch.save({"seen": seen, "device": str(get_device())}, _out(f"seen-{ctx.get_world_rank()}.pt"))

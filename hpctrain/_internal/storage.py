@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import io
 import json
 import os
 import re
@@ -237,30 +236,28 @@ def flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
 
 class ResultWriter:
     """Appends one JSON line per report to result.json and a row to progress.csv.
-    Rank 0 only. Each line is written with one ``write`` of a complete line, so a
-    reader (``hpctrain status``, the progress display) never sees half a record."""
+    Rank 0 only. Each line goes out in one ``write`` of a complete line (line-buffered
+    files), so a reader (``hpctrain status``, the progress display) never sees half a
+    record. The CSV columns are those of the first report (Ray does the same); later
+    keys are in result.json."""
 
     def __init__(self, run: RunDir):
         self._json = open(run.result_file, "a", buffering=1)
-        self._csv_path = run.progress_file
-        self._csv_file = open(self._csv_path, "a", newline="", buffering=1)
-        self._fields: Optional[List[str]] = _read_csv_header(self._csv_path)
-        self._csv: Optional[csv.DictWriter] = None
-        if self._fields:
-            self._csv = csv.DictWriter(self._csv_file, self._fields, extrasaction="ignore")
+        self._csv_file = open(run.progress_file, "a", newline="", buffering=1)
+        fields = _read_csv_header(run.progress_file)
+        self._csv: Optional[csv.DictWriter] = None if not fields else self._writer(fields)
+
+    def _writer(self, fields: List[str]) -> csv.DictWriter:
+        return csv.DictWriter(self._csv_file, fields, extrasaction="ignore", lineterminator="\n")
 
     def write(self, row: Dict[str, Any]) -> None:
         self._json.write(json.dumps(row, default=json_default) + "\n")
         flat = flatten(row)
         if self._csv is None:
-            self._fields = list(flat)
-            self._csv = csv.DictWriter(self._csv_file, self._fields, extrasaction="ignore")
+            self._csv = self._writer(list(flat))
             self._csv.writeheader()
-        buf = io.StringIO()
-        csv.DictWriter(buf, self._fields, extrasaction="ignore").writerow(
-            {k: (json.dumps(v, default=json_default) if isinstance(v, (list, dict)) else v)
-             for k, v in flat.items()})
-        self._csv_file.write(buf.getvalue())
+        self._csv.writerow({k: (json.dumps(v, default=json_default)
+                                if isinstance(v, (list, dict)) else v) for k, v in flat.items()})
 
     def close(self) -> None:
         for f in (self._json, self._csv_file):
