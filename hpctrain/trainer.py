@@ -59,7 +59,8 @@ class DataParallelTrainer:
         self._per_rank_results = False
         self._keep_return_values = False
         self._run_path: Optional[str] = None
-        self._echo_worker_output = True
+        self._echo_worker_output: Optional[bool] = None  # None: when verbose >= 1
+        self._first_checkpoint_index = 0  # the seed-era API numbers from 1, as Ray 1.x did
 
     # -- the run directory ---------------------------------------------------------------
     @property
@@ -135,15 +136,15 @@ class DataParallelTrainer:
     def _run_local(self, run: RunDir, on_tick: Optional[Callable[[], None]] = None) -> str:
         from .launchers.local import LocalLauncher
 
-        progress = Progress(run, verbose=self.run_config.verbose)
+        progress = Progress(run, verbose=self.run_config.verbose, echo=self._echo_worker_output)
         tick = progress.tick if on_tick is None else (lambda: (progress.tick(), on_tick()))
         job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         sup = Supervisor(
             run, launcher=LocalLauncher(), num_workers=self.scaling_config.num_workers,
             max_failures=self.run_config.failure_config.max_failures, job_id=job_id,
             initial_checkpoint=self.resume_from_checkpoint.path if self.resume_from_checkpoint else None,
-            on_line=progress.worker_line if self._echo_worker_output else None, on_tick=tick,
-            extra_env=driver_pythonpath())
+            on_line=progress.worker_line, on_tick=tick, extra_env=driver_pythonpath(),
+            first_checkpoint_index=self._first_checkpoint_index)
         try:
             return sup.run_to_end()
         finally:

@@ -29,9 +29,10 @@ def user_metrics(row: Dict[str, Any]) -> Dict[str, Any]:
 
 class Progress:
     def __init__(self, run: RunDir, *, verbose: int = 1, interval: float = 2.0,
-                 stream=None, force_plain: Optional[bool] = None):
+                 stream=None, force_plain: Optional[bool] = None, echo: Optional[bool] = None):
         self.run = run
         self.verbose = verbose
+        self.echo = verbose >= 1 if echo is None else echo  # print the ranks' output
         self.interval = interval
         self.stream = stream or sys.stdout
         self.tail = ResultTail(run.result_file)
@@ -55,7 +56,7 @@ class Progress:
 
     # -- worker output ---------------------------------------------------------------
     def worker_line(self, rank: int, line: str) -> None:
-        if self.verbose < 1:
+        if not self.echo:
             return
         text = f"(rank {rank}) {line}"
         if self._console is not None:

@@ -110,7 +110,7 @@ class Session:
             self._writer.write(row)
         if self._rank_results is not None:
             self._rank_results.write(json.dumps(
-                {"rank": self.info.world_rank, "metrics": row,
+                {"rank": self.info.world_rank, "attempt": self.attempt, "metrics": row,
                  "checkpoint_dir_name": None if not any_ckpt else
                  f"checkpoint_{index:06d}"}, default=json_default) + "\n")
         self.iteration = iteration

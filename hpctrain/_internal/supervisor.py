@@ -38,7 +38,7 @@ class Supervisor:
                  job_id: str, initial_checkpoint: Optional[str] = None,
                  on_line: Optional[LineSink] = None, on_tick: Optional[Callable[[], None]] = None,
                  python: str = sys.executable, kill_grace_s: float = 10.0,
-                 extra_env: Optional[Dict[str, str]] = None):
+                 extra_env: Optional[Dict[str, str]] = None, first_checkpoint_index: int = 0):
         self.run = run
         self.launcher = launcher
         self.num_workers = num_workers
@@ -50,6 +50,7 @@ class Supervisor:
         self.python = python
         self.kill_grace_s = kill_grace_s
         self.extra_env = extra_env or {}
+        self.first_checkpoint_index = first_checkpoint_index
         self.last_failure: Optional[Failure] = None
 
     def run_to_end(self) -> str:
@@ -85,7 +86,8 @@ class Supervisor:
         env.update({
             ENV_RUN_DIR: self.run.path, ENV_ATTEMPT: str(attempt),
             "HPCTRAIN_RESTART_COUNT": str(attempt - 1), "HPCTRAIN_JOB_ID": self.job_id,
-            ENV_RESUME: resume or "", ENV_CKPT_INDEX: str(self.run.next_checkpoint_index()),
+            ENV_RESUME: resume or "", ENV_CKPT_INDEX: str(max(self.run.next_checkpoint_index(),
+                                   self.first_checkpoint_index)),
             ENV_START_ITER: str(latest.iteration if latest else 0),
         })
         group = self.launcher.launch(
