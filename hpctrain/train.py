@@ -55,7 +55,6 @@ Differences from Ray 1.x, all on purpose:
 from __future__ import annotations
 
 import atexit
-import glob
 import inspect
 import json
 import logging
@@ -74,6 +73,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 import cloudpickle
 
+from . import get_checkpoint, get_context, report as _hpctrain_report
 from . import torch as _hpctrain_torch
 from .checkpoint import DICT_FILE, Checkpoint
 from .config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
@@ -81,7 +81,8 @@ from .config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
 from .errors import ConfigError, TrainingFailedError
 from .result import Result
 from ._internal.fsutil import atomic_write_bytes, json_default, remove_tree
-from ._internal.storage import ResultTail, RunDir, checkpoint_dir_name, checkpoints_to_delete
+from ._internal.session import current_session
+from ._internal.storage import ResultTail, RunDir, checkpoints_to_delete
 from ._internal.supervisor import FAILED
 
 TorchConfig = _hpctrain_torch.TorchConfig
@@ -154,7 +155,11 @@ class TrainingCallback:
         """Called once after training, ``error=True`` when it raised."""
 
 
-class _LogdirCallback(TrainingCallback):
+class JsonLoggerCallback(TrainingCallback):
+    """Writes ``results.json`` in the run directory: a JSON list with, per iteration, the
+    list of the logged workers' results (worker 0 by default; ``workers_to_log=None``:
+    all)."""
+
     def __init__(self, logdir: Optional[str] = None, filename: Optional[str] = None,
                  workers_to_log: Optional[Union[int, List[int]]] = 0) -> None:
         if isinstance(workers_to_log, int):
@@ -174,33 +179,19 @@ class _LogdirCallback(TrainingCallback):
         if not path.is_dir():
             raise ValueError(f"logdir '{path}' must be a directory.")
         self.logdir = path
-        self._log_path = path / (self._filename or self._default_filename)
+        self._log_path = path / (self._filename or RESULT_FILE_JSON)
+        self._results: List[List[Dict]] = []
+        self._write()
 
     @property
     def log_path(self) -> Optional[Path]:
         """The file written to; None before ``start_training``."""
         return self._log_path
 
-    def _select(self, results: List[Dict]) -> List[Dict]:
-        if self._workers_to_log is None:
-            return results
-        return [r for i, r in enumerate(results) if i in self._workers_to_log]
-
-
-class JsonLoggerCallback(_LogdirCallback):
-    """Writes ``results.json`` in the run directory: a JSON list with, per iteration, the
-    list of the logged workers' results (worker 0 by default; ``workers_to_log=None``:
-    all)."""
-
-    _default_filename = RESULT_FILE_JSON
-
-    def start_training(self, logdir: str, config: Dict, **info) -> None:
-        super().start_training(logdir, config, **info)
-        self._results: List[List[Dict]] = []
-        self._write()
-
     def handle_result(self, results: List[Dict], **info) -> None:
-        self._results.append(self._select(results))
+        if self._workers_to_log is not None:
+            results = [r for i, r in enumerate(results) if i in self._workers_to_log]
+        self._results.append(results)
         self._write()
 
     def _write(self) -> None:
@@ -218,12 +209,6 @@ class PrintCallback(TrainingCallback):
 # =============================================================================
 # Inside the workers: train.report() & co.
 # =============================================================================
-def _session():
-    from ._internal.session import current_session
-
-    return current_session()
-
-
 def _warn_session_misuse(fn_name: str) -> None:
     warnings.warn(f"`train.{fn_name}()` is meant to only be called inside a training function "
                   "that is executed by `Trainer.run`. Returning None.", stacklevel=3)
@@ -240,19 +225,14 @@ class _WorkerState:
 
     def loaded(self) -> Optional[Dict]:
         if self._loaded is _UNSET:
-            from . import get_checkpoint
-
             ckpt = get_checkpoint()
             self._loaded = ckpt.to_dict() if ckpt is not None else None
         return self._loaded
 
     def save(self, data: Dict[str, Any]) -> None:
-        from . import get_context
-        from . import report as hpctrain_report
-
         self._loaded = data
         if self.session.info.world_rank != 0:
-            hpctrain_report({})   # takes part in the checkpoint's collective; rank 0's dict wins
+            _hpctrain_report({})  # takes part in the checkpoint's collective; rank 0's dict wins
             return
         ckpt = dict(data)
         ckpt[TIMESTAMP] = int(time.time())
@@ -272,7 +252,7 @@ class _WorkerState:
         staging = get_context().get_checkpoint_staging_dir()
         with open(os.path.join(staging, DICT_FILE), "wb") as f:
             cloudpickle.dump(ckpt, f)
-        hpctrain_report(metrics, checkpoint=Checkpoint(staging))
+        _hpctrain_report(metrics, checkpoint=Checkpoint(staging))
 
 
 _WORKER: Optional[_WorkerState] = None
@@ -280,7 +260,7 @@ _WORKER: Optional[_WorkerState] = None
 
 def _worker_state() -> Optional[_WorkerState]:
     global _WORKER
-    session = _session()
+    session = current_session()
     if session is None:
         return None
     if _WORKER is None or _WORKER.session is not session:
@@ -292,12 +272,10 @@ def report(**kwargs) -> None:
     """Report the keyword arguments as this iteration's results. Every worker must call
     it the same number of times; ``_timestamp``, ``_time_this_iter_s`` and
     ``_training_iteration`` are filled in."""
-    if _session() is None:
+    if current_session() is None:
         _warn_session_misuse("report")
         return
-    from . import report as hpctrain_report
-
-    hpctrain_report(dict(kwargs))
+    _hpctrain_report(dict(kwargs))
 
 
 def save_checkpoint(**kwargs) -> None:
@@ -323,25 +301,25 @@ def load_checkpoint() -> Optional[Dict]:
 
 def world_rank() -> int:
     """This worker's rank, 0 … world_size-1 (0 outside a training function)."""
-    s = _session()
+    s = current_session()
     return s.info.world_rank if s is not None else 0
 
 
 def local_rank() -> int:
     """This worker's rank on its node (0 outside a training function)."""
-    s = _session()
+    s = current_session()
     return s.info.local_rank if s is not None else 0
 
 
 def world_size() -> int:
     """The number of workers (1 outside a training function)."""
-    s = _session()
+    s = current_session()
     return s.info.world_size if s is not None else 1
 
 
 def get_dataset_shard(dataset_name: Optional[str] = None):
     """Ray Datasets do not exist here (``Trainer.run`` refuses ``dataset=``): None."""
-    if _session() is None:
+    if current_session() is None:
         _warn_session_misuse("get_dataset_shard")
     else:
         warnings.warn("No dataset passed in. Returning None. hpctrain has no Ray Datasets: "
@@ -374,31 +352,35 @@ class _WorkerEntry:
 class _ResultTracker:
     """Turns the per-rank result lines of a run into seed-era events.
 
-    Every rank writes one line per ``hpctrain.report`` (numbered by
-    ``_training_iteration``); a line whose report committed a checkpoint carries its
-    ``checkpoint_dir_name``. An iteration is complete once every rank has its line. After
-    a restart the ranks write the iterations since the resumed checkpoint again: those
-    already handed out are skipped, and a line rewritten by the new attempt replaces what
-    the failed one left."""
+    Every rank writes one line per ``hpctrain.report``, numbered by ``_training_iteration``
+    and carrying the attempt that wrote it; a line whose report committed a checkpoint
+    carries its ``checkpoint_dir_name``. An iteration is complete once every rank has its
+    line from the same attempt. After a restart the ranks write the iterations since the
+    resumed checkpoint again: those already handed out are skipped, and a line of a newer
+    attempt replaces what older attempts left for its iteration."""
 
     def __init__(self, run: RunDir, num_workers: int) -> None:
         d = os.path.join(run.internal_dir, "worker-results")
         self._tails = [ResultTail(os.path.join(d, f"rank-{r}.jsonl")) for r in range(num_workers)]
-        self._pending: List[Dict[int, Dict[str, Any]]] = [{} for _ in range(num_workers)]
+        self._pending: Dict[int, tuple] = {}   # iteration: (attempt, per-rank lines)
         self._next = 1
         self._reports = 0
         self._carry = [0.0] * num_workers   # time spent in save_checkpoint since the last report
 
     def poll(self, on_checkpoint: Callable[[str], None]) -> List[List[Dict[str, Any]]]:
         """The iterations completed since the last call, each a list of per-rank dicts."""
-        for pending, tail in zip(self._pending, self._tails):
+        for rank, tail in enumerate(self._tails):
             for line in tail.poll():
-                it = int(line.get("metrics", {}).get(TRAINING_ITERATION, 0))
-                if it >= self._next:
-                    pending[it] = line
+                it, attempt = line["metrics"][TRAINING_ITERATION], line["attempt"]
+                if it < self._next:
+                    continue
+                if it not in self._pending or self._pending[it][0] < attempt:
+                    self._pending[it] = (attempt, [None] * len(self._tails))
+                if self._pending[it][0] == attempt:
+                    self._pending[it][1][rank] = line
         out = []
-        while all(self._next in p for p in self._pending):
-            lines = [p.pop(self._next) for p in self._pending]
+        while self._next in self._pending and None not in self._pending[self._next][1]:
+            lines = self._pending.pop(self._next)[1]
             self._next += 1
             if lines[0].get("checkpoint_dir_name"):
                 for r, line in enumerate(lines):
@@ -417,39 +399,6 @@ class _ResultTracker:
                 results.append(m)
             out.append(results)
         return out
-
-
-class _WorkerOutput:
-    """Prints what the ranks write (``(rank R) …``), as Ray 1.x shows worker output on the
-    driver; read from the run's logs, which hold every rank's stdout and stderr."""
-
-    def __init__(self, run: RunDir) -> None:
-        self._pattern = os.path.join(run.path, "logs", "*", "rank-*.out")
-        self._offsets: Dict[str, int] = {}
-        self._partial: Dict[str, bytes] = {}
-
-    def poll(self, final: bool = False) -> None:
-        printed = False
-        for path in sorted(glob.glob(self._pattern)):
-            try:
-                with open(path, "rb") as f:
-                    f.seek(self._offsets.get(path, 0))
-                    data = f.read()
-            except OSError:
-                continue
-            self._offsets[path] = self._offsets.get(path, 0) + len(data)
-            lines = (self._partial.pop(path, b"") + data).split(b"\n")
-            rest = lines.pop()
-            if rest and final:
-                lines.append(rest)
-            elif rest:
-                self._partial[path] = rest
-            rank = os.path.basename(path)[len("rank-"):-len(".out")]
-            for line in lines:
-                print(f"(rank {rank}) {line.decode(errors='replace')}")
-                printed = True
-        if printed:
-            sys.stdout.flush()
 
 
 class _Interrupted(Exception):
@@ -516,17 +465,17 @@ def _start_checkpoint(checkpoint: Any) -> Union[None, Dict, Checkpoint]:
 
 
 class _Run:
-    """One ``Trainer.run``/``run_iterator`` call: a run directory and its TorchTrainer."""
+    """One ``Trainer.run``/``run_iterator`` call: a run directory and its hpctrain trainer
+    (a TorchTrainer for ``backend="torch"``)."""
 
     def __init__(self, trainer: "Trainer", path: Path, entry: _WorkerEntry,
-                 config: Optional[Dict[str, Any]], checkpoint: Union[None, Dict, Checkpoint],
-                 strategy: CheckpointStrategy) -> None:
+                 config: Optional[Dict[str, Any]], checkpoint: Union[None, Dict, Checkpoint]
+                 ) -> None:
         self.trainer = trainer
         self.run = RunDir(path)
         self.entry = entry
         self.config = config
         self.checkpoint = checkpoint
-        self.strategy = strategy
         self.return_values: Optional[List[Any]] = None
         self._stop = threading.Event()
 
@@ -543,7 +492,7 @@ class _Run:
                            sync=False)
         return Checkpoint(d)
 
-    def _torch_trainer(self):
+    def _trainer(self):
         t = self.trainer
         kwargs = {t._config_keyword: t._backend_config} if t._backend_config is not None else {}
         trainer = t._trainer_cls(
@@ -551,25 +500,21 @@ class _Run:
             scaling_config=ScalingConfig(num_workers=t._num_workers, use_gpu=t._use_gpu,
                                          resources_per_worker=t._resources_per_worker),
             run_config=RunConfig(name=self.run.name, storage_path=str(t.logdir), verbose=0,
-                                 checkpoint_config=self.strategy._checkpoint_config(),
+                                 checkpoint_config=self.entry.strategy._checkpoint_config(),
                                  failure_config=FailureConfig(max_failures=t._max_retries)),
             resume_from_checkpoint=self._resume_checkpoint(), **kwargs)
         trainer._per_rank_results = True
         trainer._keep_return_values = True
-        trainer._echo_worker_output = False   # _WorkerOutput prints it (verbose=0 would drop it)
+        trainer._echo_worker_output = True   # "(rank R) …", as Ray 1.x shows worker output
+        trainer._first_checkpoint_index = 1  # checkpoint ids start at 1, as in Ray
         return trainer
 
     def execute(self, on_results: Callable[[List[Dict[str, Any]]], None]) -> None:
         """Run to the end, handing every complete iteration to ``on_results`` (from the
         supervisor's tick, while the workers run). Raises TrainingFailedError."""
-        trainer = self._torch_trainer()
+        trainer = self._trainer()
         run = trainer._prepare_run()
-        # checkpoint ids start at 1 as in Ray: an entry named checkpoint_000000 (without
-        # metadata, so never read as a checkpoint) makes hpctrain number from 1
-        placeholder = os.path.join(run.checkpoints_dir, checkpoint_dir_name(0))
-        os.makedirs(placeholder, exist_ok=True)
         tracker = _ResultTracker(run, self.trainer._num_workers)
-        output = _WorkerOutput(run)
 
         def note(name: str) -> None:
             self.trainer._note_checkpoint(os.path.join(run.checkpoints_dir, name))
@@ -577,7 +522,6 @@ class _Run:
         def tick(final: bool = False) -> None:
             if self._stop.is_set() and not final:
                 raise _Interrupted("training stopped by the driver")
-            output.poll(final)
             for results in tracker.poll(note):
                 on_results(results)
 
@@ -585,29 +529,22 @@ class _Run:
             status = trainer._run_local(run, on_tick=tick)
             tick(final=True)
         finally:
-            self._clean_up(run, placeholder)
+            self._clean_up(run)
         if status == FAILED:
             result = Result.from_path(run.path)
             err = result.error or TrainingFailedError("training failed", result=result)
             err.result = result
             raise err
-        attempt = len(run.read_state().get("attempts", []))
-        values = []
-        for rank in range(self.trainer._num_workers):
-            with open(os.path.join(run.attempt_dir(attempt), f"return.rank-{rank}.pkl"), "rb") as f:
-                values.append(cloudpickle.load(f))
-        self.return_values = values
+        last = run.attempt_dir(len(run.read_state()["attempts"]))
+        self.return_values = [cloudpickle.loads(Path(last, f"return.rank-{r}.pkl").read_bytes())
+                              for r in range(self.trainer._num_workers)]
 
-    def _clean_up(self, run: RunDir, placeholder: str) -> None:
-        try:
-            os.rmdir(placeholder)
-        except OSError:
-            pass
+    def _clean_up(self, run: RunDir) -> None:
         remove_tree(os.path.join(run.internal_dir, _RESUME_DIR))
         latest = run.latest_checkpoint()
         if latest is not None:
             self.trainer._note_checkpoint(latest.path)
-        if self.strategy.num_to_keep == 0:  # Ray keeps none on disk: only the dict in memory
+        if self.entry.strategy.num_to_keep == 0:  # Ray keeps none on disk: only the dict in memory
             self.trainer.latest_checkpoint  # noqa: B018 - load it before the files go
             for rec in run.list_checkpoints():
                 remove_tree(rec.path)
@@ -788,7 +725,7 @@ class Trainer:
         logger.info("Run results will be logged in: %s", path)
         self._strategy = strategy
         entry = _WorkerEntry(train_func, num_params == 1, strategy, self._initialization_hook)
-        return _Run(self, path, entry, config, checkpoint, strategy)
+        return _Run(self, path, entry, config, checkpoint)
 
     def run(self, train_func: Callable, config: Optional[Dict[str, Any]] = None,
             callbacks: Optional[List[TrainingCallback]] = None, dataset: Any = None,
@@ -848,7 +785,10 @@ class Trainer:
             if self._latest_ckpt_path is None:
                 return None
             if not os.path.isdir(self._latest_ckpt_path):  # retention passed it meanwhile
-                self._note_checkpoint(RunDir(self.latest_run_dir).latest_checkpoint().path)
+                rec = RunDir(self.latest_run_dir).latest_checkpoint()
+                if rec is None:
+                    return None
+                self._note_checkpoint(rec.path)
             self._latest_ckpt = _load_dict(self._latest_ckpt_path)
         return self._latest_ckpt
 

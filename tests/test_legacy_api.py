@@ -3,6 +3,7 @@
 ``CheckpointStrategy`` and ``run_iterator``, on real 2-rank Gloo runs."""
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -73,6 +74,17 @@ def scored_checkpoints(config):
         train.report(loss=loss)
 
 
+def crash_once_at_epoch_2(config):
+    ckpt = train.load_checkpoint()
+    start = ckpt["epoch"] + 1 if ckpt else 0
+    for epoch in range(start, 4):
+        if epoch == 2 and train.world_rank() == 1 and hpctrain.get_context().get_attempt() == 1:
+            raise RuntimeError("lost a node")
+        train.save_checkpoint(epoch=epoch)
+        train.report(epoch=epoch)
+    return start
+
+
 def fail_on_rank_1():
     train.report(step=0)
     if train.world_rank() == 1:
@@ -93,7 +105,8 @@ def test_run_returns_every_workers_value_and_callbacks_get_every_rank(trainer, c
     assert rec.finished == {"error": False}
     assert [[r["loss"] for r in it] for it in rec.results] == [[0, 10], [1, 11], [2, 12]]
     assert [[r["rank"] for r in it] for it in rec.results] == [[0, 1]] * 3
-    assert [[r["_training_iteration"] for r in it] for it in rec.results] == [[1, 1], [2, 2], [3, 3]]
+    iterations = [[r["_training_iteration"] for r in it] for it in rec.results]
+    assert iterations == [[1, 1], [2, 2], [3, 3]]
     assert all("_timestamp" in r and r["_time_this_iter_s"] >= 0 for it in rec.results for r in it)
     # JsonLoggerCallback: results.json in the run dir, worker 0 by default
     with open(run_dir / "results.json") as f:
@@ -165,6 +178,30 @@ def test_a_worker_exception_fails_the_run_naming_its_rank(trainer):
     assert [[r["step"] for r in it] for it in rec.results] == [[0, 0]]
 
 
+def test_max_retries_restarts_from_the_latest_checkpoint(tmp_path):
+    t = Trainer("torch", num_workers=2, logdir=str(tmp_path), max_retries=1)
+    t.start()
+    rec = Recorder()
+    assert t.run(crash_once_at_epoch_2, callbacks=[rec]) == [2, 2]  # the second attempt's
+    assert [[r["epoch"] for r in it] for it in rec.results] == [[0, 0], [1, 1], [2, 2], [3, 3]]
+    assert [it[0]["_training_iteration"] for it in rec.results] == [1, 2, 3, 4]
+    assert t.latest_checkpoint["epoch"] == 3
+    t.shutdown()
+
+
+def test_the_seed_era_example_runs(tmp_path):
+    example = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "legacy_api.py")
+    out = subprocess.run([sys.executable, example, "--epochs", "2", "--logdir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    # the callback prints every epoch; the second run resumes after the first one's last
+    for line in ("epoch 0 (1) | worker 0:", "epoch 1 (2) | worker 0:", "epoch 2 (1) | worker 0:",
+                 "epoch 3 (2) | worker 0:", "(rank 0) fitted y ="):
+        assert line in out.stdout
+    assert sorted(os.listdir(tmp_path)) == ["run_001", "run_002"]
+    assert len(json.load(open(tmp_path / "run_001" / "results.json"))) == 2
+
+
 # -- the trainer's own checks (no workers) -----------------------------------------------
 def test_run_needs_a_started_trainer(tmp_path):
     t = Trainer("torch", num_workers=2, logdir=str(tmp_path))
@@ -180,7 +217,8 @@ def test_run_needs_a_started_trainer(tmp_path):
 def test_backends_and_arguments_are_checked(tmp_path):
     from hpctrain.torch import TorchConfig
 
-    assert Trainer(TorchConfig(backend="gloo"), num_workers=1, logdir=str(tmp_path)).logdir == tmp_path
+    t = Trainer(TorchConfig(backend="gloo"), num_workers=1, logdir=str(tmp_path))
+    assert t.logdir == tmp_path
     with pytest.raises(ValueError, match="Invalid backend: 'jax'"):
         Trainer("jax", num_workers=2, logdir=str(tmp_path))
     with pytest.raises(TypeError, match="Invalid type for backend"):
