@@ -7,6 +7,7 @@ returns the :class:`~hpctrain.Result` read back from the run directory.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any, Callable, Dict, Optional
@@ -146,7 +147,8 @@ class DataParallelTrainer:
             on_line=progress.worker_line, on_tick=tick, extra_env=driver_pythonpath(),
             first_checkpoint_index=self._first_checkpoint_index)
         try:
-            return sup.run_to_end()
+            with _stop_workers_on_termination():
+                return sup.run_to_end()
         finally:
             progress.close()
 
@@ -180,6 +182,29 @@ class DataParallelTrainer:
         trainer._per_rank_results = payload.per_rank_results
         trainer._keep_return_values = payload.keep_return_values
         return trainer
+
+
+@contextlib.contextmanager
+def _stop_workers_on_termination():
+    """SIGTERM/SIGHUP of the driver (a closed terminal, ``kill``) become KeyboardInterrupt,
+    so the supervisor stops the ranks before the driver goes (they run in their own
+    sessions and would not get the signal). Ctrl-C already arrives as KeyboardInterrupt."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"hpctrain driver got signal {signum}")
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def driver_pythonpath() -> Dict[str, str]:

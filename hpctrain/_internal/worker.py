@@ -135,11 +135,33 @@ def record_failure(attempt_dir: str, rank: int, exc: BaseException) -> None:
         pass
 
 
+def _exit_with_parent() -> None:
+    """Locally started ranks end when their driver is gone (even after a SIGKILL that
+    gave it no chance to stop them): a daemon thread watches the parent pid."""
+    parent = os.environ.get("HPCTRAIN_PARENT_PID")
+    if not parent:
+        return
+    import threading
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != int(parent):
+                try:  # stderr may be a pipe to the dead driver: never let that stop us
+                    sys.stderr.write("[hpctrain] the driver process is gone; this rank exits\n")
+                    sys.stderr.flush()
+                finally:
+                    os._exit(3)
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, name="hpctrain-parent-watch", daemon=True).start()
+
+
 def main(argv: Optional[list] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     run_dir = argv[0] if argv else os.environ.get(ENV_RUN_DIR)
     if not run_dir:
         sys.exit("usage: python -m hpctrain._internal.worker RUN_DIR")
+    _exit_with_parent()
     code = run_worker(run_dir)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -101,7 +101,7 @@ class LocalLauncher(Launcher):
             wenv.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(num_workers),
                         LOCAL_WORLD_SIZE=str(num_workers), GROUP_RANK="0",
                         MASTER_ADDR=env.get("MASTER_ADDR", "127.0.0.1"), MASTER_PORT=port,
-                        PYTHONUNBUFFERED="1")
+                        PYTHONUNBUFFERED="1", HPCTRAIN_PARENT_PID=str(os.getpid()))
             logs.append(open(os.path.join(log_dir, f"rank-{rank}.out"), "ab"))
             procs.append(subprocess.Popen(list(command), env=wenv, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
