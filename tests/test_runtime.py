@@ -255,3 +255,48 @@ def test_prepare_data_loader_gives_each_rank_its_own_part(storage):
         assert sorted(a + b) == list(range(20))
     # shuffled, and a new order each epoch (DistributedSampler.set_epoch is called)
     assert seen[0]["seen"][0] != seen[0]["seen"][1]
+
+
+def _ranks_of(run_dir):
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if b"hpctrain._internal.worker" in cmd and run_dir.encode() in cmd:
+                found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_ranks_do_not_outlive_their_driver(tmp_path, sig):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_dir = str(tmp_path / "runs" / "orphan")
+    driver = subprocess.Popen([sys.executable, "-c", (
+        "import workloads\n"
+        "from hpctrain import ScalingConfig, RunConfig\n"
+        "from hpctrain.torch import TorchTrainer\n"
+        f"TorchTrainer(workloads.slow_forever, scaling_config=ScalingConfig(num_workers=2),"
+        f" run_config=RunConfig(name='orphan', storage_path={str(tmp_path / 'runs')!r}, verbose=0)).fit()\n")],
+        cwd=os.path.dirname(__file__), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    result_file = os.path.join(run_dir, "result.json")
+    deadline = time.time() + 120
+    while not (os.path.exists(result_file) and os.path.getsize(result_file) > 0):
+        assert time.time() < deadline and driver.poll() is None, driver.stderr.read()
+        time.sleep(0.2)
+    assert len(_ranks_of(run_dir)) == 2
+    driver.send_signal(getattr(signal, sig))
+    driver.wait(timeout=60)
+    deadline = time.time() + 20
+    while _ranks_of(run_dir) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _ranks_of(run_dir) == []
+    if sig == "SIGTERM":  # a clean stop is recorded; a SIGKILLed driver cannot record anything
+        state = json.load(open(os.path.join(run_dir, "state.json")))
+        assert state["status"] == "INTERRUPTED"

@@ -166,3 +166,11 @@ def data_shards(config):
         seen.append([int(v) for (batch,) in loader for v in batch])
         hpctrain.report({"epoch": epoch})
     torch.save({"seen": seen, "device": str(get_device())}, _out(f"seen-{ctx.get_world_rank()}.pt"))
+
+
+def slow_forever(config):
+    import time
+
+    for i in range(10_000):
+        hpctrain.report({"i": i})
+        time.sleep(0.05)
