@@ -54,6 +54,7 @@ class TorchrunAdapter(_workload.Adapter):
         self._results = open(os.path.join(base, f"result.rank-{self.rank}.json"), "a") \
             if self.rank == 0 else None
         self._committed = None
+        self.retention_ms = []
 
     def prepare_model(self, model):
         return DistributedDataParallel(model)
@@ -99,7 +100,9 @@ class TorchrunAdapter(_workload.Adapter):
         # retention by hand (num_to_keep=1), outside the timed section
         if self.rank == 0:
             if self._committed is not None:
+                t = time.perf_counter()
                 shutil.rmtree(self._final(self._committed), ignore_errors=True)
+                self.retention_ms.append((time.perf_counter() - t) * 1e3)
             self._committed = index
 
 

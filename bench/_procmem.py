@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import List, Set
+from typing import Dict, List, Set
 
 
 def children(pid: int) -> List[int]:
@@ -53,6 +53,16 @@ def tree(root: int) -> List[int]:
     return sorted(seen)
 
 
+def cpu_seconds(pid: int) -> float:
+    """user+sys CPU time of one process so far (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def pss_kib(pid: int) -> int:
     """Pss of one process in KiB (0 if it is gone or unreadable)."""
     try:
@@ -75,6 +85,7 @@ class TreeSampler(threading.Thread):
         self.peak_kib = 0
         self.peak_procs = 0
         self.samples = 0
+        self.cpu: Dict[int, float] = {}  # last CPU time seen per process of the tree
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -85,11 +96,19 @@ class TreeSampler(threading.Thread):
             self.peak_kib = max(self.peak_kib, total)
             self.peak_procs = max(self.peak_procs, live)
             self.samples += 1
+            for p in pids:
+                c = cpu_seconds(p)
+                if c:
+                    self.cpu[p] = c
             self._halt.wait(self.interval)
 
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=5)
+
+    def root_cpu_s(self) -> float:
+        """CPU the launcher process itself used (torchrun's agent, hpctrain's driver)."""
+        return self.cpu.get(self.root, 0.0)
 
     @property
     def peak_mib(self) -> float:

@@ -15,6 +15,7 @@ See bench/README.md for what each figure means.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -33,7 +34,7 @@ from typing import Any, Dict, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _procmem import ForeignLoad, TreeSampler, wait_until_idle  # noqa: E402
+from _procmem import ForeignLoad, TreeSampler, tree, wait_until_idle  # noqa: E402
 
 FLOOR, HP, RAY = "torchrun", "hpctrain", "ray"
 LABELS = {FLOOR: "torchrun (floor)", HP: "hpctrain", RAY: "Ray Train"}
@@ -41,6 +42,17 @@ LABELS = {FLOOR: "torchrun (floor)", HP: "hpctrain", RAY: "Ray Train"}
 _SCRUB_PREFIXES = ("SLURM_", "PBS_", "OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_")
 _SCRUB = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
           "MASTER_ADDR", "MASTER_PORT", "HPCTRAIN_RUN_DIR")
+
+
+PROBLEMS: List[str] = []  # runs that failed after their measurements were taken
+
+
+def _last_lines(text: str, n: int) -> str:
+    return "\n".join(text.rstrip().splitlines()[-n:])
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
 
 
 # -- launching one run ------------------------------------------------------------------------
@@ -97,7 +109,13 @@ def run_once(launcher: str, mode: str, *, size: str, sync: bool, workers: int, r
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the session this bench started
+            # this run's processes only: its session, and every descendant (hpctrain's
+            # local launcher puts each rank in a session of its own)
+            for pid in reversed(tree(proc.pid)):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             code = "timeout"
         finally:
@@ -108,15 +126,24 @@ def run_once(launcher: str, mode: str, *, size: str, sync: bool, workers: int, r
     if code != 0 or not os.path.exists(out):
         with open(log, errors="replace") as f:
             tail = f.read()[-4000:]
-        raise RuntimeError(f"{launcher} {mode} run failed (exit {code}); command:\n  "
-                           f"{shlex.join(cmd)}\nlast output:\n{tail}")
+        if not os.path.exists(out):
+            raise RuntimeError(f"{launcher} {mode} run failed (exit {code}); command:\n  "
+                               f"{shlex.join(cmd)}\nlast output:\n{tail}")
+        # rank 0 finished measuring and wrote its record, the run failed afterwards
+        # (e.g. a crash while a process shut down): keep the numbers, report the failure
+        saved = os.path.join(root, f"{tag}.failed.log")
+        shutil.copyfile(log, saved)
+        PROBLEMS.append(f"{launcher} {mode} ({tag}) exited {code} after rank 0 had written its "
+                        f"measurements; output kept in {saved}:\n" + _indent(_last_lines(tail, 14)))
     with open(out) as f:
         rec = json.load(f)
+    rec["exit_code"] = code
     rec.update(t_launch=t_launch, wall_s=t_end - t_launch, command=shlex.join(cmd), tag=tag,
                foreign_load_cores=foreign_cores, foreign_load_before=load_before)
     if sampler:
         rec.update(peak_pss_mib=sampler.peak_mib, peak_procs=sampler.peak_procs,
-                   pss_samples=sampler.samples)
+                   pss_samples=sampler.samples, launcher_cpu_s=sampler.root_cpu_s(),
+                   tree_cpu_s={str(k): v for k, v in sampler.cpu.items()})
     if not keep:
         shutil.rmtree(workdir, ignore_errors=True)
         os.remove(log)
@@ -141,6 +168,8 @@ def per_run_figures(train: Dict[str, Any], ck_sync: Optional[Dict[str, Any]],
         "report_p50_us": train["report"]["p50_us"],
         "report_p99_us": train["report"]["p99_us"],
         "steps_per_s": train["train"]["steps_per_s"],
+        "cpu_ms_per_step": train["train"]["cpu_ms_per_step"],
+        "launcher_cpu_s": train.get("launcher_cpu_s"),
         "peak_pss_mib": train.get("peak_pss_mib"),
         "peak_procs": train.get("peak_procs"),
         "foreign_load_cores": train["foreign_load_cores"],
@@ -149,64 +178,69 @@ def per_run_figures(train: Dict[str, Any], ck_sync: Optional[Dict[str, Any]],
         if rec is not None:
             f[f"ckpt_{key}_copy_ms"] = rec["ckpt"]["copy_ms_median"]
             f[f"ckpt_{key}_staged_ms"] = rec["ckpt"]["staged_ms_median"]
+            f[f"ckpt_{key}_retention_ms"] = rec["ckpt"].get("retention_ms_median")
     return f
 
 
-# (key, figure label, unit, how the target reads, check(value, floor) -> ratio/None, better)
 def figure_rows(med: Dict[str, Dict[str, Optional[float]]], mib: int) -> List[Dict[str, Any]]:
+    """The table: (label, unit, value per launcher, ratio hpctrain/floor, target, met?)."""
     fl, hp = med[FLOOR], med[HP]
     ray = med.get(RAY)
     rows: List[Dict[str, Any]] = []
 
-    def row(label, unit, key, *, floor_key=None, target, kind, limit, fmt="{:.3g}",
-            info=False, ray_key=None):
+    def row(label, unit, key, *, target="info", kind=None, limit=None, fmt="{:.3g}",
+            floor_key=None, show_ratio=True):
         floor_v = fl.get(floor_key or key)
         hp_v = hp.get(key)
-        ray_v = ray.get(ray_key or key) if ray else None
-        ratio = hp_v / floor_v if hp_v is not None and floor_v else None
+        ray_v = ray.get(key) if ray else None
+        ratio = hp_v / floor_v if show_ratio and hp_v is not None and floor_v else None
+        met = None
         if kind == "ratio_le":
             met = ratio is not None and ratio <= limit
         elif kind == "ratio_ge":
             met = ratio is not None and ratio >= limit
         elif kind == "abs_le":
             met = hp_v is not None and hp_v <= limit
-        else:
-            met = None
         rows.append(dict(figure=label, unit=unit, key=key, floor=floor_v, hpctrain=hp_v,
-                         ray=ray_v, ratio=ratio, target=target, met=None if info else met,
-                         fmt=fmt))
+                         ray=ray_v, ratio=ratio, target=target, met=met, fmt=fmt))
 
-    row("1. start → first report, rank 0", "s", "start_first_report_s",
+    row("1. start → first report (rank 0)", "s", "start_first_report_s",
         target="≤ 1.5× floor", kind="ratio_le", limit=1.5, fmt="{:.2f}")
-    row("   (start → training function entered)", "s", "start_loop_entry_s",
-        target="info", kind=None, limit=None, fmt="{:.2f}", info=True)
-    row("   (start → rank-0 worker process created)", "s", "start_worker_proc_s",
-        target="info", kind=None, limit=None, fmt="{:.2f}", info=True)
+    row("   start → training function entered", "s", "start_loop_entry_s", fmt="{:.2f}")
+    row("   start → rank-0 worker process created", "s", "start_worker_proc_s", fmt="{:.2f}")
     row("2. report() p50, no checkpoint", "µs", "report_p50_us",
         target="≤ 200 µs", kind="abs_le", limit=200.0, fmt="{:.1f}")
-    row("   report() p99, no checkpoint", "µs", "report_p99_us",
-        target="info", kind=None, limit=None, fmt="{:.1f}", info=True)
-    row(f"3a. checkpoint {mib} MiB, sync_to_disk=True (floor: copytree + fsync)", "ms",
-        "ckpt_sync_copy_ms", target="≤ 1.11× floor", kind="ratio_le", limit=1.11,
-        fmt="{:.1f}")
-    row(f"3b. checkpoint {mib} MiB, sync_to_disk=False (floor: copytree)", "ms",
-        "ckpt_nosync_copy_ms", target="≤ 1.11× floor", kind="ratio_le", limit=1.11,
-        fmt="{:.1f}")
-    row(f"3c. staged {mib} MiB (rename), sync_to_disk=False (floor col.: copytree)", "ms",
-        "ckpt_nosync_staged_ms", floor_key="ckpt_nosync_copy_ms",
-        target="≈ 0 (≤ 0.05× copytree)", kind="ratio_le", limit=0.05, fmt="{:.2f}")
-    row(f"3d. staged {mib} MiB, sync_to_disk=True (floor: fsync in place + rename)", "ms",
-        "ckpt_sync_staged_ms", target="≤ 1.11× floor", kind="ratio_le", limit=1.11,
-        fmt="{:.1f}")
-    row("4. training throughput (after warm-up epoch)", "steps/s", "steps_per_s",
+    row("   report() p99, no checkpoint", "µs", "report_p99_us", fmt="{:.1f}")
+    row(f"3a. checkpoint {mib} MiB, sync_to_disk=True ¹", "ms", "ckpt_sync_copy_ms",
+        target="≤ 1.11× floor", kind="ratio_le", limit=1.11, fmt="{:.1f}")
+    row(f"3b. checkpoint {mib} MiB, sync_to_disk=False ²", "ms", "ckpt_nosync_copy_ms",
+        target="≤ 1.11× floor", kind="ratio_le", limit=1.11, fmt="{:.1f}")
+    row(f"3c. staged {mib} MiB, sync_to_disk=False ³", "ms", "ckpt_nosync_staged_ms",
+        floor_key="ckpt_nosync_copy_ms", target="≈ 0: ≤ 0.05× copytree", kind="ratio_le",
+        limit=0.05, fmt="{:.1f}")
+    row(f"3d. staged {mib} MiB, sync_to_disk=True ⁴", "ms", "ckpt_sync_staged_ms",
+        target="≤ 1.11× floor", kind="ratio_le", limit=1.11, fmt="{:.1f}")
+    row(f"    delete previous {mib} MiB checkpoint ⁵", "ms", "ckpt_nosync_retention_ms",
+        fmt="{:.1f}", show_ratio=False)
+    row("4. training throughput", "steps/s", "steps_per_s",
         target="≥ 0.97× floor", kind="ratio_ge", limit=0.97, fmt="{:.1f}")
+    row("   rank-0 CPU time per step", "ms", "cpu_ms_per_step", fmt="{:.2f}")
+    row("   launcher process CPU (agent / driver)", "s", "launcher_cpu_s", fmt="{:.2f}")
     row("5. peak PSS of the process tree", "MiB", "peak_pss_mib",
         target="≤ 1.2× floor", kind="ratio_le", limit=1.2, fmt="{:.0f}")
-    row("   processes in the tree (peak)", "", "peak_procs",
-        target="info", kind=None, limit=None, fmt="{:.0f}", info=True)
-    row("   CPU used by other processes during train runs", "cores", "foreign_load_cores",
-        target="info (≈ 0 for clean numbers)", kind=None, limit=None, fmt="{:.2f}", info=True)
+    row("   processes in the tree (peak)", "", "peak_procs", fmt="{:.0f}", show_ratio=False)
+    row("   CPU used by other processes ⁶", "cores", "foreign_load_cores", fmt="{:.2f}",
+        show_ratio=False)
     return rows
+
+
+NOTES = """¹ floor: shutil.copytree + fsync of each file; hpctrain: report(checkpoint=Checkpoint.from_directory(d)) on rank 0 (rank 1: no checkpoint), CheckpointConfig(num_to_keep=1); source files in page cache
+² floor: shutil.copytree of the same files to the same filesystem
+³ files written into get_context().get_checkpoint_staging_dir(), then reported (moved by rename); the floor column is copytree, for reference
+⁴ floor: files written in place, then fsync of each + rename of the directory + fsync of its parent (what a durable in-place save costs)
+⁵ the floor deletes its previous copy outside the timed section; hpctrain's report() applies num_to_keep=1 inside it (3a–3d include it)
+⁶ CPU-seconds per second used on this machine by processes other than the bench's own runs, during the train runs (≈ 0 for clean numbers)
+ratio = hpctrain / floor (for throughput higher is better); medians over fresh runs; every number per run is in --json."""
 
 
 # -- machine --------------------------------------------------------------------------------------
@@ -261,20 +295,24 @@ def fmt(v: Optional[float], f: str) -> str:
 def print_report(rows: List[Dict[str, Any]], machine: Dict[str, Any], cmdline: str,
                  meta: Dict[str, Any], with_ray: bool) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
-    console.print(f"command: {cmdline}")
-    console.print(f"machine: {machine['nproc']} CPUs ({machine['usable_cpus']} usable), "
-                  f"{machine['cpu_model']}, {machine['memory']} RAM, Linux {machine['kernel']}; "
-                  f"python {machine['python']}, torch {machine['torch']}, hpctrain "
-                  f"{machine['hpctrain']}; bench dir {meta['dir']} ({machine['bench_fs']})")
-    console.print(f"workload: MLP 784→256→10, {meta['workers']} Gloo workers, "
-                  f"{meta['sizes']['epochs']} epochs × {meta['sizes']['samples']} samples, batch "
-                  f"{meta['sizes']['batch_size']}, OMP_NUM_THREADS=1; {meta['sizes']['report_n']} "
-                  f"timed reports; checkpoint {meta['sizes']['ckpt_files']} × "
-                  f"{meta['sizes']['ckpt_file_mib']} MiB; medians of {meta['repeats']} fresh "
-                  f"run(s) each")
+    console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+    m, z = machine, meta["sizes"]
+    lines = [
+        f"command: {cmdline}",
+        f"machine: {m['nproc']} CPUs ({m['usable_cpus']} usable), {m['cpu_model']}, "
+        f"{m['memory']} RAM, Linux {m['kernel']}; python {m['python']}, torch {m['torch']}, "
+        f"hpctrain {m['hpctrain']}; bench dir {meta['dir']} ({m['bench_fs']})",
+        f"workload: MLP 784→256→10, {meta['workers']} Gloo workers, {z['epochs']} epochs × "
+        f"{z['samples']} samples, batch {z['batch_size']}, OMP_NUM_THREADS=1; "
+        f"{z['report_n']} timed reports; checkpoint {z['ckpt_files']} × {z['ckpt_file_mib']} MiB; "
+        f"medians of {meta['repeats']} fresh run(s) of each launcher; "
+        f"bench took {meta['elapsed_s']:.0f} s",
+    ]
+    for line in lines:
+        console.print(escape(line))
     if not with_ray:
         console.print("Ray Train not installed: skipped")
     table = Table(show_lines=False)
@@ -293,9 +331,17 @@ def print_report(rows: List[Dict[str, Any]], machine: Dict[str, Any], cmdline: s
             cells.append(fmt(r["ray"], r["fmt"]))
         cells.append("—" if r["ratio"] is None else f"{r['ratio']:.2f}×")
         cells.append(r["target"])
-        cells.append("" if r["met"] is None else ("[green]yes[/]" if r["met"] else "[red]NO[/]"))
+        cells.append("" if r["met"] is None else ("[green]yes[/]" if r["met"] else "[bold red]NO[/]"))
         table.add_row(*cells)
     console.print(table)
+    console.print(NOTES)
+    busy = [r for r in rows if r["key"] == "foreign_load_cores"]
+    worst = max((v for r in busy for v in (r["floor"], r["hpctrain"], r["ray"]) if v is not None),
+                default=0.0)
+    if worst > 0.2:
+        console.print(f"[bold yellow]WARNING[/]: other processes used up to {worst:.2f} cores "
+                      "during the runs (median over repeats): the timings are contended; run "
+                      "again on a quiet machine (or raise --wait-idle) before trusting ratios.")
 
 
 # -- main ---------------------------------------------------------------------------------------------
@@ -312,12 +358,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
     p.add_argument("--no-ray", action="store_true", help="skip Ray Train even if installed")
     p.add_argument("--keep", action="store_true", help="keep run directories and logs")
-    p.add_argument("--wait-idle", type=float, default=30.0, metavar="S",
+    p.add_argument("--wait-idle", type=float, default=None, metavar="S",
                    help="before each run, wait up to S seconds for other processes to leave "
-                        "the CPUs idle (0: don't wait; default %(default)s)")
+                        "the CPUs idle (0: don't wait; default 30, 5 with --quick)")
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
     size = "quick" if args.quick else "full"
+    if args.wait_idle is None:
+        args.wait_idle = 5.0 if args.quick else 30.0
 
     from _sizes import SIZES  # (the bench process itself never imports torch)
 
@@ -365,7 +413,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                     recs["train"], recs.get("ckpt-sync"), recs.get("ckpt-nosync")))
     finally:
         if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
+            for entry in os.listdir(root):  # keep only logs of failed runs
+                if not entry.endswith(".failed.log"):
+                    path = os.path.join(root, entry)
+                    shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+            if not os.listdir(root):
+                os.rmdir(root)
 
     med = {l: {k: median([r.get(k) for r in rs]) for k in rs[0]} for l, rs in per_run.items()}
     mib = sizes["ckpt_files"] * sizes["ckpt_file_mib"]
@@ -373,12 +426,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     meta = {"dir": args.dir, "workers": args.workers, "repeats": repeats, "size": size,
             "sizes": sizes, "elapsed_s": time.time() - t0}
     print_report(rows, machine, cmdline, meta, with_ray)
+    for problem in PROBLEMS:
+        print(f"FAILED RUN: {problem}")
     if args.json:
-        doc = {"command": cmdline, "machine": machine, "meta": meta,
+        doc = {"command": cmdline, "machine": machine, "meta": meta, "notes": NOTES,
                "launchers": launchers, "ray": "measured" if with_ray else
                "Ray Train not installed: skipped",
                "figures": [{k: v for k, v in r.items() if k != "fmt"} for r in rows],
-               "medians": med, "per_run": per_run, "runs": runs}
+               "medians": med, "per_run": per_run, "runs": runs, "failed_runs": PROBLEMS}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
         print(f"wrote {args.json}", file=sys.stderr)
