@@ -43,7 +43,7 @@ def test_flatten_for_csv():
 
 def test_verify_checkpoint_finds_corruption(tmp_path):
     from hpctrain import Checkpoint, CheckpointConfig
-    from hpctrain._internal.commit import publish, stage_shard
+    from hpctrain._internal.commit import digest_shard_async, publish, stage_shard
 
     run = RunDir(tmp_path / "run")
     run.create()
@@ -52,10 +52,14 @@ def test_verify_checkpoint_finds_corruption(tmp_path):
     (src / "w.bin").write_bytes(b"x" * 1000)
     (src / "sub").mkdir()
     (src / "sub" / "v.bin").write_bytes(b"y" * 10)
-    stage_shard(run, 0, 0, Checkpoint(str(src)), sync=True)
-    name = publish(run, 0, iteration=1, metrics={"m": 1}, world_size=1,
-                   config=CheckpointConfig(), started=0)
+    manifest = stage_shard(run, 0, 0, Checkpoint(str(src)), sync=True)
+    digests = digest_shard_async(run, 0, 0, list(manifest["files"]))
+    name, _ = publish(run, 0, iteration=1, metrics={"m": 1}, world_size=1,
+                      config=CheckpointConfig(), started=0)
+    digests.join()
     path = os.path.join(run.checkpoints_dir, name)
+    assert sorted(os.listdir(path)) == [".hpctrain_checkpoint.json", ".hpctrain_digest.rank-0.json",
+                                        ".hpctrain_shard.rank-0.json", "sub", "w.bin"]
     assert verify_checkpoint(path) == []
     assert run.latest_checkpoint().metrics == {"m": 1}
     with open(os.path.join(path, "w.bin"), "r+b") as f:

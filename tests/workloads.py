@@ -104,7 +104,9 @@ def sharded(config):
         name = "same.bin" if config.get("collide") else f"shard-{r}.bin"
         with open(os.path.join(d, name), "wb") as f:
             f.write(bytes([r]) * (1000 + r) + bytes([step]))
-        hpctrain.report({"step": step}, checkpoint=Checkpoint.from_directory(d))
+        only = config.get("only_rank")
+        hpctrain.report({"step": step}, checkpoint=Checkpoint.from_directory(d)
+                        if only is None or only == r else None)
 
 
 def fail_on_rank(config):
@@ -133,7 +135,7 @@ def kill_during_checkpoint(config):
             with open(os.path.join(d, name), "wb") as f:
                 f.write(bytes([step]) * 100_000)
         if step == 1 and ctx.get_world_rank() == 0:
-            real = commit.copy_file_with_digest
+            real = commit._copy_file
             calls = []
 
             def copy_then_die(src, dst, *, sync):
@@ -142,7 +144,7 @@ def kill_during_checkpoint(config):
                     os.kill(os.getpid(), signal.SIGKILL)
                 return real(src, dst, sync=sync)
 
-            commit.copy_file_with_digest = copy_then_die
+            commit._copy_file = copy_then_die
         hpctrain.report({"step": step},
                         checkpoint=Checkpoint.from_directory(d) if ctx.get_world_rank() == 0 else None)
 

@@ -22,13 +22,13 @@ import os
 import shutil
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..checkpoint import INTERNAL_PREFIX, METADATA_FILE, Checkpoint
 from ..config import CheckpointConfig
 from ..errors import CheckpointError
-from .fsutil import (DIGEST_ALGO, atomic_write_json, copy_file_with_digest, file_digest,
-                     fsync_path, json_default, read_json, remove_tree, walk_files)
+from .fsutil import (DIGEST_ALGO, atomic_write_json, file_digest, fsync_path, json_default,
+                     read_json, rename_aside, walk_files)
 from .storage import SHARD_MANIFEST, RunDir, checkpoint_dir_name, checkpoints_to_delete
 
 
@@ -58,8 +58,8 @@ def stage_shard(run: RunDir, index: int, rank: int, checkpoint: Checkpoint,
             else:
                 _claim(lambda: os.close(os.open(d, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)),
                        rel, rank)
-                size, digest = copy_file_with_digest(s, d, sync=sync)
-                files[rel] = {"size": size, "digest": digest}
+                _copy_file(s, d, sync=sync)
+                files[rel] = {"size": os.path.getsize(d)}
     except OSError as e:
         raise CheckpointError(
             f"rank {rank}: writing checkpoint {checkpoint_dir_name(index)} failed: {e}. "
@@ -76,6 +76,12 @@ def stage_shard(run: RunDir, index: int, rank: int, checkpoint: Checkpoint,
     manifest = {"rank": rank, "moved": move, "algo": DIGEST_ALGO, "files": files}
     atomic_write_json(os.path.join(tmp, SHARD_MANIFEST.format(rank=rank)), manifest, sync=sync)
     return manifest
+
+
+def _copy_file(src: str, dst: str, *, sync: bool) -> None:
+    shutil.copyfile(src, dst)  # copy_file_range/sendfile: as fast as shutil.copytree
+    if sync:
+        fsync_path(dst)
 
 
 def _claim(create, rel: str, rank: int) -> None:
@@ -97,12 +103,17 @@ def _is_staged(run: RunDir, src: str) -> bool:
 
 
 def publish(run: RunDir, index: int, *, iteration: int, metrics: Dict[str, Any],
-            world_size: int, config: CheckpointConfig, started: float) -> Optional[str]:
+            world_size: int, config: CheckpointConfig,
+            started: float) -> Tuple[Optional[str], Optional[threading.Thread]]:
     """Rank 0: commit checkpoint ``index`` by one rename; apply retention.
-    Returns the committed directory's name, or None if no rank staged a shard."""
+
+    Returns the committed directory's name (None if no rank staged a shard) and the
+    background thread that deletes what retention dropped: each one is renamed aside at
+    once (``.deleting_…``, never read as a checkpoint, removed by the supervisor if the
+    thread is cut short), so its size does not weigh on ``report()``."""
     tmp = run.staging_tmp(index)
     if not os.path.isdir(tmp):
-        return None
+        return None, None
     shards: List[Dict[str, Any]] = []
     for entry in sorted(os.listdir(tmp)):
         if entry.startswith(".hpctrain_shard.rank-"):
@@ -132,34 +143,57 @@ def publish(run: RunDir, index: int, *, iteration: int, metrics: Dict[str, Any],
     os.rename(tmp, final)
     if config.sync_to_disk:
         fsync_path(run.checkpoints_dir)
-    for rec in checkpoints_to_delete(run.list_checkpoints(), config.num_to_keep,
-                                     config.checkpoint_score_attribute,
-                                     config.checkpoint_score_order):
-        remove_tree(rec.path)
-    return name
+    doomed = [rename_aside(rec.path) for rec in checkpoints_to_delete(
+        run.list_checkpoints(), config.num_to_keep, config.checkpoint_score_attribute,
+        config.checkpoint_score_order)]
+    return name, _background(_remove_all, [d for d in doomed if d], name="hpctrain-retention")
 
 
-def digest_moved_files_async(final_dir: str, files: List[str]) -> threading.Thread:
-    """Files that were moved (not copied) have no digest yet: hash them off the training
-    thread (rank 0, for every rank's moved files, once the checkpoint is published) and
-    record ``.hpctrain_digest.json`` in the committed directory."""
+def _remove_all(paths: List[str]) -> None:
+    for p in paths:
+        shutil.rmtree(p, ignore_errors=True)
 
-    def run() -> None:
-        digests = {}
-        for rel in files:
-            try:
-                digests[rel] = file_digest(os.path.join(final_dir, rel))
-            except FileNotFoundError:
-                return  # checkpoint deleted by retention meanwhile
-        try:
-            atomic_write_json(os.path.join(final_dir, f"{INTERNAL_PREFIX}digest.json"),
-                              {"algo": DIGEST_ALGO, "files": digests}, sync=False)
-        except OSError:
-            pass
 
-    t = threading.Thread(target=run, name="hpctrain-digest", daemon=True)
+def _background(fn, *args, name: str) -> threading.Thread:
+    t = threading.Thread(target=fn, args=args, name=name, daemon=True)
     t.start()
     return t
+
+
+def digest_shard_async(run: RunDir, index: int, rank: int, files: List[str]) -> threading.Thread:
+    """Hash this rank's files of checkpoint ``index`` off the training thread and record
+    them in ``.hpctrain_digest.rank-R.json`` once the checkpoint is published.
+
+    Each file is opened under its temporary name or, if rank 0 already published, its
+    final one (an open file survives the rename). The content digest is what lets a
+    restart detect a checkpoint damaged after its commit; computing it here keeps the
+    commit itself at the cost of a copy (or of a rename, for staged files)."""
+    tmp = run.staging_tmp(index)
+    final = os.path.join(run.checkpoints_dir, checkpoint_dir_name(index))
+
+    def work() -> None:
+        digests = {}
+        for rel in files:
+            for base in (tmp, final, tmp):
+                try:
+                    digests[rel] = file_digest(os.path.join(base, rel))
+                    break
+                except FileNotFoundError:
+                    continue
+            else:
+                return  # gone: deleted by retention or the attempt was abandoned
+        deadline = time.monotonic() + 3600
+        while not os.path.isdir(final):
+            if not os.path.isdir(tmp) or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        try:
+            atomic_write_json(os.path.join(final, f"{INTERNAL_PREFIX}digest.rank-{rank}.json"),
+                              {"algo": DIGEST_ALGO, "files": digests}, sync=False)
+        except OSError:
+            pass  # deleted by retention meanwhile
+
+    return _background(work, name=f"hpctrain-digest-{index}")
 
 
 def verify_checkpoint(path: str) -> List[str]:
@@ -198,4 +232,4 @@ def new_staging_dir(run: RunDir, rank: int) -> str:
 
 
 __all__ = ["stage_shard", "publish", "verify_checkpoint", "new_staging_dir",
-           "digest_moved_files_async", "remove_tree"]
+           "digest_shard_async"]

@@ -5,7 +5,7 @@ import json
 import os
 import shutil
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Optional
 
 try:  # xxh3 hashes at memory speed; blake2b is the stdlib fallback
     import xxhash
@@ -87,26 +87,6 @@ def file_digest(path: str) -> str:
     return h.hexdigest()
 
 
-def copy_file_with_digest(src: str, dst: str, *, sync: bool) -> Tuple[int, str]:
-    """Copy ``src`` to ``dst`` (kernel copy) while a second thread hashes ``src``.
-
-    Returns (size, digest). The hash runs beside the copy, so the pair costs about as
-    much as ``shutil.copyfile`` alone (both read the same pages from the cache).
-    """
-    result: Dict[str, str] = {}
-
-    def _hash() -> None:
-        result["digest"] = file_digest(src)
-
-    t = threading.Thread(target=_hash, daemon=True)
-    t.start()
-    shutil.copyfile(src, dst)
-    if sync:
-        fsync_path(dst)
-    t.join()
-    return os.path.getsize(dst), result["digest"]
-
-
 def walk_files(root: str) -> list[str]:
     """Relative paths of every regular file under ``root``, sorted."""
     out = []
@@ -124,16 +104,20 @@ def same_filesystem(a: str, b: str) -> bool:
         return False
 
 
-def remove_tree(path: str, on_error: Optional[Callable[[str], None]] = None) -> None:
-    """Delete a directory by first renaming it aside, so nobody sees it half-deleted."""
-    if not os.path.exists(path):
-        return
+def rename_aside(path: str) -> Optional[str]:
+    """Rename ``path`` to a ``.deleting_`` sibling (one atomic step, so nobody sees it
+    half-deleted) and return the new name; None if it is already gone."""
     parent, base = os.path.split(path.rstrip("/"))
-    doomed = os.path.join(parent, f".deleting_{base}_{os.getpid()}")
+    doomed = os.path.join(parent, f".deleting_{base}_{os.getpid()}_{threading.get_ident()}")
     try:
         os.rename(path, doomed)
-    except OSError as e:  # pragma: no cover - races with another deleter
-        if on_error:
-            on_error(f"could not remove {path}: {e}")
-        return
-    shutil.rmtree(doomed, ignore_errors=True)
+    except FileNotFoundError:
+        return None
+    return doomed
+
+
+def remove_tree(path: str) -> None:
+    """Delete a directory by first renaming it aside, so nobody sees it half-deleted."""
+    doomed = rename_aside(path)
+    if doomed:
+        shutil.rmtree(doomed, ignore_errors=True)

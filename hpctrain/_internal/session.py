@@ -1,11 +1,16 @@
 """The worker-side session behind ``hpctrain.report``, ``get_checkpoint``, ``get_context``.
 
-One session per worker process. ``report()`` costs, on every rank, one small collective
-(an element-wise max of two integers over the job's own communicator: "did any rank
-hand in a checkpoint?", "must we stop?") and, on rank 0, one appended line. A report
-that carries a checkpoint additionally stages this rank's files before the collective
-and, on rank 0, publishes the checkpoint after it — so the collective doubles as the
-barrier that proves every shard is complete.
+One session per worker process. Each ``report()`` starts one small collective — an
+element-wise max of two integers over the job's own communicator: "did any rank hand
+in a checkpoint?", "must we stop?" — and, on rank 0, appends one line. The collective
+is not waited for: the next ``report()`` (or the end of the function) collects it, by
+when a training step has passed and it is long complete. So every rank learns the
+outcome of report *i* at report *i+1*, all at the same iteration.
+
+A rank that hands in a checkpoint stages its files before starting the collective and
+then waits for it, so the collective doubles as the barrier proving every shard is
+complete; rank 0 then publishes the checkpoint before ``report()`` returns. (When only
+ranks other than 0 hand in files, rank 0 publishes at its next report.)
 """
 from __future__ import annotations
 
@@ -14,28 +19,54 @@ import os
 import shutil
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..checkpoint import Checkpoint
 from ..cluster_env import WorkerInfo
 from ..config import CheckpointConfig
-from .commit import digest_moved_files_async, new_staging_dir, publish, stage_shard
+from .commit import digest_shard_async, new_staging_dir, publish, stage_shard
 from .fsutil import json_default
-from .storage import ResultWriter, RunDir, autofilled
+from .storage import ResultWriter, RunDir, autofilled, checkpoint_dir_name
 
 DETAILED_ENV = "HPCTRAIN_RESULT_ENABLE_DETAILED_AUTOFILLED_METRICS"
 
 
-class Coordinator:
-    """Agreement across ranks: an element-wise max of a few small integers."""
+class Agreement:
+    """An element-wise max across ranks, possibly still in flight."""
 
-    def allreduce_max(self, values: Sequence[int]) -> List[int]:  # pragma: no cover - interface
+    def wait(self) -> List[int]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Done(Agreement):
+    def __init__(self, values: Sequence[int]):
+        self.values = list(values)
+
+    def wait(self) -> List[int]:
+        return self.values
+
+
+class Coordinator:
+    """Agreement across ranks: an element-wise max of a few small integers, started
+    without blocking (``wait()`` on the result blocks)."""
+
+    def allreduce_max_async(self, values: Sequence[int]) -> Agreement:  # pragma: no cover
         raise NotImplementedError
 
 
 class SingleProcessCoordinator(Coordinator):
-    def allreduce_max(self, values: Sequence[int]) -> List[int]:
-        return list(values)
+    def allreduce_max_async(self, values: Sequence[int]) -> Agreement:
+        return Done(values)
+
+
+@dataclass
+class _Pending:
+    agreement: Agreement
+    iteration: int
+    index: int
+    metrics: Dict[str, Any]
+    started: float
 
 
 class Session:
@@ -69,6 +100,7 @@ class Session:
         self._stop_requested = threading.Event()
         self.stop_agreed = False
         self._threads: List[threading.Thread] = []
+        self._pending: Optional[_Pending] = None
         self.last_metrics: Dict[str, Any] = {}
 
     # -- reporting ----------------------------------------------------------------
@@ -80,27 +112,21 @@ class Session:
                             "(e.g. Checkpoint.from_directory(path)), got "
                             f"{type(checkpoint).__name__}")
         started = time.time()
+        self._collect()  # the previous report's agreement, complete by now
         iteration = self.iteration + 1
         index = self.next_checkpoint_index
+        rank = self.info.world_rank
         if checkpoint is not None:
-            stage_shard(self.run, index, self.info.world_rank, checkpoint,
-                        sync=self.checkpoint_config.sync_to_disk)
+            manifest = stage_shard(self.run, index, rank, checkpoint,
+                                   sync=self.checkpoint_config.sync_to_disk)
             if getattr(checkpoint, "_temporary", False):
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
+            self._threads.append(digest_shard_async(self.run, index, rank, list(manifest["files"])))
         local = [1 if checkpoint is not None else 0, 1 if self._stop_requested.is_set() else 0]
-        if self.info.world_size > 1:
-            any_ckpt, stop = self.coordinator.allreduce_max(local)
-        else:
-            any_ckpt, stop = local
-        name = None
-        if any_ckpt:
-            self.next_checkpoint_index += 1
-            if self.info.world_rank == 0:
-                name = publish(self.run, index, iteration=iteration, metrics=metrics,
-                               world_size=self.info.world_size, config=self.checkpoint_config,
-                               started=started)
-                if name:
-                    self._digest_moved(name)
+        agreement = (self.coordinator.allreduce_max_async(local) if self.info.world_size > 1
+                     else Done(local))
+        self._pending = _Pending(agreement, iteration, index, metrics, started)
+        name = self._collect() if checkpoint is not None else None
         now = time.perf_counter()
         row = dict(metrics)
         row.update(autofilled(iteration, now - self._last, time.time() - self._started,
@@ -110,23 +136,32 @@ class Session:
             self._writer.write(row)
         if self._rank_results is not None:
             self._rank_results.write(json.dumps(
-                {"rank": self.info.world_rank, "attempt": self.attempt, "metrics": row,
-                 "checkpoint_dir_name": None if not any_ckpt else
-                 f"checkpoint_{index:06d}"}, default=json_default) + "\n")
+                {"rank": rank, "attempt": self.attempt, "metrics": row,
+                 "checkpoint_dir_name": None if checkpoint is None else checkpoint_dir_name(index)},
+                default=json_default) + "\n")
         self.iteration = iteration
         self.last_metrics = row
         self._last = now
-        self.stop_agreed = bool(stop)
 
-    def _digest_moved(self, name: str) -> None:
-        from ..checkpoint import METADATA_FILE
-        from .fsutil import read_json
-
-        final = os.path.join(self.run.checkpoints_dir, name)
-        meta = read_json(os.path.join(final, METADATA_FILE)) or {}
-        pending = [rel for rel, info in meta.get("files", {}).items() if "digest" not in info]
-        if pending:
-            self._threads.append(digest_moved_files_async(final, pending))
+    def _collect(self) -> Optional[str]:
+        """Wait for the agreement in flight and act on it: count the checkpoint, publish it
+        (rank 0), note a stop. Returns the published checkpoint's name, if any."""
+        p, self._pending = self._pending, None
+        if p is None:
+            return None
+        any_ckpt, stop = p.agreement.wait()
+        self.stop_agreed = self.stop_agreed or bool(stop)
+        if not any_ckpt:
+            return None
+        self.next_checkpoint_index = p.index + 1
+        if self.info.world_rank != 0:
+            return None
+        name, deleter = publish(self.run, p.index, iteration=p.iteration, metrics=p.metrics,
+                                world_size=self.info.world_size, config=self.checkpoint_config,
+                                started=p.started)
+        if deleter is not None:
+            self._threads.append(deleter)
+        return name
 
     # -- checkpoints ----------------------------------------------------------------
     def get_checkpoint(self) -> Optional[Checkpoint]:
@@ -143,6 +178,9 @@ class Session:
         return self._stop_requested.is_set() or self.stop_agreed
 
     def close(self) -> None:
+        """End of the training function (every rank): settle the last agreement, wait
+        for background digests and deletions."""
+        self._collect()
         for t in self._threads:
             t.join(timeout=600)
         if self._writer is not None:
