@@ -56,9 +56,7 @@ def stage_shard(run: RunDir, index: int, rank: int, checkpoint: Checkpoint,
                 os.unlink(s)
                 files[rel] = {"size": os.path.getsize(d)}
             else:
-                _claim(lambda: os.close(os.open(d, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)),
-                       rel, rank)
-                _copy_file(s, d, sync=sync)
+                _claim(lambda: _copy_file(s, d, sync=sync), rel, rank)
                 files[rel] = {"size": os.path.getsize(d)}
     except OSError as e:
         raise CheckpointError(
@@ -79,9 +77,26 @@ def stage_shard(run: RunDir, index: int, rank: int, checkpoint: Checkpoint,
 
 
 def _copy_file(src: str, dst: str, *, sync: bool) -> None:
-    shutil.copyfile(src, dst)  # copy_file_range/sendfile: as fast as shutil.copytree
-    if sync:
-        fsync_path(dst)
+    """Copy into a file created here (O_EXCL: fails if another rank made it first),
+    in the kernel (sendfile), as ``shutil.copyfile`` does. Not copyfile itself: it would
+    reopen the file with O_TRUNC, and ext4 flushes a truncated-then-rewritten file on
+    close (auto_da_alloc), which cost ~20 % on a 256 MiB checkpoint."""
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        fout = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        try:
+            offset, size = 0, os.fstat(fin).st_size
+            while offset < size:
+                sent = os.sendfile(fout, fin, offset, min(size - offset, 1 << 30))
+                if sent == 0:
+                    break
+                offset += sent
+            if sync:
+                os.fsync(fout)
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
 
 
 def _claim(create, rel: str, rank: int) -> None:

@@ -121,12 +121,13 @@ class Session:
                                    sync=self.checkpoint_config.sync_to_disk)
             if getattr(checkpoint, "_temporary", False):
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
-            self._threads.append(digest_shard_async(self.run, index, rank, list(manifest["files"])))
         local = [1 if checkpoint is not None else 0, 1 if self._stop_requested.is_set() else 0]
         agreement = (self.coordinator.allreduce_max_async(local) if self.info.world_size > 1
                      else Done(local))
         self._pending = _Pending(agreement, iteration, index, metrics, started)
         name = self._collect() if checkpoint is not None else None
+        if checkpoint is not None:  # after the commit, so it never competes with it
+            self._threads.append(digest_shard_async(self.run, index, rank, list(manifest["files"])))
         now = time.perf_counter()
         row = dict(metrics)
         row.update(autofilled(iteration, now - self._last, time.time() - self._started,
