@@ -353,8 +353,8 @@ class _ResultTracker:
     """Turns the per-rank result lines of a run into seed-era events.
 
     Every rank writes one line per ``hpctrain.report``, numbered by ``_training_iteration``
-    and carrying the attempt that wrote it; a line whose report committed a checkpoint
-    carries its ``checkpoint_dir_name``. An iteration is complete once every rank has its
+    and carrying the attempt that wrote it; a line whose report handed in a checkpoint says
+    ``"checkpoint": true`` (and its ``checkpoint_dir_name`` once committed). An iteration is complete once every rank has its
     line from the same attempt. After a restart the ranks write the iterations since the
     resumed checkpoint again: those already handed out are skipped, and a line of a newer
     attempt replaces what older attempts left for its iteration."""
@@ -382,10 +382,11 @@ class _ResultTracker:
         while self._next in self._pending and None not in self._pending[self._next][1]:
             lines = self._pending.pop(self._next)[1]
             self._next += 1
-            if lines[0].get("checkpoint_dir_name"):
+            if lines[0].get("checkpoint"):
                 for r, line in enumerate(lines):
                     self._carry[r] += line["metrics"].get(TIME_THIS_ITER_S, 0.0)
-                on_checkpoint(lines[0]["checkpoint_dir_name"])
+                if lines[0].get("checkpoint_dir_name"):  # else committed a little later
+                    on_checkpoint(lines[0]["checkpoint_dir_name"])
                 continue
             self._reports += 1
             results = []

@@ -52,10 +52,10 @@ def test_verify_checkpoint_finds_corruption(tmp_path):
     (src / "w.bin").write_bytes(b"x" * 1000)
     (src / "sub").mkdir()
     (src / "sub" / "v.bin").write_bytes(b"y" * 10)
-    manifest = stage_shard(run, 0, 0, Checkpoint(str(src)), sync=True)
-    digests = digest_shard_async(run, 0, 0, list(manifest["files"]))
-    name, _ = publish(run, 0, iteration=1, metrics={"m": 1}, world_size=1,
+    manifest = stage_shard(run, 1, 0, Checkpoint(str(src)), sync=True)
+    name, _ = publish(run, 1, 0, metrics={"m": 1}, world_size=1,
                       config=CheckpointConfig(), started=0)
+    digests = digest_shard_async(run, 1, 0, list(manifest["files"]))  # finds it published
     digests.join()
     path = os.path.join(run.checkpoints_dir, name)
     assert sorted(os.listdir(path)) == [".hpctrain_checkpoint.json", ".hpctrain_digest.rank-0.json",
@@ -74,6 +74,6 @@ def test_half_written_checkpoint_is_invisible_and_cleaned(tmp_path):
     run.create()
     os.makedirs(run.staging_tmp(3))
     open(os.path.join(run.staging_tmp(3), "x"), "w").close()
-    assert run.list_checkpoints() == [] and run.next_checkpoint_index() == 4
-    assert run.clean_incomplete() == [".tmp_checkpoint_000003"]
+    assert run.list_checkpoints() == [] and run.next_checkpoint_index() == 0
+    assert run.clean_incomplete() == [".tmp_checkpoint_i000000003"]
     assert os.listdir(run.checkpoints_dir) == []

@@ -1,15 +1,17 @@
 """Atomic checkpoint commits, including distributed checkpoints (one shard per rank).
 
-Protocol for the checkpoint with index k (every rank runs ``stage_shard`` when it
-reports a checkpoint; rank 0 runs ``publish`` after a collective proved that every
-rank finished staging):
+Protocol for a checkpoint handed in at report (iteration) i (every rank that hands in
+files runs ``stage_shard``; rank 0 runs ``publish`` after an agreement collective proved
+that every rank finished staging):
 
 1. each rank copies — or, from the staging area on the same filesystem, renames — its
-   files into ``checkpoints/.tmp_checkpoint_k/``, fsyncs them, and writes its manifest
-   ``.hpctrain_shard.rank-R.json`` (file sizes and content digests) last;
+   files into ``checkpoints/.tmp_checkpoint_i<i>/``, fsyncs them, and writes its
+   manifest ``.hpctrain_shard.rank-R.json`` (file sizes) last;
 2. rank 0 merges the manifests into ``.hpctrain_checkpoint.json`` and renames the
-   directory to ``checkpoints/checkpoint_k`` — the single step that makes it visible;
-3. rank 0 applies top-K retention, which never removes the newest checkpoint.
+   directory to ``checkpoints/checkpoint_<k>`` (k: the next index) — the single step that
+   makes it visible;
+3. rank 0 applies top-K retention, which never removes the newest checkpoint;
+4. in the background each rank hashes its files into ``.hpctrain_digest.rank-R.json``.
 
 A crash before step 2 leaves only a ``.tmp_`` directory, which readers ignore and the
 supervisor removes before the next attempt: the previous checkpoint stays the latest.
@@ -29,17 +31,18 @@ from ..config import CheckpointConfig
 from ..errors import CheckpointError
 from .fsutil import (DIGEST_ALGO, atomic_write_json, file_digest, fsync_path, json_default,
                      read_json, rename_aside, walk_files)
-from .storage import SHARD_MANIFEST, RunDir, checkpoint_dir_name, checkpoints_to_delete
+from .storage import (SHARD_MANIFEST, TMP_PREFIX, RunDir, checkpoint_dir_name,
+                      checkpoints_to_delete)
 
 
-def stage_shard(run: RunDir, index: int, rank: int, checkpoint: Checkpoint,
+def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
                 *, sync: bool) -> Dict[str, Any]:
-    """Put this rank's checkpoint files into the temporary directory of checkpoint
-    ``index``; return the manifest written for them."""
+    """Put this rank's checkpoint files into the temporary directory of the checkpoint
+    handed in at report ``iteration``; return the manifest written for them."""
     src = os.path.abspath(checkpoint.path)
     if not os.path.isdir(src):
         raise CheckpointError(f"rank {rank}: checkpoint directory {src} does not exist")
-    tmp = run.staging_tmp(index)
+    tmp = run.staging_tmp(iteration)
     os.makedirs(tmp, exist_ok=True)
     move = _is_staged(run, src)
     files: Dict[str, Dict[str, Any]] = {}
@@ -60,7 +63,7 @@ def stage_shard(run: RunDir, index: int, rank: int, checkpoint: Checkpoint,
                 files[rel] = {"size": os.path.getsize(d)}
     except OSError as e:
         raise CheckpointError(
-            f"rank {rank}: writing checkpoint {checkpoint_dir_name(index)} failed: {e}. "
+            f"rank {rank}: writing the checkpoint of report {iteration} failed: {e}. "
             "The previous committed checkpoint is untouched."
         ) from e
     if move:
@@ -117,16 +120,31 @@ def _is_staged(run: RunDir, src: str) -> bool:
     return src.startswith(root)
 
 
-def publish(run: RunDir, index: int, *, iteration: int, metrics: Dict[str, Any],
+def staged_iterations(run: RunDir, up_to: int) -> List[int]:
+    """Reports (iterations ≤ ``up_to``) whose checkpoint is staged but not published."""
+    out = []
+    for entry in os.listdir(run.checkpoints_dir):
+        if entry.startswith(TMP_PREFIX):
+            try:
+                it = int(entry[len(TMP_PREFIX):])
+            except ValueError:
+                continue
+            if it <= up_to:
+                out.append(it)
+    return sorted(out)
+
+
+def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
             world_size: int, config: CheckpointConfig,
             started: float) -> Tuple[Optional[str], Optional[threading.Thread]]:
-    """Rank 0: commit checkpoint ``index`` by one rename; apply retention.
+    """Rank 0: commit the checkpoint staged at report ``iteration`` as
+    ``checkpoint_<index>`` by one rename; apply retention.
 
     Returns the committed directory's name (None if no rank staged a shard) and the
     background thread that deletes what retention dropped: each one is renamed aside at
     once (``.deleting_…``, never read as a checkpoint, removed by the supervisor if the
     thread is cut short), so its size does not weigh on ``report()``."""
-    tmp = run.staging_tmp(index)
+    tmp = run.staging_tmp(iteration)
     if not os.path.isdir(tmp):
         return None, None
     shards: List[Dict[str, Any]] = []
@@ -135,6 +153,7 @@ def publish(run: RunDir, index: int, *, iteration: int, metrics: Dict[str, Any],
             m = read_json(os.path.join(tmp, entry))
             if m:
                 shards.append(m)
+    shards.sort(key=lambda m: m["rank"])
     files: Dict[str, Any] = {}
     for s in shards:
         files.update(s["files"])
@@ -175,40 +194,49 @@ def _background(fn, *args, name: str) -> threading.Thread:
     return t
 
 
-def digest_shard_async(run: RunDir, index: int, rank: int, files: List[str]) -> threading.Thread:
-    """Hash this rank's files of checkpoint ``index`` off the training thread and record
-    them in ``.hpctrain_digest.rank-R.json`` once the checkpoint is published.
+def digest_shard_async(run: RunDir, iteration: int, rank: int,
+                       files: List[str]) -> threading.Thread:
+    """Hash this rank's files of the checkpoint handed in at report ``iteration`` off
+    the training thread, into ``.hpctrain_digest.rank-R.json`` beside them.
 
-    Each file is opened under its temporary name or, if rank 0 already published, its
-    final one (an open file survives the rename). The content digest is what lets a
+    Each file is opened under its temporary name or, once rank 0 published it, under the
+    committed one (an open file survives the rename). The content digest is what lets a
     restart detect a checkpoint damaged after its commit; computing it here keeps the
     commit itself at the cost of a copy (or of a rename, for staged files)."""
-    tmp = run.staging_tmp(index)
-    final = os.path.join(run.checkpoints_dir, checkpoint_dir_name(index))
+    tmp = run.staging_tmp(iteration)
+
+    def committed() -> Optional[str]:
+        found = [r for r in run.list_checkpoints() if r.iteration == iteration]
+        return found[-1].path if found else None
 
     def work() -> None:
         digests = {}
         for rel in files:
-            for base in (tmp, final, tmp):
+            for base in (tmp, None):
+                base = base or committed()
                 try:
-                    digests[rel] = file_digest(os.path.join(base, rel))
+                    digests[rel] = file_digest(os.path.join(base, rel)) if base else None
                     break
                 except FileNotFoundError:
                     continue
-            else:
-                return  # gone: deleted by retention or the attempt was abandoned
+            if not digests.get(rel):
+                return  # gone: deleted by retention, or the attempt was abandoned
+        record = {"algo": DIGEST_ALGO, "files": digests}
+        name = f"{INTERNAL_PREFIX}digest.rank-{rank}.json"
         deadline = time.monotonic() + 3600
-        while not os.path.isdir(final):
-            if not os.path.isdir(tmp) or time.monotonic() > deadline:
+        while time.monotonic() < deadline:
+            for base in (tmp, committed()):
+                if base and os.path.isdir(base):
+                    try:
+                        atomic_write_json(os.path.join(base, name), record, sync=False)
+                        return
+                    except FileNotFoundError:
+                        pass  # renamed under us: look again
+            if not os.path.isdir(tmp) and committed() is None:
                 return
             time.sleep(0.05)
-        try:
-            atomic_write_json(os.path.join(final, f"{INTERNAL_PREFIX}digest.rank-{rank}.json"),
-                              {"algo": DIGEST_ALGO, "files": digests}, sync=False)
-        except OSError:
-            pass  # deleted by retention meanwhile
 
-    return _background(work, name=f"hpctrain-digest-{index}")
+    return _background(work, name=f"hpctrain-digest-{iteration}")
 
 
 def verify_checkpoint(path: str) -> List[str]:
@@ -246,5 +274,5 @@ def new_staging_dir(run: RunDir, rank: int) -> str:
     return tempfile.mkdtemp(prefix="ckpt-", dir=base)
 
 
-__all__ = ["stage_shard", "publish", "verify_checkpoint", "new_staging_dir",
-           "digest_shard_async"]
+__all__ = ["stage_shard", "publish", "staged_iterations", "verify_checkpoint",
+           "new_staging_dir", "digest_shard_async"]

@@ -1,16 +1,22 @@
 """The worker-side session behind ``hpctrain.report``, ``get_checkpoint``, ``get_context``.
 
-One session per worker process. Each ``report()`` starts one small collective — an
-element-wise max of two integers over the job's own communicator: "did any rank hand
-in a checkpoint?", "must we stop?" — and, on rank 0, appends one line. The collective
-is not waited for: the next ``report()`` (or the end of the function) collects it, by
-when a training step has passed and it is long complete. So every rank learns the
-outcome of report *i* at report *i+1*, all at the same iteration.
+One session per worker process. A ``report()`` on rank 0 appends one line; on the
+other ranks it records nothing. Agreement across ranks — "did any rank hand in a
+checkpoint?", "must we stop?" — costs one small collective (an element-wise max of three
+integers over the job's own communicator), and only at *agreement reports*:
 
-A rank that hands in a checkpoint stages its files before starting the collective and
-then waits for it, so the collective doubles as the barrier proving every shard is
-complete; rank 0 then publishes the checkpoint before ``report()`` returns. (When only
-ranks other than 0 hand in files, rank 0 publishes at its next report.)
+* every report while reports are slower than ``AGREE_BUDGET_S`` apart (the usual
+  per-epoch or per-N-steps loop: each checkpoint is committed before ``report()``
+  returns), and every report once a stop was agreed;
+* when reports come faster, every K-th one, K chosen by rank 0 from the observed pace
+  (at most ``MAX_GAP``) and carried in the agreement itself, so every rank computes the
+  same schedule; checkpoints handed in between are committed at the next agreement;
+* and once more when the training function returns.
+
+A rank stages its checkpoint files before it can enter the collective, so a completed
+agreement proves every shard up to that report is complete; rank 0 then publishes them
+(in report order), each by one rename. Every rank learns a stop decision at the same
+report.
 """
 from __future__ import annotations
 
@@ -19,54 +25,30 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..checkpoint import Checkpoint
 from ..cluster_env import WorkerInfo
 from ..config import CheckpointConfig
-from .commit import digest_shard_async, new_staging_dir, publish, stage_shard
+from .commit import digest_shard_async, new_staging_dir, publish, stage_shard, staged_iterations
 from .fsutil import json_default
-from .storage import ResultWriter, RunDir, autofilled, checkpoint_dir_name
+from .storage import ResultWriter, RunDir, autofilled
 
 DETAILED_ENV = "HPCTRAIN_RESULT_ENABLE_DETAILED_AUTOFILLED_METRICS"
-
-
-class Agreement:
-    """An element-wise max across ranks, possibly still in flight."""
-
-    def wait(self) -> List[int]:  # pragma: no cover - interface
-        raise NotImplementedError
-
-
-class Done(Agreement):
-    def __init__(self, values: Sequence[int]):
-        self.values = list(values)
-
-    def wait(self) -> List[int]:
-        return self.values
+AGREE_BUDGET_S = 0.005   # agree about this often, at most, when reports come faster
+MAX_GAP = 64             # and at least every MAX_GAP reports
 
 
 class Coordinator:
-    """Agreement across ranks: an element-wise max of a few small integers, started
-    without blocking (``wait()`` on the result blocks)."""
+    """Agreement across ranks: an element-wise max of a few small integers."""
 
-    def allreduce_max_async(self, values: Sequence[int]) -> Agreement:  # pragma: no cover
+    def allreduce_max(self, values: Sequence[int]) -> List[int]:  # pragma: no cover
         raise NotImplementedError
 
 
 class SingleProcessCoordinator(Coordinator):
-    def allreduce_max_async(self, values: Sequence[int]) -> Agreement:
-        return Done(values)
-
-
-@dataclass
-class _Pending:
-    agreement: Agreement
-    iteration: int
-    index: int
-    metrics: Dict[str, Any]
-    started: float
+    def allreduce_max(self, values: Sequence[int]) -> List[int]:
+        return list(values)
 
 
 class Session:
@@ -100,7 +82,10 @@ class Session:
         self._stop_requested = threading.Event()
         self.stop_agreed = False
         self._threads: List[threading.Thread] = []
-        self._pending: Optional[_Pending] = None
+        self._next_agreement = start_iteration + 1
+        self._agreed_at, self._agreed_iteration = time.perf_counter(), start_iteration
+        self._staged_since_agreement = False
+        self._reports_since_agreement: Dict[int, Tuple[Dict[str, Any], float]] = {}
         self.last_metrics: Dict[str, Any] = {}
 
     # -- reporting ----------------------------------------------------------------
@@ -112,22 +97,21 @@ class Session:
                             "(e.g. Checkpoint.from_directory(path)), got "
                             f"{type(checkpoint).__name__}")
         started = time.time()
-        self._collect()  # the previous report's agreement, complete by now
         iteration = self.iteration + 1
-        index = self.next_checkpoint_index
         rank = self.info.world_rank
+        files: List[str] = []
         if checkpoint is not None:
-            manifest = stage_shard(self.run, index, rank, checkpoint,
-                                   sync=self.checkpoint_config.sync_to_disk)
+            files = list(stage_shard(self.run, iteration, rank, checkpoint,
+                                     sync=self.checkpoint_config.sync_to_disk)["files"])
             if getattr(checkpoint, "_temporary", False):
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
-        local = [1 if checkpoint is not None else 0, 1 if self._stop_requested.is_set() else 0]
-        agreement = (self.coordinator.allreduce_max_async(local) if self.info.world_size > 1
-                     else Done(local))
-        self._pending = _Pending(agreement, iteration, index, metrics, started)
-        name = self._collect() if checkpoint is not None else None
-        if checkpoint is not None:  # after the commit, so it never competes with it
-            self._threads.append(digest_shard_async(self.run, index, rank, list(manifest["files"])))
+            self._staged_since_agreement = True
+        if rank == 0:
+            self._reports_since_agreement[iteration] = (metrics, started)
+        published = self._agree(iteration) if iteration >= self._next_agreement else {}
+        name = published.get(iteration)
+        if files:  # after the commit, so that hashing never competes with it
+            self._threads.append(digest_shard_async(self.run, iteration, rank, files))
         now = time.perf_counter()
         row = dict(metrics)
         row.update(autofilled(iteration, now - self._last, time.time() - self._started,
@@ -138,31 +122,44 @@ class Session:
         if self._rank_results is not None:
             self._rank_results.write(json.dumps(
                 {"rank": rank, "attempt": self.attempt, "metrics": row,
-                 "checkpoint_dir_name": None if checkpoint is None else checkpoint_dir_name(index)},
+                 "checkpoint": checkpoint is not None, "checkpoint_dir_name": name},
                 default=json_default) + "\n")
         self.iteration = iteration
         self.last_metrics = row
         self._last = now
 
-    def _collect(self) -> Optional[str]:
-        """Wait for the agreement in flight and act on it: count the checkpoint, publish it
-        (rank 0), note a stop. Returns the published checkpoint's name, if any."""
-        p, self._pending = self._pending, None
-        if p is None:
-            return None
-        any_ckpt, stop = p.agreement.wait()
+    def _agree(self, iteration: int, *, final: bool = False) -> Dict[int, str]:
+        """One agreement (every rank at the same report): learn whether any rank staged a
+        checkpoint or asked to stop, and when the next agreement is; rank 0 publishes the
+        staged checkpoints. Returns {iteration: published checkpoint name}."""
+        gap = 0
+        if self.info.world_rank == 0 and not final:
+            now = time.perf_counter()
+            pace = (now - self._agreed_at) / max(1, iteration - self._agreed_iteration)
+            gap = MAX_GAP if pace <= 0 else max(1, min(MAX_GAP, int(AGREE_BUDGET_S / pace)))
+        local = [int(self._staged_since_agreement), int(self._stop_requested.is_set()), gap]
+        any_ckpt, stop, gap = (self.coordinator.allreduce_max(local) if self.info.world_size > 1
+                               else local)
         self.stop_agreed = self.stop_agreed or bool(stop)
-        if not any_ckpt:
-            return None
-        self.next_checkpoint_index = p.index + 1
-        if self.info.world_rank != 0:
-            return None
-        name, deleter = publish(self.run, p.index, iteration=p.iteration, metrics=p.metrics,
-                                world_size=self.info.world_size, config=self.checkpoint_config,
-                                started=p.started)
-        if deleter is not None:
-            self._threads.append(deleter)
-        return name
+        self._next_agreement = iteration + (1 if self.stop_agreed else max(1, gap))
+        self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
+        self._staged_since_agreement = False
+        published: Dict[int, str] = {}
+        if self.info.world_rank == 0:
+            if any_ckpt:
+                for it in staged_iterations(self.run, up_to=iteration):
+                    metrics, started = self._reports_since_agreement.get(it, ({}, time.time()))
+                    name, deleter = publish(
+                        self.run, it, self.next_checkpoint_index, metrics=metrics,
+                        world_size=self.info.world_size, config=self.checkpoint_config,
+                        started=started)
+                    if name:
+                        self.next_checkpoint_index += 1
+                        published[it] = name
+                    if deleter is not None:
+                        self._threads.append(deleter)
+            self._reports_since_agreement.clear()
+        return published
 
     # -- checkpoints ----------------------------------------------------------------
     def get_checkpoint(self) -> Optional[Checkpoint]:
@@ -179,9 +176,9 @@ class Session:
         return self._stop_requested.is_set() or self.stop_agreed
 
     def close(self) -> None:
-        """End of the training function (every rank): settle the last agreement, wait
-        for background digests and deletions."""
-        self._collect()
+        """End of the training function (every rank): a last agreement commits what was
+        staged since the previous one; then wait for background digests and deletions."""
+        self._agree(self.iteration, final=True)
         for t in self._threads:
             t.join(timeout=600)
         if self._writer is not None:

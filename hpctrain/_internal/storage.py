@@ -4,7 +4,7 @@
 <storage_path>/<name>/
   spec.toml  job.sh  state.json  result.json  progress.csv  error.txt
   checkpoints/checkpoint_000007/      committed: .hpctrain_checkpoint.json inside
-  checkpoints/.tmp_checkpoint_000008/ being written (never read as a checkpoint)
+  checkpoints/.tmp_checkpoint_i000000012/  being written (never read as a checkpoint)
   logs/<job id>/rank-<r>.out
   .hpctrain/                          payload, per-attempt worker errors and return values
 ```
@@ -30,7 +30,7 @@ from ..errors import RunLockedError
 from .fsutil import atomic_write_json, json_default, read_json, remove_tree
 
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{6,})$")
-TMP_PREFIX = ".tmp_checkpoint_"
+TMP_PREFIX = ".tmp_checkpoint_i"  # + the report (iteration) that handed it in
 SHARD_MANIFEST = ".hpctrain_shard.rank-{rank}.json"
 
 
@@ -139,26 +139,23 @@ class RunDir:
         return cps[-1] if cps else None
 
     def next_checkpoint_index(self) -> int:
-        """One past the highest index ever used here (committed or half-written)."""
-        hi = -1
-        for entry in _listdir(self.checkpoints_dir):
-            m = CHECKPOINT_RE.match(entry.replace(TMP_PREFIX, "checkpoint_", 1))
-            if m:
-                hi = max(hi, int(m.group(1)))
-        return hi + 1
+        """One past the highest committed index (retention never deletes the newest)."""
+        cps = self.list_checkpoints()
+        return cps[-1].index + 1 if cps else 0
 
     def clean_incomplete(self) -> List[str]:
         """Remove half-written checkpoints and staging leftovers of a dead attempt.
         Only the supervisor calls this, and only while no worker runs."""
         removed = []
         for entry in _listdir(self.checkpoints_dir):
-            if entry.startswith((TMP_PREFIX, ".deleting_", ".staging")):
+            if entry.startswith((".tmp_checkpoint_", ".deleting_", ".staging")):
                 remove_tree(os.path.join(self.checkpoints_dir, entry))
                 removed.append(entry)
         return removed
 
-    def staging_tmp(self, index: int) -> str:
-        return os.path.join(self.checkpoints_dir, f"{TMP_PREFIX}{index:06d}")
+    def staging_tmp(self, iteration: int) -> str:
+        """Where the shards of the checkpoint handed in at report ``iteration`` gather."""
+        return os.path.join(self.checkpoints_dir, f"{TMP_PREFIX}{iteration:09d}")
 
 
 _RUN_LOCKS: Dict[str, FileLock] = {}

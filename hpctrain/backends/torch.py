@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from .._internal.session import Agreement, Coordinator
+from .._internal.session import Coordinator
 from ..cluster_env import WorkerInfo
 from ..errors import ConfigError
 from .base import Backend
@@ -36,16 +36,6 @@ class TorchConfig:
             raise ConfigError(f"torch.timeout_s: expected a positive integer, got {self.timeout_s!r}")
 
 
-class _TorchAgreement(Agreement):
-    def __init__(self, work, buf) -> None:
-        self._work = work
-        self._buf = buf
-
-    def wait(self) -> List[int]:
-        self._work.wait()
-        return self._buf.tolist()
-
-
 class TorchCoordinator(Coordinator):
     def __init__(self, group) -> None:
         import torch
@@ -55,11 +45,10 @@ class TorchCoordinator(Coordinator):
         self._dist = dist
         self._group = group
 
-    def allreduce_max_async(self, values: Sequence[int]) -> Agreement:
+    def allreduce_max(self, values: Sequence[int]) -> List[int]:
         buf = self._torch.tensor(list(values), dtype=self._torch.int64)
-        work = self._dist.all_reduce(buf, op=self._dist.ReduceOp.MAX, group=self._group,
-                                     async_op=True)
-        return _TorchAgreement(work, buf)
+        self._dist.all_reduce(buf, op=self._dist.ReduceOp.MAX, group=self._group)
+        return buf.tolist()
 
 
 class TorchBackend(Backend):
