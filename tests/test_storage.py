@@ -43,7 +43,7 @@ def test_flatten_for_csv():
 
 def test_verify_checkpoint_finds_corruption(tmp_path):
     from hpctrain import Checkpoint, CheckpointConfig
-    from hpctrain._internal.commit import digest_shard_async, publish, stage_shard
+    from hpctrain._internal.commit import digest_shard, publish, stage_shard
 
     run = RunDir(tmp_path / "run")
     run.create()
@@ -55,8 +55,7 @@ def test_verify_checkpoint_finds_corruption(tmp_path):
     manifest = stage_shard(run, 1, 0, Checkpoint(str(src)), sync=True)
     name, _ = publish(run, 1, 0, metrics={"m": 1}, world_size=1,
                       config=CheckpointConfig(), started=0)
-    digests = digest_shard_async(run, 1, 0, list(manifest["files"]))  # finds it published
-    digests.join()
+    digest_shard(run, 1, 0, list(manifest["files"]))  # finds it under its committed name
     path = os.path.join(run.checkpoints_dir, name)
     assert sorted(os.listdir(path)) == [".hpctrain_checkpoint.json", ".hpctrain_digest.rank-0.json",
                                         ".hpctrain_shard.rank-0.json", "sub", "w.bin"]

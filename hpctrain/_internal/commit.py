@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -136,17 +135,17 @@ def staged_iterations(run: RunDir, up_to: int) -> List[int]:
 
 def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
             world_size: int, config: CheckpointConfig,
-            started: float) -> Tuple[Optional[str], Optional[threading.Thread]]:
+            started: float) -> Tuple[Optional[str], List[str]]:
     """Rank 0: commit the checkpoint staged at report ``iteration`` as
     ``checkpoint_<index>`` by one rename; apply retention.
 
     Returns the committed directory's name (None if no rank staged a shard) and the
-    background thread that deletes what retention dropped: each one is renamed aside at
-    once (``.deleting_…``, never read as a checkpoint, removed by the supervisor if the
-    thread is cut short), so its size does not weigh on ``report()``."""
+    directories retention dropped, already renamed aside (``.deleting_…``: never read as
+    checkpoints, removed by the supervisor if nobody else does) for the caller to delete
+    off the training thread, so their size does not weigh on ``report()``."""
     tmp = run.staging_tmp(iteration)
     if not os.path.isdir(tmp):
-        return None, None
+        return None, []
     shards: List[Dict[str, Any]] = []
     for entry in sorted(os.listdir(tmp)):
         if entry.startswith(".hpctrain_shard.rank-"):
@@ -180,63 +179,50 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     doomed = [rename_aside(rec.path) for rec in checkpoints_to_delete(
         run.list_checkpoints(), config.num_to_keep, config.checkpoint_score_attribute,
         config.checkpoint_score_order)]
-    return name, _background(_remove_all, [d for d in doomed if d], name="hpctrain-retention")
+    return name, [d for d in doomed if d]
 
 
-def _remove_all(paths: List[str]) -> None:
-    for p in paths:
-        shutil.rmtree(p, ignore_errors=True)
+def digest_shard(run: RunDir, iteration: int, rank: int, files: List[str],
+                 committed_name: Optional[str] = None) -> None:
+    """Hash this rank's files of the checkpoint handed in at report ``iteration`` into
+    ``.hpctrain_digest.rank-R.json`` beside them (run off the training thread).
 
-
-def _background(fn, *args, name: str) -> threading.Thread:
-    t = threading.Thread(target=fn, args=args, name=name, daemon=True)
-    t.start()
-    return t
-
-
-def digest_shard_async(run: RunDir, iteration: int, rank: int,
-                       files: List[str]) -> threading.Thread:
-    """Hash this rank's files of the checkpoint handed in at report ``iteration`` off
-    the training thread, into ``.hpctrain_digest.rank-R.json`` beside them.
-
-    Each file is opened under its temporary name or, once rank 0 published it, under the
-    committed one (an open file survives the rename). The content digest is what lets a
-    restart detect a checkpoint damaged after its commit; computing it here keeps the
-    commit itself at the cost of a copy (or of a rename, for staged files)."""
+    The files are under the temporary name until rank 0 publishes them and under the
+    committed one after (an open file survives the rename), so both are tried. The
+    content digest is what lets a restart detect a checkpoint damaged after its commit;
+    computing it here keeps the commit itself at the cost of a copy, or of a rename."""
     tmp = run.staging_tmp(iteration)
 
-    def committed() -> Optional[str]:
+    def candidates():
+        if committed_name:
+            yield os.path.join(run.checkpoints_dir, committed_name)
+        yield tmp
         found = [r for r in run.list_checkpoints() if r.iteration == iteration]
-        return found[-1].path if found else None
+        if found:
+            yield found[-1].path
 
-    def work() -> None:
-        digests = {}
-        for rel in files:
-            for base in (tmp, None):
-                base = base or committed()
+    digests = {}
+    for rel in files:
+        for base in candidates():
+            try:
+                digests[rel] = file_digest(os.path.join(base, rel))
+                break
+            except FileNotFoundError:
+                continue
+        else:
+            return  # gone: deleted by retention, or the attempt was abandoned
+    record = {"algo": DIGEST_ALGO, "files": digests}
+    name = f"{INTERNAL_PREFIX}digest.rank-{rank}.json"
+    deadline = time.monotonic() + 3600
+    while time.monotonic() < deadline:
+        for base in candidates():
+            if os.path.isdir(base):
                 try:
-                    digests[rel] = file_digest(os.path.join(base, rel)) if base else None
-                    break
+                    atomic_write_json(os.path.join(base, name), record, sync=False)
+                    return
                 except FileNotFoundError:
-                    continue
-            if not digests.get(rel):
-                return  # gone: deleted by retention, or the attempt was abandoned
-        record = {"algo": DIGEST_ALGO, "files": digests}
-        name = f"{INTERNAL_PREFIX}digest.rank-{rank}.json"
-        deadline = time.monotonic() + 3600
-        while time.monotonic() < deadline:
-            for base in (tmp, committed()):
-                if base and os.path.isdir(base):
-                    try:
-                        atomic_write_json(os.path.join(base, name), record, sync=False)
-                        return
-                    except FileNotFoundError:
-                        pass  # renamed under us: look again
-            if not os.path.isdir(tmp) and committed() is None:
-                return
-            time.sleep(0.05)
-
-    return _background(work, name=f"hpctrain-digest-{iteration}")
+                    pass  # renamed under us: look again
+        time.sleep(0.05)
 
 
 def verify_checkpoint(path: str) -> List[str]:
@@ -275,4 +261,4 @@ def new_staging_dir(run: RunDir, rank: int) -> str:
 
 
 __all__ = ["stage_shard", "publish", "staged_iterations", "verify_checkpoint",
-           "new_staging_dir", "digest_shard_async"]
+           "new_staging_dir", "digest_shard"]

@@ -121,3 +121,35 @@ def remove_tree(path: str) -> None:
     doomed = rename_aside(path)
     if doomed:
         shutil.rmtree(doomed, ignore_errors=True)
+
+
+class Background:
+    """One daemon thread that runs file chores (hashing, deleting) in order, off the
+    training thread; ``submit`` costs a queue put, ``drain`` waits for the rest."""
+
+    def __init__(self, name: str = "hpctrain-background"):
+        import queue
+
+        self._q: "queue.Queue" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._name = name
+
+    def submit(self, fn, *args, **kwargs) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            self._thread.start()
+        self._q.put((fn, args, kwargs))
+
+    def _loop(self) -> None:
+        while True:
+            fn, args, kwargs = self._q.get()
+            try:
+                fn(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - a chore must never take the worker down
+                pass
+            finally:
+                self._q.task_done()
+
+    def drain(self) -> None:
+        if self._thread is not None:
+            self._q.join()

@@ -30,8 +30,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..checkpoint import Checkpoint
 from ..cluster_env import WorkerInfo
 from ..config import CheckpointConfig
-from .commit import digest_shard_async, new_staging_dir, publish, stage_shard, staged_iterations
-from .fsutil import json_default
+from .commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
+from .fsutil import Background, json_default
 from .storage import ResultWriter, RunDir, autofilled
 
 DETAILED_ENV = "HPCTRAIN_RESULT_ENABLE_DETAILED_AUTOFILLED_METRICS"
@@ -81,7 +81,7 @@ class Session:
                                       buffering=1)
         self._stop_requested = threading.Event()
         self.stop_agreed = False
-        self._threads: List[threading.Thread] = []
+        self._background = Background()
         self._next_agreement = start_iteration + 1
         self._agreed_at, self._agreed_iteration = time.perf_counter(), start_iteration
         self._staged_since_agreement = False
@@ -111,7 +111,7 @@ class Session:
         published = self._agree(iteration) if iteration >= self._next_agreement else {}
         name = published.get(iteration)
         if files:  # after the commit, so that hashing never competes with it
-            self._threads.append(digest_shard_async(self.run, iteration, rank, files))
+            self._background.submit(digest_shard, self.run, iteration, rank, files, name)
         now = time.perf_counter()
         row = dict(metrics)
         row.update(autofilled(iteration, now - self._last, time.time() - self._started,
@@ -149,15 +149,15 @@ class Session:
             if any_ckpt:
                 for it in staged_iterations(self.run, up_to=iteration):
                     metrics, started = self._reports_since_agreement.get(it, ({}, time.time()))
-                    name, deleter = publish(
+                    name, dropped = publish(
                         self.run, it, self.next_checkpoint_index, metrics=metrics,
                         world_size=self.info.world_size, config=self.checkpoint_config,
                         started=started)
                     if name:
                         self.next_checkpoint_index += 1
                         published[it] = name
-                    if deleter is not None:
-                        self._threads.append(deleter)
+                    for path in dropped:
+                        self._background.submit(shutil.rmtree, path, ignore_errors=True)
             self._reports_since_agreement.clear()
         return published
 
@@ -179,8 +179,7 @@ class Session:
         """End of the training function (every rank): a last agreement commits what was
         staged since the previous one; then wait for background digests and deletions."""
         self._agree(self.iteration, final=True)
-        for t in self._threads:
-            t.join(timeout=600)
+        self._background.drain()
         if self._writer is not None:
             self._writer.close()
         if self._rank_results is not None:
