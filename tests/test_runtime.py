@@ -155,6 +155,25 @@ def test_crash_on_rank_1_reaches_result_error_with_traceback(storage):
     assert list(result.metrics_dataframe["ok"])[0] == 1
 
 
+@pytest.mark.timeout(120)
+def test_many_fast_checkpoints_with_retention(storage):
+    # reports back to back: agreements every K reports, checkpoints committed in batches,
+    # retention deleting while background digests run — all must settle, nothing hang
+    scores = [float(40 - i) for i in range(40)]
+    result = fit(workloads.scored, storage, config={"scores": scores},
+                 ckpt=CheckpointConfig(num_to_keep=1, checkpoint_score_attribute="score",
+                                       checkpoint_score_order="max"))
+    names = sorted(os.listdir(os.path.join(result.path, "checkpoints")))
+    assert names == ["checkpoint_000000", "checkpoint_000039"]  # best (40.0) + latest
+    from hpctrain._internal.commit import verify_checkpoint
+
+    for name in names:
+        path = os.path.join(result.path, "checkpoints", name)
+        assert verify_checkpoint(path) == []
+        assert os.path.exists(os.path.join(path, ".hpctrain_digest.rank-0.json"))
+    assert [m["i"] for _, m in result.best_checkpoints] == [0, 39]
+
+
 @pytest.mark.parametrize("staged", [False, True], ids=["copied", "staged-rename"])
 def test_distributed_checkpoint_holds_every_ranks_shard(storage, staged):
     result = fit(workloads.sharded, storage, config={"steps": 2, "staged": staged})

@@ -213,16 +213,15 @@ def digest_shard(run: RunDir, iteration: int, rank: int, files: List[str],
             return  # gone: deleted by retention, or the attempt was abandoned
     record = {"algo": DIGEST_ALGO, "files": digests}
     name = f"{INTERNAL_PREFIX}digest.rank-{rank}.json"
-    deadline = time.monotonic() + 3600
-    while time.monotonic() < deadline:
-        for base in candidates():
-            if os.path.isdir(base):
-                try:
-                    atomic_write_json(os.path.join(base, name), record, sync=False)
-                    return
-                except FileNotFoundError:
-                    pass  # renamed under us: look again
-        time.sleep(0.05)
+    for _ in range(100):  # a rename can race with the write; then look again
+        bases = [b for b in candidates() if os.path.isdir(b)]
+        if not bases:
+            return  # neither staged nor committed any more: retention deleted it
+        try:
+            atomic_write_json(os.path.join(bases[0], name), record, sync=False)
+            return
+        except FileNotFoundError:
+            time.sleep(0.01)
 
 
 def verify_checkpoint(path: str) -> List[str]:

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from typing import Any, Optional
 
 try:  # xxh3 hashes at memory speed; blake2b is the stdlib fallback
@@ -150,6 +151,11 @@ class Background:
             finally:
                 self._q.task_done()
 
-    def drain(self) -> None:
-        if self._thread is not None:
-            self._q.join()
+    def drain(self, timeout: float = 600.0) -> bool:
+        """Wait until every submitted chore ran (True), or ``timeout`` seconds (False)."""
+        deadline = time.monotonic() + timeout
+        while self._thread is not None and self._q.unfinished_tasks:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
