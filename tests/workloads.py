@@ -138,11 +138,11 @@ def kill_during_checkpoint(config):
             real = commit._copy_file
             calls = []
 
-            def copy_then_die(src, dst, *, sync):
+            def copy_then_die(src, dst):
                 calls.append(src)
                 if len(calls) == 2:
                     os.kill(os.getpid(), signal.SIGKILL)
-                return real(src, dst, sync=sync)
+                return real(src, dst)
 
             commit._copy_file = copy_then_die
         hpctrain.report({"step": step},

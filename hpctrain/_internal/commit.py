@@ -45,6 +45,7 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     os.makedirs(tmp, exist_ok=True)
     move = _is_staged(run, src)
     files: Dict[str, Dict[str, Any]] = {}
+    flushes = []  # fsyncs run beside the copies, several at once: the disk merges them
     try:
         for rel in walk_files(src):
             if os.path.basename(rel).startswith(INTERNAL_PREFIX):
@@ -56,19 +57,22 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
                 # rank already put a file of that name here (rename would replace it)
                 _claim(lambda: os.link(s, d), rel, rank)
                 os.unlink(s)
-                files[rel] = {"size": os.path.getsize(d)}
             else:
-                _claim(lambda: _copy_file(s, d, sync=sync), rel, rank)
-                files[rel] = {"size": os.path.getsize(d)}
+                _claim(lambda: _copy_file(s, d), rel, rank)
+            files[rel] = {"size": os.path.getsize(d)}
+            if sync:
+                flushes.append(_flusher().submit(fsync_path, d))
+        for f in flushes:
+            f.result()
     except OSError as e:
         raise CheckpointError(
             f"rank {rank}: writing the checkpoint of report {iteration} failed: {e}. "
             "The previous committed checkpoint is untouched."
         ) from e
+    finally:
+        for f in flushes:
+            f.cancel()
     if move:
-        if sync:
-            for rel in files:
-                fsync_path(os.path.join(tmp, rel))
         shutil.rmtree(src, ignore_errors=True)
     if sync:
         for d in {os.path.dirname(os.path.join(tmp, rel)) for rel in files} | {tmp}:
@@ -78,7 +82,7 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     return manifest
 
 
-def _copy_file(src: str, dst: str, *, sync: bool) -> None:
+def _copy_file(src: str, dst: str) -> None:
     """Copy into a file created here (O_EXCL: fails if another rank made it first),
     in the kernel (sendfile), as ``shutil.copyfile`` does. Not copyfile itself: it would
     reopen the file with O_TRUNC, and ext4 flushes a truncated-then-rewritten file on
@@ -93,12 +97,22 @@ def _copy_file(src: str, dst: str, *, sync: bool) -> None:
                 if sent == 0:
                     break
                 offset += sent
-            if sync:
-                os.fsync(fout)
         finally:
             os.close(fout)
     finally:
         os.close(fin)
+
+
+_FLUSHER = None
+
+
+def _flusher():
+    global _FLUSHER
+    if _FLUSHER is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _FLUSHER = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hpctrain-fsync")
+    return _FLUSHER
 
 
 def _claim(create, rel: str, rank: int) -> None:
