@@ -25,7 +25,7 @@ import os
 import shutil
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..checkpoint import Checkpoint
 from ..cluster_env import WorkerInfo
@@ -107,7 +107,7 @@ class Session:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
             self._staged_since_agreement = True
         if rank == 0:
-            self._reports_since_agreement[iteration] = (metrics, started)
+            self._reports_since_agreement[iteration] = (dict(metrics), started)
         published = self._agree(iteration) if iteration >= self._next_agreement else {}
         name = published.get(iteration)
         if files:  # after the commit, so that hashing never competes with it
@@ -271,5 +271,3 @@ def get_session(caller: str = "this function") -> Session:
 def current_session() -> Optional[Session]:
     return _SESSION
 
-
-Callback = Callable[[Dict[str, Any]], None]

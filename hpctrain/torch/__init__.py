@@ -57,7 +57,6 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: Optiona
                   parallel_strategy_kwargs: Optional[Dict[str, Any]] = None):
     """Move ``model`` to this rank's device and wrap it in DistributedDataParallel when the
     run has more than one rank (``parallel_strategy=None`` skips the wrap)."""
-    import torch
     import torch.distributed as dist
 
     device = get_device()
