@@ -8,6 +8,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 echo "== installing hpctrain[torch,dev] (editable)"
 python3 -m pip install -q -e '.[torch,dev]'
 
+echo "== starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine)"
+bash scripts/slurm-cluster.sh start
+
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 echo "== running the test suite"
 set +e
