@@ -20,8 +20,7 @@ def sbatch(script: str, *, timeout: float = 120.0) -> str:
     p = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True,
                        check=True)
     job_id = p.stdout.strip().split(";")[0]
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    for _ in range(int(timeout / 0.5)):
         q = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True)
         if not q.stdout.strip():
             return job_id
