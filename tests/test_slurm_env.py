@@ -1,7 +1,6 @@
 """WorkerInfo derived inside real Slurm job steps (srun) and real Open MPI ranks started by
 mpirun inside an allocation — the environments cluster_env's tables stand for."""
 import ast
-import os
 
 import pytest
 
