@@ -6,10 +6,12 @@ import pytest
 
 import slurm
 
-PRINT_INFO = (
+# each rank writes its own file: lines of ranks sharing one output stream can interleave
+WRITE_INFO = (
     "python3 -c \"from hpctrain.cluster_env import worker_info_from_env as w; i = w(); "
-    "print(repr((i.world_rank, i.local_rank, i.node_rank, i.world_size, i.local_world_size, "
-    "i.hosts, i.master_addr, i.launcher, i.scheduler, i.job_id, i.master_port)))\"")
+    "open('{out}/rank-%d' % i.world_rank, 'w').write(repr((i.world_rank, i.local_rank, "
+    "i.node_rank, i.world_size, i.local_world_size, i.hosts, i.master_addr, i.launcher, "
+    "i.scheduler, i.job_id, i.master_port)))\"")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -18,13 +20,15 @@ def cluster():
 
 
 def run_job(tmp_path, launch: str):
-    out = tmp_path / "out.txt"
-    script = (f"#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=2 -o {out}\n"
-              "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n"
-              f"{launch} {PRINT_INFO}\n")
+    out = tmp_path / "ranks"
+    out.mkdir()
+    script = (f"#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=2 -o {tmp_path}/job.out\n"
+              "export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n"
+              f"{launch} {WRITE_INFO.format(out=out)}\n")
     job_id = slurm.sbatch(script)
-    lines = [l for l in out.read_text().splitlines() if l.startswith("(")]
-    return job_id, sorted(ast.literal_eval(l) for l in lines)
+    rows = sorted(ast.literal_eval(p.read_text()) for p in out.iterdir())
+    assert len(rows) == 4, (tmp_path / "job.out").read_text()
+    return job_id, rows
 
 
 @pytest.mark.parametrize("launch, launcher", [
