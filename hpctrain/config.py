@@ -52,10 +52,6 @@ class ScalingConfig:
                 )
             self.num_workers = expected
 
-    @property
-    def total_workers(self) -> int:
-        return self.num_workers
-
 
 @dataclass
 class CheckpointConfig:

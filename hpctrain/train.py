@@ -79,11 +79,10 @@ from .checkpoint import DICT_FILE, Checkpoint
 from .config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
                      default_storage_path)
 from .errors import ConfigError, TrainingFailedError
-from .result import Result
 from ._internal.fsutil import atomic_write_bytes, json_default, remove_tree
 from ._internal.session import current_session
 from ._internal.storage import ResultTail, RunDir, checkpoints_to_delete
-from ._internal.supervisor import FAILED
+from .trainer import result_or_raise
 
 TorchConfig = _hpctrain_torch.TorchConfig
 
@@ -531,11 +530,7 @@ class _Run:
             tick(final=True)
         finally:
             self._clean_up(run)
-        if status == FAILED:
-            result = Result.from_path(run.path)
-            err = result.error or TrainingFailedError("training failed", result=result)
-            err.result = result
-            raise err
+        result_or_raise(run.path, status)
         last = run.attempt_dir(len(run.read_state()["attempts"]))
         self.return_values = [cloudpickle.loads(Path(last, f"return.rank-{r}.pkl").read_bytes())
                               for r in range(self.trainer._num_workers)]

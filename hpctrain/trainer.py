@@ -127,12 +127,7 @@ class DataParallelTrainer:
         with run.exclusive():  # refuse a second live run of this directory before touching it
             self._prepare_run()
             status = self._run_local(run)
-        result = Result.from_path(run.path)
-        if status == FAILED:
-            err = result.error or TrainingFailedError("training failed", result=result)
-            err.result = result
-            raise err
-        return result
+        return result_or_raise(run.path, status)
 
     def _run_local(self, run: RunDir, on_tick: Optional[Callable[[], None]] = None) -> str:
         from .launchers.local import LocalLauncher
@@ -228,6 +223,17 @@ def _failure_config(state: Dict[str, Any]):
     from .config import FailureConfig
 
     return FailureConfig(max_failures=int(state.get("max_failures", 0)))
+
+
+def result_or_raise(path: str, status: str) -> Result:
+    """The Result of a run that ended with ``status``; raises its TrainingFailedError
+    (carrying the Result) when it FAILED."""
+    result = Result.from_path(path)
+    if status == FAILED:
+        err = result.error or TrainingFailedError("training failed", result=result)
+        err.result = result
+        raise err
+    return result
 
 
 def trainer_from_spec(spec) -> DataParallelTrainer:

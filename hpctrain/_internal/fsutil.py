@@ -98,13 +98,6 @@ def walk_files(root: str) -> list[str]:
     return out
 
 
-def same_filesystem(a: str, b: str) -> bool:
-    try:
-        return os.stat(a).st_dev == os.stat(b).st_dev
-    except FileNotFoundError:
-        return False
-
-
 def rename_aside(path: str) -> Optional[str]:
     """Rename ``path`` to a ``.deleting_`` sibling (one atomic step, so nobody sees it
     half-deleted) and return the new name; None if it is already gone."""

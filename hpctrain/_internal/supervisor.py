@@ -51,7 +51,6 @@ class Supervisor:
         self.kill_grace_s = kill_grace_s
         self.extra_env = extra_env or {}
         self.first_checkpoint_index = first_checkpoint_index
-        self.last_failure: Optional[Failure] = None
 
     def run_to_end(self) -> str:
         """Run attempts until success or until failures exceed ``max_failures``.
@@ -115,7 +114,6 @@ class Supervisor:
             return FINISHED
         group.terminate(self.kill_grace_s)
         failure = self._root_cause(attempt, failed)
-        self.last_failure = failure
         self._end_attempt(attempt, FAILED, failure)
         self.on_tick()
         with self.run.update_state() as s:
