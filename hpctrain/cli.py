@@ -1,10 +1,18 @@
 """The ``hpctrain`` command line.
 
-    hpctrain run job.toml [--set scaling.num_workers=4 ...]   run locally, show progress
-    hpctrain validate job.toml [--set ...]                     check a job file, run nothing
-    hpctrain results RUN_DIR                                   metrics and checkpoints of a run
+    hpctrain run job.toml [--set scaling.num_workers=4 ...]   run here, show progress
+    hpctrain validate job.toml [--site S] [--set ...]          check a job file, run nothing
+    hpctrain render job.toml [--site S] [--set ...]            print the batch script
+    hpctrain submit job.toml [--site S] [--set ...] [--follow] submit it (Slurm, PBS)
+    hpctrain status RUN [--follow]                             run and job state
+    hpctrain logs RUN [--rank R] [--follow]                    a rank's output
+    hpctrain cancel RUN                                        cancel the run's job
+    hpctrain results RUN                                       metrics and checkpoints
+    hpctrain sites [NAME]                                      known site configs
 
-Exit codes: 0 success, 1 the training failed, 2 bad input (nothing was started).
+RUN is a run directory, or a run name under $HPCTRAIN_STORAGE_PATH (~/hpctrain_results).
+Exit codes: 0 success, 1 the training failed, 2 bad input (nothing was started or
+submitted), 130 interrupted or detached.
 """
 from __future__ import annotations
 
@@ -17,10 +25,18 @@ from . import __version__
 from .errors import ConfigError, HpctrainError, TrainingFailedError
 
 
-def _add_spec_args(p: argparse.ArgumentParser) -> None:
+def _add_spec_args(p: argparse.ArgumentParser, site: bool = True) -> None:
     p.add_argument("job", help="the job spec (TOML)")
+    if site:
+        p.add_argument("--site", default=None, metavar="NAME",
+                       help="site config to layer under the job file (see `hpctrain sites`); "
+                            "overrides the file's own site = \"...\"")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec value, e.g. --set scaling.num_workers=4 (repeatable)")
+
+
+def _add_run_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a run directory, or a run name under $HPCTRAIN_STORAGE_PATH")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,21 +49,243 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a job spec here, with live progress",
                          description="Run the training a job spec describes on this machine "
                                      "(num_workers local processes) and print its result.")
-    _add_spec_args(run)
+    _add_spec_args(run, site=False)
     val = sub.add_parser("validate", help="check a job spec; print the resolved spec",
                          description="Check a job spec (types, unknown keys, entry point) and "
                                      "print the resolved spec. Starts nothing.")
     _add_spec_args(val)
+    ren = sub.add_parser("render", help="print the batch script of a job spec",
+                         description="Print the exact batch script `hpctrain submit` would "
+                                     "submit (byte for byte, with the same run name). "
+                                     "`hpctrain render job.toml > job.sh && sbatch job.sh` "
+                                     "works by hand. Submits nothing, creates nothing.")
+    _add_spec_args(ren)
+    smt = sub.add_parser("submit", help="submit a job spec to Slurm or PBS",
+                         description="Check the spec against its site's limits, prepare the "
+                                     "run directory, write job.sh and submit it. Prints the "
+                                     "job id and the run directory.")
+    _add_spec_args(smt)
+    smt.add_argument("--dry-run", action="store_true",
+                     help="print the script and the submit command; submit nothing")
+    smt.add_argument("--follow", action="store_true",
+                     help="show progress until the job ends (Ctrl-C detaches)")
+    sta = sub.add_parser("status", help="state of a run and its batch job",
+                         description="Show a run's state, its jobs and its latest metrics.")
+    _add_run_arg(sta)
+    sta.add_argument("--follow", action="store_true",
+                     help="show progress until the job ends (Ctrl-C detaches)")
+    logs = sub.add_parser("logs", help="print a rank's output",
+                          description="Print the output of one rank of the run's latest job "
+                                      "(logs/<job>/rank-R.out).")
+    _add_run_arg(logs)
+    logs.add_argument("--rank", type=int, default=0, help="which rank (default 0)")
+    logs.add_argument("--job", default=None, help="which job id (default: the latest)")
+    logs.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing new output until the job ends")
+    can = sub.add_parser("cancel", help="cancel the run's batch job",
+                         description="Cancel the run's latest job (scancel / qdel). "
+                                     "Committed checkpoints stay; the run can be resumed.")
+    _add_run_arg(can)
     res = sub.add_parser("results", help="show metrics and checkpoints of a run",
                          description="Show the status, last metrics and checkpoints of a run.")
-    res.add_argument("run", help="a run directory")
+    _add_run_arg(res)
+    sit = sub.add_parser("sites", help="list the site configs hpctrain knows",
+                         description="List site configs (package, /etc/hpctrain/sites, "
+                                     "$HPCTRAIN_SITE_PATH), or show one.")
+    sit.add_argument("name", nargs="?", help="show this site's file")
     return p
 
 
-def _load(args):
+def _load(args, check_limits: bool = True):
     from .spec import load_job_spec
 
-    return load_job_spec(args.job, args.overrides)
+    return load_job_spec(args.job, args.overrides, site=getattr(args, "site", None),
+                         check_limits=check_limits)
+
+
+def _rerender_command(args, run_name: str) -> str:
+    import shlex
+
+    words = ["hpctrain", "render", os.path.abspath(args.job)]
+    if args.site:
+        words += ["--site", args.site]
+    for o in args.overrides:
+        if not o.startswith("run.name="):
+            words += ["--set", o]
+    words += ["--set", f"run.name={run_name}"]
+    return shlex.join(words)
+
+
+def _batch_trainer(args):
+    from .trainer import trainer_from_spec
+
+    spec = _load(args)
+    if spec.scheduler.kind == "local":
+        raise ConfigError("scheduler.kind: expected \"slurm\" or \"pbs\" to render or submit "
+                          "a batch job, got \"local\"", file=spec.where("scheduler.kind"),
+                          hint="give a site (--site NAME, `hpctrain sites` lists them) or "
+                               "--set scheduler.kind=slurm; `hpctrain run` runs here")
+    trainer = trainer_from_spec(spec)
+    return spec, trainer
+
+
+def cmd_render(args) -> int:
+    from ._internal.submission import render
+
+    spec, trainer = _batch_trainer(args)
+    _, script = render(trainer, spec, _rerender_command(args, trainer.run_name))
+    sys.stdout.write(script)
+    return 0
+
+
+def cmd_submit(args) -> int:
+    from ._internal import submission
+
+    spec, trainer = _batch_trainer(args)
+    rerender = _rerender_command(args, trainer.run_name)
+    if args.dry_run:
+        request, script = submission.render(trainer, spec, rerender)
+        sys.stdout.write(script)
+        cmd = "sbatch" if request.scheduler.name == "slurm" else "qsub"
+        print(f"# dry run: would write {trainer.run_path}/job.sh and run `{cmd}` on it",
+              file=sys.stderr)
+        return 0
+    sub = submission.submit(trainer, spec, rerender=rerender)
+    print(f"submitted {sub.scheduler} job {sub.job_id}")
+    print(f"run directory: {sub.run_path}")
+    print(f"  hpctrain status {sub.run_path} --follow")
+    if args.follow:
+        return _follow(sub.run_path)
+    return 0
+
+
+def _follow(run_path: str) -> int:
+    from ._internal import submission
+
+    status = submission.follow(run_path)
+    try:
+        result = submission.result_of(run_path, status)
+    except TrainingFailedError as e:
+        print(f"[hpctrain] training FAILED: {e}", file=sys.stderr)
+        if e.worker_traceback:
+            print(e.worker_traceback.rstrip(), file=sys.stderr)
+        return 1
+    _print_summary(result)
+    return 0
+
+
+def cmd_status(args) -> int:
+    from ._internal import submission
+    from .schedulers import get_scheduler
+
+    run = submission.resolve_run(args.run)
+    if args.follow:
+        return _follow(run.path)
+    state = run.read_state()
+    print(f"run {run.name}: {state.get('status', 'UNKNOWN')}  ({run.path})")
+    print(f"  attempts {len(state.get('attempts', []))}, failures {state.get('failures', 0)}"
+          + (f", restart count {state['restart_count']}" if "restart_count" in state else ""))
+    for sub in state.get(submission.SUBMISSIONS) or []:
+        try:
+            js = get_scheduler(sub["scheduler"]).state(sub["job_id"])
+            where = f" on {js.nodes}" if js.nodes else ""
+            reason = f" ({js.reason})" if js.reason and js.reason != "None" else ""
+            print(f"  {sub['scheduler']} job {sub['job_id']}: {js.state}{reason}{where}")
+        except Exception as e:  # noqa: BLE001 - show what is known
+            print(f"  {sub['scheduler']} job {sub['job_id']}: state unknown ({e})")
+    from ._internal.progress import user_metrics
+    from ._internal.storage import read_results
+
+    rows = read_results(run.path) if os.path.exists(run.result_file) else []
+    if rows:
+        last = rows[-1]
+        print(f"  iteration {last.get('_training_iteration')}: " + ", ".join(
+            f"{k}={v}" for k, v in user_metrics(last).items()))
+    latest = run.latest_checkpoint()
+    if latest:
+        print(f"  latest checkpoint: {latest.path}")
+    if os.path.exists(run.error_file):
+        print(f"  error: {run.error_file}")
+    return 0
+
+
+def cmd_logs(args) -> int:
+    import time
+
+    from ._internal import submission
+    from .schedulers import get_scheduler
+
+    run = submission.resolve_run(args.run)
+    ids = submission.job_ids(run)
+    state = run.read_state() if run.exists() else {}
+    job_id = args.job or (ids[-1] if ids else (state.get("job_ids") or [None])[-1])
+    if job_id is None:
+        raise ConfigError(f"{run.path} has no job yet", hint="hpctrain submit job.toml")
+    path = os.path.join(run.logs_dir(job_id), f"rank-{args.rank}.out")
+    sched = next((s["scheduler"] for s in state.get(submission.SUBMISSIONS) or []
+                  if s["job_id"] == job_id), None)
+    if not os.path.exists(path) and not args.follow:
+        raise ConfigError(f"no output of rank {args.rank} in job {job_id} yet: {path}",
+                          hint="ranks write it once they start; use --follow to wait")
+    pos = 0
+    while True:
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos += len(chunk)
+            if chunk:
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+        if not args.follow:
+            return 0
+        if sched is None or get_scheduler(sched).state(job_id).done:
+            if os.path.exists(path):  # the last bytes
+                with open(path, "rb") as f:
+                    f.seek(pos)
+                    sys.stdout.write(f.read().decode(errors="replace"))
+            return 0
+        time.sleep(1.0)
+
+
+def cmd_cancel(args) -> int:
+    from ._internal import submission
+    from .schedulers import get_scheduler
+
+    run = submission.resolve_run(args.run)
+    job = submission.last_job(run)
+    if job is None:
+        raise ConfigError(f"{run.path} has no submitted job to cancel")
+    get_scheduler(job["scheduler"]).cancel(job["job_id"])
+    print(f"cancelled {job['scheduler']} job {job['job_id']}; committed checkpoints in "
+          f"{run.checkpoints_dir} stay, and submitting the run again resumes it")
+    return 0
+
+
+def cmd_sites(args) -> int:
+    from .sites import available_sites, load_site, search_path
+
+    if args.name:
+        site = load_site(args.name)
+        with open(site.path) as f:
+            sys.stdout.write(f.read())
+        print(f"# {site.path}", file=sys.stderr)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="hpctrain sites", title_justify="left")
+    for col in ("name", "scheduler", "description", "file"):
+        t.add_column(col)
+    for name, path in sorted(available_sites().items()):
+        try:
+            site = load_site(name)
+            t.add_row(name, site.scheduler, site.description, path)
+        except ConfigError as e:
+            t.add_row(name, "?", f"[red]invalid[/red]: {e}", path)
+    Console().print(t)
+    print("search path: " + os.pathsep.join(search_path()))
+    return 0
 
 
 def cmd_validate(args) -> int:
@@ -63,7 +301,8 @@ def cmd_validate(args) -> int:
 def cmd_run(args) -> int:
     from .trainer import trainer_from_spec
 
-    trainer = trainer_from_spec(_load(args))
+    trainer = trainer_from_spec(_load(args, check_limits=False))
+    trainer._local_only = True  # `run` runs here, whatever scheduler the spec names
     try:
         result = trainer.fit()
     except TrainingFailedError as e:
@@ -94,7 +333,9 @@ def cmd_results(args) -> int:
     from ._internal.storage import RunDir
     from .result import Result
 
-    run = RunDir(args.run)
+    from ._internal.submission import resolve_run
+
+    run = resolve_run(args.run)
     if not run.exists():
         raise ConfigError(f"{args.run}: not a run directory (no state.json)",
                           hint="pass the directory <storage_path>/<name> of a run")
@@ -132,7 +373,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.command is None:
         parser.print_help()
         sys.exit(2)
-    handler = {"run": cmd_run, "validate": cmd_validate, "results": cmd_results}[args.command]
+    handler = {"run": cmd_run, "validate": cmd_validate, "results": cmd_results,
+               "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
+               "logs": cmd_logs, "cancel": cmd_cancel, "sites": cmd_sites}[args.command]
     try:
         code = handler(args)
     except ConfigError as e:

@@ -585,3 +585,31 @@ def worker_info_from_env(env: Mapping[str, str] | None = None, *,
         hosts=hosts, master_addr=master_addr, master_port=master_port, job_id=job_id,
         restart_count=restart_count, launcher=launcher, scheduler=scheduler,
     )
+
+
+def gpu_binding(mode: str, *, local_rank: int, local_world_size: int,
+                gpus_per_worker: int = 1) -> Optional[str]:
+    """The devices one rank sees when the site binds GPUs per rank (the value of
+    ``CUDA_VISIBLE_DEVICES`` or ``ROCR_VISIBLE_DEVICES``), or None for ``"none"``.
+
+    ``local_rank``: rank r gets devices r·g … r·g+g-1 (LUMI's ``ROCR_VISIBLE_DEVICES=
+    $SLURM_LOCALID``). ``local_rank_reverse``: counted from the last device (ALCF Polaris'
+    ``set_affinity_gpu_polaris.sh``, which pairs rank 0 with GPU 3 for the CPU/NIC
+    topology).
+
+    >>> gpu_binding("local_rank", local_rank=1, local_world_size=4)
+    '1'
+    >>> gpu_binding("local_rank_reverse", local_rank=0, local_world_size=4)
+    '3'
+    >>> gpu_binding("local_rank", local_rank=1, local_world_size=2, gpus_per_worker=2)
+    '2,3'
+    """
+    if mode == "none":
+        return None
+    total = local_world_size * gpus_per_worker
+    devices = [local_rank * gpus_per_worker + i for i in range(gpus_per_worker)]
+    if mode == "local_rank_reverse":
+        devices = [total - 1 - d for d in devices]
+    elif mode != "local_rank":
+        raise ValueError(f"unknown GPU binding {mode!r}")
+    return ",".join(str(d) for d in devices)

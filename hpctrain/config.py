@@ -34,15 +34,26 @@ class ScalingConfig:
     resources_per_worker: Optional[Dict[str, float]] = None
     num_nodes: Optional[int] = None
     workers_per_node: Optional[int] = None
+    cpus_per_worker: Optional[int] = None
+    gpus_per_worker: Optional[int] = None
+    mem_per_worker: Optional[str] = None
 
     def __post_init__(self) -> None:
         _check_int("scaling.num_workers", self.num_workers, minimum=1)
         if not isinstance(self.use_gpu, bool):
             raise ConfigError(f"scaling.use_gpu: expected true or false, got {self.use_gpu!r}")
-        if self.num_nodes is not None:
-            _check_int("scaling.num_nodes", self.num_nodes, minimum=1)
-        if self.workers_per_node is not None:
-            _check_int("scaling.workers_per_node", self.workers_per_node, minimum=1)
+        for key in ("num_nodes", "workers_per_node", "cpus_per_worker"):
+            if getattr(self, key) is not None:
+                _check_int(f"scaling.{key}", getattr(self, key), minimum=1)
+        if self.gpus_per_worker is not None:
+            _check_int("scaling.gpus_per_worker", self.gpus_per_worker, minimum=0)
+        if self.mem_per_worker is not None:
+            from .units import UnitError, parse_memory
+
+            try:
+                parse_memory(self.mem_per_worker)
+            except UnitError as e:
+                raise ConfigError(f"scaling.mem_per_worker: {e}", hint=e.hint) from None
         if self.num_nodes and self.workers_per_node:
             expected = self.num_nodes * self.workers_per_node
             if self.num_workers not in (1, expected):
@@ -51,6 +62,49 @@ class ScalingConfig:
                     f" = {expected}; give one or make them agree"
                 )
             self.num_workers = expected
+        elif self.num_nodes and self.num_workers % self.num_nodes:
+            raise ConfigError(
+                f"scaling: num_workers={self.num_workers} does not divide evenly over "
+                f"num_nodes={self.num_nodes}",
+                hint="give workers_per_node, or a num_workers that is a multiple of num_nodes")
+        elif self.workers_per_node and self.num_workers % self.workers_per_node:
+            raise ConfigError(
+                f"scaling: num_workers={self.num_workers} is not a multiple of "
+                f"workers_per_node={self.workers_per_node}")
+
+    @property
+    def nodes(self) -> int:
+        """Nodes of the allocation: ``num_nodes``, else ``num_workers / workers_per_node``,
+        else 1 (every worker on one node)."""
+        if self.num_nodes:
+            return self.num_nodes
+        if self.workers_per_node:
+            return self.num_workers // self.workers_per_node
+        return 1
+
+    @property
+    def per_node(self) -> int:
+        """Workers on each node."""
+        return self.num_workers // self.nodes
+
+    @property
+    def gpus_each(self) -> int:
+        """GPUs per worker: ``gpus_per_worker``, else ``resources_per_worker["GPU"]``, else
+        1 with ``use_gpu`` and 0 without."""
+        if self.gpus_per_worker is not None:
+            return self.gpus_per_worker
+        res = self.resources_per_worker or {}
+        if "GPU" in res:
+            return int(res["GPU"])
+        return 1 if self.use_gpu else 0
+
+    @property
+    def cpus_each(self) -> Optional[int]:
+        """CPUs per worker: ``cpus_per_worker``, else ``resources_per_worker["CPU"]``."""
+        if self.cpus_per_worker is not None:
+            return self.cpus_per_worker
+        res = self.resources_per_worker or {}
+        return int(res["CPU"]) if "CPU" in res else None
 
 
 @dataclass
@@ -125,6 +179,90 @@ class RunConfig:
             check_run_name(self.name, key="run.name")
         if self.verbose not in (0, 1, 2):
             raise ConfigError(f"run.verbose: expected 0, 1 or 2, got {self.verbose!r}")
+
+
+GPU_BINDINGS = ("none", "local_rank", "local_rank_reverse")
+LAUNCHERS = ("srun", "mpiexec", "mpirun", "local")
+
+
+@dataclass
+class SchedulerConfig:
+    """Where and how the job runs: the batch system, the allocation request and the
+    launcher inside it. ``kind="local"`` (the default) runs on this machine.
+
+    ``time`` is a walltime string (``"02:00:00"``, ``"1-12:00:00"``, ``"90m"``);
+    ``directives`` is a map of extra scheduler options keyed by option name (Slurm:
+    ``{"mail-type": "END"}`` → ``#SBATCH --mail-type=END``; PBS: ``{"filesystems":
+    "home:eagle"}`` → ``#PBS -l filesystems=home:eagle``). An empty string removes a
+    directive set by an earlier layer (site config or hpctrain's own).
+    """
+
+    kind: str = "local"
+    partition: Optional[str] = None
+    queue: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    constraint: Optional[str] = None
+    time: Optional[str] = None
+    after: Optional[str] = None
+    launcher: Optional[str] = None
+    launcher_args: List[str] = field(default_factory=list)
+    gpu_binding: str = "none"
+    gpu_binding_var: str = "CUDA_VISIBLE_DEVICES"
+    python: Optional[str] = None
+    directives: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("local", "slurm", "pbs"):
+            raise ConfigError(f"scheduler.kind: expected \"local\", \"slurm\" or \"pbs\", "
+                              f"got {self.kind!r}")
+        if self.time is not None:
+            from .units import UnitError, parse_walltime
+
+            try:
+                parse_walltime(self.time)
+            except UnitError as e:
+                raise ConfigError(f"scheduler.time: {e}", hint=e.hint) from None
+        if self.launcher is not None and self.launcher not in LAUNCHERS:
+            raise ConfigError(f"scheduler.launcher: expected one of {', '.join(LAUNCHERS)}, "
+                              f"got {self.launcher!r}")
+        if self.gpu_binding not in GPU_BINDINGS:
+            raise ConfigError(f"scheduler.gpu_binding: expected one of "
+                              f"{', '.join(GPU_BINDINGS)}, got {self.gpu_binding!r}")
+        self.launcher_args = list(self.launcher_args or [])
+        self.directives = dict(self.directives or {})
+
+    @property
+    def walltime_s(self) -> Optional[int]:
+        from .units import parse_walltime
+
+        return None if self.time is None else parse_walltime(self.time)
+
+    @property
+    def launcher_name(self) -> str:
+        """The launcher inside the allocation: as set, else srun under Slurm, mpiexec
+        under PBS, the local spawner otherwise."""
+        return self.launcher or {"slurm": "srun", "pbs": "mpiexec"}.get(self.kind, "local")
+
+
+def SlurmConfig(**kwargs: Any) -> SchedulerConfig:
+    """``SchedulerConfig(kind="slurm", ...)``: ``TorchTrainer(..., scheduler=SlurmConfig(
+    partition="gpu", time="02:00:00"))``."""
+    return SchedulerConfig(kind="slurm", **kwargs)
+
+
+def PbsConfig(**kwargs: Any) -> SchedulerConfig:
+    """``SchedulerConfig(kind="pbs", ...)``."""
+    return SchedulerConfig(kind="pbs", **kwargs)
+
+
+@dataclass
+class SetupConfig:
+    """Shell set-up before training in the batch job: ``module load`` each of
+    ``modules`` in order, then run ``commands`` (e.g. ``source ~/venv/bin/activate``)."""
+
+    modules: List[str] = field(default_factory=list)
+    commands: List[str] = field(default_factory=list)
 
 
 def _check_int(key: str, value: Any, minimum: int) -> None:

@@ -32,7 +32,8 @@ except ImportError:  # pragma: no cover - Python < 3.11
 
 import tomli_w
 
-from .config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from .config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
+                     SchedulerConfig, SetupConfig)
 from .errors import ConfigError
 
 __all__ = [
@@ -42,20 +43,27 @@ __all__ = [
 BACKENDS = ("torch", "tensorflow", "horovod", "mpi")
 
 # --------------------------------------------------------------------------- schema
-# Value kinds: "int" (not bool), "bool", "str", "numbers" (table of str -> int/float).
+# Value kinds: "int" (not bool), "bool", "str", "numbers" (table of str -> int/float),
+# "strlist" (array of strings), "directives" (table of option -> string/number/true),
+# "walltime" and "memory" (strings with units, see hpctrain.units).
 _EXPECTED = {
     "int": "an integer",
     "bool": "true or false",
     "str": "a string",
     "numbers": "a table of numbers",
+    "strlist": "an array of strings",
+    "directives": "a table of option = value",
+    "walltime": 'a walltime string such as "02:00:00"',
+    "memory": 'a memory size such as "4G"',
 }
 
-#: Allowed keys per section; ``None`` marks a free-form table ([config]).
+#: Allowed keys per section; ``None`` marks a free-form table ([config], [env]).
 SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
     "job": {"entrypoint": "str", "backend": "str"},
     "scaling": {
         "num_workers": "int", "use_gpu": "bool", "num_nodes": "int",
         "workers_per_node": "int", "resources_per_worker": "numbers",
+        "cpus_per_worker": "int", "gpus_per_worker": "int", "mem_per_worker": "memory",
     },
     "run": {"name": "str", "storage_path": "str", "verbose": "int"},
     "checkpoint": {
@@ -63,6 +71,14 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
         "checkpoint_score_order": "str", "sync_to_disk": "bool",
     },
     "failure": {"max_failures": "int"},
+    "scheduler": {
+        "kind": "str", "partition": "str", "queue": "str", "account": "str", "qos": "str",
+        "constraint": "str", "time": "walltime", "after": "str", "launcher": "str",
+        "launcher_args": "strlist", "gpu_binding": "str", "gpu_binding_var": "str",
+        "python": "str", "directives": "directives",
+    },
+    "setup": {"modules": "strlist", "commands": "strlist"},
+    "env": None,
     "config": None,
     # Backend options: one section per backend name.
     "torch": {"backend": "str", "timeout_s": "int"},
@@ -71,11 +87,21 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
     "mpi": {"timeout_s": "int"},
 }
 
+#: Top-level keys that are not sections.
+TOP_LEVEL = {"site": "str"}
+
+#: Table kinds whose entries merge key by key across layers (site < job file < --set).
+_MERGED_TABLES = ("numbers", "directives")
+
 _CHOICES: Dict[str, Sequence[str]] = {
     "job.backend": BACKENDS,
     "torch.backend": ("gloo", "nccl", "auto"),
+    "scheduler.kind": ("local", "slurm", "pbs"),
+    "scheduler.launcher": ("srun", "mpiexec", "mpirun", "local"),
+    "scheduler.gpu_binding": ("none", "local_rank", "local_rank_reverse"),
 }
 _MINIMUM: Dict[str, int] = {f"{b}.timeout_s": 1 for b in BACKENDS}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _KIND_NAMES = [
     (bool, "boolean"), (int, "integer"), (float, "float"), (str, "string"),
@@ -103,13 +129,17 @@ def _show(value: Any) -> str:
 
 
 def _matches(kind: str, value: Any) -> bool:
+    if kind in ("walltime", "memory"):
+        return True  # hpctrain.units explains what is wrong
+    if kind == "strlist":
+        return isinstance(value, list)
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "bool":
         return isinstance(value, bool)
     if kind == "str":
         return isinstance(value, str)
-    return isinstance(value, dict)  # "numbers": entries checked separately
+    return isinstance(value, dict)  # "numbers", "directives": entries checked separately
 
 
 def _did_you_mean(name: str, valid: Sequence[str]) -> Optional[str]:
@@ -118,13 +148,14 @@ def _did_you_mean(name: str, valid: Sequence[str]) -> Optional[str]:
 
 
 class _Ctx:
-    """Where values came from: the file, or (per dotted key) a command-line override."""
+    """Where values came from: the job file, or (per dotted key) the site config or the
+    command-line override (``origins`` maps dotted keys to those places)."""
 
     def __init__(self, file: Optional[str], origins: Optional[Mapping[str, str]] = None):
         self.file = file
         self.origins = dict(origins or {})
 
-    def override_for(self, key: str) -> Optional[str]:
+    def _origin(self, key: str) -> Optional[str]:
         parts = key.split(".")
         for n in range(len(parts), 0, -1):
             found = self.origins.get(".".join(parts[:n]))
@@ -132,9 +163,14 @@ class _Ctx:
                 return found
         return None
 
+    def override_for(self, key: str) -> Optional[str]:
+        """The ``override '...'`` that set ``key``, if one did."""
+        found = self._origin(key)
+        return found if found is not None and found.startswith("override ") else None
+
     def where(self, key: str) -> Optional[str]:
-        override = self.override_for(key)
-        return f"override {override!r}" if override is not None else self.file
+        found = self._origin(key)
+        return found if found is not None else self.file
 
     def error(self, key: str, message: str, hint: Optional[str] = None) -> ConfigError:
         return ConfigError(f"{key}: {message}", file=self.where(key), hint=hint)
@@ -145,6 +181,27 @@ class _Ctx:
             return err
         key = err.message.split(":", 1)[0]
         return ConfigError(err.message, file=self.where(key), hint=err.hint)
+
+
+def _check_env(ctx: _Ctx, table: Any) -> Dict[str, str]:
+    """``[env]``: variable names → string values."""
+    if not isinstance(table, dict):
+        raise ctx.error("env", f"expected a table ([env] section), got {_show(table)} "
+                        f"({_kind(table)})")
+    out: Dict[str, str] = {}
+    for name, value in table.items():
+        if not _ENV_NAME.match(name):
+            raise ctx.error(f"env.{name}", "not a valid environment variable name",
+                            "letters, digits and _, not starting with a digit")
+        if not isinstance(value, str):
+            raise ctx.error(f"env.{name}", f"expected a string, got {_show(value)} "
+                            f"({_kind(value)})", f'quote it: {name} = "{_show(value)}"'
+                            if not isinstance(value, (dict, list)) else None)
+        if "\n" in value or "\0" in value:
+            raise ctx.error(f"env.{name}", "a newline or NUL byte cannot go into a variable "
+                            "exported by the batch script")
+        out[name] = value
+    return out
 
 
 def _unknown_key(ctx: _Ctx, section: str, key: str) -> ConfigError:
@@ -175,6 +232,31 @@ def _check_value(ctx: _Ctx, key: str, kind: str, value: Any) -> Any:
             hint = f"quote it: {key.split('.')[-1]} = \"{value}\""
         raise ctx.error(key, f"expected {_EXPECTED[kind]}, got {_show(value)} ({_kind(value)})",
                         hint)
+    if kind in ("walltime", "memory"):
+        from .units import UnitError, parse_memory, parse_walltime
+
+        try:
+            (parse_walltime if kind == "walltime" else parse_memory)(value)
+        except UnitError as e:
+            raise ctx.error(key, str(e), e.hint) from None
+        return value
+    if kind == "strlist":
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise ctx.error(f"{key}[{i}]", f"expected a string, got {_show(item)} "
+                                f"({_kind(item)})")
+        return list(value)
+    if kind == "directives":
+        out_d: Dict[str, Any] = {}
+        for name, item in value.items():
+            if isinstance(item, bool) and not item:
+                raise ctx.error(f"{key}.{name}", "false is not a directive value",
+                                'to remove a directive set by the site, give "" (empty)')
+            if not isinstance(item, (str, int, bool)) or isinstance(item, float):
+                raise ctx.error(f"{key}.{name}", "expected a string, an integer or true, got "
+                                f"{_show(item)} ({_kind(item)})")
+            out_d[name] = item
+        return out_d
     if kind == "numbers":
         out: Dict[str, Any] = {}
         for name, number in value.items():
@@ -395,7 +477,19 @@ class JobSpec:
     run: RunConfig = field(default_factory=RunConfig)
     config: Dict[str, Any] = field(default_factory=dict)
     backend_options: Dict[str, Any] = field(default_factory=dict)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    setup: SetupConfig = field(default_factory=SetupConfig)
+    env: Dict[str, str] = field(default_factory=dict)
+    site: Optional[str] = None
     source: Optional[str] = field(default=None, compare=False)
+    #: The loaded site config (``hpctrain.sites.Site``), when ``site`` is set.
+    site_config: Any = field(default=None, compare=False, repr=False)
+    #: Where each dotted key's value came from (site file, job file, override).
+    origins: Dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def where(self, key: str) -> Optional[str]:
+        """The file (or ``override '...'``) that set ``key``, for error messages."""
+        return _Ctx(self.source, self.origins).where(key)
 
     def __post_init__(self) -> None:
         ctx = _Ctx(self.source)
@@ -406,6 +500,9 @@ class JobSpec:
         self.backend_options = _check_table(ctx, self.backend, self.backend_options or {})
         if self.config is None:
             self.config = {}
+        if isinstance(self.scheduler, str):
+            self.scheduler = SchedulerConfig(kind=self.scheduler)
+        self.env = _check_env(ctx, self.env or {})
 
     def to_toml_dict(self) -> Dict[str, Any]:
         """The resolved spec as TOML sections; ``None`` omitted, objects as their repr."""
@@ -423,11 +520,21 @@ class JobSpec:
                            "checkpoint_score_order": ck.checkpoint_score_order,
                            "sync_to_disk": ck.sync_to_disk},
             "failure": {"max_failures": fl.max_failures},
+            "scheduler": {k: v for k, v in vars(self.scheduler).items()
+                          if v not in (None, [], {}) and v != getattr(_SCHED_DEFAULTS, k)},
+            "setup": {k: v for k, v in vars(self.setup).items() if v},
+            "env": self.env,
             "config": self.config,
             self.backend: self.backend_options,
         }
+        if self.scaling.mem_per_worker is not None:
+            data["scaling"]["mem_per_worker"] = self.scaling.mem_per_worker
+        for key in ("cpus_per_worker", "gpus_per_worker"):
+            data["scaling"][key] = getattr(self.scaling, key)
         out = _tomlable(data)
-        for name in ("config", self.backend):
+        if self.site:
+            out = {"site": self.site, **out}
+        for name in ("config", "env", "setup", "scheduler", self.backend):
             if not out.get(name):
                 out.pop(name, None)
         return out
@@ -438,6 +545,7 @@ class JobSpec:
 
 
 _OMIT = object()
+_SCHED_DEFAULTS = SchedulerConfig()
 
 
 def _tomlable(value: Any) -> Any:
@@ -474,6 +582,9 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
     if not isinstance(data, Mapping):
         raise ConfigError(f"expected a table of sections, got {_kind(data)}", file=file)
     for name, value in data.items():
+        if name in TOP_LEVEL:
+            _check_value(ctx, name, TOP_LEVEL[name], value)
+            continue
         if name not in SECTIONS:
             raise _unknown_section(ctx, name)
         if not isinstance(value, dict):
@@ -482,7 +593,12 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
                             "sections hold key = value lines under a [name] header")
 
     def base_for(key: str) -> str:
-        return os.getcwd() if ctx.override_for(key) is not None else base_dir
+        where = ctx.where(key)
+        if ctx.override_for(key) is not None:
+            return os.getcwd()
+        if where and where != file and os.path.isfile(where):
+            return os.path.dirname(os.path.abspath(where))  # a site config's own directory
+        return base_dir
 
     job = _check_table(ctx, "job", data.get("job", {}))
     backend_tables = {b: _check_table(ctx, b, data[b]) for b in BACKENDS if b in data}
@@ -500,10 +616,15 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
                                            base_for("run.storage_path"))
     run_config = _build(ctx, RunConfig, checkpoint_config=checkpoint, failure_config=failure,
                         **run)
+    scheduler = _build(ctx, SchedulerConfig,
+                       **_check_table(ctx, "scheduler", data.get("scheduler", {})))
+    setup = _build(ctx, SetupConfig, **_check_table(ctx, "setup", data.get("setup", {})))
     backend = job.get("backend", "torch")
     return _build(ctx, JobSpec, entrypoint=entrypoint, backend=backend, scaling=scaling,
                   run=run_config, config=copy.deepcopy(dict(data.get("config", {}))),
-                  backend_options=backend_tables.get(backend, {}), source=file)
+                  backend_options=backend_tables.get(backend, {}), scheduler=scheduler,
+                  setup=setup, env=dict(data.get("env", {})), site=data.get("site"),
+                  source=file, origins=dict(ctx.origins))
 
 
 def _read_toml(path: str) -> Dict[str, Any]:
@@ -528,20 +649,98 @@ def _read_toml(path: str) -> Dict[str, Any]:
         raise ConfigError(msg, file=path) from None
 
 
-def load_job_spec(path: str, overrides: Sequence[str] = (), *,
-                  require_entrypoint: bool = True) -> JobSpec:
-    """Read ``path`` (TOML), apply ``overrides`` (``"section.key=value"``), validate."""
+def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[str] = None,
+                  require_entrypoint: bool = True, check_limits: bool = True) -> JobSpec:
+    """Read ``path`` (TOML), layer it, validate it.
+
+    Layers, last wins: hpctrain's defaults < the site config (``site``, else the
+    overrides' or the job file's ``site = "..."``) < the job file < ``overrides``
+    (``"section.key=value"``). Tables of options (``scheduler.directives``,
+    ``scaling.resources_per_worker``, ``[env]``, ``[config]``) merge key by key; other
+    values, arrays included, are replaced whole. With ``check_limits`` the request is
+    checked against the site's limits.
+    """
     path = os.fspath(path)
     data = _read_toml(path)
     origins: Dict[str, str] = {}
-    data = _apply_overrides(data, overrides, origins)
-    spec = spec_from_dict(data, file=path, base_dir=os.path.dirname(os.path.abspath(path)),
+    over = _apply_overrides({}, overrides, origins, keep_deletes=True)
+    site_name = site if site is not None else over.get("site", data.get("site"))
+    over.pop("site", None)
+    data = {k: v for k, v in data.items() if k != "site"}
+    site_key = "site"
+    site_file = ("command line (--site)" if site is not None else
+                 origins.get("site", path))
+    layers: List[tuple] = []
+    site_config = None
+    if site_name is not None:
+        from .sites import load_site
+
+        if not isinstance(site_name, str):
+            raise ConfigError(f"site: expected a site name (a string), got {_show(site_name)}",
+                              file=site_file, hint="`hpctrain sites` lists them")
+        site_config = load_site(site_name, key=site_key, file=site_file)
+        layers.append((site_config.layer, site_config.path))
+    layers.append((data, None))
+    layers.append((over, "overrides"))
+    merged = _merge_layers(layers, origins)
+    if site_name is not None:
+        merged["site"] = site_name
+    spec = spec_from_dict(merged, file=path, base_dir=os.path.dirname(os.path.abspath(path)),
                           origins=origins)
+    spec.site_config = site_config
     if require_entrypoint and spec.entrypoint is None:
         raise ConfigError('job.entrypoint: missing; expected "module:function" or '
                           '"file.py:function"', file=_Ctx(path, origins).where("job.entrypoint"),
                           hint='add  [job]  entrypoint = "train.py:train_func"')
+    if check_limits:
+        from .sites import check_limits as _check_limits
+
+        _check_limits(spec)
     return spec
+
+
+def _merge_layers(layers: Sequence[tuple], origins: MutableMapping[str, str]) -> Dict[str, Any]:
+    """Merge ``(data, where)`` layers, last wins; record in ``origins`` where each key set
+    by a site layer came from (``where=None``: the job file; ``"overrides"``: origins
+    already hold the override texts)."""
+    merged: Dict[str, Any] = {}
+
+    def record(key: str, where: Optional[str]) -> None:
+        if where is None:
+            for k in [k for k in origins if k == key or k.startswith(key + ".")]:
+                if not origins[k].startswith("override "):
+                    del origins[k]
+        elif where != "overrides" and not origins.get(key, "").startswith("override "):
+            origins[key] = where
+
+    for data, where in layers:
+        for section, table in data.items():
+            if not isinstance(table, dict) or section not in SECTIONS:
+                merged[section] = copy.deepcopy(table)
+                record(section, where)
+                continue
+            target = merged.setdefault(section, {})
+            if not isinstance(target, dict):
+                merged[section] = target = {}
+            schema = SECTIONS[section]
+            for key, value in table.items():
+                dotted = f"{section}.{key}"
+                kind = schema.get(key) if schema is not None else None
+                if value is _DELETE:
+                    target.pop(key, None)
+                    record(dotted, where)
+                elif isinstance(value, dict) and isinstance(target.get(key), dict) and (
+                        schema is None or kind in _MERGED_TABLES):
+                    for sub, item in value.items():
+                        if item is _DELETE:
+                            target[key].pop(sub, None)
+                        else:
+                            target[key][sub] = copy.deepcopy(item)
+                        record(f"{dotted}.{sub}", where)
+                else:
+                    target[key] = copy.deepcopy(value)
+                    record(dotted, where)
+    return merged
 
 
 # --------------------------------------------------------------------------- overrides
@@ -582,7 +781,8 @@ def _override_value(text: str, raw: str) -> Any:
 
 
 def _apply_overrides(data: Mapping[str, Any], overrides: Sequence[str],
-                     origins: MutableMapping[str, str]) -> Dict[str, Any]:
+                     origins: MutableMapping[str, str], *,
+                     keep_deletes: bool = False) -> Dict[str, Any]:
     result = copy.deepcopy(dict(data))
     for text in overrides:
         where = f"override {text!r}"
@@ -593,6 +793,14 @@ def _apply_overrides(data: Mapping[str, Any], overrides: Sequence[str],
         path = _override_key(text, raw_key.strip())
         ctx = _Ctx(where)
         section, dotted = path[0], ".".join(path)
+        if path == ["site"]:
+            value = _override_value(text, raw_value.strip())
+            if value is _DELETE:
+                result["site"] = None
+            else:
+                result["site"] = raw_value.strip() if not isinstance(value, str) else value
+            origins["site"] = where
+            continue
         if section not in SECTIONS:
             raise _unknown_section(ctx, section)
         if len(path) < 2:
@@ -603,7 +811,7 @@ def _apply_overrides(data: Mapping[str, Any], overrides: Sequence[str],
             key = path[1]
             if key not in schema:
                 raise _unknown_key(ctx, section, key)
-            if len(path) > (3 if schema[key] == "numbers" else 2):
+            if len(path) > (3 if schema[key] in _MERGED_TABLES else 2):
                 raise ctx.error(dotted, f"{section}.{key} is not a table")
             if schema[key] == "str" and len(path) == 2 and isinstance(
                     value, (bool, int, float, _dt.date, _dt.time)):
@@ -615,11 +823,11 @@ def _apply_overrides(data: Mapping[str, Any], overrides: Sequence[str],
                 raise ctx.error(".".join(path[: i + 1]),
                                 f"cannot set {dotted}: {_show(child)} is not a table")
             node = child
-        if value is _DELETE:
+        if value is _DELETE and not keep_deletes:
             node.pop(path[-1], None)
         else:
             node[path[-1]] = value
-        origins[dotted] = text
+        origins[dotted] = where
     return result
 
 

@@ -21,7 +21,7 @@ from .config import RunConfig, ScalingConfig, default_storage_path
 from .errors import ConfigError, TrainingFailedError
 from .result import Result
 
-SCHEDULERS = ("local",)
+SCHEDULERS = ("local", "slurm", "pbs")
 
 
 class DataParallelTrainer:
@@ -37,7 +37,7 @@ class DataParallelTrainer:
                  run_config: Optional[RunConfig] = None,
                  resume_from_checkpoint: Optional[Checkpoint] = None,
                  datasets: Optional[Dict[str, Any]] = None,
-                 scheduler: Any = None):
+                 scheduler: Any = None, site: Optional[str] = None):
         if not callable(train_loop_per_worker) and not hasattr(train_loop_per_worker, "resolve"):
             raise TypeError("train_loop_per_worker must be a function, got "
                             f"{type(train_loop_per_worker).__name__}")
@@ -53,9 +53,22 @@ class DataParallelTrainer:
         self.run_config = run_config or RunConfig()
         self.resume_from_checkpoint = resume_from_checkpoint
         self.datasets = datasets or {}
-        self.scheduler = scheduler or "local"
-        if self.scheduler not in SCHEDULERS:
-            raise ConfigError(f"scheduler: expected one of {SCHEDULERS}, got {self.scheduler!r}")
+        from .config import SchedulerConfig
+
+        if scheduler is None:
+            scheduler = SchedulerConfig(kind="local")
+        elif isinstance(scheduler, str):
+            if scheduler not in SCHEDULERS:
+                raise ConfigError(f"scheduler: expected one of {', '.join(SCHEDULERS)} or a "
+                                  f"SchedulerConfig, got {scheduler!r}")
+            scheduler = SchedulerConfig(kind=scheduler)
+        elif not isinstance(scheduler, SchedulerConfig):
+            raise ConfigError("scheduler: expected \"local\", \"slurm\", \"pbs\" or a "
+                              f"SchedulerConfig, got {type(scheduler).__name__}")
+        self.scheduler = scheduler
+        self.site = site
+        self._spec = None  # a JobSpec loaded from TOML (hpctrain submit): used as is
+        self._local_only = False  # hpctrain run / the batch step: run here
         # extension points for the seed-era adapter
         self._per_rank_results = False
         self._keep_return_values = False
@@ -82,6 +95,39 @@ class DataParallelTrainer:
         return os.path.join(os.path.abspath(storage), self.run_name)
 
     def job_spec(self):
+        """The resolved :class:`~hpctrain.spec.JobSpec`: the one loaded from TOML, or one
+        built from the Python configs layered over the site config (when ``site``)."""
+        if self._spec is not None:
+            return self._spec
+        spec = self._python_spec()
+        if self.site is None and self.scheduler.kind == "local":
+            return spec
+        from .spec import _merge_layers, spec_from_dict
+
+        layers = []
+        site = None
+        if self.site is not None:
+            from .sites import load_site
+
+            site = load_site(self.site, key="site", file="TorchTrainer(site=...)")
+            layers.append((site.layer, site.path))
+        data = spec.to_toml_dict()
+        if self.site is not None and self.scheduler.kind == "local":
+            data.get("scheduler", {}).pop("kind", None)  # site="x" alone: the site's scheduler
+        layers.append((data, None))
+        origins: Dict[str, str] = {}
+        merged = _merge_layers(layers, origins)
+        if site is not None:
+            merged["site"] = site.name
+        merged.setdefault("job", {}).pop("entrypoint", None)
+        resolved = spec_from_dict(merged, file="the trainer's configs", origins=origins)
+        resolved.entrypoint = spec.entrypoint
+        resolved.site_config = site
+        # the Python objects stay authoritative for what the workers run
+        resolved.run = self.run_config
+        return resolved
+
+    def _python_spec(self):
         from .spec import JobSpec
 
         backend_options = {}
@@ -92,7 +138,8 @@ class DataParallelTrainer:
         return JobSpec(entrypoint=self.train_loop_per_worker if hasattr(
             self.train_loop_per_worker, "resolve") else None,
             backend=self._backend_name, scaling=self.scaling_config, run=self.run_config,
-            config=dict(self.train_loop_config or {}), backend_options=backend_options)
+            config=dict(self.train_loop_config or {}), backend_options=backend_options,
+            scheduler=self.scheduler, site=self.site)
 
     def _prepare_run(self) -> RunDir:
         run = RunDir(self.run_path)
@@ -122,12 +169,28 @@ class DataParallelTrainer:
     def fit(self) -> Result:
         """Run the training to the end and return its Result. Raises
         :class:`TrainingFailedError` (with ``.result``) when it failed for good."""
+        spec = self.job_spec()
+        if spec.scheduler.kind != "local" and not self._local_only:
+            return self._fit_batch(spec)
         run = RunDir(self.run_path)
         os.makedirs(run.internal_dir, exist_ok=True)
         with run.exclusive():  # refuse a second live run of this directory before touching it
             self._prepare_run()
             status = self._run_local(run)
         return result_or_raise(run.path, status)
+
+    def _fit_batch(self, spec) -> Result:
+        """Submit the run as a batch job, follow it, return its Result. Ctrl-C detaches
+        (the job runs on) and re-raises KeyboardInterrupt."""
+        from ._internal import submission
+
+        sub = submission.submit(self, spec, rerender="(submitted from Python; "
+                                "`hpctrain render` renders job files)")
+        if self.run_config.verbose >= 1:
+            print(f"[hpctrain] submitted {sub.scheduler} job {sub.job_id}; run directory "
+                  f"{sub.run_path}", flush=True)
+        status = submission.follow(sub.run_path, verbose=self.run_config.verbose)
+        return submission.result_of(sub.run_path, status)
 
     def _run_local(self, run: RunDir, on_tick: Optional[Callable[[], None]] = None) -> str:
         from .launchers.local import LocalLauncher
@@ -249,8 +312,11 @@ def trainer_from_spec(spec) -> DataParallelTrainer:
     if spec.backend == "torch":
         from .torch import TorchConfig, TorchTrainer
 
-        return TorchTrainer(spec.entrypoint, train_loop_config=dict(spec.config),
-                            torch_config=TorchConfig(**spec.backend_options),
-                            scaling_config=spec.scaling, run_config=spec.run)
+        trainer = TorchTrainer(spec.entrypoint, train_loop_config=dict(spec.config),
+                               torch_config=TorchConfig(**spec.backend_options),
+                               scaling_config=spec.scaling, run_config=spec.run,
+                               scheduler=spec.scheduler, site=spec.site)
+        trainer._spec = spec
+        return trainer
     raise ConfigError(f"job.backend: the {spec.backend!r} backend is not available in this "
                       "version yet; expected \"torch\"", file=spec.source)

@@ -62,8 +62,11 @@ write_conf() {
     say "$conf exists and is not ours: refusing to overwrite it"; exit 1
   fi
   mkdir -p /etc/slurm "$dir/state"
-  local i last=$((base_port + nodes - 1)) cpus
-  cpus=$(getconf _NPROCESSORS_ONLN)  # not nproc: it obeys OMP_NUM_THREADS
+  local i last=$((base_port + nodes - 1)) cpus cores
+  # 8 CPUs per node whatever the machine has (SlurmdParameters=config_overrides): two
+  # 2-node x 2-task test jobs then share the nodes at once, as the tests require.
+  cores=$(getconf _NPROCESSORS_ONLN)  # not nproc: it obeys OMP_NUM_THREADS
+  cpus=$(( cores > 8 ? cores : 8 ))
   for i in $(seq 1 "$nodes"); do mkdir -p "$dir/tmp-n$i" "$dir/slurmd-n$i"; done
   sed -e "s|@HOST@|$(hostname)|g" -e "s|@DIR@|$dir|g" -e "s|@NODES@|$nodes|g" \
       -e "s|@NODELIST@|n[1-$nodes]|g" -e "s|@PORTS@|$base_port-$last|g" \

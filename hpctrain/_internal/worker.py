@@ -88,6 +88,7 @@ def run_worker(run_dir: str) -> int:
     try:
         info = cluster_env.worker_info_from_env()
         rank = info.world_rank
+        _bind_gpus(info)
         payload = WorkerPayload.load(run)
         backend = get_backend(payload.backend, payload.backend_config)
         backend.on_start(info, use_gpu=payload.scaling.use_gpu)
@@ -114,6 +115,19 @@ def run_worker(run_dir: str) -> int:
     except BaseException as e:  # noqa: BLE001 - every failure must reach the supervisor
         record_failure(adir, rank, e)
         return 1
+
+
+def _bind_gpus(info) -> None:
+    """Apply the site's per-rank GPU binding (``scheduler.gpu_binding``) before any
+    framework is imported."""
+    from .. import cluster_env
+
+    mode = os.environ.get("HPCTRAIN_GPU_BINDING", "none")
+    devices = cluster_env.gpu_binding(
+        mode, local_rank=info.local_rank, local_world_size=info.local_world_size,
+        gpus_per_worker=int(os.environ.get("HPCTRAIN_GPUS_PER_WORKER", "1")))
+    if devices is not None:
+        os.environ[os.environ.get("HPCTRAIN_GPU_BINDING_VAR", "CUDA_VISIBLE_DEVICES")] = devices
 
 
 def record_failure(attempt_dir: str, rank: int, exc: BaseException) -> None:
@@ -156,12 +170,35 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="hpctrain-parent-watch", daemon=True).start()
 
 
+def _redirect_output() -> None:
+    """Under a step launcher (srun, mpiexec) each rank writes its own stdout and stderr
+    to ``<HPCTRAIN_RANK_LOG_DIR>/rank-<R>.out``, the same layout as local runs."""
+    log_dir = os.environ.get("HPCTRAIN_RANK_LOG_DIR")
+    if not log_dir:
+        return
+    from .. import cluster_env
+
+    try:
+        rank = cluster_env.worker_info_from_env().world_rank
+    except Exception:  # noqa: BLE001 - run_worker reports a bad environment properly
+        return
+    os.makedirs(log_dir, exist_ok=True)
+    fd = os.open(os.path.join(log_dir, f"rank-{rank}.out"),
+                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def main(argv: Optional[list] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     run_dir = argv[0] if argv else os.environ.get(ENV_RUN_DIR)
     if not run_dir:
         sys.exit("usage: python -m hpctrain._internal.worker RUN_DIR")
     _exit_with_parent()
+    _redirect_output()
     code = run_worker(run_dir)
     import logging
 

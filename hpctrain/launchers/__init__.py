@@ -1,17 +1,46 @@
 """Launchers start the worker processes of one attempt inside the allocation.
 
-One small module each: ``local`` (spawn on this machine), and — on a cluster — ``srun``
-and ``mpiexec``. The supervisor talks to all of them through :class:`Launcher`.
+One small module each: ``local`` (spawn on this machine), ``srun`` (a Slurm job step)
+and ``mpiexec`` (``mpiexec``/``mpirun`` of Open MPI, MPICH/Hydra, Intel MPI or Cray
+PALS). The supervisor talks to all of them through :class:`Launcher`.
 """
 from __future__ import annotations
+
+from typing import Any
 
 from .base import ExitRecord, Launcher, WorkerGroup
 from .local import LocalLauncher
 
-__all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "get_launcher"]
+__all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "get_launcher",
+           "launcher_for"]
+
+NAMES = ("local", "srun", "mpiexec", "mpirun")
 
 
 def get_launcher(name: str) -> Launcher:
     if name == "local":
         return LocalLauncher()
     raise ValueError(f"unknown launcher {name!r}; expected one of: local")
+
+
+def launcher_for(spec: Any) -> Launcher:
+    """The launcher a :class:`~hpctrain.spec.JobSpec` asks for inside its allocation
+    (``scheduler.launcher``; by default srun under Slurm, mpiexec under PBS)."""
+    sched, scaling = spec.scheduler, spec.scaling
+    name = sched.launcher_name
+    if name == "local":
+        return LocalLauncher()
+    if name == "srun":
+        from .srun import SrunLauncher
+
+        return SrunLauncher(nodes=scaling.nodes, workers_per_node=scaling.per_node,
+                            cpus_per_worker=scaling.cpus_each,
+                            gpus_per_worker=scaling.gpus_each if sched.gpu_binding == "none"
+                            else 0, extra_args=sched.launcher_args)
+    if name in ("mpiexec", "mpirun"):
+        from .mpiexec import MpiexecLauncher
+
+        return MpiexecLauncher(flavor="auto", executable=name,
+                               workers_per_node=scaling.per_node,
+                               extra_args=sched.launcher_args)
+    raise ValueError(f"unknown launcher {name!r}; expected one of: {', '.join(NAMES)}")

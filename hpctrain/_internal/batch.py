@@ -1,0 +1,113 @@
+"""The batch step: what a rendered job script runs on the first node of its allocation.
+
+    python -m hpctrain._internal.batch RUN_DIR [--script PATH]  < resolved spec (TOML)
+
+The script carries the resolved spec (a heredoc on stdin), so a script rendered with
+``hpctrain render`` and submitted by hand with ``sbatch``/``qsub`` is complete: when the
+run directory has no payload yet (nothing was submitted from Python), this step creates
+the run from the spec. Then the supervisor runs the attempts with the spec's launcher
+(srun, mpiexec, local) until the training finished or failed for good.
+
+Exit status: 0 finished, 1 failed, 2 bad spec, 130 interrupted (SIGTERM from the
+scheduler: cancel, time limit, preemption).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+from typing import List, Optional
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from .storage import RunDir
+
+#: Environment of every rank: GPU binding asked for by the site (applied in the worker).
+ENV_GPU_BINDING = "HPCTRAIN_GPU_BINDING"
+ENV_GPU_BINDING_VAR = "HPCTRAIN_GPU_BINDING_VAR"
+ENV_GPUS_PER_WORKER = "HPCTRAIN_GPUS_PER_WORKER"
+
+
+def _log(msg: str) -> None:
+    print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+
+
+def load_spec(text: str, run_dir: str):
+    from ..spec import spec_from_dict
+
+    data = tomllib.loads(text)
+    return spec_from_dict(data, file=os.path.join(run_dir, "spec.toml"), base_dir=run_dir)
+
+
+def prepare(run: RunDir, spec, script: Optional[str]) -> None:
+    """Create the run from the spec when nothing was submitted from Python; keep the
+    script that runs it as ``job.sh``."""
+    from ..trainer import trainer_from_spec
+
+    if not os.path.exists(run.payload_file):
+        trainer = trainer_from_spec(spec)
+        trainer._run_path = run.path
+        trainer._prepare_run()
+    job_sh = os.path.join(run.path, "job.sh")
+    if script and os.path.isfile(script) and not os.path.exists(job_sh):
+        shutil.copyfile(script, job_sh)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hpctrain._internal.batch")
+    p.add_argument("run_dir")
+    p.add_argument("--script", default=None)
+    args = p.parse_args(argv)
+
+    from .. import cluster_env
+    from ..errors import ConfigError
+    from ..launchers import launcher_for
+    from ..trainer import driver_pythonpath
+    from .supervisor import FINISHED, Supervisor
+
+    run = RunDir(args.run_dir)
+    try:
+        spec = load_spec(sys.stdin.read(), run.path)
+    except (ConfigError, tomllib.TOMLDecodeError) as e:
+        _log(f"the spec embedded in the job script is not valid: {e}")
+        return 2
+    os.makedirs(run.internal_dir, exist_ok=True)
+    env = dict(os.environ)
+    info = cluster_env.detect_scheduler(env)
+    job_id = (env.get("SLURM_JOB_ID") if info == "slurm" else env.get("PBS_JOBID")) \
+        or f"batch-{os.getpid()}"
+    # The scheduler's SIGTERM (scancel, time limit, qdel) stops the ranks cleanly.
+    signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        with run.exclusive():
+            prepare(run, spec, args.script)
+            extra = driver_pythonpath()
+            sched = spec.scheduler
+            if sched.gpu_binding != "none":
+                extra.update({ENV_GPU_BINDING: sched.gpu_binding,
+                              ENV_GPU_BINDING_VAR: sched.gpu_binding_var,
+                              ENV_GPUS_PER_WORKER: str(max(1, spec.scaling.gpus_each))})
+            _log(f"job {job_id}: run {run.path}, {spec.scaling.num_workers} workers on "
+                 f"{spec.scaling.nodes} node(s) with {sched.launcher_name}")
+            sup = Supervisor(run, launcher=launcher_for(spec),
+                             num_workers=spec.scaling.num_workers,
+                             max_failures=spec.run.failure_config.max_failures, job_id=job_id,
+                             extra_env=extra)
+            status = sup.run_to_end()
+    except KeyboardInterrupt:
+        _log("stopped by a signal; the run can be resumed from its latest checkpoint")
+        return 130
+    except ConfigError as e:
+        _log(str(e))
+        return 2
+    _log(f"run {status}")
+    return 0 if status == FINISHED else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""The login-node side of a batch run: submit, record, follow, find.
+
+``submit()`` renders the script before anything is written (so a bad request changes
+nothing), prepares the run directory, writes ``job.sh``, submits those exact bytes and
+records the job in ``state.json``. ``follow()`` shows progress until the job left the
+queue and returns the run's final status. Ctrl-C while following detaches: the job runs
+on, and the message says how to look at it again.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+from ..errors import ConfigError, TrainingFailedError
+from .fsutil import atomic_write_bytes
+from .storage import RunDir
+
+SUBMISSIONS = "submissions"
+
+
+@dataclass
+class Submission:
+    job_id: str
+    scheduler: str
+    run_path: str
+    script_path: str
+
+
+def render(trainer: Any, spec: Any, rerender: str = ""):
+    """The :class:`~hpctrain.schedulers.BatchRequest` and its script, checked."""
+    from ..schedulers import BatchRequest
+    from ..sites import check_limits
+
+    check_limits(spec)
+    request = BatchRequest(spec, trainer.run_path, rerender=rerender)
+    return request, request.materialize()
+
+
+def submit(trainer: Any, spec: Any, *, rerender: str = "") -> Submission:
+    """Prepare ``trainer``'s run directory and submit its batch script.
+
+    Nothing is created when the script cannot be rendered; a run directory created here
+    is removed again when the scheduler refuses the job."""
+    request, script = render(trainer, spec, rerender)
+    scheduler = request.scheduler
+    run = RunDir(trainer.run_path)
+    fresh = not os.path.exists(run.path)
+    os.makedirs(run.internal_dir, exist_ok=True)
+    script_path = os.path.join(run.path, "job.sh")
+    try:
+        with run.exclusive():
+            state = run.read_state() if os.path.exists(run.state_file) else {}
+            _refuse_if_active(run, state, scheduler)
+            trainer._prepare_run()
+            atomic_write_bytes(script_path, script.encode(), sync=False)
+            os.chmod(script_path, 0o755)
+            job_id = scheduler.submit(script_path)
+            with run.update_state() as s:
+                s.setdefault("name", run.name)
+                s["status"] = "PENDING"
+                s.setdefault(SUBMISSIONS, []).append(
+                    {"job_id": job_id, "scheduler": scheduler.name, "time": time.time(),
+                     "script": "job.sh"})
+                s["scheduler"] = scheduler.name
+    except BaseException:
+        if fresh:
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
+    return Submission(job_id, scheduler.name, run.path, script_path)
+
+
+def _refuse_if_active(run: RunDir, state: Dict[str, Any], scheduler: Any) -> None:
+    last = (state.get(SUBMISSIONS) or [None])[-1]
+    if not last:
+        return
+    from ..schedulers import get_scheduler
+
+    try:
+        job = get_scheduler(last["scheduler"]).state(last["job_id"])
+    except Exception:  # noqa: BLE001 - the scheduler cannot tell: do not block on it
+        return
+    if not job.done:
+        raise ConfigError(
+            f"run.name: the run {run.name!r} already has job {last['job_id']} "
+            f"({job.state}) at {run.path}",
+            hint=f"wait for it, cancel it (hpctrain cancel {run.path}), or pick another name")
+
+
+def last_job(run: RunDir) -> Optional[Dict[str, Any]]:
+    state = run.read_state() if os.path.exists(run.state_file) else {}
+    subs = state.get(SUBMISSIONS) or []
+    return subs[-1] if subs else None
+
+
+def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0,
+           stream=None, on_state: Optional[Callable[[str], None]] = None) -> str:
+    """Show progress of the run's last job until it left the queue; return the run's
+    status then (FINISHED, FAILED, or the job's own end state when the run did not get
+    to record one). Ctrl-C detaches and re-raises KeyboardInterrupt."""
+    from ..schedulers import get_scheduler
+    from .progress import Progress
+
+    run = RunDir(run_path)
+    job = last_job(run)
+    if job is None:
+        raise ConfigError(f"{run.path} has no submitted job", hint="hpctrain submit job.toml")
+    scheduler = get_scheduler(job["scheduler"])
+    stream = stream or sys.stdout
+    progress = Progress(run, verbose=verbose, stream=stream)
+    seen = None
+    try:
+        while True:
+            progress.tick()
+            js = scheduler.state(job["job_id"])
+            if js.state != seen:
+                seen = js.state
+                if verbose >= 1:
+                    reason = f" ({js.reason})" if js.reason and js.reason != "None" else ""
+                    print(f"[hpctrain] job {job['job_id']}: {js.state}{reason}", file=sys.stderr,
+                          flush=True)
+                if on_state:
+                    on_state(js.state)
+            if js.done:
+                break
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        progress.close()
+        print(detach_message(run.path, job["job_id"]), file=sys.stderr, flush=True)
+        raise
+    progress.close()
+    state = run.read_state()
+    status = state.get("status")
+    if status in ("FINISHED", "FAILED"):
+        return status
+    return f"JOB_{seen}"
+
+
+def detach_message(run_path: str, job_id: str) -> str:
+    return (f"\n[hpctrain] detached; job {job_id} keeps running (nothing was cancelled).\n"
+            f"  follow it again:  hpctrain status {run_path} --follow\n"
+            f"  its logs:         hpctrain logs {run_path} --follow\n"
+            f"  its result:       hpctrain results {run_path}   "
+            f"(Python: hpctrain.Result.from_path({run_path!r}))\n"
+            f"  cancel it:        hpctrain cancel {run_path}")
+
+
+def result_of(run_path: str, status: str):
+    """The Result after ``follow()``; raises TrainingFailedError when the run failed or
+    its job ended before the run did."""
+    from ..result import Result
+    from ..trainer import result_or_raise
+
+    if status in ("FINISHED", "FAILED"):
+        return result_or_raise(run_path, status)
+    result = Result.from_path(run_path)
+    job = last_job(RunDir(run_path)) or {}
+    err = TrainingFailedError(
+        f"job {job.get('job_id')} ended ({status[4:] if status.startswith('JOB_') else status})"
+        f" before the run finished; see {os.path.join(run_path, 'logs')}", result=result)
+    raise err
+
+
+def resolve_run(name_or_path: str) -> RunDir:
+    """A run directory from a path, or from a run name under the default storage path."""
+    from ..config import default_storage_path
+
+    candidates = [name_or_path]
+    if os.sep not in name_or_path and not name_or_path.startswith("."):
+        candidates.append(os.path.join(os.path.expanduser(default_storage_path()), name_or_path))
+    for c in candidates:
+        run = RunDir(c)
+        if os.path.isdir(run.internal_dir) or os.path.exists(run.state_file):
+            return run
+    raise ConfigError(f"no run directory at {name_or_path!r}"
+                      + (f" or {candidates[1]!r}" if len(candidates) > 1 else ""),
+                      hint="give the run directory's path, or set HPCTRAIN_STORAGE_PATH "
+                           "to find runs by name")
+
+
+def job_ids(run: RunDir) -> List[str]:
+    state = run.read_state() if os.path.exists(run.state_file) else {}
+    return [s["job_id"] for s in state.get(SUBMISSIONS) or []]

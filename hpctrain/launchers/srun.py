@@ -1,0 +1,61 @@
+"""``srun`` launcher: one job step that starts every rank of an attempt under Slurm.
+
+Each rank then derives its place from the step's environment (``SLURM_PROCID``,
+``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_STEP_NODELIST``; see
+:mod:`hpctrain.cluster_env`). ``--kill-on-bad-exit=1`` ends the whole step as soon as one
+rank exits non-zero, so a crashed rank never leaves its peers hanging in a collective.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+from .base import Launcher, LineSink
+from .step import StepWorkerGroup
+
+
+def srun_argv(*, nodes: int, workers_per_node: int, command: Sequence[str],
+              cpus_per_worker: Optional[int] = None, gpus_per_worker: int = 0,
+              extra_args: Sequence[str] = (), executable: str = "srun") -> List[str]:
+    """The srun command line of one attempt.
+
+    >>> srun_argv(nodes=2, workers_per_node=2, command=["python", "-m", "w"])
+    ['srun', '--kill-on-bad-exit=1', '--nodes=2', '--ntasks=4', '--ntasks-per-node=2', 'python', '-m', 'w']
+    >>> srun_argv(nodes=1, workers_per_node=4, cpus_per_worker=8, gpus_per_worker=1,
+    ...           extra_args=["--cpu-bind=cores"], command=["w"])[2:]
+    ['--nodes=1', '--ntasks=4', '--ntasks-per-node=4', '--cpus-per-task=8', '--gpus-per-task=1', '--cpu-bind=cores', 'w']
+
+    ``--cpus-per-task`` is passed explicitly: since Slurm 22.05 srun no longer inherits
+    it from the batch allocation.
+    """
+    argv = [executable, "--kill-on-bad-exit=1", f"--nodes={nodes}",
+            f"--ntasks={nodes * workers_per_node}", f"--ntasks-per-node={workers_per_node}"]
+    if cpus_per_worker:
+        argv.append(f"--cpus-per-task={cpus_per_worker}")
+    if gpus_per_worker:
+        argv.append(f"--gpus-per-task={gpus_per_worker}")
+    return argv + list(extra_args) + list(command)
+
+
+class SrunLauncher(Launcher):
+    name = "srun"
+
+    def __init__(self, *, nodes: int, workers_per_node: int,
+                 cpus_per_worker: Optional[int] = None, gpus_per_worker: int = 0,
+                 extra_args: Sequence[str] = (), executable: str = "srun"):
+        self.nodes = nodes
+        self.workers_per_node = workers_per_node
+        self.cpus_per_worker = cpus_per_worker
+        self.gpus_per_worker = gpus_per_worker
+        self.extra_args = list(extra_args)
+        self.executable = executable
+
+    def launch(self, *, command: Sequence[str], env: Dict[str, str], num_workers: int,
+               log_dir: str, on_line: Optional[LineSink] = None) -> StepWorkerGroup:
+        if num_workers != self.nodes * self.workers_per_node:
+            raise ValueError(f"srun: {num_workers} workers do not fill {self.nodes} nodes × "
+                             f"{self.workers_per_node} per node")
+        argv = srun_argv(nodes=self.nodes, workers_per_node=self.workers_per_node,
+                         cpus_per_worker=self.cpus_per_worker,
+                         gpus_per_worker=self.gpus_per_worker, extra_args=self.extra_args,
+                         command=command, executable=self.executable)
+        return StepWorkerGroup(argv, env, log_dir)

@@ -1,0 +1,216 @@
+"""The scheduler interface and the batch request.
+
+A :class:`BatchRequest` is one run's resolved spec plus where its run directory is;
+``request.materialize()`` gives the exact batch script (``hpctrain render`` prints it,
+``hpctrain submit`` writes it to ``<run>/job.sh`` and submits those bytes). Each
+scheduler turns the request into its directive lines; the rest of the script comes from
+``hpctrain/templates/<scheduler>.sh.j2``. Every value that reaches the script is checked
+or quoted here, never in a template.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import ConfigError
+
+#: Characters allowed in a directive value (``#SBATCH``/``#PBS`` lines are not parsed
+#: by a shell, and each scheduler splits them differently): no whitespace, quotes, ``#``,
+#: ``;``, ``$`` or backslashes. Enough for partitions, accounts, GRES, constraint
+#: expressions (``a100&hbm80g``), mail addresses and paths without spaces.
+_SAFE_DIRECTIVE = re.compile(r"^[A-Za-z0-9_.,:=+@%/\-\[\]*!&|()^~{}]+$")
+_SAFE_KEY = re.compile(r"^-?[A-Za-z][A-Za-z0-9_-]*(:[A-Za-z][A-Za-z0-9_-]*)?$")
+_HEREDOC_EOF = "HPCTRAIN_SPEC_EOF"
+
+
+@dataclass
+class JobState:
+    """A job as the scheduler sees it. ``state`` uses Slurm's words (PENDING, RUNNING,
+    COMPLETED, FAILED, CANCELLED, TIMEOUT, …, or UNKNOWN when the scheduler no longer
+    knows the job); ``done`` is true once the job left the queue."""
+
+    job_id: str
+    state: str
+    done: bool
+    reason: str = ""
+    nodes: str = ""
+
+
+@dataclass
+class BatchRequest:
+    """What one batch script asks for and runs."""
+
+    spec: Any                       # hpctrain.spec.JobSpec
+    run_path: str
+    rerender: str = ""              # the command that re-renders this script
+    python: Optional[str] = None    # interpreter in the job (default: this one)
+
+    @property
+    def scheduler(self) -> "Scheduler":
+        from . import get_scheduler
+
+        return get_scheduler(self.spec.scheduler.kind)
+
+    def materialize(self) -> str:
+        """The exact batch script."""
+        return self.scheduler.render(self)
+
+
+class Scheduler:
+    """One batch system: render, submit, watch, cancel."""
+
+    name = "base"
+    template: Optional[str] = None
+
+    # -- rendering -------------------------------------------------------------------
+    def directives(self, request: BatchRequest) -> List[str]:
+        """The directive lines (without the ``#SBATCH``/``#PBS`` prefix)."""
+        raise NotImplementedError
+
+    def render(self, request: BatchRequest) -> str:
+        from .. import __version__
+
+        if self.template is None:
+            raise ConfigError(f"scheduler.kind: the {self.name!r} scheduler has no batch script",
+                              file=request.spec.where("scheduler.kind"),
+                              hint='use "slurm" or "pbs" to render or submit a batch job')
+        spec = request.spec
+        check_run_path(request.run_path, spec)
+        text = spec.to_toml()
+        if _HEREDOC_EOF in text:
+            raise ConfigError(f"the spec contains the text {_HEREDOC_EOF}, which ends the "
+                              "spec embedded in the script", file=spec.source)
+        return _environment().get_template(self.template).render(
+            version=__version__,
+            run_name=os.path.basename(request.run_path),
+            rerender=request.rerender or "(rendered from the Python API)",
+            directives=self.directives(request),
+            cd=self.cd_line(),
+            modules=[shell_word(m, spec, "setup.modules") for m in spec.setup.modules],
+            commands=[_command_line(c, spec) for c in spec.setup.commands],
+            env=[(name, shell_value(value)) for name, value in sorted(spec.env.items())],
+            launcher=spec.scheduler.launcher_name,
+            python=shlex.quote(request.python or spec.scheduler.python or sys.executable),
+            run_dir=shlex.quote(request.run_path),
+            eof=_HEREDOC_EOF,
+            spec_toml=text,
+        )
+
+    def cd_line(self) -> str:
+        """A shell line run first in the job (PBS starts jobs in ``$HOME``)."""
+        return ""
+
+    # -- the scheduler's commands -----------------------------------------------------
+    def submit(self, script_path: str) -> str:
+        """Submit the script at ``script_path`` unchanged; return the job id."""
+        raise NotImplementedError
+
+    def state(self, job_id: str) -> JobState:
+        raise NotImplementedError
+
+    def cancel(self, job_id: str) -> None:
+        raise NotImplementedError
+
+
+def _environment():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), "templates")),
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined, autoescape=False)
+
+
+# --------------------------------------------------------------------------- shell safety
+def shell_value(value: str) -> str:
+    """A value for ``export NAME=<here>``: double-quoted, so ``$VAR`` and ``${VAR}``
+    still expand (site configs use ``$USER``, ``$SLURM_JOB_ID``), but nothing else runs:
+    quotes, backslashes, backticks and ``$(`` are escaped.
+
+    >>> shell_value('/tmp/$USER-miopen')
+    '"/tmp/$USER-miopen"'
+    >>> shell_value('a"b `c` $(d)')
+    '"a\\\\"b \\\\`c\\\\` \\\\$(d)"'
+    """
+    out = value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+    out = out.replace("$(", "\\$(")
+    return f'"{out}"'
+
+
+def shell_word(value: str, spec: Any, key: str) -> str:
+    """One shell word, quoted when it needs to be (module names like ``cray-python/3.11``
+    stay readable)."""
+    if "\n" in value or not value.strip():
+        raise ConfigError(f"{key}: expected a non-empty single line, got {value!r}",
+                          file=spec.where(key))
+    return shlex.quote(value)
+
+
+def _command_line(command: str, spec: Any) -> str:
+    """``[setup] commands`` are shell lines by design (``source venv/bin/activate``); one
+    line each, so that a stray newline cannot hide a second command."""
+    if "\n" in command or "\r" in command:
+        raise ConfigError(f"setup.commands: one shell line per entry, got {command!r}",
+                          file=spec.where("setup.commands"),
+                          hint="give several entries instead of one with newlines")
+    return command
+
+
+def check_directive(key: str, value: Any, spec: Any) -> str:
+    """``value`` as directive text, or a clear error if it cannot go on a directive line
+    safely."""
+    dotted = f"scheduler.directives.{key}"
+    if not _SAFE_KEY.match(key):
+        raise ConfigError(f"{dotted}: not a valid option name", file=spec.where(dotted),
+                          hint="option names are letters, digits, '-' and '_' "
+                               "(e.g. mail-type)")
+    text = str(value)
+    if not _SAFE_DIRECTIVE.match(text):
+        bad = sorted({c for c in text if not _SAFE_DIRECTIVE.match(c)})
+        raise ConfigError(
+            f"{dotted}: {text!r} holds {', '.join(repr(c) for c in bad)}, which cannot go "
+            "on a directive line safely", file=spec.where(dotted),
+            hint="directive values are single words without spaces, quotes, '#', ';' or '$'")
+    return text
+
+
+def check_run_path(path: str, spec: Any) -> None:
+    """The run directory goes into directives (log paths) and the script: refuse what
+    cannot be carried safely, and say what to do."""
+    if not _SAFE_DIRECTIVE.match(path):
+        bad = sorted({c for c in path if not _SAFE_DIRECTIVE.match(c)})
+        raise ConfigError(
+            f"run.storage_path: the run directory {path!r} holds "
+            f"{', '.join(repr(c) for c in bad)}; batch directives cannot carry it safely",
+            file=spec.where("run.storage_path"),
+            hint="use a storage path and run name without spaces or quotes, "
+                 "e.g. --set run.storage_path=$SCRATCH/runs")
+
+
+def merge_directives(computed: Sequence[Tuple[str, Any]], spec: Any) -> List[Tuple[str, Any]]:
+    """hpctrain's own directives, then the spec's ``scheduler.directives`` over them (a
+    key replaces hpctrain's value in place; new keys follow in order; ``""`` removes)."""
+    out: Dict[str, Any] = {}
+    for key, value in computed:
+        if value is not None:
+            out[key] = value
+    for key, value in spec.scheduler.directives.items():
+        out[key] = value
+    return [(k, v) for k, v in out.items() if v != ""]
+
+
+def walltime(spec: Any) -> Optional[int]:
+    return spec.scheduler.walltime_s
+
+
+def job_name(request: BatchRequest) -> str:
+    return os.path.basename(request.run_path)
+
+
+def logs_dir(request: BatchRequest) -> str:
+    return os.path.join(request.run_path, "logs")

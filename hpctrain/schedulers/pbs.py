@@ -1,0 +1,100 @@
+"""PBS (OpenPBS, PBS Pro): ``#PBS`` directives, submission through hpctrain's submitit
+plugin executor (:mod:`hpctrain.schedulers.pbs_submitit`).
+
+Directive keys: one starting with ``-`` is an option as written (``"-r" = "y"`` →
+``#PBS -r y``); a ``-W`` attribute (``depend``, ``block``, ``umask``, …) gives
+``#PBS -W depend=…``; a key ``select:<res>`` adds ``:<res>=<value>`` to the select chunk
+(Polaris' ``system=polaris``); any other key is a resource, ``#PBS -l key=value``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any, List, Tuple
+
+from ..units import format_pbs_memory, format_pbs_walltime, parse_memory
+from .base import (BatchRequest, JobState, Scheduler, check_directive, job_name, logs_dir,
+                   merge_directives)
+
+#: ``qsub -W`` attributes (OpenPBS qsub man page).
+W_ATTRIBUTES = {"depend", "block", "umask", "group_list", "stagein", "stageout", "sandbox",
+                "pwd", "run_count", "release_nodes_on_stageout", "tolerate_node_failures",
+                "max_run_subjobs"}
+
+
+def select_chunk(request: BatchRequest) -> str:
+    """``N:ncpus=C:mpiprocs=W[:ngpus=G][:mem=M]`` plus the spec's ``select:<res>`` keys.
+
+    2 nodes × 4 workers, 8 CPUs and 1 GPU each → ``2:ncpus=32:mpiprocs=4:ngpus=4``."""
+    spec = request.spec
+    s = spec.scaling
+    chunk = f"{s.nodes}:ncpus={(s.cpus_each or 1) * s.per_node}:mpiprocs={s.per_node}"
+    gpus = s.gpus_each * s.per_node
+    if gpus:
+        chunk += f":ngpus={gpus}"
+    if s.mem_per_worker:
+        chunk += f":mem={format_pbs_memory(parse_memory(s.mem_per_worker) * s.per_node)}"
+    for key, value in spec.scheduler.directives.items():
+        if key.startswith("select:") and value != "":
+            chunk += f":{key.split(':', 1)[1]}={check_directive(key, value, spec)}"
+    return chunk
+
+
+def pbs_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
+    """hpctrain's ``#PBS`` options for a request, before the spec's own directives."""
+    spec = request.spec
+    sched = spec.scheduler
+    return [
+        ("-N", job_name(request)),
+        ("select", select_chunk(request)),
+        ("place", "scatter" if spec.scaling.nodes > 1 else None),
+        ("walltime", format_pbs_walltime(sched.walltime_s) if sched.time else None),
+        ("-q", sched.queue or sched.partition),
+        ("-A", sched.account),
+        ("-r", "y"),
+        ("-j", "oe"),
+        ("-o", logs_dir(request) + "/"),
+        ("depend", f"afterany:{sched.after}" if sched.after else None),
+    ]
+
+
+class PbsScheduler(Scheduler):
+    name = "pbs"
+    template = "pbs.sh.j2"
+
+    def directives(self, request: BatchRequest) -> List[str]:
+        spec = request.spec
+        lines = []
+        for key, value in merge_directives(pbs_directives(request), spec):
+            if key.startswith("select:"):
+                continue  # folded into the select chunk
+            text = check_directive(key, value, spec)
+            if key.startswith("-"):
+                lines.append(key if value is True else f"{key} {text}")
+            elif key in W_ATTRIBUTES:
+                lines.append(f"-W {key}={text}")
+            else:
+                lines.append(f"-l {key}" if value is True else f"-l {key}={text}")
+        return lines
+
+    def cd_line(self) -> str:
+        # A PBS job starts in $HOME, not where it was submitted (shared/notes/pbs-facts.md).
+        return 'cd "$PBS_O_WORKDIR"'
+
+    def submit(self, script_path: str) -> str:
+        from .pbs_submitit import PbsExecutor
+
+        folder = os.path.join(os.path.dirname(os.path.abspath(script_path)), ".hpctrain",
+                              "submitit")
+        return PbsExecutor(folder=folder).submit_script(script_path).job_id
+
+    def state(self, job_id: str) -> JobState:
+        from .pbs_submitit import PbsInfoWatcher
+
+        info = PbsInfoWatcher().get_info(job_id, mode="force")
+        state = info.get("State") or "UNKNOWN"
+        done = state not in ("PENDING", "RUNNING", "COMPLETING", "UNKNOWN", "REQUEUED")
+        return JobState(job_id, state, done, info.get("comment", ""), info.get("exec_host", ""))
+
+    def cancel(self, job_id: str) -> None:
+        subprocess.run(["qdel", job_id], check=True, capture_output=True, text=True)

@@ -1,0 +1,199 @@
+"""Slurm: ``#SBATCH`` directives, submission through submitit, state without sacct.
+
+Submission and job handles are submitit's (``SlurmExecutor``, ``SlurmJob``), extended
+where hpctrain needs more: :meth:`HpctrainSlurmExecutor.submit_script` submits a script
+hpctrain rendered itself (the bytes of ``<run>/job.sh``), and
+:class:`SqueueFallbackWatcher` keeps job state working on clusters without accounting
+(no slurmdbd, so ``sacct`` fails — submitit alone then reports UNKNOWN forever) by asking
+``squeue`` and then ``scontrol show job``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import submitit
+from submitit.core import utils as submitit_utils
+from submitit.slurm import slurm as submitit_slurm
+
+from ..errors import ConfigError
+from ..units import format_slurm_memory, format_slurm_walltime, parse_memory
+from .base import (BatchRequest, JobState, Scheduler, check_directive, job_name, logs_dir,
+                   merge_directives)
+
+#: States in which a Slurm job still holds or waits for an allocation.
+ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
+          "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "PREEMPTED",
+          "RESV_DEL_HOLD", "UNKNOWN"}
+#: Our word for a job Slurm no longer knows (finished longer ago than MinJobAge).
+ENDED = "ENDED"
+
+
+def slurm_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
+    """hpctrain's ``#SBATCH`` options for a request, before the spec's own directives."""
+    spec = request.spec
+    s, sched = spec.scaling, spec.scheduler
+    gpus = s.gpus_each * s.per_node
+    mem = parse_memory(s.mem_per_worker) * s.per_node if s.mem_per_worker else None
+    return [
+        ("job-name", job_name(request)),
+        ("nodes", s.nodes),
+        ("ntasks-per-node", s.per_node),
+        ("cpus-per-task", s.cpus_each),
+        ("gpus-per-node", gpus or None),
+        ("mem", format_slurm_memory(mem) if mem else None),
+        ("time", format_slurm_walltime(sched.walltime_s) if sched.time else None),
+        ("partition", sched.partition or sched.queue),
+        ("account", sched.account),
+        ("qos", sched.qos),
+        ("constraint", sched.constraint),
+        ("dependency", f"afterany:{sched.after}" if sched.after else None),
+        ("output", os.path.join(logs_dir(request), "slurm-%j.out")),
+    ]
+
+
+class SlurmScheduler(Scheduler):
+    name = "slurm"
+    template = "slurm.sh.j2"
+
+    def directives(self, request: BatchRequest) -> List[str]:
+        """``--key=value`` per directive; ``true`` gives a bare ``--key``.
+
+        A request for 2 nodes × 2 workers with ``time = "1-12:00:00"`` gives
+        ``--job-name=…``, ``--nodes=2``, ``--ntasks-per-node=2``, ``--time=1-12:00:00``,
+        ``--output=<run>/logs/slurm-%j.out``."""
+        spec = request.spec
+        lines = []
+        for key, value in merge_directives(slurm_directives(request), spec):
+            text = check_directive(key, value, spec)
+            lines.append(f"--{key}" if value is True else f"--{key}={text}")
+        return lines
+
+    def submit(self, script_path: str) -> str:
+        return HpctrainSlurmExecutor(folder=_submitit_folder(script_path)).submit_script(
+            script_path).job_id
+
+    def state(self, job_id: str) -> JobState:
+        info = SqueueFallbackWatcher().query([job_id]).get(job_id, {})
+        state = (info.get("State") or "UNKNOWN").split()[0]
+        return JobState(job_id, state, state not in ACTIVE, info.get("Reason", ""),
+                        info.get("NodeList", ""))
+
+    def cancel(self, job_id: str) -> None:
+        subprocess.run(["scancel", job_id], check=True, capture_output=True, text=True)
+
+
+def _submitit_folder(script_path: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(script_path)), ".hpctrain", "submitit")
+
+
+# --------------------------------------------------------------------------- submitit
+class SqueueFallbackWatcher(submitit_slurm.SlurmInfoWatcher):
+    """submitit's Slurm watcher, with job state from ``squeue``/``scontrol`` when
+    ``sacct`` is missing or fails (clusters without slurmdbd)."""
+
+    def query(self, job_ids: List[str]) -> Dict[str, Dict[str, str]]:
+        """State of each job, asked now: sacct, else squeue, else scontrol."""
+        info: Dict[str, Dict[str, str]] = {}
+        try:
+            out = subprocess.run(["sacct", "-o", "JobID,State,NodeList", "--parsable2",
+                                  *[a for j in job_ids for a in ("-j", j)]],
+                                 capture_output=True, text=True, timeout=30)
+            if out.returncode == 0:
+                info.update(self.read_info(out.stdout))
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        missing = [j for j in job_ids if j not in info]
+        if missing:
+            info.update(squeue_states(missing))
+        for j in job_ids:
+            if j not in info:
+                info[j] = scontrol_state(j)
+        return info
+
+    def update(self) -> None:
+        to_check = sorted(x.split("_")[0] for x in self._registered - self._finished)
+        if not to_check:
+            return
+        self._num_calls += 1
+        self._info_dict.update(self.query(to_check))
+        self._last_status_check = time.time()
+        for job_id in self._registered - self._finished:
+            if self.is_done(job_id, mode="cache"):
+                self._finished.add(job_id)
+
+
+class HpctrainSlurmJob(submitit_slurm.SlurmJob):
+    watcher = SqueueFallbackWatcher(delay_s=60)
+
+
+class HpctrainSlurmExecutor(submitit.SlurmExecutor):
+    """submitit's executor; ``submit_script`` sends a script hpctrain rendered, unchanged."""
+
+    job_class = HpctrainSlurmJob
+
+    def submit_script(self, script_path: str) -> HpctrainSlurmJob:
+        path = Path(script_path).resolve()
+        command = self._make_submission_command(path)   # ["sbatch", path]
+        try:
+            output = submitit_utils.CommandFunction(command, verbose=False,
+                                                    cwd=str(path.parent))()
+        except submitit_utils.FailedJobError as e:
+            raise ConfigError(f"sbatch refused the job: {str(e).strip()}", file=str(path),
+                              hint="the directives above come from the spec and its site; "
+                                   "`hpctrain render` shows them") from None
+        job_id = self._get_job_id_from_submission_command(output)
+        return HpctrainSlurmJob(folder=self.folder, job_id=job_id, tasks=[0])
+
+
+# --------------------------------------------------------------------------- squeue
+def squeue_states(job_ids: List[str]) -> Dict[str, Dict[str, str]]:
+    """``{job_id: {"State", "NodeList", "Reason"}}`` for the jobs squeue still lists."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%N|%r"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return parse_squeue(out.stdout)
+
+
+def parse_squeue(text: str) -> Dict[str, Dict[str, str]]:
+    """Parse ``squeue -h -o "%i|%T|%N|%r"``.
+
+    >>> parse_squeue("12|RUNNING|n[1-2]|None\\n13|PENDING||Resources\\n")["13"]
+    {'State': 'PENDING', 'NodeList': '', 'Reason': 'Resources'}
+    """
+    out: Dict[str, Dict[str, str]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 4 and parts[0]:
+            out[parts[0]] = {"State": parts[1], "NodeList": parts[2], "Reason": parts[3]}
+    return out
+
+
+def scontrol_state(job_id: str) -> Dict[str, str]:
+    """State of a job squeue no longer lists, from ``scontrol show job`` (kept for
+    MinJobAge after the end); ``ENDED`` once Slurm forgot the job."""
+    try:
+        out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {"State": "UNKNOWN"}
+    if out.returncode != 0:
+        return {"State": ENDED if "Invalid job id" in out.stderr else "UNKNOWN"}
+    return parse_scontrol(out.stdout)
+
+
+def parse_scontrol(text: str) -> Dict[str, str]:
+    """``scontrol -o show job`` → State, Reason, NodeList, ExitCode.
+
+    >>> parse_scontrol("JobId=5 JobName=x JobState=COMPLETED Reason=None NodeList=n1 ExitCode=0:0")
+    {'State': 'COMPLETED', 'Reason': 'None', 'NodeList': 'n1', 'ExitCode': '0:0'}
+    """
+    fields = dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", text))
+    return {"State": fields.get("JobState", "UNKNOWN"), "Reason": fields.get("Reason", ""),
+            "NodeList": fields.get("NodeList", ""), "ExitCode": fields.get("ExitCode", "")}

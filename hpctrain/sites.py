@@ -1,0 +1,300 @@
+"""Site configs: what one HPC center (or one cluster) needs, as data.
+
+A site config is a TOML file named ``<name>.toml`` with:
+
+* ``[site]``: ``name`` (the file stem), ``description``, ``scheduler`` (``slurm``/``pbs``),
+  ``docs`` (the center's job-submission page);
+* ``[limits]``: checked before anything is submitted — ``max_walltime``, ``max_nodes``,
+  ``cpus_per_node``, ``gpus_per_node`` (0: CPU-only), ``mem_per_node``,
+  ``required_directives``; and the same keys per ``[limits.partitions.<name>]`` (Slurm
+  partition or PBS queue), ``[limits.qos.<name>]`` and ``[limits.constraints.<name>]``;
+* any job-spec section (``[scheduler]``, ``[scaling]``, ``[env]``, ``[setup]``, ``[run]``,
+  backend sections): a layer under the user's job file.
+
+Sites are looked up, first match winning, in each directory of ``$HPCTRAIN_SITE_PATH``
+(``:``-separated), then ``/etc/hpctrain/sites/`` (a center-wide install), then the
+``site-configs/`` shipped inside the package.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from .errors import ConfigError
+
+SITE_PATH_ENV = "HPCTRAIN_SITE_PATH"
+SYSTEM_SITE_DIR = "/etc/hpctrain/sites"
+PACKAGE_SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site-configs")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SITE_KEYS = {"name": str, "description": str, "scheduler": str, "docs": str}
+_LIMIT_KEYS = {"max_walltime": "walltime", "max_nodes": "int", "cpus_per_node": "int",
+               "gpus_per_node": "int", "mem_per_node": "memory"}
+_SELECTORS = ("partitions", "qos", "constraints")
+#: Job-spec sections a site may set (not the entry point, the run's name or its config).
+SITE_SECTIONS = ("scheduler", "scaling", "env", "setup", "run", "checkpoint", "failure",
+                 "torch", "tensorflow", "horovod", "mpi")
+
+
+def search_path() -> List[str]:
+    """Directories searched for ``<name>.toml``, first match wins."""
+    extra = [d for d in os.environ.get(SITE_PATH_ENV, "").split(os.pathsep) if d]
+    return extra + [SYSTEM_SITE_DIR, PACKAGE_SITE_DIR]
+
+
+@dataclass
+class Limits:
+    """Resource limits of one site, with per-partition/QOS/constraint refinements."""
+
+    base: Dict[str, Any] = field(default_factory=dict)
+    partitions: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    qos: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    constraints: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    required_directives: List[str] = field(default_factory=list)
+
+    def effective(self, *, partition: Optional[str], qos: Optional[str],
+                  constraint: Optional[str]) -> Tuple[Dict[str, Any], List[str]]:
+        """The limits that apply to a request, and which tables they came from.
+
+        Per-node sizes: a constraint's beat the partition's, which beat the base.
+        ``max_walltime`` and ``max_nodes``: the smallest of every table that applies.
+        """
+        tables = [("site", self.base)]
+        if partition in self.partitions:
+            tables.append((f"partition {partition!r}", self.partitions[partition]))
+        if constraint in self.constraints:
+            tables.append((f"constraint {constraint!r}", self.constraints[constraint]))
+        if qos in self.qos:
+            tables.append((f"qos {qos!r}", self.qos[qos]))
+        out: Dict[str, Any] = {}
+        source: Dict[str, str] = {}
+        for where, table in tables:
+            for key, value in table.items():
+                if key in ("max_walltime", "max_nodes") and key in out:
+                    if _limit_value(key, value) >= _limit_value(key, out[key]):
+                        continue
+                out[key] = value
+                source[key] = where
+        return out, [f"{k} from {source[k]}" for k in out]
+
+
+def _limit_value(key: str, value: Any) -> int:
+    if key == "max_walltime":
+        from .units import parse_walltime
+
+        return parse_walltime(value)
+    return int(value)
+
+
+@dataclass
+class Site:
+    name: str
+    path: str
+    description: str = ""
+    scheduler: str = "slurm"
+    docs: str = ""
+    limits: Limits = field(default_factory=Limits)
+    #: The job-spec sections this site sets (a layer under the job file).
+    layer: Dict[str, Any] = field(default_factory=dict)
+
+
+def find_site(name: str, *, key: str = "site", file: Optional[str] = None) -> str:
+    """Path of the site config ``name``; a clear error listing the known ones if none."""
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise ConfigError(f"{key}: expected a site name (letters, digits, '.', '_', '-'), "
+                          f"got {name!r}", file=file, hint="`hpctrain sites` lists them")
+    for directory in search_path():
+        path = os.path.join(directory, f"{name}.toml")
+        if os.path.isfile(path):
+            return path
+    known = sorted(available_sites())
+    from difflib import get_close_matches
+
+    close = get_close_matches(name, known, n=1)
+    hint = (f"did you mean {close[0]!r}? " if close else "") + \
+        f"known sites: {', '.join(known)}; add your own in ${SITE_PATH_ENV} or {SYSTEM_SITE_DIR}"
+    raise ConfigError(f"{key}: unknown site {name!r}", file=file, hint=hint)
+
+
+def available_sites() -> Dict[str, str]:
+    """``{name: path}`` of every site config on the search path (first match wins)."""
+    found: Dict[str, str] = {}
+    for directory in search_path():
+        try:
+            entries = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.endswith(".toml") and _NAME.match(entry[:-5]):
+                found.setdefault(entry[:-5], os.path.join(directory, entry))
+    return found
+
+
+def load_site(name: str, *, key: str = "site", file: Optional[str] = None) -> Site:
+    """Find and validate the site config ``name``."""
+    return load_site_file(find_site(name, key=key, file=file))
+
+
+def load_site_file(path: str) -> Site:
+    """Read and validate one site config; errors name this file and the key."""
+    from .spec import _read_toml  # one TOML reader, one set of error messages
+
+    data = _read_toml(path)
+    stem = os.path.splitext(os.path.basename(path))[0]
+
+    def err(k: str, message: str, hint: Optional[str] = None) -> ConfigError:
+        return ConfigError(f"{k}: {message}", file=path, hint=hint)
+
+    meta = data.pop("site", {})
+    if not isinstance(meta, dict):
+        raise err("site", "expected a table ([site] section)")
+    for k, v in meta.items():
+        if k not in _SITE_KEYS:
+            raise err(f"site.{k}", "unknown key in [site]", "valid keys: " + ", ".join(_SITE_KEYS))
+        if not isinstance(v, str):
+            raise err(f"site.{k}", f"expected a string, got {v!r}")
+    if meta.get("name", stem) != stem:
+        raise err("site.name", f"expected {stem!r} (the file's name), got {meta['name']!r}")
+    scheduler = meta.get("scheduler", "slurm")
+    if scheduler not in ("slurm", "pbs"):
+        raise err("site.scheduler", f'expected "slurm" or "pbs", got {scheduler!r}')
+    limits = _parse_limits(data.pop("limits", {}), err)
+    for section in data:
+        if section not in SITE_SECTIONS:
+            raise err(section, "a site config cannot set this section",
+                      "site configs hold [site], [limits] and " +
+                      ", ".join(f"[{s}]" for s in SITE_SECTIONS))
+    layer = dict(data)
+    layer.setdefault("scheduler", {})
+    if not isinstance(layer["scheduler"], dict):
+        raise err("scheduler", "expected a table ([scheduler] section)")
+    layer["scheduler"].setdefault("kind", scheduler)
+    # Validate the layer on its own, so a broken site config is blamed on itself.
+    from .spec import spec_from_dict
+
+    spec_from_dict(layer, file=path, base_dir=os.path.dirname(path))
+    return Site(name=stem, path=path, description=meta.get("description", ""),
+                scheduler=scheduler, docs=meta.get("docs", ""), limits=limits, layer=layer)
+
+
+def _parse_limits(table: Any, err) -> Limits:
+    if not isinstance(table, dict):
+        raise err("limits", "expected a table ([limits] section)")
+
+    def one(where: str, t: Any, allow_required: bool) -> Dict[str, Any]:
+        from .units import UnitError, parse_memory, parse_walltime
+
+        if not isinstance(t, dict):
+            raise err(where, "expected a table")
+        out: Dict[str, Any] = {}
+        for k, v in t.items():
+            if k == "required_directives" and allow_required:
+                if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                    raise err(f"{where}.{k}", "expected an array of directive names")
+                continue
+            if k in _SELECTORS and allow_required:
+                continue
+            kind = _LIMIT_KEYS.get(k)
+            if kind is None:
+                raise err(f"{where}.{k}", "unknown limit",
+                          "valid limits: " + ", ".join(_LIMIT_KEYS))
+            if kind == "int":
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise err(f"{where}.{k}", f"expected an integer ≥ 0, got {v!r}")
+            else:
+                try:
+                    (parse_walltime if kind == "walltime" else parse_memory)(v)
+                except UnitError as e:
+                    raise err(f"{where}.{k}", str(e), e.hint) from None
+            out[k] = v
+        return out
+
+    limits = Limits(base=one("limits", table, True),
+                    required_directives=list(table.get("required_directives", [])))
+    for selector in _SELECTORS:
+        group = table.get(selector, {})
+        if not isinstance(group, dict):
+            raise err(f"limits.{selector}", "expected a table of names")
+        setattr(limits, selector, {n: one(f"limits.{selector}.{n}", t, False)
+                                   for n, t in group.items()})
+    return limits
+
+
+def check_limits(spec) -> None:
+    """Refuse a request the site cannot run, before anything is written or submitted:
+    a walltime over the limit, too many nodes, GPUs on a CPU partition, more GPUs, CPUs
+    or memory per node than a node has, a missing mandatory directive, an unknown
+    partition. Errors name the key, the file that set it and the limit."""
+    site: Optional[Site] = spec.site_config
+    if site is None:
+        return
+    from .units import format_walltime, parse_memory, parse_walltime
+
+    sched, scaling = spec.scheduler, spec.scaling
+    partition = sched.partition or sched.queue
+    part_key = "scheduler.partition" if sched.partition else "scheduler.queue"
+    lim = site.limits
+    if partition and lim.partitions and partition not in lim.partitions:
+        from difflib import get_close_matches
+
+        close = get_close_matches(partition, list(lim.partitions), n=1)
+        raise ConfigError(
+            f"{part_key}: site {site.name!r} has no partition or queue {partition!r}",
+            file=spec.where(part_key),
+            hint=(f"did you mean {close[0]!r}? " if close else "") +
+                 f"known: {', '.join(sorted(lim.partitions))} ({site.path})")
+    limits, _ = lim.effective(partition=partition, qos=sched.qos, constraint=sched.constraint)
+    what = " and ".join(x for x in (
+        f"partition {partition!r}" if partition else "",
+        f"constraint {sched.constraint!r}" if sched.constraint in lim.constraints else "",
+        f"qos {sched.qos!r}" if sched.qos in lim.qos else "") if x) or "this site"
+    ref = f"site {site.name!r} ({site.path})"
+
+    def fail(key: str, message: str, hint: str) -> ConfigError:
+        return ConfigError(f"{key}: {message}", file=spec.where(key), hint=f"{hint}; limits of {ref}")
+
+    if sched.time is not None and "max_walltime" in limits:
+        asked, most = parse_walltime(sched.time), parse_walltime(limits["max_walltime"])
+        if asked > most:
+            raise fail("scheduler.time",
+                       f"walltime {sched.time} ({format_walltime(asked)}) is over the limit of "
+                       f"{limits['max_walltime']} ({format_walltime(most)}) for {what}",
+                       "ask for less time, or pick a partition/qos with a longer limit")
+    nodes, per_node = scaling.nodes, scaling.per_node
+    if "max_nodes" in limits and limits["max_nodes"] and nodes > limits["max_nodes"]:
+        raise fail("scaling.num_nodes", f"{nodes} nodes requested, {what} allows at most "
+                   f"{limits['max_nodes']}", "use fewer nodes")
+    gpus = scaling.gpus_each * per_node
+    if "gpus_per_node" in limits:
+        have = limits["gpus_per_node"]
+        if gpus and have == 0:
+            raise fail("scaling.use_gpu", f"GPUs requested ({scaling.gpus_each} per worker) "
+                       f"but {what} has CPU-only nodes",
+                       "set use_gpu = false, or pick a GPU partition/constraint")
+        if gpus > have:
+            raise fail("scaling.workers_per_node",
+                       f"{per_node} workers × {scaling.gpus_each} GPUs = {gpus} GPUs per node, "
+                       f"but nodes of {what} have {have}",
+                       "use fewer workers per node and more nodes")
+    cpus = (scaling.cpus_each or 0) * per_node
+    if cpus and "cpus_per_node" in limits and cpus > limits["cpus_per_node"]:
+        raise fail("scaling.cpus_per_worker",
+                   f"{per_node} workers × {scaling.cpus_each} CPUs = {cpus} CPUs per node, but "
+                   f"nodes of {what} have {limits['cpus_per_node']}",
+                   "lower cpus_per_worker or workers_per_node")
+    if scaling.mem_per_worker and "mem_per_node" in limits:
+        need = parse_memory(scaling.mem_per_worker) * per_node
+        have_mem = parse_memory(limits["mem_per_node"])
+        if need > have_mem:
+            raise fail("scaling.mem_per_worker",
+                       f"{per_node} workers × {scaling.mem_per_worker} is more than the "
+                       f"{limits['mem_per_node']} of a node of {what}", "ask for less memory")
+    for name in lim.required_directives:
+        if sched.directives.get(name) in (None, ""):
+            raise ConfigError(
+                f"scheduler.directives.{name}: site {site.name!r} requires this directive",
+                file=spec.where(f"scheduler.directives.{name}"),
+                hint=f"set it in the job file, e.g. [scheduler.directives] {name} = \"...\" "
+                     f"(see {site.docs or site.path})")

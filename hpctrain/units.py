@@ -1,0 +1,338 @@
+"""Walltimes and memory sizes as written in job specs: parsing and rendering.
+
+Pure functions, no I/O. Walltimes are handled in whole seconds, memory sizes in
+whole MiB. Bare numbers are refused on purpose: Slurm reads ``--time=60`` as
+minutes while PBS reads ``walltime=60`` as seconds, and a memory size without a
+unit means different things to different batch systems.
+
+    >>> parse_walltime("1-02:03:04")
+    93784
+    >>> format_slurm_walltime(93784), format_pbs_walltime(93784)
+    ('1-02:03:04', '26:03:04')
+    >>> parse_memory("1.5G")
+    1536
+    >>> format_slurm_memory(1536), format_pbs_memory(4096)
+    ('1536M', '4gb')
+"""
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Optional
+
+__all__ = [
+    "UnitError",
+    "parse_walltime",
+    "format_slurm_walltime",
+    "format_pbs_walltime",
+    "format_walltime",
+    "parse_memory",
+    "format_slurm_memory",
+    "format_pbs_memory",
+]
+
+_MINUTE = 60
+_HOUR = 3600
+_DAY = 86400
+
+_WALLTIME_FORMS = '"HH:MM:SS", "MM:SS", "D-HH[:MM[:SS]]" or units such as "90m", "2h", "1d12h"'
+_WALLTIME_EXAMPLE_HINT = 'write a walltime such as "01:30:00", "1-12:00:00" or "90m"'
+_MEMORY_FORMS = 'a number with a unit K, M, G or T (optionally followed by "B" or "iB"), e.g. "512M", "4G", "1.5GiB"'
+_MEMORY_HINT = 'add a unit, e.g. "4G"'
+
+
+class UnitError(ValueError):
+    """A walltime or memory value could not be understood.
+
+    ``str(error)`` (and ``.message``) says what was expected; ``.hint`` is an
+    optional one-line suggestion to show the user, or ``None``.
+
+        >>> e = UnitError("walltime must be positive", hint='write e.g. "01:00:00"')
+        >>> str(e), e.hint
+        ('walltime must be positive', 'write e.g. "01:00:00"')
+    """
+
+    def __init__(self, message: str, hint: Optional[str] = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+# --------------------------------------------------------------------------- walltime
+
+# "HH:MM:SS" (hours unbounded) or "MM:SS".
+_HMS_RE = re.compile(r"(\d+):(\d{1,2}):(\d{1,2})")
+_MS_RE = re.compile(r"(\d{1,2}):(\d{1,2})")
+# Slurm's day forms: "D-HH", "D-HH:MM", "D-HH:MM:SS".
+_DAY_RE = re.compile(r"(\d+)-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?")
+# Unit forms: d, h, m, s in that order, each at most once, at least one present.
+_UNITS_RE = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", re.IGNORECASE)
+_DIGITS_RE = re.compile(r"[+-]?\d+(?:\.\d*)?|[+-]?\.\d+")
+
+
+def _clock(seconds: int) -> str:
+    """``3723`` -> ``"01:02:03"``; hours are zero-padded to 2 and never wrapped."""
+    hours, rest = divmod(seconds, _HOUR)
+    minutes, secs = divmod(rest, _MINUTE)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def _bare_number_walltime_error(number: object) -> UnitError:
+    """The error for a walltime given as a bare number such as ``60`` or ``"60"``."""
+    message = (
+        f"walltime {number!r} is a bare number, which is ambiguous "
+        "(Slurm reads it as minutes, PBS as seconds); expected " + _WALLTIME_FORMS
+    )
+    minutes: Optional[int] = None
+    try:
+        as_decimal = Decimal(str(number).strip())
+        if as_decimal == as_decimal.to_integral_value() and as_decimal > 0:
+            minutes = int(as_decimal)
+    except (InvalidOperation, ValueError):
+        minutes = None
+    if minutes is not None:
+        hint = f'write "{_clock(minutes * _MINUTE)}" for {_describe_minutes(minutes)}, or "{minutes}m"'
+    else:
+        hint = _WALLTIME_EXAMPLE_HINT
+    return UnitError(message, hint=hint)
+
+
+def _describe_minutes(minutes: int) -> str:
+    """``60`` -> ``"one hour"``, ``1`` -> ``"one minute"``, ``90`` -> ``"1h 30m"``."""
+    if minutes == 60:
+        return "one hour"
+    if minutes == 1:
+        return "one minute"
+    return format_walltime(minutes * _MINUTE)
+
+
+def _check_field(value: str, name: str, limit: int, original: str) -> int:
+    number = int(value)
+    if number >= limit:
+        raise UnitError(
+            f"walltime {original!r}: {name} must be less than {limit}, got {number}; expected {_WALLTIME_FORMS}",
+            hint=_WALLTIME_EXAMPLE_HINT,
+        )
+    return number
+
+
+def parse_walltime(value: object) -> int:
+    """Parse a walltime string into a positive number of seconds.
+
+    Accepted forms (strings only; surrounding whitespace is ignored, inner
+    whitespace is not allowed):
+
+    * ``"HH:MM:SS"`` — hours may exceed 24: ``"01:30:00"`` -> ``5400``,
+      ``"100:00:00"`` -> ``360000``
+    * ``"MM:SS"`` — ``"05:30"`` -> ``330``
+    * Slurm's day forms ``"D-HH"``, ``"D-HH:MM"``, ``"D-HH:MM:SS"`` —
+      ``"1-12"`` -> ``129600``, ``"2-00:30"`` -> ``174600``,
+      ``"1-02:03:04"`` -> ``93784``
+    * unit forms with ``d``, ``h``, ``m``, ``s`` combined in that order —
+      ``"90m"`` -> ``5400``, ``"2h"`` -> ``7200``, ``"1d12h"`` -> ``129600``,
+      ``"1h30m"`` -> ``5400``, ``"45s"`` -> ``45``, ``"1d"`` -> ``86400``
+
+    Minutes and seconds fields of the colon forms must be below 60; hours
+    must be below 24 only in the day forms (``"1-25"`` is refused).
+
+    Raises :class:`UnitError` for:
+
+    * bare numbers — ``60``, ``1.5``, ``"60"`` — because Slurm reads them as
+      minutes and PBS as seconds; for ``60`` the hint is
+      ``write "01:00:00" for one hour, or "60m"``
+    * ``bool``, ``None`` and other non-string types
+    * empty, negative or malformed strings — ``""``, ``"-1:00:00"``,
+      ``"1:2:3:4"``, ``"1:60:00"``, ``"abc"``, ``"1-25"``
+    * a zero total — ``"0:00:00"`` -> "walltime must be positive"
+    """
+    if isinstance(value, bool) or value is None:
+        raise UnitError(
+            f"walltime must be a string such as \"01:00:00\", got {value!r}; expected {_WALLTIME_FORMS}",
+            hint=_WALLTIME_EXAMPLE_HINT,
+        )
+    if isinstance(value, (int, float)):
+        raise _bare_number_walltime_error(value)
+    if not isinstance(value, str):
+        raise UnitError(
+            f"walltime must be a string, got {type(value).__name__} {value!r}; expected {_WALLTIME_FORMS}",
+            hint=_WALLTIME_EXAMPLE_HINT,
+        )
+
+    text = value.strip()
+    if not text:
+        raise UnitError(f"walltime is empty; expected {_WALLTIME_FORMS}", hint=_WALLTIME_EXAMPLE_HINT)
+    if _DIGITS_RE.fullmatch(text):
+        raise _bare_number_walltime_error(text)
+    if text.startswith("-"):
+        raise UnitError(
+            f"walltime {value!r} is negative; a walltime must be positive, expected {_WALLTIME_FORMS}",
+            hint=_WALLTIME_EXAMPLE_HINT,
+        )
+
+    total: Optional[int] = None
+    match = _HMS_RE.fullmatch(text)
+    if match:
+        hours = int(match.group(1))
+        minutes = _check_field(match.group(2), "minutes", 60, value)
+        seconds = _check_field(match.group(3), "seconds", 60, value)
+        total = hours * _HOUR + minutes * _MINUTE + seconds
+    elif _MS_RE.fullmatch(text):
+        match = _MS_RE.fullmatch(text)
+        assert match is not None
+        minutes = _check_field(match.group(1), "minutes", 60, value)
+        seconds = _check_field(match.group(2), "seconds", 60, value)
+        total = minutes * _MINUTE + seconds
+    elif _DAY_RE.fullmatch(text):
+        match = _DAY_RE.fullmatch(text)
+        assert match is not None
+        days = int(match.group(1))
+        hours = _check_field(match.group(2), "hours", 24, value)
+        minutes = _check_field(match.group(3), "minutes", 60, value) if match.group(3) else 0
+        seconds = _check_field(match.group(4), "seconds", 60, value) if match.group(4) else 0
+        total = days * _DAY + hours * _HOUR + minutes * _MINUTE + seconds
+    else:
+        match = _UNITS_RE.fullmatch(text)
+        if match and any(match.groups()):
+            days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+            total = days * _DAY + hours * _HOUR + minutes * _MINUTE + seconds
+
+    if total is None:
+        raise UnitError(
+            f"walltime {value!r} is not understood; expected {_WALLTIME_FORMS}",
+            hint=_WALLTIME_EXAMPLE_HINT,
+        )
+    if total <= 0:
+        raise UnitError(f"walltime {value!r} must be positive", hint=_WALLTIME_EXAMPLE_HINT)
+    return total
+
+
+def _check_seconds(seconds: object) -> int:
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise UnitError(f"walltime must be a whole number of seconds, got {seconds!r}")
+    if seconds <= 0:
+        raise UnitError(f"walltime must be positive, got {seconds} seconds")
+    return seconds
+
+
+def format_slurm_walltime(seconds: int) -> str:
+    """Render seconds for Slurm's ``--time``.
+
+    ``"D-HH:MM:SS"`` from one day up, else ``"HH:MM:SS"`` (hours zero-padded to 2):
+    ``90`` -> ``"00:01:30"``, ``86399`` -> ``"23:59:59"``, ``86400`` -> ``"1-00:00:00"``,
+    ``93784`` -> ``"1-02:03:04"``, ``360000`` -> ``"4-04:00:00"``.
+    Raises :class:`UnitError` for non-integers and values below 1.
+    """
+    seconds = _check_seconds(seconds)
+    days, rest = divmod(seconds, _DAY)
+    if days:
+        return f"{days}-{_clock(rest)}"
+    return _clock(rest)
+
+
+def format_pbs_walltime(seconds: int) -> str:
+    """Render seconds for PBS ``-l walltime=``: ``"HH:MM:SS"``, hours not wrapped.
+
+    ``90`` -> ``"00:01:30"``, ``93784`` -> ``"26:03:04"``, ``360000`` -> ``"100:00:00"``.
+    Raises :class:`UnitError` for non-integers and values below 1.
+    """
+    return _clock(_check_seconds(seconds))
+
+
+def format_walltime(seconds: int) -> str:
+    """Render seconds for people, omitting zero parts.
+
+    ``93784`` -> ``"1d 2h 3m 4s"``, ``3600`` -> ``"1h"``, ``5400`` -> ``"1h 30m"``,
+    ``45`` -> ``"45s"``, ``86400`` -> ``"1d"``.
+    Raises :class:`UnitError` for non-integers and values below 1.
+    """
+    seconds = _check_seconds(seconds)
+    days, rest = divmod(seconds, _DAY)
+    hours, rest = divmod(rest, _HOUR)
+    minutes, secs = divmod(rest, _MINUTE)
+    parts = [f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")) if n]
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------- memory
+
+_MEMORY_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([KMGT])(B|iB)?", re.IGNORECASE)
+# Size of one unit, in KiB (so that K needs no fractions).
+_UNIT_KIB = {"K": 1, "M": 1024, "G": 1024 ** 2, "T": 1024 ** 3}
+
+
+def parse_memory(value: object) -> int:
+    """Parse a memory size into a positive whole number of MiB, rounding up.
+
+    A number (decimals allowed) followed by ``K``, ``M``, ``G`` or ``T``,
+    case-insensitive, optionally followed by ``B`` or ``iB``; every unit is a
+    binary multiple (``1G`` = 1024 MiB). Surrounding whitespace is ignored.
+
+    ``"512M"`` -> ``512``, ``"512MB"`` -> ``512``, ``"4G"`` / ``"4GB"`` /
+    ``"4GiB"`` / ``"4gb"`` -> ``4096``, ``"1.5G"`` -> ``1536``,
+    ``"2T"`` -> ``2097152``, ``"1024K"`` -> ``1``, ``"1500K"`` -> ``2`` (rounded up).
+
+    Raises :class:`UnitError` for bare numbers (``4096``, ``"4096"``; hint
+    ``add a unit, e.g. "4G"``), ``bool``, ``None`` and other non-string
+    types, zero (``"0G"`` -> "must be positive"), negative values and
+    malformed strings (``"4X"``, ``"G"``, ``"4 G"``).
+    """
+    if isinstance(value, bool) or value is None:
+        raise UnitError(f"memory must be a string such as \"4G\", got {value!r}; expected {_MEMORY_FORMS}",
+                        hint=_MEMORY_HINT)
+    if isinstance(value, (int, float)):
+        raise UnitError(f"memory {value!r} has no unit; expected {_MEMORY_FORMS}", hint=_MEMORY_HINT)
+    if not isinstance(value, str):
+        raise UnitError(
+            f"memory must be a string, got {type(value).__name__} {value!r}; expected {_MEMORY_FORMS}",
+            hint=_MEMORY_HINT,
+        )
+
+    text = value.strip()
+    if not text:
+        raise UnitError(f"memory is empty; expected {_MEMORY_FORMS}", hint=_MEMORY_HINT)
+    if _DIGITS_RE.fullmatch(text):
+        raise UnitError(f"memory {value!r} has no unit; expected {_MEMORY_FORMS}", hint=_MEMORY_HINT)
+    if text.startswith("-"):
+        raise UnitError(f"memory {value!r} is negative; memory must be positive, expected {_MEMORY_FORMS}",
+                        hint=_MEMORY_HINT)
+    match = _MEMORY_RE.fullmatch(text)
+    if not match:
+        raise UnitError(f"memory {value!r} is not understood; expected {_MEMORY_FORMS}", hint=_MEMORY_HINT)
+
+    kib = Decimal(match.group(1)) * _UNIT_KIB[match.group(2).upper()]
+    if kib <= 0:
+        raise UnitError(f"memory {value!r} must be positive", hint=_MEMORY_HINT)
+    return int(math.ceil(kib / 1024))
+
+
+def _check_mib(mib: object) -> int:
+    if isinstance(mib, bool) or not isinstance(mib, int):
+        raise UnitError(f"memory must be a whole number of MiB, got {mib!r}")
+    if mib <= 0:
+        raise UnitError(f"memory must be positive, got {mib} MiB")
+    return mib
+
+
+def format_slurm_memory(mib: int) -> str:
+    """Render MiB for Slurm's ``--mem``: whole ``G`` when divisible by 1024, else ``M``.
+
+    ``4096`` -> ``"4G"``, ``1536`` -> ``"1536M"``, ``512`` -> ``"512M"``.
+    Raises :class:`UnitError` for non-integers and values below 1.
+    """
+    mib = _check_mib(mib)
+    if mib % 1024 == 0:
+        return f"{mib // 1024}G"
+    return f"{mib}M"
+
+
+def format_pbs_memory(mib: int) -> str:
+    """Render MiB for PBS ``mem=``: ``"gb"`` when divisible by 1024, else ``"mb"``.
+
+    ``4096`` -> ``"4gb"``, ``1536`` -> ``"1536mb"``, ``512`` -> ``"512mb"``.
+    Raises :class:`UnitError` for non-integers and values below 1.
+    """
+    mib = _check_mib(mib)
+    if mib % 1024 == 0:
+        return f"{mib // 1024}gb"
+    return f"{mib}mb"
