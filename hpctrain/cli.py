@@ -166,9 +166,12 @@ def _follow(run_path: str) -> int:
     try:
         result = submission.result_of(run_path, status)
     except TrainingFailedError as e:
-        print(f"[hpctrain] training FAILED: {e}", file=sys.stderr)
         if e.worker_traceback:
+            print(f"[hpctrain] training FAILED (rank {e.rank}); run directory: {run_path}",
+                  file=sys.stderr)
             print(e.worker_traceback.rstrip(), file=sys.stderr)
+        else:
+            print(f"[hpctrain] training FAILED: {e}", file=sys.stderr)
         return 1
     _print_summary(result)
     return 0
@@ -196,7 +199,7 @@ def cmd_status(args) -> int:
     from ._internal.progress import user_metrics
     from ._internal.storage import read_results
 
-    rows = read_results(run.path) if os.path.exists(run.result_file) else []
+    rows = read_results(run.result_file) if os.path.exists(run.result_file) else []
     if rows:
         last = rows[-1]
         print(f"  iteration {last.get('_training_iteration')}: " + ", ".join(

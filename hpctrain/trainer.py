@@ -163,6 +163,12 @@ class DataParallelTrainer:
             keep_return_values=self._keep_return_values,
             datasets=self.datasets,
         ).save(run)
+        # The driver's sys.path additions, for a batch job to import what the payload
+        # pickled by reference (read before the payload is unpickled).
+        from ._internal.fsutil import atomic_write_json
+
+        atomic_write_json(run.driver_file, {"pythonpath": driver_pythonpath()["PYTHONPATH"]},
+                          sync=False)
         return run
 
     # -- fit -------------------------------------------------------------------------------

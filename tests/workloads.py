@@ -176,3 +176,34 @@ def slow_forever(config):
     for i in range(10_000):
         hpctrain.report({"i": i})
         time.sleep(0.05)
+
+
+def deterministic_with_info(config):
+    """``deterministic``, after recording where this rank runs and what it derived."""
+    import json
+    import socket
+
+    ctx = hpctrain.get_context()
+    info = {"rank": ctx.get_world_rank(), "local_rank": ctx.get_local_rank(),
+            "node_rank": ctx.get_node_rank(), "world_size": ctx.get_world_size(),
+            "local_world_size": ctx.get_local_world_size(),
+            "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
+            "master_addr": os.environ.get("MASTER_ADDR"),
+            "master_port": os.environ.get("MASTER_PORT"),
+            "job_id": ctx.get_job_id() if hasattr(ctx, "get_job_id") else None}
+    with open(_out(f"info-rank-{ctx.get_world_rank()}.json"), "w") as f:
+        json.dump(info, f)
+    deterministic(config)
+
+
+def slow_checkpointing(config):
+    """Runs until stopped, committing a checkpoint every 10 reports."""
+    import time
+
+    ctx = hpctrain.get_context()
+    for i in range(100_000):
+        ckpt = None
+        if i % 10 == 0 and ctx.get_world_rank() == 0:
+            ckpt = Checkpoint.from_dict({"i": i})
+        hpctrain.report({"i": i}, checkpoint=ckpt)
+        time.sleep(0.05)

@@ -86,7 +86,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         with run.exclusive():
             prepare(run, spec, args.script)
+            from .fsutil import read_json
+
             extra = driver_pythonpath()
+            submitted_from = (read_json(run.driver_file) or {}).get("pythonpath", "")
+            if submitted_from:
+                extra["PYTHONPATH"] = os.pathsep.join(
+                    p for p in (submitted_from, extra["PYTHONPATH"]) if p)
             sched = spec.scheduler
             if sched.gpu_binding != "none":
                 extra.update({ENV_GPU_BINDING: sched.gpu_binding,

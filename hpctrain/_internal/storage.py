@@ -61,6 +61,7 @@ class RunDir:
     checkpoints_dir = property(lambda self: self._p("checkpoints"))
     internal_dir = property(lambda self: self._p(".hpctrain"))
     payload_file = property(lambda self: self._p(".hpctrain", "payload.pkl"))
+    driver_file = property(lambda self: self._p(".hpctrain", "driver.json"))
     staging_root = property(lambda self: self._p("checkpoints", ".staging"))
 
     def logs_dir(self, job_id: str) -> str:

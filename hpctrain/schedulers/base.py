@@ -65,6 +65,8 @@ class Scheduler:
 
     name = "base"
     template: Optional[str] = None
+    #: The variable holding the job id inside the job.
+    job_id_var = "JOB_ID"
 
     # -- rendering -------------------------------------------------------------------
     def directives(self, request: BatchRequest) -> List[str]:
@@ -87,7 +89,7 @@ class Scheduler:
         return _environment().get_template(self.template).render(
             version=__version__,
             run_name=os.path.basename(request.run_path),
-            rerender=request.rerender or "(rendered from the Python API)",
+            rerender=" ".join((request.rerender or "(rendered from the Python API)").split()),
             directives=self.directives(request),
             cd=self.cd_line(),
             modules=[shell_word(m, spec, "setup.modules") for m in spec.setup.modules],
@@ -96,6 +98,7 @@ class Scheduler:
             launcher=spec.scheduler.launcher_name,
             python=shlex.quote(request.python or spec.scheduler.python or sys.executable),
             run_dir=shlex.quote(request.run_path),
+            log_file=f"{request.run_path}/logs/{self.name}-${{{self.job_id_var}}}.out",
             eof=_HEREDOC_EOF,
             spec_toml=text,
         )
@@ -211,6 +214,3 @@ def walltime(spec: Any) -> Optional[int]:
 def job_name(request: BatchRequest) -> str:
     return os.path.basename(request.run_path)
 
-
-def logs_dir(request: BatchRequest) -> str:
-    return os.path.join(request.run_path, "logs")

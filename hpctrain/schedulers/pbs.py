@@ -13,8 +13,7 @@ import subprocess
 from typing import Any, List, Tuple
 
 from ..units import format_pbs_memory, format_pbs_walltime, parse_memory
-from .base import (BatchRequest, JobState, Scheduler, check_directive, job_name, logs_dir,
-                   merge_directives)
+from .base import BatchRequest, JobState, Scheduler, check_directive, job_name, merge_directives
 
 #: ``qsub -W`` attributes (OpenPBS qsub man page).
 W_ATTRIBUTES = {"depend", "block", "umask", "group_list", "stagein", "stageout", "sandbox",
@@ -53,7 +52,6 @@ def pbs_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
         ("-A", sched.account),
         ("-r", "y"),
         ("-j", "oe"),
-        ("-o", logs_dir(request) + "/"),
         ("depend", f"afterany:{sched.after}" if sched.after else None),
     ]
 
@@ -61,6 +59,7 @@ def pbs_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
 class PbsScheduler(Scheduler):
     name = "pbs"
     template = "pbs.sh.j2"
+    job_id_var = "PBS_JOBID"
 
     def directives(self, request: BatchRequest) -> List[str]:
         spec = request.spec

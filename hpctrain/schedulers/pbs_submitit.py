@@ -616,7 +616,7 @@ def _make_qsub_string(
     stderr = "&1" if stderr_to_stdout else ">" + _shell_path_with_jobid(str(paths.stderr).replace("%t", "0"))
     lines += [
         "",
-        'export SUBMITIT_PBS_START="$(date +%s)"',
+        'export SUBMITIT_PBS_START="${SUBMITIT_PBS_START:-$(date +%s)}"',
         "export SUBMITIT_EXECUTOR=pbs",
         '# PBS starts the job in $HOME',
         'cd "$PBS_O_WORKDIR" || exit 1',

@@ -22,8 +22,7 @@ from submitit.slurm import slurm as submitit_slurm
 
 from ..errors import ConfigError
 from ..units import format_slurm_memory, format_slurm_walltime, parse_memory
-from .base import (BatchRequest, JobState, Scheduler, check_directive, job_name, logs_dir,
-                   merge_directives)
+from .base import BatchRequest, JobState, Scheduler, check_directive, job_name, merge_directives
 
 #: States in which a Slurm job still holds or waits for an allocation.
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
@@ -52,13 +51,13 @@ def slurm_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
         ("qos", sched.qos),
         ("constraint", sched.constraint),
         ("dependency", f"afterany:{sched.after}" if sched.after else None),
-        ("output", os.path.join(logs_dir(request), "slurm-%j.out")),
     ]
 
 
 class SlurmScheduler(Scheduler):
     name = "slurm"
     template = "slurm.sh.j2"
+    job_id_var = "SLURM_JOB_ID"
 
     def directives(self, request: BatchRequest) -> List[str]:
         """``--key=value`` per directive; ``true`` gives a bare ``--key``.

@@ -1,0 +1,285 @@
+"""A fake PBS server for tests: ``qsub``, ``qstat`` and ``qdel`` over a JSON state file.
+
+No PBS server can be installed on the machines that run hpctrain's tests, so these
+commands stand in for OpenPBS 23.06. Their outputs and exit codes reproduce what
+``shared/notes/pbs-facts.md`` records from a live server:
+
+* ``qsub`` prints the new job id (``<seq>.<server>``, arrays ``<seq>[].<server>``) on
+  stdout; a job with ``-W depend=afterany:<id>`` on an unfinished job is held (``H``);
+* ``qstat -f -F json [-x] <ids>`` prints ``{"timestamp", "pbs_version", "pbs_server",
+  "Jobs": {id: {...}}}`` with integer ``Exit_status``/``substate``/``run_count`` and
+  objects ``Resource_List``/``Variable_List``; an unknown id prints the header without
+  ``Jobs`` and exits 153 (``qstat: Unknown Job Id <id>``); a finished job asked for
+  without ``-x`` exits 35 (``qstat: <id> Job has finished, use -x or -H ...``); with
+  ``history`` off finished jobs are purged (so 153); ``reject_x`` makes it refuse
+  ``-x`` like a qstat without that option;
+* ``qdel`` finishes a queued/held job (``F``, substate 91, no exit status) or a running
+  one (``F``, substate 91, exit status 256+15: SIGTERM); unknown id 153, finished 35.
+
+The state lives in ``$FAKE_PBS_STATE/state.json``; scripts qsub received are copied
+byte for byte to ``$FAKE_PBS_STATE/scripts/<seq>.sh``. :class:`FakePbs` is the test
+side: it reads and edits the state and :meth:`FakePbs.run` executes a job's script the
+way MoM would (from ``$HOME``, with the ``PBS_*`` variables of a batch job).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+VERSION = "23.06.06"
+PBSE_UNKJOBID = 153  # 15001 & 0xff
+PBSE_HISTJOBID = 35  # 15139 & 0xff
+SUBSTATE = {"Q": 10, "H": 22, "R": 42, "F_OK": 92, "F_FAIL": 93, "F_DELETED": 91}
+
+_WITH_ARG = {"-F", "-W", "-N", "-q", "-A", "-l", "-J", "-o", "-e", "-j", "-r", "-v", "-S", "-a", "-m", "-M", "-P"}
+
+
+def state_dir() -> Path:
+    return Path(os.environ["FAKE_PBS_STATE"])
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[Dict[str, Any]]:
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "state.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = root / "state.json"
+        state = json.loads(path.read_text()) if path.exists() else {}
+        state.setdefault("server", "pbshost")
+        state.setdefault("history", True)
+        state.setdefault("reject_x", False)
+        state.setdefault("next_seq", 1)
+        state.setdefault("jobs", {})
+        state.setdefault("fake", {})
+        yield state
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(path)
+
+
+def _directives(script: bytes) -> List[List[str]]:
+    """``#PBS`` options at the top of a script (until the first command line)."""
+    out = []
+    for raw in script.decode(errors="replace").splitlines()[1:]:
+        line = raw.strip()
+        if not line:
+            continue
+        if not line.startswith("#"):
+            break
+        if line.startswith("#PBS"):
+            out.append(shlex.split(line[4:]))
+    return out
+
+
+def _parse_options(args: Sequence[str]) -> Tuple[List[Tuple[str, str]], List[str]]:
+    opts: List[Tuple[str, str]] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--" or not a.startswith("-"):
+            break
+        if a in _WITH_ARG:
+            opts.append((a, args[i + 1]))
+            i += 2
+        else:
+            opts.append((a, ""))
+            i += 1
+    return opts, list(args[i:])
+
+
+def _finish(state: Dict[str, Any], job_id: str, exit_status: Optional[int], substate: int) -> None:
+    job = state["jobs"][job_id]
+    job["job_state"] = "F"
+    job["substate"] = substate
+    job["mtime"] = time.ctime()
+    if exit_status is not None:
+        job["Exit_status"] = exit_status
+    for other in state["jobs"].values():  # afterany: release held successors
+        if other.get("depend") == f"afterany:{job_id}" and other["job_state"] == "H":
+            other["job_state"], other["substate"] = "Q", SUBSTATE["Q"]
+    if not state["history"]:
+        del state["jobs"][job_id]
+
+
+def qsub(args: Sequence[str]) -> int:
+    opts, rest = _parse_options(args)
+    if not rest:
+        print("usage: qsub [options] script", file=sys.stderr)
+        return 2
+    path = Path(rest[0])
+    try:
+        script = path.read_bytes()
+    except OSError as e:
+        print(f"qsub: script file:: {e.strerror}", file=sys.stderr)
+        return 1
+    root = state_dir()
+    with _locked(root) as state:
+        seq = state["next_seq"]
+        state["next_seq"] = seq + 1
+        (root / "scripts").mkdir(exist_ok=True)
+        (root / "scripts" / f"{seq}.sh").write_bytes(script)
+        resources: Dict[str, Any] = {}
+        attrs: Dict[str, str] = {}
+        from_script = [(d[0], d[1] if len(d) > 1 else "") for d in _directives(script) if d]
+        for opt, value in from_script + opts:
+            if opt == "-l":
+                key, _, val = value.partition("=")
+                resources[key] = val
+            else:
+                attrs[opt] = value
+        is_array = "-J" in attrs
+        job_id = f"{seq}[].{state['server']}" if is_array else f"{seq}.{state['server']}"
+        depend = attrs.get("-W", "")[len("depend="):] if attrs.get("-W", "").startswith("depend=") else ""
+        held = bool(depend) and any(
+            j.get("job_state") != "F" for jid, j in state["jobs"].items() if depend.endswith(":" + jid))
+        cwd = os.getcwd()
+        job: Dict[str, Any] = {
+            "Job_Name": attrs.get("-N", path.name),
+            "Job_Owner": f"{os.environ.get('USER', 'user')}@{socket.gethostname()}",
+            "job_state": "H" if held else "Q",
+            "queue": attrs.get("-q", "workq"),
+            "server": state["server"],
+            "ctime": time.ctime(),
+            "Rerunable": "True" if attrs.get("-r", "y") == "y" else "False",
+            "Resource_List": resources,
+            "substate": SUBSTATE["H"] if held else SUBSTATE["Q"],
+            "Variable_List": {"PBS_O_HOME": os.environ.get("HOME", ""), "PBS_O_WORKDIR": cwd,
+                              "PBS_O_HOST": socket.gethostname(), "PBS_O_QUEUE": attrs.get("-q", "workq")},
+            "run_count": 0,
+            "Submit_arguments": " ".join(args),
+        }
+        if "-A" in attrs:
+            job["Account_Name"] = attrs["-A"]
+        if depend:
+            job["depend"] = depend
+        if is_array:
+            job["array"] = "True"
+            job["array_indices_submitted"] = attrs["-J"]
+        state["jobs"][job_id] = job
+        state["fake"][job_id] = {"argv": list(args), "cwd": cwd, "script": f"scripts/{seq}.sh"}
+    print(job_id)
+    return 0
+
+
+def qstat(args: Sequence[str]) -> int:
+    opts, ids = _parse_options(args)
+    flags = {o for o, _ in opts}
+    root = state_dir()
+    with _locked(root) as state:
+        if "-x" in flags and state["reject_x"]:
+            print("qstat: invalid option -- 'x'\nusage: qstat [-f] [-F json] job_identifier...", file=sys.stderr)
+            return 2
+        out: Dict[str, Any] = {"timestamp": int(time.time()), "pbs_version": VERSION,
+                               "pbs_server": state["server"]}
+        found: Dict[str, Any] = {}
+        rc = 0
+        for job_id in ids:
+            job = state["jobs"].get(job_id)
+            if job is None:
+                print(f"qstat: Unknown Job Id {job_id}", file=sys.stderr)
+                rc = PBSE_UNKJOBID
+            elif job["job_state"] == "F" and "-x" not in flags:
+                print(f"qstat: {job_id} Job has finished, use -x or -H to obtain historical job information",
+                      file=sys.stderr)
+                rc = PBSE_HISTJOBID
+            else:
+                found[job_id] = job
+    if found:
+        out["Jobs"] = found
+    print(json.dumps(out, indent=4))
+    return rc
+
+
+def qdel(args: Sequence[str]) -> int:
+    _, ids = _parse_options(args)
+    rc = 0
+    with _locked(state_dir()) as state:
+        for job_id in ids:
+            job = state["jobs"].get(job_id)
+            if job is None:
+                print(f"qdel: Unknown Job Id {job_id}", file=sys.stderr)
+                rc = PBSE_UNKJOBID
+            elif job["job_state"] == "F":
+                print(f"qdel: Job has finished {job_id}", file=sys.stderr)
+                rc = PBSE_HISTJOBID
+            else:
+                running = job["job_state"] in ("R", "E", "B")
+                _finish(state, job_id, 256 + 15 if running else None, SUBSTATE["F_DELETED"])
+        with (state_dir() / "qdel.log").open("a") as log:
+            log.write(" ".join(ids) + "\n")
+    return rc
+
+
+def main(command: str, args: Sequence[str]) -> int:
+    return {"qsub": qsub, "qstat": qstat, "qdel": qdel}[command](args)
+
+
+class FakePbs:
+    """Test-side access to the fake server's state (same file the commands use)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def configure(self, **settings: Any) -> None:
+        """``history`` (bool), ``reject_x`` (bool), ``server`` (str)."""
+        with _locked(self.root) as state:
+            state.update(settings)
+
+    def jobs(self) -> Dict[str, Any]:
+        with _locked(self.root) as state:
+            return state["jobs"]
+
+    def submission(self, job_id: str) -> Dict[str, Any]:
+        """What qsub received: ``argv``, ``cwd`` and the copied ``script`` bytes."""
+        with _locked(self.root) as state:
+            info = dict(state["fake"][job_id])
+        info["script"] = (self.root / info["script"]).read_bytes()
+        return info
+
+    def set(self, job_id: str, **attrs: Any) -> None:
+        with _locked(self.root) as state:
+            state["jobs"][job_id].update(attrs)
+
+    def finish(self, job_id: str, exit_status: Optional[int]) -> None:
+        with _locked(self.root) as state:
+            ok = exit_status == 0
+            _finish(state, job_id, exit_status, SUBSTATE["F_OK" if ok else "F_FAIL"])
+
+    def run(self, job_id: str, hosts: Sequence[str] = ("fakenode1",), mpiprocs: int = 1,
+            extra_env: Optional[Dict[str, str]] = None, timeout: float = 120) -> "subprocess.CompletedProcess[str]":
+        """Run the job's script as MoM would: cwd ``$HOME``, batch ``PBS_*`` variables set,
+        state R while it runs, then F with its exit status (256+N if killed by signal N)."""
+        info = self.submission(job_id)
+        with _locked(self.root) as state:
+            job = state["jobs"][job_id]
+            job.update(job_state="R", substate=SUBSTATE["R"], run_count=job["run_count"] + 1)
+            name, queue = job["Job_Name"], job["queue"]
+        home = self.root / "home"
+        aux = self.root / "aux"
+        home.mkdir(exist_ok=True)
+        aux.mkdir(exist_ok=True)
+        nodefile = aux / job_id
+        nodefile.write_text("".join(f"{h}\n" for h in hosts for _ in range(mpiprocs)))
+        env = dict(os.environ)
+        env.update({
+            "HOME": str(home), "PBS_ENVIRONMENT": "PBS_BATCH", "PBS_JOBID": job_id, "PBS_JOBNAME": name,
+            "PBS_QUEUE": queue, "PBS_O_WORKDIR": info["cwd"], "PBS_O_HOME": os.environ.get("HOME", ""),
+            "PBS_O_QUEUE": queue, "PBS_NODEFILE": str(nodefile), "PBS_NODENUM": "0", "PBS_TASKNUM": "1",
+            "PBS_JOBDIR": str(home), "TMPDIR": str(self.root / f"pbs.{job_id}"), "NCPUS": "1",
+        })
+        env.update(extra_env or {})
+        script = self.root / "scripts" / f"{job_id.split('.')[0].split('[')[0]}.sh"
+        proc = subprocess.run(["bash", str(script)], cwd=str(home), env=env, capture_output=True,
+                              text=True, timeout=timeout, check=False)
+        status = proc.returncode if proc.returncode >= 0 else 256 - proc.returncode
+        self.finish(job_id, status)
+        return proc

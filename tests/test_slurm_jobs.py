@@ -1,0 +1,240 @@
+"""Batch runs on the real test Slurm cluster (scripts/slurm-cluster.sh: Debian's
+slurm-wlm, nodes n1 and n2 on this machine): `hpctrain submit`, `hpctrain render` +
+`sbatch` by hand, the Python API with scheduler="slurm", two jobs at once, cancel, and
+bad input that must submit nothing."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import hpctrain
+import workloads
+from hpctrain import FailureConfig, RunConfig, ScalingConfig
+from hpctrain.torch import TorchTrainer
+from slurm import sbatch, start_cluster
+
+pytestmark = pytest.mark.slow
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOADS = os.path.join(HERE, "workloads.py")
+EPOCHS = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    start_cluster()
+
+
+def hpctrain_cli(*args, timeout=240, check=True):
+    p = subprocess.run([sys.executable, "-m", "hpctrain.cli", *args], capture_output=True,
+                       text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"hpctrain {' '.join(args)} exited {p.returncode}:\n"
+                             f"{p.stdout}\n{p.stderr}")
+    return p
+
+
+def job_file(tmp_path, storage, name, *, function="deterministic_with_info", extra=""):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f"""
+site = "test-cluster"
+[job]
+entrypoint = "{WORKLOADS}:{function}"
+[run]
+name = "{name}"
+storage_path = "{storage}"
+[scaling]
+num_nodes = 2
+workers_per_node = 2
+[scheduler]
+time = "00:05:00"
+[config]
+epochs = {EPOCHS}
+{extra}
+""")
+    return str(path)
+
+
+def final_state(run_path):
+    return torch.load(os.path.join(run_path, "test-out", "final.pt"))
+
+
+def assert_same_state(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+@pytest.fixture(scope="module")
+def local_reference(tmp_path_factory):
+    """The same training run locally with 4 workers and the same seed."""
+    storage = str(tmp_path_factory.mktemp("local"))
+    result = TorchTrainer(workloads.deterministic, train_loop_config={"epochs": EPOCHS},
+                          scaling_config=ScalingConfig(num_workers=4),
+                          run_config=RunConfig(name="local", storage_path=storage,
+                                               verbose=0)).fit()
+    return final_state(result.path)
+
+
+def read_info(run_path):
+    out = {}
+    for r in range(4):
+        with open(os.path.join(run_path, "test-out", f"info-rank-{r}.json")) as f:
+            out[r] = json.load(f)
+    return out
+
+
+def test_submit_2x2_ddp_matches_local_run_and_ranks_are_right(tmp_path, storage,
+                                                              local_reference):
+    job = job_file(tmp_path, storage, "ddp2x2")
+    p = hpctrain_cli("submit", job, "--follow")
+    assert "submitted slurm job" in p.stdout and "run FINISHED" in p.stdout
+    run = os.path.join(storage, "ddp2x2")
+    assert_same_state(final_state(run), local_reference)
+
+    info = read_info(run)
+    # block distribution: ranks 0,1 on n1 and 2,3 on n2
+    expected = {0: (0, 0, "n1"), 1: (1, 0, "n1"), 2: (0, 1, "n2"), 3: (1, 1, "n2")}
+    for r, (local, node, host) in expected.items():
+        i = info[r]
+        assert (i["rank"], i["local_rank"], i["node_rank"], i["node"]) == (r, local, node, host)
+        assert (i["world_size"], i["local_world_size"]) == (4, 2)
+        assert i["master_addr"] == info[0]["node"] == "n1"  # where rank 0 runs
+    assert len({i["master_port"] for i in info.values()}) == 1
+
+    state = json.load(open(os.path.join(run, "state.json")))
+    assert state["status"] == "FINISHED"
+    job_id = state["submissions"][0]["job_id"]
+    assert sorted(os.listdir(os.path.join(run, "logs", job_id))) == [
+        "launcher.out", "rank-0.out", "rank-1.out", "rank-2.out", "rank-3.out"]
+    assert "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=4" in open(
+        os.path.join(run, "logs", job_id, "launcher.out")).read()
+
+    # what `hpctrain render` prints is byte for byte what was submitted
+    rendered = hpctrain_cli("render", job).stdout
+    with open(os.path.join(run, "job.sh")) as f:
+        assert f.read() == rendered
+
+    status = hpctrain_cli("status", run).stdout
+    assert "FINISHED" in status and f"slurm job {job_id}: COMPLETED" in status
+
+
+def test_rendered_script_submitted_by_hand_runs_the_same_training(tmp_path, storage,
+                                                                  local_reference):
+    job = job_file(tmp_path, storage, "byhand")
+    script = hpctrain_cli("render", job).stdout
+    assert not os.path.exists(os.path.join(storage, "byhand"))  # render creates nothing
+    job_id = sbatch(script, timeout=240)
+    run = os.path.join(storage, "byhand")
+    state = json.load(open(os.path.join(run, "state.json")))
+    assert state["status"] == "FINISHED", open(
+        os.path.join(run, "logs", f"slurm-{job_id}.out")).read()
+    assert state["job_ids"] == [job_id]
+    assert_same_state(final_state(run), local_reference)
+    with open(os.path.join(run, "job.sh")) as f:  # the batch step kept its own script
+        assert f.read() == script
+
+
+def test_two_jobs_share_the_nodes_at_once_and_both_finish(tmp_path, storage):
+    runs = []
+    for name in ("twin-a", "twin-b"):
+        job = job_file(tmp_path, storage, name, function="deterministic")
+        hpctrain_cli("submit", job)
+        runs.append(os.path.join(storage, name))
+    for run in runs:
+        status = hpctrain_cli("status", run, "--follow").returncode
+        assert status == 0
+    attempts = [json.load(open(os.path.join(r, "state.json")))["attempts"][0] for r in runs]
+    assert all(a["outcome"] == "FINISHED" for a in attempts)
+    a, b = attempts
+    assert a["started"] < b["ended"] and b["started"] < a["ended"], \
+        "the two jobs did not run at the same time"
+    assert_same_state(final_state(runs[0]), final_state(runs[1]))
+
+
+def test_python_api_submits_follows_and_returns_the_result(storage, local_reference):
+    result = TorchTrainer(
+        workloads.deterministic, train_loop_config={"epochs": EPOCHS},
+        scaling_config=ScalingConfig(num_workers=4, num_nodes=2),
+        run_config=RunConfig(name="from-python", storage_path=storage, verbose=0),
+        scheduler="slurm", site="test-cluster").fit()
+    assert result.status == "FINISHED"
+    assert result.metrics["epoch"] == EPOCHS - 1
+    assert result.checkpoint is not None
+    assert_same_state(final_state(result.path), local_reference)
+    script = open(os.path.join(result.path, "job.sh")).read()
+    assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n" in script
+    assert "#SBATCH --partition=debug\n" in script  # from the site config
+
+
+def test_failed_rank_reaches_the_caller_with_its_traceback(storage):
+    with pytest.raises(hpctrain.TrainingFailedError) as info:
+        TorchTrainer(workloads.fail_on_rank, train_loop_config={"rank": 3},
+                     scaling_config=ScalingConfig(num_workers=4, workers_per_node=2),
+                     run_config=RunConfig(name="fails", storage_path=storage, verbose=0,
+                                          failure_config=FailureConfig(max_failures=0)),
+                     scheduler="slurm", site="test-cluster").fit()
+    assert info.value.rank == 3
+    assert "rank 3" in open(os.path.join(storage, "fails", "error.txt")).read()
+
+
+def test_cancel_stops_the_job_and_keeps_committed_checkpoints(tmp_path, storage):
+    job = job_file(tmp_path, storage, "cancelme", function="slow_checkpointing")
+    hpctrain_cli("submit", job)
+    run = os.path.join(storage, "cancelme")
+    # wait (bounded) until a checkpoint is committed
+    for _ in range(240):
+        if os.path.isdir(os.path.join(run, "checkpoints")) and any(
+                n.startswith("checkpoint_") for n in os.listdir(os.path.join(run, "checkpoints"))):
+            break
+        subprocess.run(["sleep", "0.5"])
+    else:
+        pytest.fail("no checkpoint was committed")
+    out = hpctrain_cli("cancel", run).stdout
+    assert "cancelled slurm job" in out
+    p = hpctrain_cli("status", run, "--follow", check=False)
+    assert p.returncode == 1  # the run did not finish
+    state = hpctrain_cli("status", run).stdout
+    assert "CANCELLED" in state
+    from hpctrain.result import Result
+
+    assert Result.from_path(run).checkpoint is not None
+
+
+BAD = [
+    ("malformed", "[job\n", "invalid TOML at line"),
+    ("unknown-site", 'site = "nowhere"\n', "unknown site 'nowhere'"),
+    ("gpu-on-cpu", "[scaling]\nuse_gpu = true\n", "CPU-only nodes"),
+    ("walltime", '[scheduler]\ntime = "03:00:00"\n', "over the limit of 02:00:00"),
+    ("dotdot", '[run]\nname = "../escape"\n', "run.name"),
+    ("semicolon", '[run]\nname = "a;b"\n', "run.name"),
+    ("bare-walltime", "[scheduler]\ntime = 60\n", '"01:00:00"'),
+]
+
+
+@pytest.mark.parametrize("name,text,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_gets_a_clear_error_and_submits_nothing(tmp_path, storage, name, text,
+                                                          message):
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True,
+                            text=True).stdout.split()
+    path = tmp_path / "bad.toml"
+    base = (f'site = "test-cluster"\n[job]\nentrypoint = "{WORKLOADS}:deterministic"\n'
+            f'[run]\nstorage_path = "{storage}"\n')
+    # later tables of the same name would be a TOML error: put the bad part in place
+    if text.startswith("[run]"):
+        base = base.replace(f'[run]\nstorage_path = "{storage}"\n',
+                            f'[run]\nstorage_path = "{storage}"\n' + text.split("\n", 1)[1])
+        text = ""
+    if text.startswith("site ="):
+        base = base.replace('site = "test-cluster"\n', "")
+    path.write_text(text + base if text.startswith(("site", "[job")) else base + text)
+    p = hpctrain_cli("submit", str(path), check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "error:" in p.stderr and message in p.stderr
+    assert p.stdout == ""
+    assert os.listdir(storage) == []  # no run directory
+    after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True,
+                           text=True).stdout.split()
+    assert set(after) <= set(before)  # nothing submitted
