@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from .checkpoint import Checkpoint
-from .config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from .config import (CheckpointConfig, FailureConfig, PbsConfig, RunConfig, ScalingConfig,
+                     SchedulerConfig, SetupConfig, SlurmConfig)
 from .errors import CheckpointError, ConfigError, HpctrainError, RunLockedError, TrainingFailedError
 from .result import Result
 
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Checkpoint", "CheckpointConfig", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
+    "SchedulerConfig", "SlurmConfig", "PbsConfig", "SetupConfig",
     "report", "get_checkpoint", "get_context", "TrainingFailedError", "ConfigError",
     "CheckpointError", "HpctrainError", "RunLockedError", "__version__",
 ]

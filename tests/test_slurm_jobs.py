@@ -238,3 +238,41 @@ def test_bad_input_gets_a_clear_error_and_submits_nothing(tmp_path, storage, nam
     after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True,
                            text=True).stdout.split()
     assert set(after) <= set(before)  # nothing submitted
+
+
+DRIVER = """
+import sys
+sys.path.insert(0, {here!r})
+import workloads
+from hpctrain import RunConfig, ScalingConfig
+from hpctrain.torch import TorchTrainer
+TorchTrainer(workloads.slow_checkpointing, scaling_config=ScalingConfig(num_workers=2),
+             run_config=RunConfig(name="detach", storage_path={storage!r}),
+             scheduler="slurm", site="test-cluster").fit()
+"""
+
+
+def test_ctrl_c_detaches_without_cancelling_and_says_how_to_reattach(storage):
+    import signal
+
+    p = subprocess.Popen([sys.executable, "-c", DRIVER.format(here=HERE, storage=storage)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = os.path.join(storage, "detach")
+    try:
+        for _ in range(240):  # bounded wait until the job runs
+            state = os.path.join(run, "state.json")
+            if os.path.exists(state) and json.load(open(state)).get("status") == "RUNNING":
+                break
+            subprocess.run(["sleep", "0.5"])
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+        assert "detached; job" in out and "keeps running" in out
+        assert f"hpctrain status {run} --follow" in out
+        job_id = json.load(open(os.path.join(run, "state.json")))["submissions"][0]["job_id"]
+        queued = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"],
+                                capture_output=True, text=True).stdout.strip()
+        assert queued == "RUNNING"
+    finally:
+        if p.poll() is None:
+            p.kill()
+        hpctrain_cli("cancel", run, check=False)
