@@ -5,7 +5,7 @@ import re
 
 from .errors import ConfigError
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
 
 
 def check_run_name(name: object, key: str = "run.name", file: str | None = None) -> str:
@@ -14,7 +14,7 @@ def check_run_name(name: object, key: str = "run.name", file: str | None = None)
     A run name becomes a directory under the storage path and a scheduler job name,
     so it may hold only letters, digits and ``. _ + -``, and may not start with a dot.
     """
-    if not isinstance(name, str) or not _SAFE_NAME.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(
             f"{key}: expected a name of letters, digits and . _ + - (not starting with a dot,"
             f" at most 200 characters), got {name!r}",

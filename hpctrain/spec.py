@@ -682,7 +682,7 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
         layers.append((site_config.layer, site_config.path))
     layers.append((data, None))
     layers.append((over, "overrides"))
-    merged = _merge_layers(layers, origins)
+    merged = _merge_layers(layers, origins, job_file=path)
     if site_name is not None:
         merged["site"] = site_name
     spec = spec_from_dict(merged, file=path, base_dir=os.path.dirname(os.path.abspath(path)),
@@ -699,7 +699,16 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     return spec
 
 
-def _merge_layers(layers: Sequence[tuple], origins: MutableMapping[str, str]) -> Dict[str, Any]:
+def _without_deletes(value: Any) -> Any:
+    """A copy of ``value`` without delete markers (an override ``key=`` that removes a
+    key no lower layer set)."""
+    if isinstance(value, dict):
+        return {k: _without_deletes(v) for k, v in value.items() if v is not _DELETE}
+    return copy.deepcopy(value)
+
+
+def _merge_layers(layers: Sequence[tuple], origins: MutableMapping[str, str],
+                  job_file: Optional[str] = None) -> Dict[str, Any]:
     """Merge ``(data, where)`` layers, last wins; record in ``origins`` where each key set
     by a site layer came from (``where=None``: the job file; ``"overrides"``: origins
     already hold the override texts)."""
@@ -710,13 +719,15 @@ def _merge_layers(layers: Sequence[tuple], origins: MutableMapping[str, str]) ->
             for k in [k for k in origins if k == key or k.startswith(key + ".")]:
                 if not origins[k].startswith("override "):
                     del origins[k]
+            if job_file is not None and not origins.get(key, "").startswith("override "):
+                origins[key] = job_file  # beats a site's origin recorded for a parent table
         elif where != "overrides" and not origins.get(key, "").startswith("override "):
             origins[key] = where
 
     for data, where in layers:
         for section, table in data.items():
             if not isinstance(table, dict) or section not in SECTIONS:
-                merged[section] = copy.deepcopy(table)
+                merged[section] = _without_deletes(table)
                 record(section, where)
                 continue
             target = merged.setdefault(section, {})
@@ -735,10 +746,10 @@ def _merge_layers(layers: Sequence[tuple], origins: MutableMapping[str, str]) ->
                         if item is _DELETE:
                             target[key].pop(sub, None)
                         else:
-                            target[key][sub] = copy.deepcopy(item)
+                            target[key][sub] = _without_deletes(item)
                         record(f"{dotted}.{sub}", where)
                 else:
-                    target[key] = copy.deepcopy(value)
+                    target[key] = _without_deletes(value)
                     record(dotted, where)
     return merged
 
@@ -813,7 +824,7 @@ def _apply_overrides(data: Mapping[str, Any], overrides: Sequence[str],
                 raise _unknown_key(ctx, section, key)
             if len(path) > (3 if schema[key] in _MERGED_TABLES else 2):
                 raise ctx.error(dotted, f"{section}.{key} is not a table")
-            if schema[key] == "str" and len(path) == 2 and isinstance(
+            if schema[key] in ("str", "walltime", "memory") and len(path) == 2 and isinstance(
                     value, (bool, int, float, _dt.date, _dt.time)):
                 value = raw_value.strip()  # run.name=2024 means the string "2024"
         node: Any = result

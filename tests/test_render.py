@@ -227,14 +227,24 @@ def test_site_directives_replaced_and_removed_by_the_job(tmp_path, site, job, ex
     assert got[:3] == ["--job-name=r1", "--nodes=1", "--ntasks-per-node=4"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: spec._merge_layers copies an override table "
-                   "holding the delete marker whole when no lower layer has that table: "
-                   "--set scheduler.directives.X= (empty) leaks <object object> into the spec")
 @pytest.mark.parametrize("override", ["scheduler.directives.nodes=",
                                       "scaling.resources_per_worker.GPU="])
 def test_empty_override_of_a_table_entry_nobody_set(tmp_path, override):
     script = render(tmp_path, site="generic-slurm", overrides=[override])
     assert directives(script)[:3] == ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1"]
+
+
+def test_site_directive_does_not_override_the_jobs_scaling(tmp_path, monkeypatch):
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "mysite.toml").write_text(
+        '[site]\nscheduler = "slurm"\n[scheduler.directives]\n"cpus-per-task" = 32\n'
+        '"gpus-per-node" = 8\n')
+    monkeypatch.setenv(SITE_PATH_ENV, str(sites))
+    body = "[scaling]\nnum_workers = 2\ncpus_per_worker = 8\ngpus_per_worker = 1\n"
+    got = directives(render(tmp_path, body, site="mysite"))
+    assert got == ["--job-name=r1", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=8",
+                   "--gpus-per-node=2"]
 
 
 # --------------------------------------------------------------------------- PBS
@@ -474,11 +484,7 @@ LIMIT_CASES = [
         "scheduler.directives.filesystems", "FILE",
         ["site 'polaris' requires this directive"],
         ["[scheduler.directives] filesystems", "docs.alcf.anl.gov"],
-        id="polaris-filesystems-removed",
-        marks=pytest.mark.xfail(strict=True, reason=(
-            "BUG: spec._merge_layers records no origin for a job-file entry of a table the "
-            "site set (scheduler.directives.X), so where() falls back to the site's "
-            "'scheduler.directives' and the error blames polaris.toml, not the job file"))),
+        id="polaris-filesystems-removed"),
     pytest.param(
         "polaris", "", ["scheduler.directives.filesystems="],
         "scheduler.directives.filesystems", "override 'scheduler.directives.filesystems='",
@@ -540,9 +546,6 @@ def test_bare_number_walltime_is_refused_with_a_hint(tmp_path, body, overrides, 
     assert err.file == (str(tmp_path / "job.toml") if where == "FILE" else where)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: spec._apply_overrides turns --set "
-                   "scheduler.time=04:00:00 into a TOML local time (datetime.time) and the "
-                   "walltime check refuses it; only kind 'str' keys get the raw text back")
 def test_walltime_override_in_clock_form(tmp_path):
     script = render(tmp_path, site="generic-slurm", overrides=["scheduler.time=04:00:00"])
     assert "--time=04:00:00" in directives(script)
@@ -563,8 +566,6 @@ def test_unsafe_run_name_override_is_named(tmp_path):
     assert err.file == "override 'run.name=../up'"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: naming._SAFE_NAME ends in '$', which also "
-                   "matches before a trailing newline: run.name = \"r1\\n\" is accepted")
 def test_run_name_with_trailing_newline_is_refused(tmp_path):
     err = config_error(tmp_path, '[run]\nname = "r1\\n"\n', site="generic-slurm")
     assert err.message.startswith("run.name: ")
@@ -585,9 +586,6 @@ def test_unsafe_directive_values_are_refused(tmp_path, key, value, bad):
     assert "without spaces" in err.hint
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the error for a job-file directive names the "
-                   "site file when the site also sets [scheduler.directives] (spec._merge_layers "
-                   "origins)")
 def test_unsafe_directive_next_to_site_directives_names_the_job_file(tmp_path):
     err = config_error(tmp_path, '[scheduler.directives]\ncomment = "a b"\n', site="generic-pbs")
     assert err.message.startswith("scheduler.directives.comment: 'a b' holds ' '")
@@ -617,9 +615,6 @@ def test_unsafe_directive_keys_are_refused(tmp_path, key):
     assert err.message == f"scheduler.directives.{key}: not a valid option name"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: schedulers/base._SAFE_DIRECTIVE/_SAFE_KEY end "
-                   "in '$', which matches before a trailing newline: a key \"-W\\n\" puts its "
-                   "value on a line of its own, which bash runs as a command")
 @pytest.mark.parametrize("entry", ['"-W\\n" = "/tmp/x.sh"', 'comment = "x\\n"'])
 def test_directive_with_trailing_newline_is_refused(tmp_path, entry):
     err = config_error(tmp_path, f"[scheduler.directives]\n{entry}\n", site="generic-pbs")
@@ -668,9 +663,6 @@ def test_env_values_do_not_run_commands(tmp_path):
     assert h == "/home/someone/data"       # $VAR still expands (site configs rely on it)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: schedulers/base.shell_value leaves ${V@P} "
-                   "(prompt expansion) and $[...] (arithmetic on a variable's text) "
-                   "unescaped; both run a $(...) held in another [env] value")
 @pytest.mark.parametrize("trigger", ["${A@P}", "$[A]"])
 def test_env_values_cannot_reexpand_each_other(tmp_path, trigger):
     marker = f"/tmp/pwned-{uuid.uuid4().hex}"

@@ -22,6 +22,13 @@ from .worker import ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_RESUME, ENV_RUN_DIR, ENV_ST
 
 FINISHED, FAILED, RUNNING, INTERRUPTED = "FINISHED", "FAILED", "RUNNING", "INTERRUPTED"
 
+#: Errors a rank raises because a *peer* went away (Gloo/NCCL/MPI lost the connection).
+#: They are consequences: a rank that died on its own (a signal, its own exception) is
+#: the root cause even when a peer's record of the lost connection carries an earlier time.
+SECONDARY = ("Connection closed by peer", "Connection reset by peer", "Read error",
+             "Broken pipe", "Connection refused", "NCCL communicator was aborted",
+             "Socket Timeout", "connection closed")
+
 
 @dataclass
 class Failure:
@@ -31,6 +38,11 @@ class Failure:
     traceback: str
     host: str = ""
     pid: int = 0
+
+
+def is_secondary(f: Failure) -> bool:
+    """True for a failure that reports a lost peer rather than its own fault."""
+    return any(s in f.summary for s in SECONDARY)
 
 
 class Supervisor:
@@ -150,7 +162,7 @@ class Supervisor:
                                           f"rank {x.rank} ended with {how} and left no "
                                           "traceback (killed, out of memory, or a crash in "
                                           "native code); see its log.\n"))
-        return min(candidates, key=lambda c: c.time)
+        return min(candidates, key=lambda c: (is_secondary(c), c.time))
 
     def _end_attempt(self, attempt: int, outcome: str, failure: Optional[Failure]) -> None:
         with self.run.update_state() as s:

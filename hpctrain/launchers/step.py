@@ -9,6 +9,7 @@ writes its own output to ``logs/<job>/rank-R.out`` (the worker redirects itself 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -37,6 +38,7 @@ class StepWorkerGroup(WorkerGroup):
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         self._exit: Optional[ExitRecord] = None
+        self._records: List[ExitRecord] = []
 
     def _poll(self, timeout: float) -> None:
         if self._exit is not None:
@@ -45,16 +47,28 @@ class StepWorkerGroup(WorkerGroup):
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return
-        self._exit = ExitRecord(-1, code, time.time())
+        now = time.time()
         self._log.close()
+        records = [ExitRecord(-1, code, now)]
+        if code != 0:
+            try:
+                with open(self._log.name, errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                text = ""
+            # ranks the launcher saw fail, in the order it reported them
+            records += [ExitRecord(rank, rc, now + 1e-6 * i)
+                        for i, (rank, rc) in enumerate(rank_exits_from_output(text))]
+        self._records = records
+        self._exit = records[0]
 
     def wait_any_failure(self, timeout: float) -> Optional[List[ExitRecord]]:
         self._poll(timeout)
-        return None if self._exit is None else [self._exit]
+        return None if self._exit is None else list(self._records)
 
     def exits(self) -> List[ExitRecord]:
         self._poll(0)
-        return [] if self._exit is None else [self._exit]
+        return [] if self._exit is None else list(self._records)
 
     def terminate(self, grace: float = 10.0) -> None:
         """SIGTERM the launcher (srun and mpirun pass it on to every rank), SIGKILL the
@@ -65,6 +79,45 @@ class StepWorkerGroup(WorkerGroup):
         if self._exit is None:
             _signal_group(self.proc.pid, signal.SIGKILL)
             self._poll(30.0)
+
+
+_SIGNALS = {"Killed": 9, "Terminated": 15, "Segmentation fault": 11, "Aborted": 6,
+            "Bus error": 7}
+_OMPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
+_OMPI_EXIT = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
+_SRUN = re.compile(r"srun: error: \S+: tasks? ([\d,\-]+): (.+)")
+
+
+def rank_exits_from_output(text: str) -> List[tuple]:
+    """``(rank, returncode)`` of the ranks a launcher reports as failed; negative
+    returncode: killed by that signal.
+
+    >>> rank_exits_from_output("mpirun noticed that process rank 0 with PID 7 on node vm "
+    ...                        "exited on signal 9 (Killed).")
+    [(0, -9)]
+    >>> rank_exits_from_output("srun: error: n2: tasks 2-3: Exited with exit code 1\n"
+    ...                        "srun: error: n1: task 0: Killed")
+    [(2, 1), (3, 1), (0, -9)]
+    """
+    out: List[tuple] = []
+    for m in _OMPI_SIGNAL.finditer(text):
+        out.append((int(m.group(1)), -int(m.group(2))))
+    for m in _OMPI_EXIT.finditer(text):
+        out.append((int(m.group(1)), int(m.group(2))))
+    for m in _SRUN.finditer(text):
+        how = m.group(2).strip()
+        code = re.match(r"Exited with exit code (\d+)", how)
+        rc = int(code.group(1)) if code else -_SIGNALS.get(how.split(" (")[0], 9)
+        for part in m.group(1).split(","):
+            lo, _, hi = part.partition("-")
+            for rank in range(int(lo), int(hi or lo) + 1):
+                out.append((rank, rc))
+    seen, unique = set(), []
+    for rank, rc in out:
+        if rank not in seen:
+            seen.add(rank)
+            unique.append((rank, rc))
+    return unique
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -22,8 +22,8 @@ from ..errors import ConfigError
 #: by a shell, and each scheduler splits them differently): no whitespace, quotes, ``#``,
 #: ``;``, ``$`` or backslashes. Enough for partitions, accounts, GRES, constraint
 #: expressions (``a100&hbm80g``), mail addresses and paths without spaces.
-_SAFE_DIRECTIVE = re.compile(r"^[A-Za-z0-9_.,:=+@%/\-\[\]*!&|()^~{}]+$")
-_SAFE_KEY = re.compile(r"^-?[A-Za-z][A-Za-z0-9_-]*(:[A-Za-z][A-Za-z0-9_-]*)?$")
+_SAFE_DIRECTIVE = re.compile(r"[A-Za-z0-9_.,:=+@%/\-\[\]*!&|()^~{}]+")
+_SAFE_KEY = re.compile(r"-?[A-Za-z][A-Za-z0-9_-]*(:[A-Za-z][A-Za-z0-9_-]*)?")
 _HEREDOC_EOF = "HPCTRAIN_SPEC_EOF"
 
 
@@ -130,19 +130,33 @@ def _environment():
 
 
 # --------------------------------------------------------------------------- shell safety
+_PLAIN_VAR = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
+
+
 def shell_value(value: str) -> str:
-    """A value for ``export NAME=<here>``: double-quoted, so ``$VAR`` and ``${VAR}``
-    still expand (site configs use ``$USER``, ``$SLURM_JOB_ID``), but nothing else runs:
-    quotes, backslashes, backticks and ``$(`` are escaped.
+    """A value for ``export NAME=<here>``: double-quoted, so plain ``$VAR`` and ``${VAR}``
+    still expand (site configs use ``$USER``, ``$SLURM_JOB_ID``), but nothing else does:
+    every other ``$`` (``$(…)``, ``${V@P}``, ``$[…]``, ``$((…))``), quotes, backslashes
+    and backticks are escaped.
 
     >>> shell_value('/tmp/$USER-miopen')
     '"/tmp/$USER-miopen"'
-    >>> shell_value('a"b `c` $(d)')
-    '"a\\\\"b \\\\`c\\\\` \\\\$(d)"'
+    >>> shell_value('a"b `c` $(d) ${e@P}')
+    '"a\\"b \\`c\\` \\$(d) \\${e@P}"'
     """
-    out = value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
-    out = out.replace("$(", "\\$(")
-    return f'"{out}"'
+    out, pos = [], 0
+    for m in _PLAIN_VAR.finditer(value):
+        out.append(_escape_dq(value[pos:m.start()]))
+        out.append(m.group(0))
+        pos = m.end()
+    out.append(_escape_dq(value[pos:]))
+    return '"' + "".join(out) + '"'
+
+
+def _escape_dq(text: str) -> str:
+    for c in ("\\", '"', "`", "$"):
+        text = text.replace(c, "\\" + c)
+    return text
 
 
 def shell_word(value: str, spec: Any, key: str) -> str:
@@ -168,13 +182,13 @@ def check_directive(key: str, value: Any, spec: Any) -> str:
     """``value`` as directive text, or a clear error if it cannot go on a directive line
     safely."""
     dotted = f"scheduler.directives.{key}"
-    if not _SAFE_KEY.match(key):
+    if not _SAFE_KEY.fullmatch(key):
         raise ConfigError(f"{dotted}: not a valid option name", file=spec.where(dotted),
                           hint="option names are letters, digits, '-' and '_' "
                                "(e.g. mail-type)")
     text = str(value)
-    if not _SAFE_DIRECTIVE.match(text):
-        bad = sorted({c for c in text if not _SAFE_DIRECTIVE.match(c)})
+    if not _SAFE_DIRECTIVE.fullmatch(text):
+        bad = sorted({c for c in text if not _SAFE_DIRECTIVE.fullmatch(c)})
         raise ConfigError(
             f"{dotted}: {text!r} holds {', '.join(repr(c) for c in bad)}, which cannot go "
             "on a directive line safely", file=spec.where(dotted),
@@ -185,8 +199,8 @@ def check_directive(key: str, value: Any, spec: Any) -> str:
 def check_run_path(path: str, spec: Any) -> None:
     """The run directory goes into directives (log paths) and the script: refuse what
     cannot be carried safely, and say what to do."""
-    if not _SAFE_DIRECTIVE.match(path):
-        bad = sorted({c for c in path if not _SAFE_DIRECTIVE.match(c)})
+    if not _SAFE_DIRECTIVE.fullmatch(path):
+        bad = sorted({c for c in path if not _SAFE_DIRECTIVE.fullmatch(c)})
         raise ConfigError(
             f"run.storage_path: the run directory {path!r} holds "
             f"{', '.join(repr(c) for c in bad)}; batch directives cannot carry it safely",
@@ -197,12 +211,21 @@ def check_run_path(path: str, spec: Any) -> None:
 
 def merge_directives(computed: Sequence[Tuple[str, Any]], spec: Any) -> List[Tuple[str, Any]]:
     """hpctrain's own directives, then the spec's ``scheduler.directives`` over them (a
-    key replaces hpctrain's value in place; new keys follow in order; ``""`` removes)."""
+    key replaces hpctrain's value in place; new keys follow in order; ``""`` removes).
+
+    The layer order holds here too: a directive set by the *site* config does not replace
+    what hpctrain computed from the job's own settings (``--cpus-per-task`` from
+    ``scaling.cpus_per_worker``); one set in the job file or with ``--set`` does."""
+    site_path = getattr(spec.site_config, "path", None)
     out: Dict[str, Any] = {}
     for key, value in computed:
         if value is not None:
             out[key] = value
     for key, value in spec.scheduler.directives.items():
+        from_site = site_path is not None and spec.where(
+            f"scheduler.directives.{key}") == site_path
+        if from_site and key in out:
+            continue
         out[key] = value
     return [(k, v) for k, v in out.items() if v != ""]
 
