@@ -21,7 +21,8 @@ base_port=17001
 say() { echo "[slurm-cluster] $*"; }
 
 install() {
-  if command -v sbatch >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null; then
+  if command -v sbatch >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \
+      && command -v mpirun >/dev/null; then
     return
   fi
   say "installing slurm-wlm, munge and Open MPI (apt-get)"

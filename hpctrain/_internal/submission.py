@@ -47,6 +47,7 @@ def submit(trainer: Any, spec: Any, *, rerender: str = "") -> Submission:
     is removed again when the scheduler refuses the job."""
     request, script = render(trainer, spec, rerender)
     scheduler = request.scheduler
+    scheduler.check_available()
     run = RunDir(trainer.run_path)
     fresh = not os.path.exists(run.path)
     os.makedirs(run.internal_dir, exist_ok=True)

@@ -108,6 +108,19 @@ class Scheduler:
         return ""
 
     # -- the scheduler's commands -----------------------------------------------------
+    #: The command that submits; its absence is a clear error before anything is written.
+    submit_command: Optional[str] = None
+
+    def check_available(self) -> None:
+        import shutil
+
+        if self.submit_command and shutil.which(self.submit_command) is None:
+            raise ConfigError(
+                f"scheduler.kind: {self.submit_command!r} is not on PATH, so this machine "
+                f"cannot submit {self.name} jobs",
+                hint=f"run `hpctrain submit` on a login node of the {self.name} cluster; "
+                     "`hpctrain render` prints the script to submit by hand")
+
     def submit(self, script_path: str) -> str:
         """Submit the script at ``script_path`` unchanged; return the job id."""
         raise NotImplementedError

@@ -60,6 +60,7 @@ class PbsScheduler(Scheduler):
     name = "pbs"
     template = "pbs.sh.j2"
     job_id_var = "PBS_JOBID"
+    submit_command = "qsub"
 
     def directives(self, request: BatchRequest) -> List[str]:
         spec = request.spec
@@ -81,11 +82,19 @@ class PbsScheduler(Scheduler):
         return 'cd "$PBS_O_WORKDIR"'
 
     def submit(self, script_path: str) -> str:
+        from submitit.core.utils import FailedSubmissionError
+
+        from ..errors import ConfigError
         from .pbs_submitit import PbsExecutor
 
         folder = os.path.join(os.path.dirname(os.path.abspath(script_path)), ".hpctrain",
                               "submitit")
-        return PbsExecutor(folder=folder).submit_script(script_path).job_id
+        try:
+            return PbsExecutor(folder=folder).submit_script(script_path).job_id
+        except (FailedSubmissionError, RuntimeError) as e:
+            raise ConfigError(f"qsub refused the job: {str(e).strip()}", file=script_path,
+                              hint="the directives come from the spec and its site; "
+                                   "`hpctrain render` shows them") from None
 
     def state(self, job_id: str) -> JobState:
         from .pbs_submitit import PbsInfoWatcher

@@ -58,6 +58,7 @@ class SlurmScheduler(Scheduler):
     name = "slurm"
     template = "slurm.sh.j2"
     job_id_var = "SLURM_JOB_ID"
+    submit_command = "sbatch"
 
     def directives(self, request: BatchRequest) -> List[str]:
         """``--key=value`` per directive; ``true`` gives a bare ``--key``.
