@@ -333,7 +333,6 @@ def cmd_results(args) -> int:
     from rich.table import Table
 
     from ._internal.progress import user_metrics
-    from ._internal.storage import RunDir
     from .result import Result
 
     from ._internal.submission import resolve_run

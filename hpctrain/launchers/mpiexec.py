@@ -48,7 +48,6 @@ and ranks on the launch node inherit mpirun's environment.
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from typing import Callable, Dict, List, Mapping, Optional, Sequence

@@ -16,7 +16,7 @@ import subprocess
 import time
 from typing import Dict, List, Optional, Sequence
 
-from .base import ExitRecord, LineSink, WorkerGroup
+from .base import ExitRecord, WorkerGroup
 
 #: Set by step launchers: the worker sends its stdout/stderr to ``<dir>/rank-<R>.out``.
 ENV_RANK_LOG_DIR = "HPCTRAIN_RANK_LOG_DIR"

@@ -9,11 +9,12 @@ or quoted here, never in a template.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
@@ -132,6 +133,7 @@ class Scheduler:
         raise NotImplementedError
 
 
+@functools.lru_cache(maxsize=1)
 def _environment():
     import jinja2
 

@@ -1,26 +1,16 @@
 """Slurm: ``#SBATCH`` directives, submission through submitit, state without sacct.
 
-Submission and job handles are submitit's (``SlurmExecutor``, ``SlurmJob``), extended
-where hpctrain needs more: :meth:`HpctrainSlurmExecutor.submit_script` submits a script
-hpctrain rendered itself (the bytes of ``<run>/job.sh``), and
-:class:`SqueueFallbackWatcher` keeps job state working on clusters without accounting
-(no slurmdbd, so ``sacct`` fails — submitit alone then reports UNKNOWN forever) by asking
-``squeue`` and then ``scontrol show job``.
+Submission and job handles are submitit's, extended in :mod:`.slurm_submitit` (imported
+only to submit or watch, so rendering stays light). This module holds the directives
+and the pure parsers of ``squeue`` and ``scontrol`` output.
 """
 from __future__ import annotations
 
 import os
 import re
 import subprocess
-import time
-from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
-import submitit
-from submitit.core import utils as submitit_utils
-from submitit.slurm import slurm as submitit_slurm
-
-from ..errors import ConfigError
 from ..units import format_slurm_memory, format_slurm_walltime, parse_memory
 from .base import BatchRequest, JobState, Scheduler, check_directive, job_name, merge_directives
 
@@ -74,10 +64,14 @@ class SlurmScheduler(Scheduler):
         return lines
 
     def submit(self, script_path: str) -> str:
+        from .slurm_submitit import HpctrainSlurmExecutor
+
         return HpctrainSlurmExecutor(folder=_submitit_folder(script_path)).submit_script(
             script_path).job_id
 
     def state(self, job_id: str) -> JobState:
+        from .slurm_submitit import SqueueFallbackWatcher
+
         info = SqueueFallbackWatcher().query([job_id]).get(job_id, {})
         state = (info.get("State") or "UNKNOWN").split()[0]
         return JobState(job_id, state, state not in ACTIVE, info.get("Reason", ""),
@@ -89,65 +83,6 @@ class SlurmScheduler(Scheduler):
 
 def _submitit_folder(script_path: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(script_path)), ".hpctrain", "submitit")
-
-
-# --------------------------------------------------------------------------- submitit
-class SqueueFallbackWatcher(submitit_slurm.SlurmInfoWatcher):
-    """submitit's Slurm watcher, with job state from ``squeue``/``scontrol`` when
-    ``sacct`` is missing or fails (clusters without slurmdbd)."""
-
-    def query(self, job_ids: List[str]) -> Dict[str, Dict[str, str]]:
-        """State of each job, asked now: sacct, else squeue, else scontrol."""
-        info: Dict[str, Dict[str, str]] = {}
-        try:
-            out = subprocess.run(["sacct", "-o", "JobID,State,NodeList", "--parsable2",
-                                  *[a for j in job_ids for a in ("-j", j)]],
-                                 capture_output=True, text=True, timeout=30)
-            if out.returncode == 0:
-                info.update(self.read_info(out.stdout))
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        missing = [j for j in job_ids if j not in info]
-        if missing:
-            info.update(squeue_states(missing))
-        for j in job_ids:
-            if j not in info:
-                info[j] = scontrol_state(j)
-        return info
-
-    def update(self) -> None:
-        to_check = sorted(x.split("_")[0] for x in self._registered - self._finished)
-        if not to_check:
-            return
-        self._num_calls += 1
-        self._info_dict.update(self.query(to_check))
-        self._last_status_check = time.time()
-        for job_id in self._registered - self._finished:
-            if self.is_done(job_id, mode="cache"):
-                self._finished.add(job_id)
-
-
-class HpctrainSlurmJob(submitit_slurm.SlurmJob):
-    watcher = SqueueFallbackWatcher(delay_s=60)
-
-
-class HpctrainSlurmExecutor(submitit.SlurmExecutor):
-    """submitit's executor; ``submit_script`` sends a script hpctrain rendered, unchanged."""
-
-    job_class = HpctrainSlurmJob
-
-    def submit_script(self, script_path: str) -> HpctrainSlurmJob:
-        path = Path(script_path).resolve()
-        command = self._make_submission_command(path)   # ["sbatch", path]
-        try:
-            output = submitit_utils.CommandFunction(command, verbose=False,
-                                                    cwd=str(path.parent))()
-        except submitit_utils.FailedJobError as e:
-            raise ConfigError(f"sbatch refused the job: {str(e).strip()}", file=str(path),
-                              hint="the directives above come from the spec and its site; "
-                                   "`hpctrain render` shows them") from None
-        job_id = self._get_job_id_from_submission_command(output)
-        return HpctrainSlurmJob(folder=self.folder, job_id=job_id, tasks=[0])
 
 
 # --------------------------------------------------------------------------- squeue
