@@ -119,6 +119,14 @@ def test_submit_2x2_ddp_matches_local_run_and_ranks_are_right(tmp_path, storage,
 
     status = hpctrain_cli("status", run).stdout
     assert "FINISHED" in status and f"slurm job {job_id}: COMPLETED" in status
+    # each rank's own output, by run directory or by run name under the storage path
+    assert hpctrain_cli("logs", run, "--rank", "2").stdout == "rank 2 runs on n2\n"
+    by_name = subprocess.run([sys.executable, "-m", "hpctrain.cli", "logs", "ddp2x2", "--rank",
+                              "1", "--follow"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "HPCTRAIN_STORAGE_PATH": storage})
+    assert by_name.returncode == 0 and by_name.stdout == "rank 1 runs on n1\n"
+    missing = hpctrain_cli("logs", run, "--rank", "9", check=False)
+    assert missing.returncode == 2 and "no output of rank 9" in missing.stderr
 
 
 def test_rendered_script_submitted_by_hand_runs_the_same_training(tmp_path, storage,

@@ -193,6 +193,7 @@ def deterministic_with_info(config):
             "job_id": ctx.get_job_id() if hasattr(ctx, "get_job_id") else None}
     with open(_out(f"info-rank-{ctx.get_world_rank()}.json"), "w") as f:
         json.dump(info, f)
+    print(f"rank {info['rank']} runs on {info['node']}", flush=True)
     deterministic(config)
 
 
