@@ -18,6 +18,7 @@ import pytest
 
 import hpctrain
 import workloads
+from helpers import assert_same_state, final_state
 from hpctrain import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
 from hpctrain._internal.storage import RunDir
 from hpctrain._internal.supervisor import Supervisor
@@ -354,17 +355,7 @@ def identify_then_train(config):
 
 
 def _final_state(result):
-    import torch
-
-    return torch.load(os.path.join(result.path, "test-out", "final.pt"))
-
-
-def _assert_same_state(a, b):
-    import torch
-
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
+    return final_state(result.path)
 
 
 @pytest.fixture(scope="module")
@@ -405,7 +396,7 @@ def test_mpirun_training_matches_local_launcher(storage, local_straight):
     assert launcher_out.startswith("[hpctrain] mpirun -np 2 ")
     assert "-x HPCTRAIN_RANK_LOG_DIR" in launcher_out and "--oversubscribe" in launcher_out
     # same seed, same data, same collectives: the same weights, bit for bit
-    _assert_same_state(_final_state(local_straight), _final_state(result))
+    assert_same_state(_final_state(local_straight), _final_state(result))
     print(f"mpirun training of 6 epochs: {took:.1f} s")
 
 
@@ -433,7 +424,7 @@ def test_mpirun_restart_resumes_from_last_checkpoint(storage, local_straight):
     crashed = fit_with(mpirun_launcher(), workloads.deterministic, storage, max_failures=1,
                        config={"epochs": 6, "crash_at": 3, "crash_rank": 1}, name="restart")
     assert crashed.status == "FINISHED"
-    _assert_same_state(_final_state(local_straight), _final_state(crashed))
+    assert_same_state(_final_state(local_straight), _final_state(crashed))
     for rank in (0, 1):
         path, start, restarts = open(os.path.join(
             crashed.path, "test-out", f"resumed-attempt-2-rank-{rank}")).read().split()

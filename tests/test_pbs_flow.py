@@ -11,13 +11,12 @@ back through `qstat -f -F json`.
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
-import torch
 
 import workloads
+from helpers import assert_same_state, cli, final_state
 from hpctrain import RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
 
@@ -42,14 +41,6 @@ def pbs(tmp_path, monkeypatch):
     server = fakepbs.FakePbs(tmp_path / "pbs_state")
     server.configure()
     return server
-
-
-def cli(*args, check=True):
-    p = subprocess.run([sys.executable, "-m", "hpctrain.cli", *args], capture_output=True,
-                       text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{args}: {p.returncode}\n{p.stdout}\n{p.stderr}")
-    return p
 
 
 def job_file(tmp_path, storage, name):
@@ -107,9 +98,7 @@ def test_submit_runs_as_mom_would_and_trains_like_a_local_run(tmp_path, storage,
                          scaling_config=ScalingConfig(num_workers=2),
                          run_config=RunConfig(name="local", storage_path=storage,
                                               verbose=0)).fit()
-    a = torch.load(os.path.join(run, "test-out", "final.pt"))
-    b = torch.load(os.path.join(local.path, "test-out", "final.pt"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_state(final_state(run), final_state(local.path))
 
 
 def test_cancel_of_a_queued_job_and_refusal_to_submit_twice(tmp_path, storage, pbs):

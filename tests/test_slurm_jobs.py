@@ -8,12 +8,13 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 import hpctrain
 import workloads
 from hpctrain import FailureConfig, RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
+from helpers import assert_same_state, final_state
+from helpers import cli as hpctrain_cli
 from slurm import sbatch, start_cluster
 
 pytestmark = pytest.mark.slow
@@ -25,15 +26,6 @@ EPOCHS = 4
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
     start_cluster()
-
-
-def hpctrain_cli(*args, timeout=240, check=True):
-    p = subprocess.run([sys.executable, "-m", "hpctrain.cli", *args], capture_output=True,
-                       text=True, timeout=timeout)
-    if check and p.returncode != 0:
-        raise AssertionError(f"hpctrain {' '.join(args)} exited {p.returncode}:\n"
-                             f"{p.stdout}\n{p.stderr}")
-    return p
 
 
 def job_file(tmp_path, storage, name, *, function="deterministic_with_info", extra=""):
@@ -55,16 +47,6 @@ epochs = {EPOCHS}
 {extra}
 """)
     return str(path)
-
-
-def final_state(run_path):
-    return torch.load(os.path.join(run_path, "test-out", "final.pt"))
-
-
-def assert_same_state(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
 
 
 @pytest.fixture(scope="module")
@@ -121,10 +103,9 @@ def test_submit_2x2_ddp_matches_local_run_and_ranks_are_right(tmp_path, storage,
     assert "FINISHED" in status and f"slurm job {job_id}: COMPLETED" in status
     # each rank's own output, by run directory or by run name under the storage path
     assert hpctrain_cli("logs", run, "--rank", "2").stdout == "rank 2 runs on n2\n"
-    by_name = subprocess.run([sys.executable, "-m", "hpctrain.cli", "logs", "ddp2x2", "--rank",
-                              "1", "--follow"], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "HPCTRAIN_STORAGE_PATH": storage})
-    assert by_name.returncode == 0 and by_name.stdout == "rank 1 runs on n1\n"
+    by_name = hpctrain_cli("logs", "ddp2x2", "--rank", "1", "--follow",
+                           env={**os.environ, "HPCTRAIN_STORAGE_PATH": storage})
+    assert by_name.stdout == "rank 1 runs on n1\n"
     missing = hpctrain_cli("logs", run, "--rank", "9", check=False)
     assert missing.returncode == 2 and "no output of rank 9" in missing.stderr
 
