@@ -265,3 +265,19 @@ def test_ctrl_c_detaches_without_cancelling_and_says_how_to_reattach(storage):
         if p.poll() is None:
             p.kill()
         hpctrain_cli("cancel", run, check=False)
+
+
+def test_a_rank_killed_under_srun_is_blamed_and_the_group_restarts_in_the_allocation(
+        tmp_path, storage, local_reference):
+    job = job_file(tmp_path, storage, "killed", function="deterministic",
+                   extra="crash_at = 2\ncrash_rank = 2\ncrash_how = \"sigkill\"\n"
+                         "[failure]\nmax_failures = 1\n")
+    hpctrain_cli("submit", job, "--follow")
+    run = os.path.join(storage, "killed")
+    state = json.load(open(os.path.join(run, "state.json")))
+    assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
+    assert state["attempts"][0]["failed_rank"] == 2          # srun: "task 2: Killed"
+    assert "signal 9" in state["attempts"][0]["error"]
+    assert len(set(state["job_ids"])) == 1                    # same allocation
+    assert state["attempts"][1]["resumed_from"].endswith("checkpoint_000001")
+    assert_same_state(final_state(run), local_reference)

@@ -154,6 +154,8 @@ class Supervisor:
                                           e.get("traceback", ""), e.get("host", ""),
                                           e.get("pid", 0)))
         seen = {c.rank for c in candidates}
+        if any(x.rank >= 0 for x in failed):  # the launcher named the ranks: drop the step
+            failed = [x for x in failed if x.rank >= 0]
         for x in failed:
             if x.rank not in seen:
                 how = (f"killed by signal {-x.returncode}" if x.returncode < 0

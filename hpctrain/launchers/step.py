@@ -89,7 +89,7 @@ _SRUN = re.compile(r"srun: error: \S+: tasks? ([\d,\-]+): (.+)")
 
 
 def rank_exits_from_output(text: str) -> List[tuple]:
-    """``(rank, returncode)`` of the ranks a launcher reports as failed; negative
+    r"""``(rank, returncode)`` of the ranks a launcher reports as failed; negative
     returncode: killed by that signal.
 
     >>> rank_exits_from_output("mpirun noticed that process rank 0 with PID 7 on node vm "

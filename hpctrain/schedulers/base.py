@@ -149,15 +149,15 @@ _PLAIN_VAR = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}
 
 
 def shell_value(value: str) -> str:
-    """A value for ``export NAME=<here>``: double-quoted, so plain ``$VAR`` and ``${VAR}``
+    r"""A value for ``export NAME=<here>``: double-quoted, so plain ``$VAR`` and ``${VAR}``
     still expand (site configs use ``$USER``, ``$SLURM_JOB_ID``), but nothing else does:
     every other ``$`` (``$(…)``, ``${V@P}``, ``$[…]``, ``$((…))``), quotes, backslashes
     and backticks are escaped.
 
-    >>> shell_value('/tmp/$USER-miopen')
-    '"/tmp/$USER-miopen"'
-    >>> shell_value('a"b `c` $(d) ${e@P}')
-    '"a\\"b \\`c\\` \\$(d) \\${e@P}"'
+    >>> print(shell_value('/tmp/$USER-miopen'))
+    "/tmp/$USER-miopen"
+    >>> print(shell_value('a"b `c` $(d) ${e@P}'))
+    "a\"b \`c\` \$(d) \${e@P}"
     """
     out, pos = [], 0
     for m in _PLAIN_VAR.finditer(value):

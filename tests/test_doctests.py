@@ -1,0 +1,14 @@
+"""The input → output examples in the docstrings of the pure helpers are tests too."""
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.schedulers.slurm",
+           "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
