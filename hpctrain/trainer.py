@@ -225,9 +225,14 @@ class DataParallelTrainer:
 
     @classmethod
     def restore(cls, path: str | os.PathLike, train_loop_per_worker: Optional[Callable] = None,
-                train_loop_config: Optional[Dict[str, Any]] = None) -> "DataParallelTrainer":
+                train_loop_config: Optional[Dict[str, Any]] = None,
+                scheduler: Any = None) -> "DataParallelTrainer":
         """A trainer that continues the run at ``path`` from its latest committed checkpoint.
-        The training function and config can be given again (e.g. after a code fix)."""
+        The training function and config can be given again (e.g. after a code fix).
+
+        A batch run continues as a batch job with the scheduler, site and directives it
+        was submitted with (from its ``spec.toml``); ``scheduler="local"`` continues it on
+        this machine instead."""
         run = RunDir(path)
         if not cls.can_restore(path):
             raise FileNotFoundError(f"{run.path} is not a restorable hpctrain run directory")
@@ -241,7 +246,7 @@ class DataParallelTrainer:
             run_config=RunConfig(name=run.name, storage_path=os.path.dirname(run.path),
                                  checkpoint_config=payload.checkpoint_config,
                                  failure_config=_failure_config(state)),
-            datasets=payload.datasets)
+            datasets=payload.datasets, **_batch_settings(run, scheduler))
         trainer._run_path = run.path
         trainer._per_rank_results = payload.per_rank_results
         trainer._keep_return_values = payload.keep_return_values
@@ -286,6 +291,24 @@ def driver_pythonpath() -> Dict[str, str]:
             extra.append(path)
     current = os.environ.get("PYTHONPATH")
     return {"PYTHONPATH": os.pathsep.join(extra + ([current] if current else []))}
+
+
+def _batch_settings(run: RunDir, scheduler: Any) -> Dict[str, Any]:
+    """The scheduler and site a run was submitted with, from its spec.toml."""
+    if scheduler is not None:
+        return {"scheduler": scheduler}
+    try:
+        from .spec import _read_toml
+
+        data = _read_toml(run.spec_file)
+    except ConfigError:
+        return {}
+    table = dict(data.get("scheduler") or {})
+    if table.get("kind", "local") == "local":
+        return {}
+    from .config import SchedulerConfig
+
+    return {"scheduler": SchedulerConfig(**table), "site": data.get("site")}
 
 
 def _failure_config(state: Dict[str, Any]):

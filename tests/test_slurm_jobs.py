@@ -281,3 +281,22 @@ def test_a_rank_killed_under_srun_is_blamed_and_the_group_restarts_in_the_alloca
     assert len(set(state["job_ids"])) == 1                    # same allocation
     assert state["attempts"][1]["resumed_from"].endswith("checkpoint_000001")
     assert_same_state(final_state(run), local_reference)
+
+
+def test_restore_of_a_failed_batch_run_resubmits_it_and_resumes(storage, local_reference):
+    config = {"epochs": EPOCHS, "crash_at": 2, "crash_rank": 1}
+    with pytest.raises(hpctrain.TrainingFailedError):
+        TorchTrainer(workloads.deterministic, train_loop_config=config,
+                     scaling_config=ScalingConfig(num_workers=4, num_nodes=2),
+                     run_config=RunConfig(name="restored", storage_path=storage, verbose=0),
+                     scheduler="slurm", site="test-cluster").fit()
+    run = os.path.join(storage, "restored")
+    assert TorchTrainer.can_restore(run)
+    trainer = TorchTrainer.restore(run)
+    assert trainer.scheduler.kind == "slurm" and trainer.site == "test-cluster"
+    result = trainer.fit()
+    state = json.load(open(os.path.join(run, "state.json")))
+    assert len(state["submissions"]) == 2                      # a second job
+    assert state["attempts"][-1]["resumed_from"].endswith("checkpoint_000001")
+    assert result.status == "FINISHED"
+    assert_same_state(final_state(run), local_reference)
