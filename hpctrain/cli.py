@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from typing import List, Optional
 
@@ -259,7 +260,17 @@ def cmd_cancel(args) -> int:
     job = submission.last_job(run)
     if job is None:
         raise ConfigError(f"{run.path} has no submitted job to cancel")
-    get_scheduler(job["scheduler"]).cancel(job["job_id"])
+    scheduler = get_scheduler(job["scheduler"])
+    js = scheduler.state(job["job_id"])
+    if js.done:
+        print(f"{job['scheduler']} job {job['job_id']} already ended ({js.state}); "
+              "nothing to cancel")
+        return 0
+    try:
+        scheduler.cancel(job["job_id"])
+    except subprocess.CalledProcessError as e:
+        raise ConfigError(f"cancelling {job['scheduler']} job {job['job_id']} failed: "
+                          f"{(e.stderr or '').strip() or e}") from None
     print(f"cancelled {job['scheduler']} job {job['job_id']}; committed checkpoints in "
           f"{run.checkpoints_dir} stay, and submitting the run again resumes it")
     return 0

@@ -5,6 +5,7 @@ spec, so the Python API and ``job.toml`` describe the same :class:`~hpctrain.spe
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -95,7 +96,7 @@ class ScalingConfig:
             return self.gpus_per_worker
         res = self.resources_per_worker or {}
         if "GPU" in res:
-            return int(res["GPU"])
+            return math.ceil(res["GPU"])  # a batch system allocates whole GPUs
         return 1 if self.use_gpu else 0
 
     @property
@@ -104,7 +105,7 @@ class ScalingConfig:
         if self.cpus_per_worker is not None:
             return self.cpus_per_worker
         res = self.resources_per_worker or {}
-        return int(res["CPU"]) if "CPU" in res else None
+        return math.ceil(res["CPU"]) if "CPU" in res else None
 
 
 @dataclass

@@ -55,8 +55,9 @@ class Limits:
     required_directives: List[str] = field(default_factory=list)
 
     def effective(self, *, partition: Optional[str], qos: Optional[str],
-                  constraint: Optional[str]) -> Tuple[Dict[str, Any], List[str]]:
-        """The limits that apply to a request, and which tables they came from.
+                  constraint: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, str]]:
+        """The limits that apply to a request, and which table each came from
+        (``"site"``, ``"partition 'gpu'"``, …).
 
         Per-node sizes: a constraint's beat the partition's, which beat the base.
         ``max_walltime`` and ``max_nodes``: the smallest of every table that applies.
@@ -77,7 +78,7 @@ class Limits:
                         continue
                 out[key] = value
                 source[key] = where
-        return out, [f"{k} from {source[k]}" for k in out]
+        return out, source
 
 
 def _limit_value(key: str, value: Any) -> int:
@@ -245,12 +246,18 @@ def check_limits(spec) -> None:
             file=spec.where(part_key),
             hint=(f"did you mean {close[0]!r}? " if close else "") +
                  f"known: {', '.join(sorted(lim.partitions))} ({site.path})")
-    limits, _ = lim.effective(partition=partition, qos=sched.qos, constraint=sched.constraint)
-    what = " and ".join(x for x in (
-        f"partition {partition!r}" if partition else "",
-        f"constraint {sched.constraint!r}" if sched.constraint in lim.constraints else "",
-        f"qos {sched.qos!r}" if sched.qos in lim.qos else "") if x) or "this site"
+    limits, source = lim.effective(partition=partition, qos=sched.qos,
+                                   constraint=sched.constraint)
+
+    def of(key: str) -> str:
+        where = source.get(key, "site")
+        return f"site {site.name!r}" if where == "site" else where
+
     ref = f"site {site.name!r} ({site.path})"
+    # which key to blame: the one the user set (num_nodes, else the per-node count)
+    nodes_key = "scaling.num_nodes" if scaling.num_nodes else "scaling.num_workers"
+    per_node_key = ("scaling.workers_per_node" if scaling.workers_per_node
+                    else "scaling.num_workers")
 
     def fail(key: str, message: str, hint: str) -> ConfigError:
         return ConfigError(f"{key}: {message}", file=spec.where(key), hint=f"{hint}; limits of {ref}")
@@ -260,29 +267,30 @@ def check_limits(spec) -> None:
         if asked > most:
             raise fail("scheduler.time",
                        f"walltime {sched.time} ({format_walltime(asked)}) is over the limit of "
-                       f"{limits['max_walltime']} ({format_walltime(most)}) for {what}",
+                       f"{limits['max_walltime']} ({format_walltime(most)}) for "
+                       f"{of('max_walltime')}",
                        "ask for less time, or pick a partition/qos with a longer limit")
     nodes, per_node = scaling.nodes, scaling.per_node
     if "max_nodes" in limits and limits["max_nodes"] and nodes > limits["max_nodes"]:
-        raise fail("scaling.num_nodes", f"{nodes} nodes requested, {what} allows at most "
+        raise fail(nodes_key, f"{nodes} nodes requested, {of('max_nodes')} allows at most "
                    f"{limits['max_nodes']}", "use fewer nodes")
     gpus = scaling.gpus_each * per_node
     if "gpus_per_node" in limits:
         have = limits["gpus_per_node"]
         if gpus and have == 0:
             raise fail("scaling.use_gpu", f"GPUs requested ({scaling.gpus_each} per worker) "
-                       f"but {what} has CPU-only nodes",
+                       f"but {of('gpus_per_node')} has CPU-only nodes",
                        "set use_gpu = false, or pick a GPU partition/constraint")
         if gpus > have:
-            raise fail("scaling.workers_per_node",
+            raise fail(per_node_key,
                        f"{per_node} workers × {scaling.gpus_each} GPUs = {gpus} GPUs per node, "
-                       f"but nodes of {what} have {have}",
+                       f"but nodes of {of('gpus_per_node')} have {have}",
                        "use fewer workers per node and more nodes")
     cpus = (scaling.cpus_each or 0) * per_node
     if cpus and "cpus_per_node" in limits and cpus > limits["cpus_per_node"]:
         raise fail("scaling.cpus_per_worker",
                    f"{per_node} workers × {scaling.cpus_each} CPUs = {cpus} CPUs per node, but "
-                   f"nodes of {what} have {limits['cpus_per_node']}",
+                   f"nodes of {of('cpus_per_node')} have {limits['cpus_per_node']}",
                    "lower cpus_per_worker or workers_per_node")
     if scaling.mem_per_worker and "mem_per_node" in limits:
         need = parse_memory(scaling.mem_per_worker) * per_node
@@ -290,7 +298,8 @@ def check_limits(spec) -> None:
         if need > have_mem:
             raise fail("scaling.mem_per_worker",
                        f"{per_node} workers × {scaling.mem_per_worker} is more than the "
-                       f"{limits['mem_per_node']} of a node of {what}", "ask for less memory")
+                       f"{limits['mem_per_node']} of a node of {of('mem_per_node')}",
+                       "ask for less memory")
     for name in lim.required_directives:
         if sched.directives.get(name) in (None, ""):
             raise ConfigError(

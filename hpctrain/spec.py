@@ -59,7 +59,9 @@ _EXPECTED = {
 
 #: Allowed keys per section; ``None`` marks a free-form table ([config], [env]).
 SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
-    "job": {"entrypoint": "str", "backend": "str"},
+    # entrypoint_dir: where a "module:function" entry point's module is looked for (written
+    # into spec.toml by hpctrain: the job file's directory, so the job finds it too)
+    "job": {"entrypoint": "str", "backend": "str", "entrypoint_dir": "str"},
     "scaling": {
         "num_workers": "int", "use_gpu": "bool", "num_nodes": "int",
         "workers_per_node": "int", "resources_per_worker": "numbers",
@@ -190,7 +192,7 @@ def _check_env(ctx: _Ctx, table: Any) -> Dict[str, str]:
                         f"({_kind(table)})")
     out: Dict[str, str] = {}
     for name, value in table.items():
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             raise ctx.error(f"env.{name}", "not a valid environment variable name",
                             "letters, digits and _, not starting with a digit")
         if not isinstance(value, str):
@@ -510,7 +512,9 @@ class JobSpec:
         ck, fl = r.checkpoint_config, r.failure_config
         data: Dict[str, Any] = {
             "job": {"entrypoint": None if self.entrypoint is None else str(self.entrypoint),
-                    "backend": self.backend},
+                    "backend": self.backend,
+                    "entrypoint_dir": getattr(self.entrypoint, "base_dir", None)
+                    if getattr(self.entrypoint, "module", None) else None},
             "scaling": {"num_workers": s.num_workers, "use_gpu": s.use_gpu,
                         "num_nodes": s.num_nodes, "workers_per_node": s.workers_per_node,
                         "resources_per_worker": s.resources_per_worker},
@@ -604,7 +608,11 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
     backend_tables = {b: _check_table(ctx, b, data[b]) for b in BACKENDS if b in data}
     entrypoint = None
     if "entrypoint" in job:
-        entrypoint = EntryPoint.parse(job["entrypoint"], base_dir=base_for("job.entrypoint"),
+        entry_base = base_for("job.entrypoint")
+        if "entrypoint_dir" in job:
+            entry_base = _expand_path(ctx, "job.entrypoint_dir", job["entrypoint_dir"],
+                                      base_for("job.entrypoint_dir"))
+        entrypoint = EntryPoint.parse(job["entrypoint"], base_dir=entry_base,
                                       file=ctx.where("job.entrypoint"))
     scaling = _build(ctx, ScalingConfig, **_check_table(ctx, "scaling", data.get("scaling", {})))
     checkpoint = _build(ctx, CheckpointConfig,
@@ -683,6 +691,7 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     layers.append((data, None))
     layers.append((over, "overrides"))
     merged = _merge_layers(layers, origins, job_file=path)
+    _prefer_later_layer(merged, origins, path)
     if site_name is not None:
         merged["site"] = site_name
     spec = spec_from_dict(merged, file=path, base_dir=os.path.dirname(os.path.abspath(path)),
@@ -697,6 +706,45 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
 
         _check_limits(spec)
     return spec
+
+
+#: Pairs of keys that say the same thing; when both are set by different layers, the later
+#: layer's wins (a job file's ``queue`` beats its site's ``partition``).
+_SYNONYMS = [("scheduler.partition", "scheduler.queue"),
+             ("scaling.cpus_per_worker", "scaling.resources_per_worker.CPU"),
+             ("scaling.gpus_per_worker", "scaling.resources_per_worker.GPU")]
+
+
+def _prefer_later_layer(merged: Dict[str, Any], origins: Mapping[str, str],
+                        job_file: str) -> None:
+    def rank(key: str) -> int:
+        where = _Ctx(job_file, origins).where(key)
+        if where and where.startswith("override "):
+            return 3
+        return 2 if where == job_file else 1
+
+    def lookup(key: str):
+        node: Any = merged
+        for part in key.split(".")[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        last = key.split(".")[-1]
+        return (node, last) if isinstance(node, dict) and last in node else (None, last)
+
+    for a, b in _SYNONYMS:
+        (na, ka), (nb, kb) = lookup(a), lookup(b)
+        if na is None or nb is None:
+            continue
+        ra, rb = rank(a), rank(b)
+        if ra > rb:
+            del nb[kb]
+        elif rb > ra:
+            del na[ka]
+        elif a == "scheduler.partition" and na[ka] != nb[kb]:
+            raise ConfigError(f"scheduler: partition = {_show(na[ka])} and queue = "
+                              f"{_show(nb[kb])} name two different places",
+                              file=_Ctx(job_file, origins).where(a),
+                              hint="give one of them (they mean the same: a Slurm partition "
+                                   "or a PBS queue)")
 
 
 def _without_deletes(value: Any) -> Any:

@@ -69,6 +69,7 @@ class DataParallelTrainer:
         self.site = site
         self._spec = None  # a JobSpec loaded from TOML (hpctrain submit): used as is
         self._local_only = False  # hpctrain run / the batch step: run here
+        self._spec_layer: Dict[str, Any] = {}  # [setup]/[env] of a restored batch run
         # extension points for the seed-era adapter
         self._per_rank_results = False
         self._keep_return_values = False
@@ -111,6 +112,8 @@ class DataParallelTrainer:
 
             site = load_site(self.site, key="site", file="TorchTrainer(site=...)")
             layers.append((site.layer, site.path))
+        if self._spec_layer:
+            layers.append((self._spec_layer, os.path.join(self.run_path, "spec.toml")))
         data = spec.to_toml_dict()
         if self.site is not None and self.scheduler.kind == "local":
             data.get("scheduler", {}).pop("kind", None)  # site="x" alone: the site's scheduler
@@ -248,6 +251,8 @@ class DataParallelTrainer:
                                  failure_config=_failure_config(state)),
             datasets=payload.datasets, **_batch_settings(run, scheduler))
         trainer._run_path = run.path
+        if scheduler is None:
+            trainer._spec_layer = _setup_and_env(run)
         trainer._per_rank_results = payload.per_rank_results
         trainer._keep_return_values = payload.keep_return_values
         return trainer
@@ -309,6 +314,17 @@ def _batch_settings(run: RunDir, scheduler: Any) -> Dict[str, Any]:
     from .config import SchedulerConfig
 
     return {"scheduler": SchedulerConfig(**table), "site": data.get("site")}
+
+
+def _setup_and_env(run: RunDir) -> Dict[str, Any]:
+    """The ``[setup]`` and ``[env]`` a batch run was submitted with."""
+    try:
+        from .spec import _read_toml
+
+        data = _read_toml(run.spec_file)
+    except ConfigError:
+        return {}
+    return {k: data[k] for k in ("setup", "env") if data.get(k)}
 
 
 def _failure_config(state: Dict[str, Any]):

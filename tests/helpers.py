@@ -19,10 +19,10 @@ def assert_same_state(a, b):
         assert torch.equal(a[k], b[k]), k
 
 
-def cli(*args, timeout=300, check=True, env=None):
+def cli(*args, timeout=300, check=True, env=None, cwd=None):
     """Run ``hpctrain ARGS`` in a fresh process; with ``check``, fail on a non-zero exit."""
     p = subprocess.run([sys.executable, "-m", "hpctrain.cli", *args], capture_output=True,
-                       text=True, timeout=timeout, env=env)
+                       text=True, timeout=timeout, env=env, cwd=cwd)
     if check and p.returncode != 0:
         raise AssertionError(f"hpctrain {' '.join(args)} exited {p.returncode}:\n"
                              f"{p.stdout}\n{p.stderr}")

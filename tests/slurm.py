@@ -14,11 +14,12 @@ def start_cluster() -> None:
         raise RuntimeError(f"the test Slurm cluster did not start:\n{p.stdout}\n{p.stderr}")
 
 
-def sbatch(script: str, *, timeout: float = 120.0) -> str:
-    """Submit a batch script (text), wait until the job left the queue; return its id.
-    Job state comes from squeue (this cluster has no accounting, like many real ones)."""
+def sbatch(script: str, *, timeout: float = 120.0, cwd: str = "/tmp") -> str:
+    """Submit a batch script (text) from ``cwd``, wait until the job left the queue; return
+    its id. Job state comes from squeue (this cluster has no accounting, like many real
+    ones)."""
     p = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True,
-                       check=True)
+                       check=True, cwd=cwd)
     job_id = p.stdout.strip().split(";")[0]
     for _ in range(int(timeout / 0.5)):
         q = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True)

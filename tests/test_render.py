@@ -440,7 +440,7 @@ LIMIT_CASES = [
         ["has CPU-only nodes"], ["perlmutter.toml"], id="gpu-on-cpu-constraint-override"),
     pytest.param(
         "test-cluster", '[scaling]\nuse_gpu = true\n', [],
-        "scaling.use_gpu", "FILE", ["partition 'debug' has CPU-only nodes"], [],
+        "scaling.use_gpu", "FILE", ["site 'test-cluster' has CPU-only nodes"], [],
         id="gpu-on-cpu-partition"),
     pytest.param(
         "perlmutter", '[scaling]\nnum_nodes = 1\nworkers_per_node = 8\nuse_gpu = true\n', [],

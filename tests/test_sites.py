@@ -100,7 +100,7 @@ def test_gpu_on_cpu_partition_and_unknown_partition(tmp_path, site_dir):
         load_job_spec(path, ["scheduler.partition=gpus"])
     assert "has no partition or queue 'gpus'" in str(e.value)
     assert "did you mean 'gpu'?" in str(e.value)
-    with pytest.raises(ConfigError, match="8 GPUs per node, but nodes of partition 'gpu' have 4"):
+    with pytest.raises(ConfigError, match="8 GPUs per node, but nodes of site 'mysite' have 4"):
         load_job_spec(path, ["scaling.num_workers=8", "scaling.workers_per_node=8"])
 
 
@@ -179,3 +179,34 @@ def test_launcher_for_spec(tmp_path, site_dir):
                      command=["w"]) == [
         "srun", "--kill-on-bad-exit=1", "--nodes=2", "--ntasks=8", "--ntasks-per-node=4",
         "--cpus-per-task=8", "--gpus-per-task=1", "--cpu-bind=cores", "w"]
+
+
+def test_restore_of_a_batch_run_keeps_its_scheduler_setup_and_env(tmp_path):
+    from hpctrain._internal.storage import RunDir
+    from hpctrain.schedulers import BatchRequest
+    from hpctrain.torch import TorchTrainer
+    from hpctrain.trainer import trainer_from_spec
+
+    path = write(tmp_path / "j.toml", f'''site = "test-cluster"
+[job]
+entrypoint = "{ENTRY}"
+[run]
+name = "rs"
+storage_path = "{tmp_path}"
+[setup]
+commands = ["source /opt/venv/bin/activate"]
+[env]
+DATA_DIR = "/data/x"
+''')
+    trainer_from_spec(load_job_spec(path))._prepare_run()
+    with RunDir(tmp_path / "rs").update_state() as s:
+        s["status"] = "FAILED"
+    restored = TorchTrainer.restore(str(tmp_path / "rs"))
+    spec = restored.job_spec()
+    assert (spec.scheduler.kind, spec.site) == ("slurm", "test-cluster")
+    script = BatchRequest(spec, restored.run_path).materialize()
+    assert "\nsource /opt/venv/bin/activate\n" in script
+    assert '\nexport DATA_DIR="/data/x"\n' in script
+    # scheduler="local" continues it here instead
+    assert TorchTrainer.restore(str(tmp_path / "rs"), scheduler="local").job_spec(
+        ).scheduler.kind == "local"

@@ -28,12 +28,13 @@ def cluster():
     start_cluster()
 
 
-def job_file(tmp_path, storage, name, *, function="deterministic_with_info", extra=""):
+def job_file(tmp_path, storage, name, *, function="deterministic_with_info", extra="",
+             entrypoint=None):
     path = tmp_path / f"{name}.toml"
     path.write_text(f"""
 site = "test-cluster"
 [job]
-entrypoint = "{WORKLOADS}:{function}"
+entrypoint = "{entrypoint or WORKLOADS + ':' + function}"
 [run]
 name = "{name}"
 storage_path = "{storage}"
@@ -71,7 +72,9 @@ def read_info(run_path):
 def test_submit_2x2_ddp_matches_local_run_and_ranks_are_right(tmp_path, storage,
                                                               local_reference):
     job = job_file(tmp_path, storage, "ddp2x2")
-    p = hpctrain_cli("submit", job, "--follow")
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    p = hpctrain_cli("submit", job, "--follow", cwd=str(workdir))
     assert "submitted slurm job" in p.stdout and "run FINISHED" in p.stdout
     run = os.path.join(storage, "ddp2x2")
     assert_same_state(final_state(run), local_reference)
@@ -84,6 +87,7 @@ def test_submit_2x2_ddp_matches_local_run_and_ranks_are_right(tmp_path, storage,
         assert (i["rank"], i["local_rank"], i["node_rank"], i["node"]) == (r, local, node, host)
         assert (i["world_size"], i["local_world_size"]) == (4, 2)
         assert i["master_addr"] == info[0]["node"] == "n1"  # where rank 0 runs
+        assert i["cwd"] == str(workdir)  # the job runs where it was submitted from
     assert len({i["master_port"] for i in info.values()}) == 1
 
     state = json.load(open(os.path.join(run, "state.json")))
@@ -112,7 +116,11 @@ def test_submit_2x2_ddp_matches_local_run_and_ranks_are_right(tmp_path, storage,
 
 def test_rendered_script_submitted_by_hand_runs_the_same_training(tmp_path, storage,
                                                                   local_reference):
-    job = job_file(tmp_path, storage, "byhand")
+    # a "module:function" entry point next to the job file; sbatch run from elsewhere
+    (tmp_path / "mytrain.py").write_text(
+        f"import sys\nsys.path.insert(0, {HERE!r})\n"
+        "from workloads import deterministic_with_info  # noqa\n")
+    job = job_file(tmp_path, storage, "byhand", entrypoint="mytrain:deterministic_with_info")
     script = hpctrain_cli("render", job).stdout
     assert not os.path.exists(os.path.join(storage, "byhand"))  # render creates nothing
     job_id = sbatch(script, timeout=240)

@@ -5,6 +5,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import os
+
 import pytest
 
 import hpctrain.spec as spec_module
@@ -411,7 +413,7 @@ def test_to_toml_dict_layout_and_unrepresentable_values() -> None:
     spec = JobSpec(entrypoint="pkg.mod:f", config={"obj": Obj(), "none": None, "t": (1, 2)},
                    scaling=ScalingConfig(num_workers=2))
     assert spec.to_toml_dict() == {
-        "job": {"entrypoint": "pkg.mod:f", "backend": "torch"},
+        "job": {"entrypoint": "pkg.mod:f", "backend": "torch", "entrypoint_dir": os.getcwd()},
         "scaling": {"num_workers": 2, "use_gpu": False},
         "run": {"verbose": 1},
         "checkpoint": {"checkpoint_score_order": "max", "sync_to_disk": True},

@@ -189,7 +189,7 @@ def deterministic_with_info(config):
             "local_world_size": ctx.get_local_world_size(),
             "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
             "master_addr": os.environ.get("MASTER_ADDR"),
-            "master_port": os.environ.get("MASTER_PORT"),
+            "master_port": os.environ.get("MASTER_PORT"), "cwd": os.getcwd(),
             "job_id": ctx.get_job_id() if hasattr(ctx, "get_job_id") else None}
     with open(_out(f"info-rank-{ctx.get_world_rank()}.json"), "w") as f:
         json.dump(info, f)

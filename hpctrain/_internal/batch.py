@@ -31,6 +31,8 @@ from .storage import RunDir
 ENV_GPU_BINDING = "HPCTRAIN_GPU_BINDING"
 ENV_GPU_BINDING_VAR = "HPCTRAIN_GPU_BINDING_VAR"
 ENV_GPUS_PER_WORKER = "HPCTRAIN_GPUS_PER_WORKER"
+#: How long the job waits for the run directory's lock (held briefly by `hpctrain submit`).
+LOCK_WAIT_S = 120.0
 
 
 def _log(msg: str) -> None:
@@ -65,7 +67,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
 
     from .. import cluster_env
-    from ..errors import ConfigError
+    from ..errors import ConfigError, RunLockedError
     from ..launchers import launcher_for
     from ..trainer import driver_pythonpath
     from .supervisor import FINISHED, Supervisor
@@ -84,7 +86,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     # The scheduler's SIGTERM (scancel, time limit, qdel) stops the ranks cleanly.
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        with run.exclusive():
+        # wait a little: the login node may still be recording the submission
+        with run.exclusive(wait_s=LOCK_WAIT_S):
             prepare(run, spec, args.script)
             from .fsutil import read_json
 
@@ -108,6 +111,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         _log("stopped by a signal; the run can be resumed from its latest checkpoint")
         return 130
+    except RunLockedError as e:
+        _log(f"{e}\nThis job exits without running anything.")
+        return 1
     except ConfigError as e:
         _log(str(e))
         return 2

@@ -79,15 +79,15 @@ class RunDir:
 
     # -- exclusive ownership -----------------------------------------------------
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, wait_s: float = 0) -> Iterator[None]:
         """Held by the supervisor for the whole run: a second run of the same directory
-        is refused instead of corrupting the first."""
+        is refused instead of corrupting the first (after waiting up to ``wait_s``)."""
         path = self._p(".hpctrain", "run.lock")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         # one lock object per path: re-entrant within this process (driver → supervisor)
         lock = _RUN_LOCKS.setdefault(path, FileLock(path))
         try:
-            lock.acquire(timeout=0)
+            lock.acquire(timeout=wait_s)
         except Timeout:
             state = self.read_state()
             raise RunLockedError(

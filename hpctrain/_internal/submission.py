@@ -52,8 +52,10 @@ def submit(trainer: Any, spec: Any, *, rerender: str = "") -> Submission:
     fresh = not os.path.exists(run.path)
     os.makedirs(run.internal_dir, exist_ok=True)
     script_path = os.path.join(run.path, "job.sh")
+    owned = False  # removed on failure only when this call created it and held its lock
     try:
         with run.exclusive():
+            owned = fresh
             state = run.read_state() if os.path.exists(run.state_file) else {}
             _refuse_if_active(run, state, scheduler)
             trainer._prepare_run()
@@ -68,7 +70,7 @@ def submit(trainer: Any, spec: Any, *, rerender: str = "") -> Submission:
                      "script": "job.sh"})
                 s["scheduler"] = scheduler.name
     except BaseException:
-        if fresh:
+        if owned:
             shutil.rmtree(run.path, ignore_errors=True)
         raise
     return Submission(job_id, scheduler.name, run.path, script_path)

@@ -38,9 +38,13 @@ def launcher_for(spec: Any) -> Launcher:
                             gpus_per_worker=scaling.gpus_each if sched.gpu_binding == "none"
                             else 0, extra_args=sched.launcher_args)
     if name in ("mpiexec", "mpirun"):
-        from .mpiexec import MpiexecLauncher
+        from .mpiexec import DEFAULT_EXPORT_PREFIXES, MpiexecLauncher
 
+        # Open MPI passes only -x variables to ranks on other nodes: also the spec's own
+        # [env] and what modules and environments set up
+        exports = tuple(DEFAULT_EXPORT_PREFIXES) + tuple(sorted(spec.env)) + (
+            "PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX")
         return MpiexecLauncher(flavor="auto", executable=name,
                                workers_per_node=scaling.per_node,
-                               extra_args=sched.launcher_args)
+                               extra_args=sched.launcher_args, export_prefixes=exports)
     raise ValueError(f"unknown launcher {name!r}; expected one of: {', '.join(NAMES)}")

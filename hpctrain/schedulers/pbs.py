@@ -48,7 +48,7 @@ def pbs_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
         ("select", select_chunk(request)),
         ("place", "scatter" if spec.scaling.nodes > 1 else None),
         ("walltime", format_pbs_walltime(sched.walltime_s) if sched.time else None),
-        ("-q", sched.queue or sched.partition),
+        ("-q", sched.partition or sched.queue),
         ("-A", sched.account),
         ("-r", "y"),
         ("-j", "oe"),
@@ -90,7 +90,8 @@ class PbsScheduler(Scheduler):
         folder = os.path.join(os.path.dirname(os.path.abspath(script_path)), ".hpctrain",
                               "submitit")
         try:
-            return PbsExecutor(folder=folder).submit_script(script_path).job_id
+            # from the caller's directory, as qsub by hand: it becomes PBS_O_WORKDIR
+            return PbsExecutor(folder=folder).submit_script(script_path, cwd=os.getcwd()).job_id
         except (FailedSubmissionError, RuntimeError) as e:
             raise ConfigError(f"qsub refused the job: {str(e).strip()}", file=script_path,
                               hint="the directives come from the spec and its site; "
@@ -99,9 +100,15 @@ class PbsScheduler(Scheduler):
     def state(self, job_id: str) -> JobState:
         from .pbs_submitit import PbsInfoWatcher
 
-        info = PbsInfoWatcher().get_info(job_id, mode="force")
+        watcher = PbsInfoWatcher()
+        # We submitted this job, so qstat's "Unknown Job Id" (153: a server without job
+        # history forgets finished jobs) means it ended: mark it as seen before asking.
+        watcher._info_dict[job_id] = {"State": "PENDING"}
+        info = watcher.get_info(job_id, mode="force")
         state = info.get("State") or "UNKNOWN"
         done = state not in ("PENDING", "RUNNING", "COMPLETING", "UNKNOWN", "REQUEUED")
+        if state == "FINISHED":
+            state = "ENDED"  # gone from qstat; the run directory tells how it ended
         return JobState(job_id, state, done, info.get("comment", ""), info.get("exec_host", ""))
 
     def cancel(self, job_id: str) -> None:

@@ -732,8 +732,10 @@ class PbsExecutor(core.PicklingExecutor):
         return 2 if pbs_evident else 1
 
     def submit_script(self, script_path: tp.Union[str, Path],
-                      extra_args: tp.Sequence[str] = ()) -> PbsJob[tp.Any]:
-        """``qsub [extra_args] <script>`` run from the script's directory; the file is submitted
+                      extra_args: tp.Sequence[str] = (),
+                      cwd: tp.Optional[str] = None) -> PbsJob[tp.Any]:
+        """``qsub [extra_args] <script>`` run from ``cwd`` (default: the script's directory;
+        it becomes the job's ``PBS_O_WORKDIR``); the file is submitted
         unchanged (its own ``#PBS`` lines apply). The returned job can be watched
         (``state``, ``done``, ``wait``) and cancelled; ``result()`` only works for submitit payloads.
         """
@@ -741,7 +743,7 @@ class PbsExecutor(core.PicklingExecutor):
         if not path.is_file():
             raise FileNotFoundError(f"PBS script {path} does not exist")
         args = [_no_newline("extra_args", a) for a in extra_args]
-        proc = subprocess.run(["qsub", *args, str(path)], cwd=str(path.parent),
+        proc = subprocess.run(["qsub", *args, str(path)], cwd=cwd or str(path.parent),
                               capture_output=True, check=False, timeout=300)
         if proc.returncode != 0:
             raise utils.FailedSubmissionError(

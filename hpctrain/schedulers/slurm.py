@@ -15,8 +15,9 @@ from ..units import format_slurm_memory, format_slurm_walltime, parse_memory
 from .base import BatchRequest, JobState, Scheduler, check_directive, job_name, merge_directives
 
 #: States in which a Slurm job still holds or waits for an allocation.
+#: (PREEMPTED is an end state in Slurm's list; STOPPED keeps its allocation.)
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
-          "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "PREEMPTED",
+          "REQUEUE_FED", "RESIZING", "SUSPENDED", "STOPPED", "STAGE_OUT", "SIGNALING",
           "RESV_DEL_HOLD", "UNKNOWN"}
 #: Our word for a job Slurm no longer knows (finished longer ago than MinJobAge).
 ENDED = "ENDED"
@@ -54,13 +55,19 @@ class SlurmScheduler(Scheduler):
         """``--key=value`` per directive; ``true`` gives a bare ``--key``.
 
         A request for 2 nodes × 2 workers with ``time = "1-12:00:00"`` gives
-        ``--job-name=…``, ``--nodes=2``, ``--ntasks-per-node=2``, ``--time=1-12:00:00``,
-        ``--output=<run>/logs/slurm-%j.out``."""
+        ``--job-name=…``, ``--nodes=2``, ``--ntasks-per-node=2``, ``--time=1-12:00:00``; a
+        one-letter or ``-``-prefixed key is a short option (``t = "5"`` → ``-t 5``). There is
+        no ``--output``: the script sends the job's output to ``<run>/logs/slurm-<job>.out``
+        itself (a directive could not name a directory that does not exist yet)."""
         spec = request.spec
         lines = []
         for key, value in merge_directives(slurm_directives(request), spec):
             text = check_directive(key, value, spec)
-            lines.append(f"--{key}" if value is True else f"--{key}={text}")
+            if key.startswith("-") or len(key) == 1:  # a short option: -t 5, -p debug
+                flag = key if key.startswith("-") else f"-{key}"
+                lines.append(flag if value is True else f"{flag} {text}")
+            else:
+                lines.append(f"--{key}" if value is True else f"--{key}={text}")
         return lines
 
     def submit(self, script_path: str) -> str:

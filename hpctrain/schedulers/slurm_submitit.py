@@ -68,8 +68,8 @@ class HpctrainSlurmExecutor(submitit.SlurmExecutor):
         path = Path(script_path).resolve()
         command = self._make_submission_command(path)   # ["sbatch", path]
         try:
-            output = submitit_utils.CommandFunction(command, verbose=False,
-                                                    cwd=str(path.parent))()
+            # from the caller's directory, as sbatch by hand: the job starts there
+            output = submitit_utils.CommandFunction(command, verbose=False)()
         except submitit_utils.FailedJobError as e:
             raise ConfigError(f"sbatch refused the job: {str(e).strip()}", file=str(path),
                               hint="the directives above come from the spec and its site; "
