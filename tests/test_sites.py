@@ -210,3 +210,25 @@ DATA_DIR = "/data/x"
     # scheduler="local" continues it here instead
     assert TorchTrainer.restore(str(tmp_path / "rs"), scheduler="local").job_spec(
         ).scheduler.kind == "local"
+
+
+def test_submit_dry_run_prints_the_script_and_creates_nothing(tmp_path):
+    from helpers import cli
+
+    storage = tmp_path / "runs"
+    path = write(tmp_path / "j.toml", f'''site = "generic-pbs"
+[job]
+entrypoint = "{ENTRY}"
+[run]
+name = "dry"
+storage_path = "{storage}"
+[scheduler]
+queue = "workq"
+time = "30m"
+''')
+    p = cli("submit", path, "--dry-run")
+    assert p.stdout.startswith("#!/bin/bash\n# Rendered by hpctrain")
+    assert "#PBS -l walltime=00:30:00\n" in p.stdout and "#PBS -q workq\n" in p.stdout
+    assert "would write" in p.stderr and "qsub" in p.stderr
+    assert not storage.exists()
+    assert p.stdout == cli("render", path).stdout
