@@ -81,3 +81,17 @@ def test_import_and_cli_do_not_import_frameworks():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
+
+
+def test_render_and_sites_work_without_any_framework_installed():
+    """A login node may have no torch: rendering and listing sites must not need it."""
+    example = os.path.join(ROOT, "examples", "slurm_job.toml")
+    code = ("import sys\n"
+            "for m in ('torch', 'tensorflow', 'mpi4py', 'horovod'):\n"
+            "    sys.modules[m] = None  # importing it now fails\n"
+            "from hpctrain.cli import main\n"
+            f"sys.argv = ['hpctrain', 'render', {example!r}]\n"
+            "main()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("#!/bin/bash\n") and "#SBATCH --nodes=2\n" in p.stdout
