@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 from typing import List, Optional
 
@@ -69,7 +68,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .. import cluster_env
     from ..errors import ConfigError, RunLockedError
     from ..launchers import launcher_for
-    from ..trainer import driver_pythonpath
+    from ..trainer import _stop_workers_on_termination, driver_pythonpath
     from .supervisor import FINISHED, Supervisor
 
     run = RunDir(args.run_dir)
@@ -83,8 +82,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     info = cluster_env.detect_scheduler(env)
     job_id = (env.get("SLURM_JOB_ID") if info == "slurm" else env.get("PBS_JOBID")) \
         or f"batch-{os.getpid()}"
-    # The scheduler's SIGTERM (scancel, time limit, qdel) stops the ranks cleanly.
-    signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         # wait a little: the login node may still be recording the submission
         with run.exclusive(wait_s=LOCK_WAIT_S):
@@ -107,7 +104,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                              num_workers=spec.scaling.num_workers,
                              max_failures=spec.run.failure_config.max_failures, job_id=job_id,
                              extra_env=extra)
-            status = sup.run_to_end()
+            # the scheduler's SIGTERM (scancel, time limit, qdel) stops the ranks cleanly
+            with _stop_workers_on_termination():
+                status = sup.run_to_end()
     except KeyboardInterrupt:
         _log("stopped by a signal; the run can be resumed from its latest checkpoint")
         return 130

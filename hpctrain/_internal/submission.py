@@ -13,7 +13,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError, TrainingFailedError
 from .fsutil import atomic_write_bytes
@@ -99,8 +99,7 @@ def last_job(run: RunDir) -> Optional[Dict[str, Any]]:
     return subs[-1] if subs else None
 
 
-def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0,
-           stream=None, on_state: Optional[Callable[[str], None]] = None) -> str:
+def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0, stream=None) -> str:
     """Show progress of the run's last job until it left the queue; return the run's
     status then (FINISHED, FAILED, or the job's own end state when the run did not get
     to record one). Ctrl-C detaches and re-raises KeyboardInterrupt."""
@@ -125,8 +124,6 @@ def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0,
                     reason = f" ({js.reason})" if js.reason and js.reason != "None" else ""
                     print(f"[hpctrain] job {job['job_id']}: {js.state}{reason}", file=sys.stderr,
                           flush=True)
-                if on_state:
-                    on_state(js.state)
             if js.done:
                 break
             time.sleep(poll_s)

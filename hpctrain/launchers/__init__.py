@@ -11,16 +11,9 @@ from typing import Any
 from .base import ExitRecord, Launcher, WorkerGroup
 from .local import LocalLauncher
 
-__all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "get_launcher",
-           "launcher_for"]
+__all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "launcher_for"]
 
 NAMES = ("local", "srun", "mpiexec", "mpirun")
-
-
-def get_launcher(name: str) -> Launcher:
-    if name == "local":
-        return LocalLauncher()
-    raise ValueError(f"unknown launcher {name!r}; expected one of: local")
 
 
 def launcher_for(spec: Any) -> Launcher:

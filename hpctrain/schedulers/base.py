@@ -245,10 +245,6 @@ def merge_directives(computed: Sequence[Tuple[str, Any]], spec: Any) -> List[Tup
     return [(k, v) for k, v in out.items() if v != ""]
 
 
-def walltime(spec: Any) -> Optional[int]:
-    return spec.scheduler.walltime_s
-
-
 def job_name(request: BatchRequest) -> str:
     return os.path.basename(request.run_path)
 
