@@ -231,23 +231,14 @@ def cmd_logs(args) -> int:
     if not os.path.exists(path) and not args.follow:
         raise ConfigError(f"no output of rank {args.rank} in job {job_id} yet: {path}",
                           hint="ranks write it once they start; use --follow to wait")
-    pos = 0
+    from ._internal.storage import LineTail
+
+    tail = LineTail(path)
     while True:
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                f.seek(pos)
-                chunk = f.read()
-                pos += len(chunk)
-            if chunk:
-                sys.stdout.write(chunk.decode(errors="replace"))
-                sys.stdout.flush()
-        if not args.follow:
-            return 0
-        if sched is None or get_scheduler(sched).state(job_id).done:
-            if os.path.exists(path):  # the last bytes
-                with open(path, "rb") as f:
-                    f.seek(pos)
-                    sys.stdout.write(f.read().decode(errors="replace"))
+        done = not args.follow or sched is None or get_scheduler(sched).state(job_id).done
+        for line in tail.lines(final=done):  # after the job ended: the unfinished line too
+            print(line, flush=True)
+        if done:
             return 0
         time.sleep(1.0)
 

@@ -76,6 +76,7 @@ def test_submit_2x2_ddp_matches_local_run_and_ranks_are_right(tmp_path, storage,
     workdir.mkdir()
     p = hpctrain_cli("submit", job, "--follow", cwd=str(workdir))
     assert "submitted slurm job" in p.stdout and "run FINISHED" in p.stdout
+    assert "(rank 0) rank 0 runs on n1" in p.stdout  # rank 0's output, echoed as locally
     run = os.path.join(storage, "ddp2x2")
     assert_same_state(final_state(run), local_reference)
 

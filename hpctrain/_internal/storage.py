@@ -287,27 +287,37 @@ def read_results(path: str) -> List[Dict[str, Any]]:
     return out
 
 
-class ResultTail:
-    """Follows result.json as it grows: ``poll()`` returns the complete new lines."""
+class LineTail:
+    """Follows a growing text file (a log, result.json): ``lines()`` returns the complete
+    new lines since the last call (and, with ``final``, the unfinished last one too)."""
 
     def __init__(self, path: str):
         self.path = path
         self._offset = 0
         self._partial = ""
 
-    def poll(self) -> List[Dict[str, Any]]:
+    def lines(self, final: bool = False) -> List[str]:
         try:
-            with open(self.path) as f:
+            with open(self.path, "rb") as f:
                 f.seek(self._offset)
                 data = f.read()
                 self._offset = f.tell()
         except FileNotFoundError:
-            return []
-        data = self._partial + data
-        lines = data.split("\n")
+            data = b""
+        lines = (self._partial + data.decode(errors="replace")).split("\n")
         self._partial = lines.pop()
+        if final and self._partial:
+            lines.append(self._partial)
+            self._partial = ""
+        return lines
+
+
+class ResultTail(LineTail):
+    """Follows result.json as it grows: ``poll()`` returns the new complete rows."""
+
+    def poll(self) -> List[Dict[str, Any]]:
         out = []
-        for line in lines:
+        for line in self.lines():
             with contextlib.suppress(json.JSONDecodeError):
                 out.append(json.loads(line))
         return out

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError, TrainingFailedError
 from .fsutil import atomic_write_bytes
-from .storage import RunDir
+from .storage import LineTail, RunDir
 
 SUBMISSIONS = "submissions"
 
@@ -113,9 +113,16 @@ def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0, stream=None)
     scheduler = get_scheduler(job["scheduler"])
     stream = stream or sys.stdout
     progress = Progress(run, verbose=verbose, stream=stream)
+    rank0 = LineTail(os.path.join(run.logs_dir(job["job_id"]), "rank-0.out"))
+
+    def echo(final: bool = False) -> None:  # rank 0's output, as a local run shows it
+        for line in rank0.lines(final):
+            progress.worker_line(0, line)
+
     seen = None
     try:
         while True:
+            echo()
             progress.tick()
             js = scheduler.state(job["job_id"])
             if js.state != seen:
@@ -131,6 +138,7 @@ def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0, stream=None)
         progress.close()
         print(detach_message(run.path, job["job_id"]), file=sys.stderr, flush=True)
         raise
+    echo(final=True)
     progress.close()
     state = run.read_state()
     status = state.get("status")
