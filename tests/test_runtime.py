@@ -109,6 +109,24 @@ def test_restore_and_resume_from_checkpoint_after_failure(storage):
     assert os.path.basename(state["attempts"][1]["resumed_from"]) == "checkpoint_000001"
 
 
+def test_a_checkpoint_damaged_after_its_commit_is_skipped_for_the_previous_one(storage):
+    straight = fit(workloads.deterministic, storage, config={"epochs": 5})
+    with pytest.raises(TrainingFailedError):
+        fit(workloads.deterministic, storage, name="damaged",
+            config={"epochs": 5, "crash_at": 3, "crash_rank": 1})
+    run = os.path.join(storage, "damaged")
+    latest = os.path.join(run, "checkpoints", "checkpoint_000002", "state.pt")
+    with open(latest, "r+b") as f:  # damage the newest checkpoint (a lost tail of the file)
+        f.truncate(os.path.getsize(latest) // 2)
+    restored = TorchTrainer.restore(run).fit()
+    state = json.load(open(os.path.join(run, "state.json")))
+    second = state["attempts"][1]
+    assert os.path.basename(second["resumed_from"]) == "checkpoint_000001"
+    assert second["skipped_checkpoints"][0]["checkpoint"] == "checkpoint_000002"
+    assert "state.pt: size" in second["skipped_checkpoints"][0]["problems"][0]
+    _assert_same_state(_final_state(straight), _final_state(restored))
+
+
 def test_resume_from_checkpoint_argument(storage):
     straight = fit(workloads.deterministic, storage, config={"epochs": 4})
     ck = [c for c, m in straight.best_checkpoints if m["epoch"] == 1][0]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from ..launchers.base import ExitRecord, Launcher, LineSink
+from .commit import verify_checkpoint
 from .fsutil import read_json
 from .storage import RunDir
 from .worker import ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_RESUME, ENV_RUN_DIR, ENV_START_ITER
@@ -83,14 +84,31 @@ class Supervisor:
                 if status is not None:
                     return status
 
+    def _resume_point(self):
+        """The newest committed checkpoint that passes verification (sizes and content
+        digests), and the newer ones that did not: a checkpoint damaged after its commit
+        is skipped in favour of the previous one, with a warning."""
+        skipped = []
+        for record in reversed(self.run.list_checkpoints()):
+            problems = verify_checkpoint(record.path)
+            if not problems:
+                return record, skipped
+            name = os.path.basename(record.path)
+            self._log(f"WARNING: checkpoint {name} failed verification "
+                      f"({'; '.join(problems[:3])}); resuming from an earlier one")
+            skipped.append({"checkpoint": name, "problems": problems[:10]})
+        return None, skipped
+
     def _one_attempt(self) -> Optional[str]:
-        latest = self.run.latest_checkpoint()
+        latest, skipped = self._resume_point()
         resume = latest.path if latest else self.initial_checkpoint
         with self.run.update_state() as s:
             attempt = len(s["attempts"]) + 1
             s["attempts"].append({"attempt": attempt, "job_id": self.job_id,
                                   "started": time.time(), "resumed_from": resume,
                                   "outcome": RUNNING})
+            if skipped:
+                s["attempts"][-1]["skipped_checkpoints"] = skipped
             s["restart_count"] = attempt - 1
         env = dict(os.environ)
         env.update(self.extra_env)
