@@ -351,3 +351,34 @@ def test_ranks_do_not_outlive_their_driver(tmp_path, sig):
     if sig == "SIGTERM":  # a clean stop is recorded; a SIGKILLed driver cannot record anything
         state = json.load(open(os.path.join(run_dir, "state.json")))
         assert state["status"] == "INTERRUPTED"
+
+
+def test_a_full_disk_during_a_checkpoint_is_a_clear_error_and_keeps_the_last_one(tmp_path):
+    import subprocess
+
+    from hpctrain._internal.commit import verify_checkpoint
+
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(small)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a 20 MiB tmpfs could not be mounted (needs root, as CI has): "
+                    f"{mounted.stderr.strip()}")
+    try:
+        with pytest.raises(TrainingFailedError) as info:
+            fit(workloads.fill_disk, str(small), name="full", config={"mib": 3, "epochs": 8})
+        err = info.value
+        assert "No space left on device" in err.worker_traceback
+        assert "This checkpoint is discarded; the last committed one is untouched" in \
+            err.worker_traceback
+        assert "HINT: the filesystem (or your quota) is full" in err.worker_traceback
+        result = err.result
+        assert result.status == "FAILED"
+        committed = sorted(os.listdir(os.path.join(result.path, "checkpoints")))
+        assert committed and all(c.startswith("checkpoint_") for c in committed)
+        assert result.checkpoint is not None
+        for name in committed:  # every committed checkpoint is intact
+            assert verify_checkpoint(os.path.join(result.path, "checkpoints", name)) == []
+    finally:
+        subprocess.run(["umount", "-l", str(small)])

@@ -208,3 +208,14 @@ def slow_checkpointing(config):
             ckpt = Checkpoint.from_dict({"i": i})
         hpctrain.report({"i": i}, checkpoint=ckpt)
         time.sleep(0.05)
+
+
+def fill_disk(config):
+    """Every rank hands in config["mib"] MiB of random bytes per report, forever: on a
+    small filesystem a checkpoint eventually meets a full disk."""
+    ctx = hpctrain.get_context()
+    for epoch in range(config["epochs"]):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, f"shard-{ctx.get_world_rank()}.bin"), "wb") as f:
+                f.write(os.urandom(config["mib"] << 20))
+            hpctrain.report({"epoch": epoch}, checkpoint=Checkpoint.from_directory(d))

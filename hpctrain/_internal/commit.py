@@ -18,6 +18,8 @@ supervisor removes before the next attempt: the previous checkpoint stays the la
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -46,6 +48,7 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     move = _is_staged(run, src)
     files: Dict[str, Dict[str, Any]] = {}
     flushes = []  # fsyncs run beside the copies, several at once: the disk merges them
+    rel = ""
     try:
         for rel in walk_files(src):
             if os.path.basename(rel).startswith(INTERNAL_PREFIX):
@@ -65,9 +68,20 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
         for f in flushes:
             f.result()
     except OSError as e:
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        if full and not move:
+            # this rank's copies are useless now: free their room (for the error record,
+            # state.json and the next attempt); names are this rank's own
+            for done in [*files, rel]:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(tmp, done))
+        hint = ("\nHINT: the filesystem (or your quota) is full: free space, keep fewer "
+                "checkpoints (CheckpointConfig(num_to_keep=...)), then resume the run "
+                "(Trainer.restore(path), or submit it again)" if full else "")
         raise CheckpointError(
-            f"rank {rank}: writing the checkpoint of report {iteration} failed: {e}. "
-            "The previous committed checkpoint is untouched."
+            f"rank {rank}: writing the checkpoint of report {iteration} to {tmp} failed: "
+            f"{e.strerror or e}. This checkpoint is discarded; the last committed one is "
+            f"untouched.{hint}"
         ) from e
     finally:
         for f in flushes:

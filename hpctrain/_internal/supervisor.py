@@ -143,6 +143,9 @@ class Supervisor:
                 s["status"] = FINISHED
             return FINISHED
         group.terminate(self.kill_grace_s)
+        # first free what the failed attempt left half-written (a full disk needs the room
+        # for state.json and error.txt)
+        self.run.clean_incomplete()
         failure = self._root_cause(attempt, failed)
         self._end_attempt(attempt, FAILED, failure)
         self.on_tick()

@@ -134,8 +134,11 @@ def record_failure(attempt_dir: str, rank: int, exc: BaseException) -> None:
     """Leave ``error.rank-R.json`` (rank, host, pid, time, traceback) for the supervisor,
     and print the traceback to this rank's log."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    sys.stderr.write(tb)
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(tb)
+        sys.stderr.flush()
+    except OSError:
+        pass  # the log is on a full disk: the error record below still may fit
     if rank < 0:
         rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
     try:

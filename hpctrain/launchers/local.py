@@ -38,12 +38,22 @@ class LocalWorkerGroup(WorkerGroup):
             self._threads.append(t)
 
     def _pump(self, rank: int, p: subprocess.Popen, log, on_line: Optional[LineSink]) -> None:
-        with log:
+        try:
             for raw in iter(p.stdout.readline, b""):
-                log.write(raw)
-                log.flush()
+                if log is not None:
+                    try:
+                        log.write(raw)
+                        log.flush()
+                    except OSError as e:  # a full disk must not stop the exit being seen
+                        log = _drop_log(log, rank, e)
                 if on_line is not None:
                     on_line(rank, raw.decode(errors="replace").rstrip("\n"))
+        finally:
+            if log is not None:
+                try:
+                    log.close()
+                except OSError:
+                    pass
         code = p.wait()
         with self._cond:
             self._exits[rank] = ExitRecord(rank, code, time.time())
@@ -79,6 +89,20 @@ class LocalWorkerGroup(WorkerGroup):
             p.wait()
         for t in self._threads:
             t.join(timeout=5)
+
+
+def _drop_log(log, rank: int, err: OSError) -> None:
+    """Stop writing a rank's log file (e.g. the disk is full); its output still reaches
+    ``on_line``. Returns None, the new log."""
+    import sys
+
+    print(f"[hpctrain] rank {rank}: cannot write its log {log.name} ({err.strerror}); "
+          "further output of this rank is not logged", file=sys.stderr, flush=True)
+    try:
+        log.close()
+    except OSError:
+        pass
+    return None
 
 
 def _signal_group(p: subprocess.Popen, sig: int) -> None:
