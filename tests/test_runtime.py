@@ -363,7 +363,7 @@ def test_a_full_disk_during_a_checkpoint_is_a_clear_error_and_keeps_the_last_one
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(small)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
-        pytest.skip(f"a 20 MiB tmpfs could not be mounted (needs root, as CI has): "
+        pytest.skip(reason=f"a 20 MiB tmpfs could not be mounted (needs root, as CI has): "
                     f"{mounted.stderr.strip()}")
     try:
         with pytest.raises(TrainingFailedError) as info:
