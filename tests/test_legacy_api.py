@@ -77,14 +77,20 @@ def scored_checkpoints(config):
 def crash_once_at_epoch_2(config):
     import time
 
+    from hpctrain._internal.storage import RunDir
+
     ckpt = train.load_checkpoint()
     start = ckpt["epoch"] + 1 if ckpt else 0
     for epoch in range(start, 4):
-        # an epoch takes time: reports more than 5 ms apart are each an agreement, so the
-        # checkpoint of epoch 1 is committed before rank 1 crashes in epoch 2 (back-to-back
-        # reports are agreed every K-th, and a crash between loses the ones not yet agreed)
-        time.sleep(0.02)
         if epoch == 2 and train.world_rank() == 1 and hpctrain.get_context().get_attempt() == 1:
+            # crash once the checkpoint of epoch 1 is committed: rank 1 passes the
+            # agreement before rank 0 has published it, and a crash in between would
+            # (rightly) lose that not-yet-committed checkpoint
+            run = RunDir(hpctrain.get_context().get_run_dir())
+            for _ in range(400):
+                if len(run.list_checkpoints()) >= 2:
+                    break
+                time.sleep(0.05)
             raise RuntimeError("lost a node")
         train.save_checkpoint(epoch=epoch)
         train.report(epoch=epoch)

@@ -41,6 +41,23 @@ def ddp_sync(config):
                _out(f"rank-{ctx.get_world_rank()}.pt"))
 
 
+def _wait_until_committed(ctx, iteration):
+    """Wait (bounded) until the checkpoint of report ``iteration`` is committed. A rank
+    other than 0 passes a report's agreement before rank 0 has published the checkpoint;
+    a crash in that moment rightly loses the not-yet-committed checkpoint, which would
+    make the tests' "resumed from checkpoint N" depend on timing."""
+    import time
+
+    from hpctrain._internal.storage import RunDir
+
+    run = RunDir(ctx.get_run_dir())
+    for _ in range(400):
+        latest = run.latest_checkpoint()
+        if iteration == 0 or (latest is not None and latest.iteration >= iteration):
+            return
+        time.sleep(0.05)
+
+
 def deterministic(config):
     """A resumable deterministic loop: checkpoints every epoch; with ``crash_at`` set it
     crashes rank ``crash_rank`` at that epoch in the first attempt only."""
@@ -68,6 +85,7 @@ def deterministic(config):
         opt.step()
         if (config.get("crash_at") == epoch and ctx.get_world_rank() == config.get("crash_rank", 1)
                 and ctx.get_attempt() == 1):
+            _wait_until_committed(ctx, iteration=epoch)
             if config.get("crash_how") == "sigkill":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected failure at epoch {epoch}")
