@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from .errors import ConfigError
 
@@ -142,14 +142,78 @@ class CheckpointConfig:
             )
 
 
+#: Signals a scheduler may send as the warning before the time limit or preemption.
+WARNING_SIGNALS = ("USR1", "USR2", "HUP", "URG", "XCPU")
+
+
 @dataclass
 class FailureConfig:
-    """``max_failures``: restarts of the worker group allowed (0 = none, -1 = unlimited)."""
+    """What happens when something goes wrong.
+
+    * ``max_failures``: restarts of the worker group after a rank died (0 = none,
+      -1 = unlimited), counted across requeues.
+    * ``warning_signal`` / ``warning_time``: the scheduler's warning before the time limit
+      or a preemption. On Slurm it is rendered as ``#SBATCH --signal=B:USR1@120``; PBS has
+      no warning, so the batch step keeps its own timer (walltime − ``warning_time``). On
+      the warning every rank learns at the same report that it should checkpoint
+      (``get_context().should_checkpoint()``); the next report with a checkpoint commits it
+      and the ranks exit cleanly. A loop that does not checkpoint by the deadline (about
+      ``warning_time`` − 15 s after the warning) is stopped and resumes from its last
+      committed checkpoint.
+    * ``requeue``: after such a stop, continue in a new allocation (Slurm: ``scontrol
+      requeue``; PBS: the job resubmits itself with ``-W depend=afterany``). False: the run
+      ends as STOPPED, to be continued with ``Trainer.restore(path)``.
+    * ``max_requeues``: how many times that may happen (-1 = unlimited). Independently,
+      the chain stops after 3 allocations in a row that committed no new checkpoint.
+    """
 
     max_failures: int = 0
+    warning_signal: str = "USR1"
+    warning_time: Union[str, int] = "120s"
+    requeue: bool = True
+    max_requeues: int = -1
 
     def __post_init__(self) -> None:
         _check_int("failure.max_failures", self.max_failures, minimum=-1)
+        _check_int("failure.max_requeues", self.max_requeues, minimum=-1)
+        if not isinstance(self.requeue, bool):
+            raise ConfigError(f"failure.requeue: expected true or false, got {self.requeue!r}")
+        sig = self.warning_signal
+        if isinstance(sig, str) and sig.upper().startswith("SIG"):
+            sig = sig[3:]
+        if not isinstance(sig, str) or sig.upper() not in WARNING_SIGNALS:
+            raise ConfigError(
+                f"failure.warning_signal: expected one of {', '.join(WARNING_SIGNALS)}, got "
+                f"{self.warning_signal!r}",
+                hint="USR1 (the default) is what sites document for `#SBATCH --signal`")
+        self.warning_signal = sig.upper()
+        if isinstance(self.warning_time, bool) or not isinstance(self.warning_time, (int, str)):
+            raise ConfigError("failure.warning_time: expected a duration such as \"120s\" or "
+                              f"\"2m\" (or seconds, from Python), got {self.warning_time!r}")
+        seconds = self.warning_s
+        if not 10 <= seconds <= 65535:
+            raise ConfigError(
+                f"failure.warning_time: expected between 10 s and 65535 s (Slurm's limit), "
+                f"got {self.warning_time!r} ({seconds} s)")
+
+    @property
+    def warning_s(self) -> int:
+        """``warning_time`` in seconds."""
+        if isinstance(self.warning_time, int):
+            return self.warning_time
+        from .units import UnitError, parse_walltime
+
+        try:
+            return parse_walltime(self.warning_time)
+        except UnitError as e:
+            raise ConfigError(f"failure.warning_time: {e}", hint=getattr(e, "hint", None)) \
+                from None
+
+    @property
+    def signal_number(self) -> int:
+        import signal
+
+        return int(getattr(signal, "SIG" + self.warning_signal))
 
 
 @dataclass

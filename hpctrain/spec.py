@@ -72,7 +72,8 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
         "num_to_keep": "int", "checkpoint_score_attribute": "str",
         "checkpoint_score_order": "str", "sync_to_disk": "bool",
     },
-    "failure": {"max_failures": "int"},
+    "failure": {"max_failures": "int", "warning_signal": "str", "warning_time": "walltime",
+                "requeue": "bool", "max_requeues": "int"},
     "scheduler": {
         "kind": "str", "partition": "str", "queue": "str", "account": "str", "qos": "str",
         "constraint": "str", "time": "walltime", "after": "str", "launcher": "str",
@@ -523,7 +524,9 @@ class JobSpec:
                            "checkpoint_score_attribute": ck.checkpoint_score_attribute,
                            "checkpoint_score_order": ck.checkpoint_score_order,
                            "sync_to_disk": ck.sync_to_disk},
-            "failure": {"max_failures": fl.max_failures},
+            "failure": {"max_failures": fl.max_failures, "warning_signal": fl.warning_signal,
+                        "warning_time": f"{fl.warning_s}s", "requeue": fl.requeue,
+                        "max_requeues": fl.max_requeues},
             "scheduler": {k: v for k, v in vars(self.scheduler).items()
                           if v not in (None, [], {}) and v != getattr(_SCHED_DEFAULTS, k)},
             "setup": {k: v for k, v in vars(self.setup).items() if v},

@@ -66,7 +66,9 @@ def directives(script: str) -> list:
 
 
 def export_lines(script: str) -> list:
-    return [l for l in script.splitlines() if l.startswith("export ")]
+    """The ``export`` lines of the script's [env] part."""
+    return [l for l in script.splitlines() if l.startswith("export ")
+            and not l.startswith("export HPCTRAIN_JOB_STARTED=")]
 
 
 def config_error(tmp_path, body="", **kw) -> ConfigError:
@@ -88,7 +90,7 @@ SLURM_CASES = [
         mem_per_worker = "16G"
         """, [],
         ["--job-name=r1", "--nodes=2", "--ntasks-per-node=4", "--cpus-per-task=8",
-         "--gpus-per-node=4", "--mem=64G"],
+         "--gpus-per-node=4", "--mem=64G", "--signal=B:USR1@120", "--requeue"],
         id="nodes-x-workers-cpus-gpus-mem"),
     pytest.param(
         """
@@ -99,7 +101,7 @@ SLURM_CASES = [
         mem_per_worker = "1.5G"
         """, [],
         ["--job-name=r1", "--nodes=2", "--ntasks-per-node=3", "--gpus-per-node=6",
-         "--mem=4608M"],
+         "--mem=4608M", "--signal=B:USR1@120", "--requeue"],
         id="num-workers-over-workers-per-node-fractional-mem"),
     pytest.param(
         """
@@ -109,22 +111,22 @@ SLURM_CASES = [
         resources_per_worker = { CPU = 2, GPU = 1 }
         """, [],
         ["--job-name=r1", "--nodes=1", "--ntasks-per-node=4", "--cpus-per-task=2",
-         "--gpus-per-node=4"],
+         "--gpus-per-node=4", "--signal=B:USR1@120", "--requeue"],
         id="resources-per-worker"),
     pytest.param('[scheduler]\ntime = "90m"\n', [],
-                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--time=01:30:00"],
+                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--time=01:30:00", "--signal=B:USR1@120", "--requeue"],
                  id="walltime-90m"),
     pytest.param('[scheduler]\ntime = "1-12:00:00"\n', [],
-                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--time=1-12:00:00"],
+                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--time=1-12:00:00", "--signal=B:USR1@120", "--requeue"],
                  id="walltime-days"),
     pytest.param('[scheduler]\ntime = "36:00:00"\n', [],
-                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--time=1-12:00:00"],
+                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--time=1-12:00:00", "--signal=B:USR1@120", "--requeue"],
                  id="walltime-36h-is-1-12"),
     pytest.param('[scheduler]\ntime = "45s"\n', [],
-                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--time=00:00:45"],
+                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--time=00:00:45", "--signal=B:USR1@11", "--requeue"],
                  id="walltime-seconds"),
     pytest.param('[scheduler]\ntime = "1d"\n', [],
-                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--time=1-00:00:00"],
+                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--time=1-00:00:00", "--signal=B:USR1@120", "--requeue"],
                  id="walltime-one-day"),
     pytest.param(
         """
@@ -137,10 +139,10 @@ SLURM_CASES = [
         """, [],
         ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--partition=gpu",
          "--account=m1234_g", "--qos=regular", "--constraint=a100&hbm80g",
-         "--dependency=afterany:4242"],
+         "--dependency=afterany:4242", "--signal=B:USR1@120", "--requeue"],
         id="partition-account-qos-constraint-after"),
     pytest.param("", ["scheduler.queue=short"],
-                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--partition=short"],
+                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--partition=short", "--signal=B:USR1@120", "--requeue"],
                  id="queue-is-the-partition-under-slurm"),
     pytest.param(
         """
@@ -154,12 +156,13 @@ SLURM_CASES = [
         signal = "B:USR1@90"
         """, [],
         # replaced in place, removed with "", true is a bare flag, new keys follow in order
-        ["--job-name=r1", "--nodes=1", "--partition=gpu-large", "--mail-type=END,FAIL",
-         "--exclusive", "--signal=B:USR1@90"],
+        ["--job-name=r1", "--nodes=1", "--partition=gpu-large", "--signal=B:USR1@90",
+         "--requeue", "--mail-type=END,FAIL", "--exclusive"],
         id="directive-map"),
     pytest.param("", ["scheduler.directives.exclusive=true", "scheduler.directives.time-min=30",
                       'scheduler.directives.nodes=""'],
-                 ["--job-name=r1", "--ntasks-per-node=1", "--exclusive", "--time-min=30"],
+                 ["--job-name=r1", "--ntasks-per-node=1", "--signal=B:USR1@120", "--requeue",
+                  "--exclusive", "--time-min=30"],
                  id="directive-overrides"),
 ]
 
@@ -175,7 +178,7 @@ def test_slurm_directives(tmp_path, body, overrides, expected):
 def test_slurm_directives_without_a_site(tmp_path):
     script = render(tmp_path, '[scheduler]\nkind = "slurm"\ntime = "2h"\n')
     assert directives(script) == ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1",
-                                  "--time=02:00:00"]
+                                  "--time=02:00:00", "--signal=B:USR1@120", "--requeue"]
     assert "-m hpctrain._internal.batch /scratch/me/runs/r1 " in script
 
 
@@ -198,19 +201,23 @@ def test_directive_order_is_stable(tmp_path):
     # still ask for them as gres instead, and remove the computed request with "".
     pytest.param("juwels-booster",
                  '[scheduler.directives]\ngres = "gpu:4"\ngpus-per-node = ""\n',
-                 ["--partition=booster", "--account=p1", "--gres=gpu:4"],
+                 ["--partition=booster", "--account=p1", "--signal=B:USR1@120", "--requeue", "--gres=gpu:4"],
                  id="juwels-gres-instead-of-gpus-per-node"),
     # jean-zay's own directive (hint) replaced in place by the job file, then removed
     pytest.param("jean-zay", '[scheduler.directives]\nhint = "multithread"\n',
-                 ["--account=p1", "--constraint=h100", "--hint=multithread"],
+                 ["--account=p1", "--constraint=h100", "--signal=B:USR1@120", "--requeue",
+                  "--hint=multithread"],
                  id="jean-zay-hint-replaced"),
     pytest.param("jean-zay", '[scheduler.directives]\nhint = ""\n',
-                 ["--account=p1", "--constraint=h100"], id="jean-zay-hint-removed"),
+                 ["--account=p1", "--constraint=h100", "--signal=B:USR1@120", "--requeue"],
+                 id="jean-zay-hint-removed"),
     pytest.param("frontier", '[scheduler.directives]\nnetwork = ""\n',
-                 ["--partition=batch", "--account=p1"], id="frontier-network-removed"),
+                 ["--partition=batch", "--account=p1", "--signal=B:USR1@120", "--requeue"],
+                 id="frontier-network-removed"),
     pytest.param("perlmutter",
                  '[scheduler.directives]\ngpus-per-task = 1\ngpus-per-node = ""\n',
-                 ["--account=p1", "--qos=regular", "--constraint=gpu", "--gpus-per-task=1"],
+                 ["--account=p1", "--qos=regular", "--constraint=gpu", "--signal=B:USR1@120", "--requeue",
+                  "--gpus-per-task=1"],
                  id="perlmutter-gpus-per-task-instead"),
 ])
 def test_site_directives_replaced_and_removed_by_the_job(tmp_path, site, job, expected_tail):
@@ -244,7 +251,7 @@ def test_site_directive_does_not_override_the_jobs_scaling(tmp_path, monkeypatch
     body = "[scaling]\nnum_workers = 2\ncpus_per_worker = 8\ngpus_per_worker = 1\n"
     got = directives(render(tmp_path, body, site="mysite"))
     assert got == ["--job-name=r1", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=8",
-                   "--gpus-per-node=2"]
+                   "--gpus-per-node=2", "--signal=B:USR1@120", "--requeue"]
 
 
 # --------------------------------------------------------------------------- PBS
@@ -321,35 +328,36 @@ SITE_REQUESTS = {
         '[scheduler]\naccount = "abc123"\ntime = "01:00:00"\n',
         ["--job-name=r1", "--nodes=1", "--ntasks-per-node=8", "--gpus-per-node=8",
          "--time=01:00:00", "--partition=batch", "--account=abc123",
-         "--network=disable_rdzv_get"]),
+         "--signal=B:USR1@120", "--requeue", "--network=disable_rdzv_get"]),
     "generic-pbs": (
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 2\n',
         ["-N r1", "-l select=1:ncpus=2:mpiprocs=2", "-r y", "-j oe", "-l place=scatter"]),
     "generic-slurm": (
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 2\n',
-        ["--job-name=r1", "--nodes=1", "--ntasks-per-node=2"]),
+        ["--job-name=r1", "--nodes=1", "--ntasks-per-node=2", "--signal=B:USR1@120", "--requeue"]),
     "jean-zay": (
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 4\nuse_gpu = true\n'
         '[scheduler]\naccount = "abc@h100"\ntime = "02:00:00"\n',
         ["--job-name=r1", "--nodes=1", "--ntasks-per-node=4", "--gpus-per-node=4",
          "--time=02:00:00", "--account=abc@h100", "--constraint=h100",
-         "--hint=nomultithread"]),
+         "--signal=B:USR1@120", "--requeue", "--hint=nomultithread"]),
     "juwels-booster": (
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 4\nuse_gpu = true\n'
         '[scheduler]\naccount = "jscproj"\n',
         ["--job-name=r1", "--nodes=1", "--ntasks-per-node=4", "--gpus-per-node=4",
-         "--partition=booster", "--account=jscproj"]),
+         "--partition=booster", "--account=jscproj", "--signal=B:USR1@120", "--requeue"]),
     "lumi": (
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 8\nuse_gpu = true\n'
         '[scheduler]\naccount = "project_465000001"\ntime = "1-00:00:00"\n',
         ["--job-name=r1", "--nodes=1", "--ntasks-per-node=8", "--gpus-per-node=8",
-         "--time=1-00:00:00", "--partition=standard-g", "--account=project_465000001"]),
+         "--time=1-00:00:00", "--partition=standard-g", "--account=project_465000001",
+         "--signal=B:USR1@120", "--requeue"]),
     "perlmutter": (
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 4\nuse_gpu = true\n'
         '[scheduler]\naccount = "m1234_g"\ntime = "30m"\n',
         ["--job-name=r1", "--nodes=1", "--ntasks-per-node=4", "--cpus-per-task=32",
          "--gpus-per-node=4", "--time=00:30:00", "--account=m1234_g", "--qos=regular",
-         "--constraint=gpu"]),
+         "--constraint=gpu", "--signal=B:USR1@120", "--requeue"]),
     "polaris": (
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 4\nuse_gpu = true\n'
         '[scheduler]\naccount = "MyProject"\n',
@@ -359,7 +367,7 @@ SITE_REQUESTS = {
     "test-cluster": (
         '[scaling]\nnum_nodes = 2\nworkers_per_node = 2\n',
         ["--job-name=r1", "--nodes=2", "--ntasks-per-node=2", "--time=00:10:00",
-         "--partition=debug"]),
+         "--partition=debug", "--signal=B:USR1@120", "--requeue"]),
 }
 PACKAGED = sorted(n for n, p in available_sites().items()
                   if os.path.dirname(os.path.abspath(p)) == os.path.abspath(PACKAGE_SITE_DIR))
@@ -796,7 +804,8 @@ def test_render_cli_prints_the_script_and_creates_nothing(tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(HEADER)
     assert directives(p.stdout) == ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1",
-                                    "--time=00:10:00", "--partition=debug"]
+                                    "--time=00:10:00", "--partition=debug",
+                                    "--signal=B:USR1@120", "--requeue"]
     assert f"#   hpctrain render {job} --site test-cluster --set run.name=r1\n" in p.stdout
     again = hpctrain("render", job, "--site", "test-cluster", cwd=str(tmp_path))
     assert again.stdout == p.stdout

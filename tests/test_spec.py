@@ -417,7 +417,8 @@ def test_to_toml_dict_layout_and_unrepresentable_values() -> None:
         "scaling": {"num_workers": 2, "use_gpu": False},
         "run": {"verbose": 1},
         "checkpoint": {"checkpoint_score_order": "max", "sync_to_disk": True},
-        "failure": {"max_failures": 0},
+        "failure": {"max_failures": 0, "warning_signal": "USR1", "warning_time": "120s",
+                    "requeue": True, "max_requeues": -1},
         "config": {"obj": "<Obj>", "t": [1, 2]},
     }
 

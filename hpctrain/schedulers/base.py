@@ -83,6 +83,7 @@ class Scheduler:
                               hint='use "slurm" or "pbs" to render or submit a batch job')
         spec = request.spec
         check_run_path(request.run_path, spec)
+        warning_seconds(spec)  # refuse an impossible warning before anything else
         text = spec.to_toml()
         if _HEREDOC_EOF in text:
             raise ConfigError(f"the spec contains the text {_HEREDOC_EOF}, which ends the "
@@ -102,6 +103,7 @@ class Scheduler:
             log_file=f"{request.run_path}/logs/{self.name}-${{{self.job_id_var}}}.out",
             eof=_HEREDOC_EOF,
             spec_toml=text,
+            warning_signal=spec.run.failure_config.warning_signal,
         )
 
     def cd_line(self) -> str:
@@ -191,6 +193,27 @@ def _command_line(command: str, spec: Any) -> str:
                           file=spec.where("setup.commands"),
                           hint="give several entries instead of one with newlines")
     return command
+
+
+DEFAULT_WARNING = "120s"
+
+
+def warning_seconds(spec: Any) -> int:
+    """Seconds of warning before the walltime ends (``failure.warning_time``).
+
+    The default (120 s) shrinks to a quarter of a short walltime (``time = "2m"`` → 30 s,
+    at least 10 s); a value set on purpose that leaves less than half of the walltime
+    to train is an error."""
+    walltime, fl = spec.scheduler.walltime_s, spec.run.failure_config
+    if walltime is None or fl.warning_s * 2 <= walltime:
+        return fl.warning_s
+    if fl.warning_time == DEFAULT_WARNING:
+        return max(10, min(fl.warning_s, walltime // 4))
+    raise ConfigError(
+        f"failure.warning_time: {fl.warning_s} s of warning leaves too little of the "
+        f"walltime ({walltime} s, scheduler.time) to train; expected at most half of it",
+        file=spec.where("failure.warning_time") or spec.where("scheduler.time"),
+        hint='lower it (e.g. warning_time = "60s") or ask for a longer scheduler.time')
 
 
 def check_directive(key: str, value: Any, spec: Any) -> str:

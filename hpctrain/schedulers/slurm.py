@@ -12,7 +12,8 @@ import subprocess
 from typing import Any, Dict, List, Tuple
 
 from ..units import format_slurm_memory, format_slurm_walltime, parse_memory
-from .base import BatchRequest, JobState, Scheduler, check_directive, job_name, merge_directives
+from .base import (BatchRequest, JobState, Scheduler, check_directive, job_name,
+                   merge_directives, warning_seconds)
 
 #: States in which a Slurm job still holds or waits for an allocation.
 #: (PREEMPTED is an end state in Slurm's list; STOPPED keeps its allocation.)
@@ -26,7 +27,7 @@ ENDED = "ENDED"
 def slurm_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
     """hpctrain's ``#SBATCH`` options for a request, before the spec's own directives."""
     spec = request.spec
-    s, sched = spec.scaling, spec.scheduler
+    s, sched, fail = spec.scaling, spec.scheduler, spec.run.failure_config
     gpus = s.gpus_each * s.per_node
     mem = parse_memory(s.mem_per_worker) * s.per_node if s.mem_per_worker else None
     return [
@@ -42,6 +43,10 @@ def slurm_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
         ("qos", sched.qos),
         ("constraint", sched.constraint),
         ("dependency", f"afterany:{sched.after}" if sched.after else None),
+        # the warning before the time limit (and, where the site sets
+        # preempt_send_user_signal, before a preemption) goes to the batch step
+        ("signal", f"B:{fail.warning_signal}@{warning_seconds(spec)}"),
+        ("requeue", True if fail.requeue else None),
     ]
 
 
