@@ -21,7 +21,8 @@ from typing import Any, Dict, Optional
 from .checkpoint import Checkpoint
 from .config import (CheckpointConfig, FailureConfig, PbsConfig, RunConfig, ScalingConfig,
                      SchedulerConfig, SetupConfig, SlurmConfig)
-from .errors import CheckpointError, ConfigError, HpctrainError, RunLockedError, TrainingFailedError
+from .errors import (CheckpointError, ConfigError, HpctrainError, RunLockedError,
+                     TrainingFailedError, TrainingStoppedError)
 from .result import Result
 
 __version__ = "0.1.0"
@@ -29,7 +30,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Checkpoint", "CheckpointConfig", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
     "SchedulerConfig", "SlurmConfig", "PbsConfig", "SetupConfig",
-    "report", "get_checkpoint", "get_context", "TrainingFailedError", "ConfigError",
+    "report", "get_checkpoint", "get_context", "TrainingFailedError", "TrainingStoppedError",
+    "ConfigError",
     "CheckpointError", "HpctrainError", "RunLockedError", "__version__",
 ]
 

@@ -12,7 +12,8 @@
 
 RUN is a run directory, or a run name under $HPCTRAIN_STORAGE_PATH (~/hpctrain_results).
 Exit codes: 0 success, 1 the training failed, 2 bad input (nothing was started or
-submitted), 130 interrupted or detached.
+submitted), 75 stopped cleanly after the warning signal (time limit, preemption: continue
+it by running it again), 130 interrupted or detached.
 """
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ import sys
 from typing import List, Optional
 
 from . import __version__
-from .errors import ConfigError, HpctrainError, TrainingFailedError
+from .errors import ConfigError, HpctrainError, TrainingFailedError, TrainingStoppedError
+
+#: ``hpctrain run`` stopped cleanly after the warning signal (EX_TEMPFAIL: try again later).
+EXIT_STOPPED = 75
 
 
 def _add_spec_args(p: argparse.ArgumentParser, site: bool = True) -> None:
@@ -315,6 +319,9 @@ def cmd_run(args) -> int:
               f"{e.result.path if e.result else trainer.run_path}", file=sys.stderr)
         print(e.worker_traceback.rstrip(), file=sys.stderr)
         return 1
+    except TrainingStoppedError as e:
+        print(f"\n[hpctrain] {e}", file=sys.stderr)
+        return EXIT_STOPPED
     _print_summary(result)
     return 0
 

@@ -52,3 +52,14 @@ class TrainingFailedError(HpctrainError):
 
 def _rebuild_tfe(message: str, rank: Optional[int], tb: str) -> TrainingFailedError:
     return TrainingFailedError(message, rank=rank, worker_traceback=tb)
+
+
+class TrainingStoppedError(HpctrainError):
+    """Raised by ``Trainer.fit()`` when the run stopped cleanly after the scheduler's
+    warning (time limit, preemption) and was not requeued: its latest checkpoint is
+    committed and ``Trainer.restore(result.path).fit()`` continues it. ``result`` is the
+    run's :class:`~hpctrain.Result` so far."""
+
+    def __init__(self, message: str, *, result: Any = None):
+        super().__init__(message)
+        self.result = result

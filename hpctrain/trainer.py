@@ -7,18 +7,17 @@ returns the :class:`~hpctrain.Result` read back from the run directory.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from typing import Any, Callable, Dict, Optional
 
 from ._internal.progress import Progress
 from ._internal.storage import RunDir
-from ._internal.supervisor import FAILED, FINISHED, Supervisor
+from ._internal.supervisor import FAILED, FINISHED, STOPPED, Supervisor
 from ._internal.worker import WorkerPayload
 from .checkpoint import Checkpoint
 from .config import RunConfig, ScalingConfig, default_storage_path
-from .errors import ConfigError, TrainingFailedError
+from .errors import ConfigError, TrainingFailedError, TrainingStoppedError
 from .result import Result
 
 SCHEDULERS = ("local", "slurm", "pbs")
@@ -206,16 +205,26 @@ class DataParallelTrainer:
 
         progress = Progress(run, verbose=self.run_config.verbose, echo=self._echo_worker_output)
         tick = progress.tick if on_tick is None else (lambda: (progress.tick(), on_tick()))
+        from ._internal.recovery import after_stop, supervisor_signals
+        from ._internal.supervisor import PREEMPTED
+
         job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        fc = self.run_config.failure_config
         sup = Supervisor(
             run, launcher=LocalLauncher(), num_workers=self.scaling_config.num_workers,
-            max_failures=self.run_config.failure_config.max_failures, job_id=job_id,
+            max_failures=fc.max_failures, job_id=job_id,
             initial_checkpoint=self.resume_from_checkpoint.path if self.resume_from_checkpoint else None,
             on_line=progress.worker_line, on_tick=tick, extra_env=driver_pythonpath(),
-            first_checkpoint_index=self._first_checkpoint_index)
+            first_checkpoint_index=self._first_checkpoint_index, warning_s=fc.warning_s,
+            warning_signal=fc.warning_signal)
         try:
-            with _stop_workers_on_termination():
-                return sup.run_to_end()
+            # SIGTERM/SIGHUP stop the ranks (they run in their own sessions and would not
+            # get it); the warning signal (USR1) stops them cleanly at a checkpoint
+            with supervisor_signals(sup, fc.warning_signal):
+                status = sup.run_to_end()
+                if status == PREEMPTED:  # nothing here can requeue a local run
+                    status = after_stop(run, sup, fc, can_requeue=False)
+                return status
         finally:
             progress.close()
 
@@ -256,29 +265,6 @@ class DataParallelTrainer:
         trainer._per_rank_results = payload.per_rank_results
         trainer._keep_return_values = payload.keep_return_values
         return trainer
-
-
-@contextlib.contextmanager
-def _stop_workers_on_termination():
-    """SIGTERM/SIGHUP of the driver (a closed terminal, ``kill``) become KeyboardInterrupt,
-    so the supervisor stops the ranks before the driver goes (they run in their own
-    sessions and would not get the signal). Ctrl-C already arrives as KeyboardInterrupt."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"hpctrain driver got signal {signum}")
-
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 def driver_pythonpath() -> Dict[str, str]:
@@ -337,6 +323,12 @@ def result_or_raise(path: str, status: str) -> Result:
     """The Result of a run that ended with ``status``; raises its TrainingFailedError
     (carrying the Result) when it FAILED."""
     result = Result.from_path(path)
+    if status == STOPPED:
+        state = RunDir(path).read_state()
+        raise TrainingStoppedError(
+            f"the run stopped cleanly after the warning signal ({state.get('stopped_because')})"
+            f"; its latest checkpoint is {result.checkpoint.path if result.checkpoint else None}"
+            f"\nHINT: continue it with Trainer.restore({path!r}).fit()", result=result)
     if status == FAILED:
         err = result.error or TrainingFailedError("training failed", result=result)
         err.result = result

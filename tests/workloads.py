@@ -237,3 +237,52 @@ def fill_disk(config):
             with open(os.path.join(d, f"shard-{ctx.get_world_rank()}.bin"), "wb") as f:
                 f.write(os.urandom(config["mib"] << 20))
             hpctrain.report({"epoch": epoch}, checkpoint=Checkpoint.from_directory(d))
+
+
+def on_demand(config):
+    """A deterministic loop that checkpoints when the scheduler warned
+    (``should_checkpoint()``) and, with ``every`` > 0, every ``every`` steps. Each rank
+    records where each attempt started (``starts-rank-R.txt``) and the steps at which it
+    saw the warning (``warned-rank-R.txt``). ``ignore_warning`` makes it a loop that does
+    not checkpoint on demand (it is then stopped at the deadline)."""
+    import time
+
+    from hpctrain.torch import enable_reproducibility, prepare_model
+
+    enable_reproducibility(0)
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    model = prepare_model(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    start = 0
+    ck = hpctrain.get_checkpoint()
+    if ck:
+        st = torch.load(os.path.join(ck.path, "state.pt"))
+        model.module.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        start = st["step"] + 1
+    with open(_out(f"starts-rank-{rank}.txt"), "a") as f:
+        f.write(f"{ctx.get_attempt()} {start} {os.path.basename(ck.path) if ck else '-'} "
+                f"{ctx.get_restart_count()} {ctx.get_job_id()}\n")
+    every = config.get("every", 0)
+    for step in range(start, config["steps"]):
+        g = torch.Generator().manual_seed(step * 10 + rank)
+        x = torch.randn(32, 8, generator=g)
+        loss = ((model(x) - torch.sin(x.sum(1, keepdim=True))) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        time.sleep(config.get("sleep", 0.0))
+        warned = ctx.should_checkpoint() and not config.get("ignore_warning")
+        if warned:
+            with open(_out(f"warned-rank-{rank}.txt"), "a") as f:
+                f.write(f"{ctx.get_attempt()} {step}\n")
+        ckpt = None
+        if rank == 0 and (warned or (every and (step + 1) % every == 0)):
+            d = tempfile.mkdtemp()
+            torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
+                        "step": step}, os.path.join(d, "state.pt"))
+            ckpt = Checkpoint.from_directory(d)
+        hpctrain.report({"loss": loss.item(), "step": step}, checkpoint=ckpt)
+    if rank == 0:
+        torch.save(model.module.state_dict(), _out("final.pt"))

@@ -8,8 +8,13 @@ run directory has no payload yet (nothing was submitted from Python), this step 
 the run from the spec. Then the supervisor runs the attempts with the spec's launcher
 (srun, mpiexec, local) until the training finished or failed for good.
 
-Exit status: 0 finished, 1 failed, 2 bad spec, 130 interrupted (SIGTERM from the
-scheduler: cancel, time limit, preemption).
+On the scheduler's warning (``#SBATCH --signal=B:<sig>@<s>``; on PBS the supervisor's
+own timer from the job's start and walltime) the ranks checkpoint and stop, and this
+step requeues the job (:mod:`.recovery`).
+
+Exit status: 0 finished, or stopped cleanly (requeued or not: ``state.json`` says which),
+1 failed, 2 bad spec, 130 interrupted (SIGTERM from the scheduler: cancel, the time
+limit without a warning).
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import argparse
 import os
 import shutil
 import sys
+import time
 from typing import List, Optional
 
 try:
@@ -65,11 +71,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--script", default=None)
     args = p.parse_args(argv)
 
-    from .. import cluster_env
-    from ..errors import ConfigError, RunLockedError
-    from ..launchers import launcher_for
-    from ..trainer import _stop_workers_on_termination, driver_pythonpath
-    from .supervisor import FINISHED, Supervisor
+    from ..errors import ConfigError
+    from .recovery import PendingStop, supervisor_signals
 
     run = RunDir(args.run_dir)
     try:
@@ -77,6 +80,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (ConfigError, tomllib.TOMLDecodeError) as e:
         _log(f"the spec embedded in the job script is not valid: {e}")
         return 2
+    fc = spec.run.failure_config
+    pending = PendingStop()
+    if os.environ.get("HPCTRAIN_WARNED"):
+        pending.request_stop("the warning signal came during the job's set-up")
+    try:
+        with supervisor_signals(pending, fc.warning_signal):
+            return _run(run, spec, pending, args.script)
+    except KeyboardInterrupt:
+        _log("stopped by a signal; the run can be resumed from its latest checkpoint")
+        return 130
+
+
+def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
+    from .. import cluster_env
+    from ..errors import ConfigError, RunLockedError
+    from ..launchers import launcher_for
+    from ..schedulers import get_scheduler
+    from ..schedulers.base import warning_seconds
+    from ..trainer import driver_pythonpath
+    from .recovery import after_stop, requeue
+    from .supervisor import FINISHED, PREEMPTED, REQUEUED, Supervisor
+
+    fc = spec.run.failure_config
     os.makedirs(run.internal_dir, exist_ok=True)
     env = dict(os.environ)
     info = cluster_env.detect_scheduler(env)
@@ -85,7 +111,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         # wait a little: the login node may still be recording the submission
         with run.exclusive(wait_s=LOCK_WAIT_S):
-            prepare(run, spec, args.script)
+            prepare(run, spec, script)
             from .fsutil import read_json
 
             extra = driver_pythonpath()
@@ -100,24 +126,41 @@ def main(argv: Optional[List[str]] = None) -> int:
                               ENV_GPUS_PER_WORKER: str(max(1, spec.scaling.gpus_each))})
             _log(f"job {job_id}: run {run.path}, {spec.scaling.num_workers} workers on "
                  f"{spec.scaling.nodes} node(s) with {sched.launcher_name}")
+            warning_s = warning_seconds(spec)
             sup = Supervisor(run, launcher=launcher_for(spec),
                              num_workers=spec.scaling.num_workers,
-                             max_failures=spec.run.failure_config.max_failures, job_id=job_id,
-                             extra_env=extra)
-            # the scheduler's SIGTERM (scancel, time limit, qdel) stops the ranks cleanly
-            with _stop_workers_on_termination():
-                status = sup.run_to_end()
-    except KeyboardInterrupt:
-        _log("stopped by a signal; the run can be resumed from its latest checkpoint")
-        return 130
+                             max_failures=fc.max_failures, job_id=job_id,
+                             extra_env=extra, warning_s=warning_s,
+                             warning_signal=fc.warning_signal,
+                             warn_at=_timer(info, sched, warning_s))
+            if sup.warn_at is not None:
+                _log(f"no scheduler warning on {info}: the supervisor's timer warns at "
+                     f"{time.strftime('%H:%M:%S', time.localtime(sup.warn_at))}, "
+                     f"{warning_s} s before the walltime ends")
+            pending.hand_over(sup)  # a warning from now on reaches the supervisor
+            status = sup.run_to_end()
+            if status == PREEMPTED:
+                status = after_stop(run, sup, fc, can_requeue=info in ("slurm", "pbs"))
     except RunLockedError as e:
         _log(f"{e}\nThis job exits without running anything.")
         return 1
     except ConfigError as e:
         _log(str(e))
         return 2
+    if status == REQUEUED:
+        requeue(run, get_scheduler(info), job_id)
+        return 0
     _log(f"run {status}")
-    return 0 if status == FINISHED else 1
+    return 0 if status in (FINISHED, "STOPPED") else 1
+
+
+def _timer(scheduler: Optional[str], sched, warning_s: int) -> Optional[float]:
+    """When the supervisor warns by itself: on PBS (no warning signal exists), from the
+    job's start (``HPCTRAIN_JOB_STARTED``, set first thing by the script) and walltime."""
+    started = os.environ.get("HPCTRAIN_JOB_STARTED", "")
+    if scheduler != "pbs" or sched.walltime_s is None or not started.isdigit():
+        return None
+    return int(started) + sched.walltime_s - warning_s
 
 
 if __name__ == "__main__":

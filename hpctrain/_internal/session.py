@@ -39,6 +39,30 @@ AGREE_BUDGET_S = 0.005   # agree about this often, at most, when reports come fa
 MAX_GAP = 64             # and at least every MAX_GAP reports
 
 
+class StopTraining(BaseException):
+    """Raised by ``report()`` on every rank at the same report: a stop was agreed (the
+    scheduler's warning) and this report's checkpoint is committed. It unwinds the
+    training function (a BaseException, so ``except Exception`` in user code does not
+    swallow it); the worker then exits cleanly."""
+
+    def __init__(self, iteration: int, checkpoint: Optional[str]):
+        super().__init__(f"stopped after report {iteration} (checkpoint {checkpoint})")
+        self.iteration = iteration
+        self.checkpoint = checkpoint
+
+
+#: A stop requested before this process's session exists (a signal during start-up).
+_PENDING_STOP = threading.Event()
+
+
+def request_stop() -> None:
+    """Ask for a coordinated stop (signal-handler safe: only sets flags). The request
+    travels to every rank with the next agreement."""
+    _PENDING_STOP.set()
+    if _SESSION is not None:
+        _SESSION.request_stop()
+
+
 class Coordinator:
     """Agreement across ranks: an element-wise max of a few small integers."""
 
@@ -80,7 +104,10 @@ class Session:
             self._rank_results = open(os.path.join(d, f"rank-{info.world_rank}.jsonl"), "a",
                                       buffering=1)
         self._stop_requested = threading.Event()
+        if _PENDING_STOP.is_set():
+            self._stop_requested.set()
         self.stop_agreed = False
+        self._agreed_checkpoint = False  # the last agreement saw a staged checkpoint
         self._background = Background()
         self._next_agreement = start_iteration + 1
         self._agreed_at, self._agreed_iteration = time.perf_counter(), start_iteration
@@ -108,7 +135,8 @@ class Session:
             self._staged_since_agreement = True
         if rank == 0:
             self._reports_since_agreement[iteration] = (dict(metrics), started)
-        published = self._agree(iteration) if iteration >= self._next_agreement else {}
+        agreed = iteration >= self._next_agreement
+        published = self._agree(iteration, staged_now=bool(files)) if agreed else {}
         name = published.get(iteration)
         if files:  # after the commit, so that hashing never competes with it
             self._background.submit(digest_shard, self.run, iteration, rank, files, name)
@@ -127,20 +155,29 @@ class Session:
         self.iteration = iteration
         self.last_metrics = row
         self._last = now
+        if agreed and self.stop_agreed and self._agreed_checkpoint:
+            # every rank is here at the same report: the checkpoint handed in since the
+            # stop was agreed is committed, so the training can end now and resume later
+            raise StopTraining(iteration, name)
 
-    def _agree(self, iteration: int, *, final: bool = False) -> Dict[int, str]:
+    def _agree(self, iteration: int, *, final: bool = False,
+               staged_now: bool = False) -> Dict[int, str]:
         """One agreement (every rank at the same report): learn whether any rank staged a
-        checkpoint or asked to stop, and when the next agreement is; rank 0 publishes the
-        staged checkpoints. Returns {iteration: published checkpoint name}."""
+        checkpoint (since the last agreement, and at this very report) or asked to stop,
+        and when the next agreement is; rank 0 publishes the staged checkpoints. Returns
+        {iteration: published checkpoint name}."""
         gap = 0
         if self.info.world_rank == 0 and not final:
             now = time.perf_counter()
             pace = (now - self._agreed_at) / max(1, iteration - self._agreed_iteration)
             gap = MAX_GAP if pace <= 0 else max(1, min(MAX_GAP, int(AGREE_BUDGET_S / pace)))
-        local = [int(self._staged_since_agreement), int(self._stop_requested.is_set()), gap]
-        any_ckpt, stop, gap = (self.coordinator.allreduce_max(local) if self.info.world_size > 1
-                               else local)
+        local = [int(self._staged_since_agreement), int(self._stop_requested.is_set()), gap,
+                 int(staged_now)]
+        any_ckpt, stop, gap, ckpt_now = (self.coordinator.allreduce_max(local)
+                                         if self.info.world_size > 1 else local)
         self.stop_agreed = self.stop_agreed or bool(stop)
+        # a checkpoint of this very report: stopping after it loses no iteration
+        self._agreed_checkpoint = bool(ckpt_now)
         self._next_agreement = iteration + (1 if self.stop_agreed else max(1, gap))
         self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
         self._staged_since_agreement = False
@@ -173,7 +210,17 @@ class Session:
         self._stop_requested.set()
 
     def should_checkpoint(self) -> bool:
-        return self._stop_requested.is_set() or self.stop_agreed
+        """The agreed decision: the same on every rank after the same report."""
+        return self.stop_agreed
+
+    def close_stopped(self) -> None:
+        """End after :class:`StopTraining`: no last agreement (every rank stopped at the
+        same one); wait for background digests and deletions, close the results."""
+        self._background.drain()
+        if self._writer is not None:
+            self._writer.close()
+        if self._rank_results is not None:
+            self._rank_results.close()
 
     def close(self) -> None:
         """End of the training function (every rank): a last agreement commits what was
@@ -235,8 +282,12 @@ class TrainContext:
         return self._s.iteration
 
     def should_checkpoint(self) -> bool:
-        """True once the scheduler warned of preemption or the time limit: report a
-        checkpoint now; the run stops cleanly after that report and resumes later."""
+        """True once the scheduler warned of the time limit or a preemption: report a
+        checkpoint now; the run stops cleanly after that report and resumes later.
+
+        The answer is agreed across ranks: it turns true on every rank after the same
+        ``report()`` (the warning travels with the reports, so a loop learns of it at its
+        next report), and a loop may branch on it, collectives included."""
         return self._s.should_checkpoint()
 
     def get_checkpoint_staging_dir(self) -> str:

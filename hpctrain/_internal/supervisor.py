@@ -1,10 +1,17 @@
 """The supervisor owns the worker group of one run inside one allocation.
 
-It runs in the batch step on a cluster (``python -m hpctrain supervise RUN_DIR``) and in
+It runs in the batch step on a cluster (``python -m hpctrain._internal.batch``) and in
 the driver process for local runs, the same code either way. Per attempt it picks the
-checkpoint to resume from (the latest committed one), starts every rank through the
-launcher, waits, and on a failure stops the remaining ranks, finds the rank that failed
-first, counts the failure in ``state.json`` and restarts while ``max_failures`` allows.
+checkpoint to resume from (the latest committed one that verifies), starts every rank
+through the launcher, waits, and on a failure stops the remaining ranks, finds the rank
+that failed first, counts the failure in ``state.json`` and restarts while
+``max_failures`` allows.
+
+The scheduler's warning (a signal handed to :meth:`Supervisor.request_stop`, or the
+supervisor's own timer ``warn_at``) writes the attempt's stop file; the ranks agree on it
+at their next report, commit the next checkpoint and exit cleanly. Ranks still running at
+the deadline are stopped. :meth:`Supervisor.run_to_end` then returns PREEMPTED and the
+caller requeues (batch step) or ends the run as STOPPED (local).
 """
 from __future__ import annotations
 
@@ -19,9 +26,16 @@ from ..launchers.base import ExitRecord, Launcher, LineSink
 from .commit import verify_checkpoint
 from .fsutil import read_json
 from .storage import RunDir
-from .worker import ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_RESUME, ENV_RUN_DIR, ENV_START_ITER
+from .fsutil import atomic_write_json
+from .worker import (ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_RESUME, ENV_RUN_DIR, ENV_START_ITER,
+                     ENV_WARNING_SIGNAL, STOP_FILE)
 
 FINISHED, FAILED, RUNNING, INTERRUPTED = "FINISHED", "FAILED", "RUNNING", "INTERRUPTED"
+#: The run stopped cleanly after the scheduler's warning; REQUEUED: waiting for its next
+#: allocation; STOPPED: not requeued (local run, requeue off, or no progress).
+PREEMPTED, REQUEUED, STOPPED = "PREEMPTED", "REQUEUED", "STOPPED"
+#: An attempt that was RUNNING when its allocation vanished (node loss, kill -9 of the job).
+LOST = "LOST"
 
 #: Errors a rank raises because a *peer* went away (Gloo/NCCL/MPI lost the connection).
 #: They are consequences: a rank that died on its own (a signal, its own exception) is
@@ -51,7 +65,9 @@ class Supervisor:
                  job_id: str, initial_checkpoint: Optional[str] = None,
                  on_line: Optional[LineSink] = None, on_tick: Optional[Callable[[], None]] = None,
                  python: str = sys.executable, kill_grace_s: float = 10.0,
-                 extra_env: Optional[Dict[str, str]] = None, first_checkpoint_index: int = 0):
+                 extra_env: Optional[Dict[str, str]] = None, first_checkpoint_index: int = 0,
+                 warning_s: float = 120.0, warning_signal: str = "USR1",
+                 warn_at: Optional[float] = None):
         self.run = run
         self.launcher = launcher
         self.num_workers = num_workers
@@ -64,6 +80,32 @@ class Supervisor:
         self.kill_grace_s = kill_grace_s
         self.extra_env = extra_env or {}
         self.first_checkpoint_index = first_checkpoint_index
+        self.warning_s = warning_s
+        self.warning_signal = warning_signal
+        self.warn_at = warn_at          # epoch seconds: the supervisor's own timer (PBS)
+        self.stop_reason: Optional[str] = None
+        self.stop_time: Optional[float] = None
+        self.checkpoint_at_start: Optional[str] = None
+
+    # -- the warning ---------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        """The scheduler warned (time limit, preemption): stop at the next checkpoint.
+        Signal-handler safe (only sets attributes); the wait loop acts on it."""
+        if self.stop_time is None:
+            self.stop_reason, self.stop_time = reason, time.time()
+
+    @property
+    def stop_deadline(self) -> Optional[float]:
+        """When ranks still running after the warning are stopped: late enough to
+        checkpoint, early enough to requeue before the scheduler kills the job."""
+        if self.stop_time is None:
+            return None
+        return self.stop_time + max(self.warning_s * 0.5, self.warning_s - 15.0)
+
+    def _check_timer(self) -> None:
+        if self.warn_at is not None and self.stop_time is None and time.time() >= self.warn_at:
+            self.request_stop(f"{self.warning_s:.0f} s before the walltime ends "
+                              "(the supervisor's timer)")
 
     def run_to_end(self) -> str:
         """Run attempts until success or until failures exceed ``max_failures``.
@@ -75,14 +117,30 @@ class Supervisor:
                 s.setdefault("name", self.run.name)
                 s.setdefault("attempts", [])
                 s.setdefault("failures", 0)
+                for a in s["attempts"]:  # this run's previous allocation vanished under it
+                    if a.get("outcome") == RUNNING:
+                        a["outcome"] = LOST
                 s["status"] = RUNNING
                 s["job_ids"] = s.get("job_ids", []) + (
                     [] if self.job_id in s.get("job_ids", []) else [self.job_id])
                 s["max_failures"] = self.max_failures
+            latest = self.run.list_checkpoints()
+            self.checkpoint_at_start = latest[-1].path if latest else None
             while True:
+                self._check_timer()
+                if self.stop_time is not None:  # warned before (another) attempt started
+                    self._log(f"warned ({self.stop_reason}) before the ranks started; "
+                              "not starting them")
+                    return PREEMPTED
                 status = self._one_attempt()
                 if status is not None:
                     return status
+
+    def made_progress(self) -> bool:
+        """True when this allocation committed a checkpoint newer than the one it began
+        with."""
+        latest = self.run.list_checkpoints()
+        return bool(latest) and latest[-1].path != self.checkpoint_at_start
 
     def _resume_point(self):
         """The newest committed checkpoint that passes verification (sizes and content
@@ -118,22 +176,39 @@ class Supervisor:
             ENV_RESUME: resume or "", ENV_CKPT_INDEX: str(max(self.run.next_checkpoint_index(),
                                    self.first_checkpoint_index)),
             ENV_START_ITER: str(latest.iteration if latest else 0),
+            ENV_WARNING_SIGNAL: self.warning_signal,
         })
         group = self.launcher.launch(
             command=[self.python, "-m", "hpctrain._internal.worker", self.run.path],
             env=env, num_workers=self.num_workers, log_dir=self.run.logs_dir(self.job_id),
             on_line=self.on_line)
+        stop_written = at_deadline = False
         try:
             exits = None
             while exits is None:
                 exits = group.wait_any_failure(0.25)
                 self.on_tick()
+                self._check_timer()
+                if self.stop_time is not None and not stop_written and exits is None:
+                    stop_written = True
+                    self._write_stop(attempt)
+                if stop_written and exits is None and time.time() >= self.stop_deadline:
+                    at_deadline = True
+                    self._log("the ranks did not commit a checkpoint by the deadline; "
+                              "stopping them (the run resumes from its last committed "
+                              "checkpoint)")
+                    group.terminate(self.kill_grace_s)
+                    exits = group.exits()
         except BaseException:  # Ctrl-C or the driver dying: never leave ranks behind
             group.terminate(self.kill_grace_s)
             self._end_attempt(attempt, INTERRUPTED, None)
             with self.run.update_state() as s:
                 s["status"] = INTERRUPTED
             raise
+        if self.stop_time is not None:
+            outcome = self._after_warning(attempt, group, exits, at_deadline)
+            if outcome is not None:
+                return outcome
         failed = [e for e in exits if e.returncode != 0]
         if not failed:
             group.terminate(self.kill_grace_s)  # reaps output threads; ranks are done
@@ -162,6 +237,46 @@ class Supervisor:
         with self.run.update_state() as s:
             s["status"] = FAILED
         return FAILED
+
+    def _write_stop(self, attempt: int) -> None:
+        self._log(f"warning: {self.stop_reason}; the ranks checkpoint at their next report "
+                  f"and stop (deadline in {self.stop_deadline - time.time():.0f} s)")
+        adir = self.run.attempt_dir(attempt)
+        os.makedirs(adir, exist_ok=True)
+        atomic_write_json(os.path.join(adir, STOP_FILE), {
+            "reason": self.stop_reason, "time": self.stop_time,
+            "deadline": self.stop_deadline}, sync=False)
+
+    def _after_warning(self, attempt: int, group, exits: List[ExitRecord],
+                       at_deadline: bool) -> Optional[str]:
+        """How an attempt ended after the warning: FINISHED (the training completed
+        anyway), PREEMPTED (stopped cleanly, or at the deadline), or None: a rank failed
+        on its own before the deadline, handled as any failure."""
+        group.terminate(self.kill_grace_s)
+        adir = self.run.attempt_dir(attempt)
+        stopped = [read_json(p) or {} for p in
+                   sorted(glob.glob(os.path.join(adir, "stopped.rank-*.json")))]
+        failed = [e for e in exits if e.returncode != 0]
+        if not stopped and not failed and not at_deadline:
+            return None  # every rank returned: the training finished
+        if failed and not at_deadline and not stopped:
+            return None  # a real failure during the grace period
+        self.run.clean_incomplete()
+        iterations = sorted({st.get("iteration") for st in stopped})
+        checkpoint = next((st.get("checkpoint") for st in stopped if st.get("checkpoint")),
+                          None)
+        with self.run.update_state() as s:
+            rec = s["attempts"][attempt - 1]
+            rec.update(ended=time.time(), outcome=PREEMPTED, warning=self.stop_reason,
+                       warned_at=self.stop_time, stopped_at_deadline=at_deadline,
+                       stopped_iterations=iterations, stop_checkpoint=checkpoint)
+        if at_deadline:
+            self._log("stopped at the deadline; the next attempt resumes from the last "
+                      "committed checkpoint")
+        else:
+            self._log(f"every rank stopped after report {iterations[-1] if iterations else '?'}"
+                      f" with checkpoint {checkpoint} committed")
+        return PREEMPTED
 
     def _root_cause(self, attempt: int, failed: List[ExitRecord]) -> Failure:
         """The earliest failure: a rank's own error record if it left one, else its exit."""

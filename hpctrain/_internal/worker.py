@@ -5,7 +5,14 @@ the job from the environment (:mod:`hpctrain.cluster_env`), the work from the ru
 directory's payload, sets up the backend, runs the training function and leaves either
 its return value or its traceback in ``.hpctrain/attempt-NNN/``.
 
-Exit codes: 0 done; 1 the training function (or set-up) raised.
+Exit codes: 0 done, or stopped cleanly after the scheduler's warning (then
+``stopped.rank-R.json`` is left in the attempt directory); 1 the training function (or
+set-up) raised.
+
+The warning reaches a rank two ways: rank 0 watches for the supervisor's stop file
+(``.hpctrain/attempt-NNN/stop``), and every rank takes the warning signal itself
+(``scancel --signal=USR1 <job>`` signals the ranks directly). Either way the request
+travels to all ranks with the next agreement (see :mod:`.session`).
 """
 from __future__ import annotations
 
@@ -30,6 +37,10 @@ ENV_ATTEMPT = "HPCTRAIN_ATTEMPT"
 ENV_RESUME = "HPCTRAIN_RESUME_CHECKPOINT"
 ENV_CKPT_INDEX = "HPCTRAIN_CHECKPOINT_INDEX"
 ENV_START_ITER = "HPCTRAIN_START_ITERATION"
+ENV_WARNING_SIGNAL = "HPCTRAIN_WARNING_SIGNAL"
+#: Written by the supervisor into the attempt directory when the warning came.
+STOP_FILE = "stop"
+STOP_POLL_S = 0.25
 
 
 @dataclass
@@ -79,7 +90,7 @@ def call_train_func(fn: Callable, config: Optional[Dict[str, Any]]) -> Any:
 def run_worker(run_dir: str) -> int:
     from .. import cluster_env
     from ..backends import get_backend
-    from .session import Session, set_session
+    from .session import Session, StopTraining, set_session
 
     run = RunDir(run_dir)
     attempt = int(os.environ.get(ENV_ATTEMPT, "1"))
@@ -101,10 +112,21 @@ def run_worker(run_dir: str) -> int:
             use_gpu=payload.scaling.use_gpu, per_rank_results=payload.per_rank_results,
             attempt=attempt, datasets=payload.datasets)
         set_session(session)
+        if rank == 0:
+            _watch_stop_file(os.path.join(adir, STOP_FILE))
         fn = payload.train_func
         if hasattr(fn, "resolve") and not callable(fn):
             fn = fn.resolve()
-        value = call_train_func(fn, payload.train_loop_config)
+        try:
+            value = call_train_func(fn, payload.train_loop_config)
+        except StopTraining as stop:
+            session.close_stopped()
+            os.makedirs(adir, exist_ok=True)
+            atomic_write_json(os.path.join(adir, f"stopped.rank-{rank}.json"), {
+                "rank": rank, "iteration": stop.iteration, "checkpoint": stop.checkpoint,
+                "time": time.time()}, sync=False)
+            backend.on_shutdown(info)
+            return 0
         session.close()
         if payload.keep_return_values:
             os.makedirs(adir, exist_ok=True)
@@ -115,6 +137,39 @@ def run_worker(run_dir: str) -> int:
     except BaseException as e:  # noqa: BLE001 - every failure must reach the supervisor
         record_failure(adir, rank, e)
         return 1
+
+
+def _watch_stop_file(path: str) -> None:
+    """Rank 0: a daemon thread that turns the supervisor's stop file into a stop request
+    (one ``stat`` per ``STOP_POLL_S``; the other ranks learn it from the agreement)."""
+    import threading
+
+    from .session import request_stop
+
+    def watch() -> None:
+        while not os.path.exists(path):
+            time.sleep(STOP_POLL_S)
+        request_stop()
+
+    threading.Thread(target=watch, name="hpctrain-stop-watch", daemon=True).start()
+
+
+def _take_warning_signal() -> None:
+    """The scheduler's warning signal, sent to the ranks themselves, asks for a stop
+    instead of killing the process (installed before anything slow is imported)."""
+    import signal
+
+    name = os.environ.get(ENV_WARNING_SIGNAL, "USR1")
+    signum = getattr(signal, "SIG" + name, None)
+    if signum is None:
+        return
+
+    def handler(_signum, _frame) -> None:
+        from .session import request_stop
+
+        request_stop()
+
+    signal.signal(signum, handler)
 
 
 def _bind_gpus(info) -> None:
@@ -200,6 +255,7 @@ def main(argv: Optional[list] = None) -> None:
     run_dir = argv[0] if argv else os.environ.get(ENV_RUN_DIR)
     if not run_dir:
         sys.exit("usage: python -m hpctrain._internal.worker RUN_DIR")
+    _take_warning_signal()
     _exit_with_parent()
     _redirect_output()
     code = run_worker(run_dir)

@@ -134,6 +134,17 @@ class Scheduler:
     def cancel(self, job_id: str) -> None:
         raise NotImplementedError
 
+    # -- continuing in a new allocation (called inside the job) -------------------------
+    def requeue(self, job_id: str, script_path: str) -> Optional[str]:
+        """Continue the run in a new allocation after a clean stop: requeue ``job_id``
+        (returns None; the scheduler may kill this process right away) or submit
+        ``script_path`` again to start after it (returns the new job id)."""
+        return self.resubmit(script_path, after=job_id)
+
+    def resubmit(self, script_path: str, *, after: str) -> str:
+        """Submit ``script_path`` again, to start once job ``after`` has ended."""
+        raise NotImplementedError(f"the {self.name!r} scheduler cannot resubmit a job")
+
 
 @functools.lru_cache(maxsize=1)
 def _environment():

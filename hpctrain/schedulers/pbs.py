@@ -113,3 +113,15 @@ class PbsScheduler(Scheduler):
 
     def cancel(self, job_id: str) -> None:
         subprocess.run(["qdel", job_id], check=True, capture_output=True, text=True)
+
+    def resubmit(self, script_path: str, *, after: str) -> str:
+        """``qsub -W depend=afterany:<this job> job.sh`` (``qrerun`` is for operators):
+        the new job waits until this one ended. The command-line ``-W depend`` takes
+        precedence over a ``#PBS -W depend`` in the script."""
+        from .pbs_submitit import parse_qsub_output
+
+        p = subprocess.run(["qsub", "-W", f"depend=afterany:{after}", script_path],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"qsub refused the resubmission: {p.stderr.strip()}")
+        return parse_qsub_output(p.stdout)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..units import format_slurm_memory, format_slurm_walltime, parse_memory
 from .base import (BatchRequest, JobState, Scheduler, check_directive, job_name,
@@ -80,6 +80,26 @@ class SlurmScheduler(Scheduler):
 
         return HpctrainSlurmExecutor(folder=_submitit_folder(script_path)).submit_script(
             script_path).job_id
+
+    def requeue(self, job_id: str, script_path: str) -> Optional[str]:
+        """``scontrol requeue`` (same job id, ``SLURM_RESTART_COUNT`` + 1; Slurm ends this
+        instance at once). Where requeueing is refused (``JobRequeue=0``, ``--no-requeue``,
+        a site policy) the script is submitted again with ``--dependency=afterany``."""
+        p = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
+        if p.returncode == 0:
+            return None
+        import sys
+
+        print(f"[hpctrain] scontrol requeue {job_id} was refused ({p.stderr.strip()}); "
+              "submitting the job again instead", file=sys.stderr, flush=True)
+        return self.resubmit(script_path, after=job_id)
+
+    def resubmit(self, script_path: str, *, after: str) -> str:
+        p = subprocess.run(["sbatch", "--parsable", f"--dependency=afterany:{after}",
+                            script_path], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"sbatch refused the resubmission: {p.stderr.strip()}")
+        return p.stdout.strip().split(";")[0]
 
     def state(self, job_id: str) -> JobState:
         from .slurm_submitit import SqueueFallbackWatcher

@@ -1,0 +1,132 @@
+"""What the supervisor's process does with signals, and what follows a clean stop.
+
+* :func:`supervisor_signals`: the scheduler's warning signal (``failure.warning_signal``)
+  asks the supervisor for a coordinated stop; SIGTERM and SIGHUP (cancel, the time
+  limit, a closed terminal) stop the ranks at once and raise KeyboardInterrupt.
+* :func:`after_stop`: after the ranks stopped cleanly, decide between requeueing (the
+  batch step: ``scontrol requeue`` / ``qsub -W depend=afterany``) and ending the run as
+  STOPPED, and record why in ``state.json``.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from typing import Any, Iterator, Optional
+
+from .storage import RunDir
+from .supervisor import REQUEUED, STOPPED, Supervisor
+
+#: A chain of allocations ends after this many in a row that committed no new checkpoint
+#: (a loop that never reaches a checkpoint within one allocation would requeue forever).
+MAX_IDLE_ALLOCATIONS = 3
+
+
+def _log(msg: str) -> None:
+    print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+
+
+class PendingStop:
+    """Stands for the supervisor until it exists (the job waits for the run's lock
+    first): a warning that comes meanwhile is kept and handed over."""
+
+    def __init__(self) -> None:
+        self.reason: Optional[str] = None
+        self._sup: Optional[Supervisor] = None
+
+    def request_stop(self, reason: str) -> None:
+        if self._sup is not None:
+            self._sup.request_stop(reason)
+        elif self.reason is None:
+            self.reason = reason
+
+    def hand_over(self, sup: Supervisor) -> None:
+        self._sup = sup
+        if self.reason is not None:
+            sup.request_stop(self.reason)
+
+
+@contextlib.contextmanager
+def supervisor_signals(sup: Any, warning_signal: str = "USR1") -> Iterator[None]:
+    """Install the handlers for the duration of a run (main thread only); ``sup`` is a
+    :class:`Supervisor` or a :class:`PendingStop`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    warning = int(getattr(signal, "SIG" + warning_signal))
+
+    def terminate(signum, frame):
+        raise KeyboardInterrupt(f"hpctrain got signal {signum}")
+
+    def warn(signum, frame):
+        sup.request_stop(f"signal SIG{warning_signal}")
+
+    handlers = {sig: terminate for sig in (signal.SIGTERM, signal.SIGHUP)}
+    handlers[warning] = warn
+    old = {sig: signal.signal(sig, h) for sig, h in handlers.items()}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def after_stop(run: RunDir, sup: Supervisor, failure_config: Any, *, can_requeue: bool) -> str:
+    """Record how a run continues after a clean stop: REQUEUED or STOPPED (with the
+    reason in ``state.json``'s ``stopped_because``). Returns that status."""
+    with run.update_state() as s:
+        idle = 0 if sup.made_progress() else s.get("idle_allocations", 0) + 1
+        s["idle_allocations"] = idle
+        requeues = s.get("requeues", 0)
+        why = None
+        if not can_requeue:
+            why = "it was not started by a scheduler that can requeue it"
+        elif not failure_config.requeue:
+            why = "failure.requeue is false"
+        elif failure_config.max_requeues != -1 and requeues >= failure_config.max_requeues:
+            why = f"failure.max_requeues ({failure_config.max_requeues}) is reached"
+        elif idle >= MAX_IDLE_ALLOCATIONS:
+            why = (f"the last {idle} allocations committed no new checkpoint (HINT: "
+                   "checkpoint more often, or ask for a longer scheduler.time)")
+        if why:
+            s["status"] = STOPPED
+            s["stopped_because"] = why
+        else:
+            s["status"] = REQUEUED
+            s["requeues"] = requeues + 1
+            s.pop("stopped_because", None)
+    if why:
+        _log(f"run STOPPED after a clean stop: not requeued because {why}. Continue it "
+             f"with Trainer.restore({run.path!r}).fit() or by submitting it again")
+        return STOPPED
+    return REQUEUED
+
+
+def requeue(run: RunDir, scheduler: Any, job_id: str) -> Optional[str]:
+    """Continue the run in a new allocation (state already says REQUEUED). Returns the
+    new job id of a resubmission; after a Slurm requeue this process is usually killed
+    by the scheduler before it returns."""
+    _log(f"requeueing: job {job_id} continues in a new allocation from its latest "
+         "committed checkpoint")
+    sys.stdout.flush()
+    # the scheduler ends this instance now: leave quietly instead of as an interruption
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        new_id = scheduler.requeue(job_id, run.job_script)
+    except Exception as e:  # noqa: BLE001 - the run must end in a clear state
+        with run.update_state() as s:
+            s["status"] = STOPPED
+            s["stopped_because"] = f"requeueing failed: {e}"
+        _log(f"requeueing failed ({e}); the run is STOPPED and resumes when submitted "
+             "again")
+        return None
+    if new_id:
+        with run.update_state() as s:
+            s.setdefault("submissions", []).append(
+                {"job_id": new_id, "scheduler": scheduler.name, "time": time.time(),
+                 "script": "job.sh", "after": job_id})
+        _log(f"submitted job {new_id} to continue after job {job_id}")
+    return new_id
