@@ -178,6 +178,9 @@ def _follow(run_path: str) -> int:
         else:
             print(f"[hpctrain] training FAILED: {e}", file=sys.stderr)
         return 1
+    except TrainingStoppedError as e:
+        print(f"[hpctrain] {e}", file=sys.stderr)
+        return EXIT_STOPPED
     _print_summary(result)
     return 0
 
@@ -192,7 +195,10 @@ def cmd_status(args) -> int:
     state = run.read_state()
     print(f"run {run.name}: {state.get('status', 'UNKNOWN')}  ({run.path})")
     print(f"  attempts {len(state.get('attempts', []))}, failures {state.get('failures', 0)}"
-          + (f", restart count {state['restart_count']}" if "restart_count" in state else ""))
+          + (f", restart count {state['restart_count']}" if "restart_count" in state else "")
+          + (f", requeues {state['requeues']}" if state.get("requeues") else ""))
+    if state.get("stopped_because"):
+        print(f"  stopped because {state['stopped_because']}")
     for sub in state.get(submission.SUBMISSIONS) or []:
         try:
             js = get_scheduler(sub["scheduler"]).state(sub["job_id"])

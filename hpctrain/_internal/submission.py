@@ -99,10 +99,13 @@ def last_job(run: RunDir) -> Optional[Dict[str, Any]]:
     return subs[-1] if subs else None
 
 
-def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0, stream=None) -> str:
-    """Show progress of the run's last job until it left the queue; return the run's
-    status then (FINISHED, FAILED, or the job's own end state when the run did not get
-    to record one). Ctrl-C detaches and re-raises KeyboardInterrupt."""
+def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0, stream=None,
+           requeue_wait_s: float = 120.0) -> str:
+    """Show progress of the run's jobs until the run ended; return the run's status then
+    (FINISHED, FAILED, STOPPED, or the job's own end state when the run did not get to
+    record one). A requeued job (Slurm: same id, pending again) and a resubmitted one
+    (PBS: the next job in ``state.json``) are followed on. Ctrl-C detaches and re-raises
+    KeyboardInterrupt."""
     from ..schedulers import get_scheduler
     from .progress import Progress
 
@@ -110,29 +113,47 @@ def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0, stream=None)
     job = last_job(run)
     if job is None:
         raise ConfigError(f"{run.path} has no submitted job", hint="hpctrain submit job.toml")
-    scheduler = get_scheduler(job["scheduler"])
     stream = stream or sys.stdout
     progress = Progress(run, verbose=verbose, stream=stream)
-    rank0 = LineTail(os.path.join(run.logs_dir(job["job_id"]), "rank-0.out"))
 
-    def echo(final: bool = False) -> None:  # rank 0's output, as a local run shows it
+    def say(msg: str) -> None:
+        if verbose >= 1:
+            print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+
+    def tail_of(j):  # rank 0's output, as a local run shows it
+        return LineTail(os.path.join(run.logs_dir(j["job_id"]), "rank-0.out"))
+
+    rank0 = tail_of(job)
+
+    def echo(final: bool = False) -> None:
         for line in rank0.lines(final):
             progress.worker_line(0, line)
 
     seen = None
+    requeue_waited = 0.0
     try:
         while True:
             echo()
             progress.tick()
-            js = scheduler.state(job["job_id"])
+            newest = last_job(run) or job
+            if newest["job_id"] != job["job_id"]:
+                echo(final=True)
+                say(f"job {job['job_id']} resubmitted itself as job {newest['job_id']}; "
+                    "following that one")
+                job, seen, rank0 = newest, None, tail_of(newest)
+            js = get_scheduler(job["scheduler"]).state(job["job_id"])
             if js.state != seen:
                 seen = js.state
-                if verbose >= 1:
-                    reason = f" ({js.reason})" if js.reason and js.reason != "None" else ""
-                    print(f"[hpctrain] job {job['job_id']}: {js.state}{reason}", file=sys.stderr,
-                          flush=True)
+                reason = f" ({js.reason})" if js.reason and js.reason != "None" else ""
+                say(f"job {job['job_id']}: {js.state}{reason}")
             if js.done:
+                # a job that requeued (or resubmitted) itself: its successor shows up soon
+                if run.read_state().get("status") == "REQUEUED" and requeue_waited < requeue_wait_s:
+                    requeue_waited += poll_s
+                    time.sleep(poll_s)
+                    continue
                 break
+            requeue_waited = 0.0
             time.sleep(poll_s)
     except KeyboardInterrupt:
         progress.close()
@@ -140,9 +161,8 @@ def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0, stream=None)
         raise
     echo(final=True)
     progress.close()
-    state = run.read_state()
-    status = state.get("status")
-    if status in ("FINISHED", "FAILED"):
+    status = run.read_state().get("status")
+    if status in ("FINISHED", "FAILED", "STOPPED"):
         return status
     return f"JOB_{seen}"
 
@@ -162,7 +182,7 @@ def result_of(run_path: str, status: str):
     from ..result import Result
     from ..trainer import result_or_raise
 
-    if status in ("FINISHED", "FAILED"):
+    if status in ("FINISHED", "FAILED", "STOPPED"):
         return result_or_raise(run_path, status)
     result = Result.from_path(run_path)
     job = last_job(RunDir(run_path)) or {}
