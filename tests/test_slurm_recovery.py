@@ -181,3 +181,103 @@ def test_a_training_longer_than_the_time_limit_chains_through_allocations(
     assert all(a["warning"] == "signal SIGUSR1" for a in state["attempts"][:-1])
     assert_chain_is_lossless(run, preempted, ranks=2)
     assert_same_state(final_state(run), reference(tmp_path_factory, CHAIN_CONFIG, 2))
+
+
+REQUEUE_CONFIG = {"steps": 400, "sleep": 0.03, "every": 5}
+
+
+@pytest.mark.timeout(600)
+def test_scontrol_requeue_from_outside_resumes_from_the_last_committed_checkpoint(
+        tmp_path, storage, tmp_path_factory):
+    """An admin's (or the scheduler's) `scontrol requeue`: the running instance is
+    killed without warning; the next start resumes from the newest committed
+    checkpoint, with the restart visible to the training function."""
+    job = job_file(tmp_path, storage, "adminrequeue", REQUEUE_CONFIG, per_node=1)
+    job_id = submit(job)
+    run = os.path.join(storage, "adminrequeue")
+    ckpts = os.path.join(run, "checkpoints")
+    wait_for(lambda: os.path.isdir(ckpts) and len(
+        [n for n in os.listdir(ckpts) if n.startswith("checkpoint_")]) >= 3, 180,
+        "three committed checkpoints")
+    subprocess.run(["scontrol", "requeue", job_id], check=True)
+    releaser = HoldReleaser(job_id)
+    try:
+        wait_gone(job_id, 300)
+    finally:
+        releaser.stop()
+    state = state_of(run)
+    first, second = state["attempts"][0], state["attempts"][-1]
+    assert first["outcome"] in ("INTERRUPTED", "LOST") and second["outcome"] == "FINISHED"
+    committed_before = [r for r in Result.from_path(run).best_checkpoints]
+    newest = max((c for c, _ in committed_before
+                  if json.load(open(os.path.join(c.path, ".hpctrain_checkpoint.json")))["time"]
+                  < second["started"]), key=lambda c: c.path)
+    assert second["resumed_from"] == newest.path
+    starts = lines(run, "starts", 2)
+    for r in range(2):  # attempt, start step, checkpoint, restart count, job id
+        assert starts[r][-1][2:] == [os.path.basename(newest.path), str(len(state["attempts"]) - 1),
+                                     job_id]
+    assert_same_state(final_state(run), reference(tmp_path_factory, REQUEUE_CONFIG, 2))
+
+
+@pytest.mark.timeout(600)
+def test_sigkill_while_shards_are_written_keeps_the_previous_checkpoint(tmp_path, storage):
+    job = job_file(tmp_path, storage, "killedwriting", {}, function="kill_during_checkpoint",
+                   failure="max_failures = 1")
+    p = hpctrain_cli("submit", job, "--follow", check=False, timeout=400)
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = os.path.join(storage, "killedwriting")
+    state = state_of(run)
+    assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
+    assert state["attempts"][0]["failed_rank"] == 0 and "signal 9" in state["attempts"][0]["error"]
+    assert state["attempts"][1]["resumed_from"].endswith("checkpoint_000000")
+    for r in range(4):  # every rank resumed from checkpoint 0, whose content is step 0's
+        with open(os.path.join(run, "test-out", f"resumed-from-{r}")) as f:
+            assert f.read().split() == ["checkpoint_000000", "00"]
+    names = os.listdir(os.path.join(run, "checkpoints"))
+    assert not [n for n in names if n.startswith(".tmp_")]  # the half-written one is gone
+    assert verify_checkpoint(os.path.join(run, "checkpoints", "checkpoint_000000")) == []
+
+
+@pytest.mark.timeout(600)
+def test_max_failures_exhausted_ends_failed_with_rank_and_traceback(tmp_path, storage):
+    job = job_file(tmp_path, storage, "exhausted", {"rank": 3}, function="fail_on_rank",
+                   failure="max_failures = 1")
+    p = hpctrain_cli("submit", job, "--follow", check=False, timeout=400)
+    assert p.returncode == 1 and "training FAILED (rank 3)" in p.stderr
+    run = os.path.join(storage, "exhausted")
+    state = state_of(run)
+    assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FAILED"]
+    assert state["failures"] == 2 and state["status"] == "FAILED"
+    err = Result.from_path(run).error
+    assert err.rank == 3 and "ValueError: boom on rank 3" in err.worker_traceback
+
+
+@pytest.mark.timeout(600)
+def test_a_disk_that_fills_during_a_checkpoint_fails_clearly_and_keeps_the_last_one(
+        tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(small)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(reason=f"a 20 MiB tmpfs could not be mounted (needs root, as CI has): "
+                    f"{mounted.stderr.strip()}")
+    try:
+        job = job_file(tmp_path, str(small), "full", {"mib": 3, "epochs": 8},
+                       function="fill_disk", failure="max_failures = 0")
+        p = hpctrain_cli("submit", job, "--follow", check=False, timeout=400)
+        run = os.path.join(str(small), "full")
+        assert p.returncode == 1, p.stdout + p.stderr
+        err = Result.from_path(run).error
+        assert "No space left on device" in err.worker_traceback
+        assert "This checkpoint is discarded; the last committed one is untouched" in \
+            err.worker_traceback
+        assert "HINT: the filesystem (or your quota) is full" in err.worker_traceback
+        committed = [n for n in os.listdir(os.path.join(run, "checkpoints"))
+                     if n.startswith("checkpoint_")]
+        assert committed
+        for name in committed:
+            assert verify_checkpoint(os.path.join(run, "checkpoints", name)) == []
+    finally:
+        subprocess.run(["umount", "-l", str(small)])
