@@ -272,6 +272,10 @@ def cmd_cancel(args) -> int:
     except subprocess.CalledProcessError as e:
         raise ConfigError(f"cancelling {job['scheduler']} job {job['job_id']} failed: "
                           f"{(e.stderr or '').strip() or e}") from None
+    if run.read_state().get("status") == "REQUEUED":  # a chain that will not go on
+        with run.update_state() as s:
+            s["status"] = "STOPPED"
+            s["stopped_because"] = f"its queued job {job['job_id']} was cancelled"
     print(f"cancelled {job['scheduler']} job {job['job_id']}; committed checkpoints in "
           f"{run.checkpoints_dir} stay, and submitting the run again resumes it")
     return 0
@@ -390,6 +394,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.command is None:
         parser.print_help()
         sys.exit(2)
+    if args.command == "run":  # a warning while starting must not kill it
+        from ._internal.recovery import catch_early_warnings
+
+        catch_early_warnings()
     handler = {"run": cmd_run, "validate": cmd_validate, "results": cmd_results,
                "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
                "logs": cmd_logs, "cancel": cmd_cancel, "sites": cmd_sites}[args.command]

@@ -205,7 +205,7 @@ class DataParallelTrainer:
 
         progress = Progress(run, verbose=self.run_config.verbose, echo=self._echo_worker_output)
         tick = progress.tick if on_tick is None else (lambda: (progress.tick(), on_tick()))
-        from ._internal.recovery import after_stop, supervisor_signals
+        from ._internal.recovery import EARLY, after_stop, supervisor_signals
         from ._internal.supervisor import PREEMPTED
 
         job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -217,6 +217,9 @@ class DataParallelTrainer:
             on_line=progress.worker_line, on_tick=tick, extra_env=driver_pythonpath(),
             first_checkpoint_index=self._first_checkpoint_index, warning_s=fc.warning_s,
             warning_signal=fc.warning_signal)
+        early = EARLY.take()
+        if early:
+            sup.request_stop(early)
         try:
             # SIGTERM/SIGHUP stop the ranks (they run in their own sessions and would not
             # get it); the warning signal (USR1) stops them cleanly at a checkpoint
@@ -326,9 +329,11 @@ def result_or_raise(path: str, status: str) -> Result:
     if status == STOPPED:
         state = RunDir(path).read_state()
         raise TrainingStoppedError(
-            f"the run stopped cleanly after the warning signal ({state.get('stopped_because')})"
-            f"; its latest checkpoint is {result.checkpoint.path if result.checkpoint else None}"
-            f"\nHINT: continue it with Trainer.restore({path!r}).fit()", result=result)
+            f"the run stopped cleanly after the scheduler's warning and was not requeued: "
+            f"{state.get('stopped_because')}; its latest checkpoint is "
+            f"{result.checkpoint.path if result.checkpoint else None}"
+            f"\nHINT: continue it with Trainer.restore({path!r}).fit(), or run or submit "
+            "the job again", result=result)
     if status == FAILED:
         err = result.error or TrainingFailedError("training failed", result=result)
         err.result = result

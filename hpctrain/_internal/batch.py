@@ -69,27 +69,32 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hpctrain._internal.batch")
     p.add_argument("run_dir")
     p.add_argument("--script", default=None)
+    p.add_argument("--warning-signal", default="USR1")
     args = p.parse_args(argv)
 
-    from ..errors import ConfigError
     from .recovery import PendingStop, supervisor_signals
 
-    run = RunDir(args.run_dir)
+    pending = PendingStop()
+    if os.environ.get("HPCTRAIN_WARNED"):
+        pending.request_stop("the warning signal came during the job's set-up")
+    try:
+        # first thing: the script ignored the warning signal until here
+        with supervisor_signals(pending, args.warning_signal):
+            return _load_and_run(RunDir(args.run_dir), pending, args.script)
+    except KeyboardInterrupt:
+        _log("stopped by a signal; the run can be resumed from its latest checkpoint")
+        return 130
+
+
+def _load_and_run(run: RunDir, pending, script: Optional[str]) -> int:
+    from ..errors import ConfigError
+
     try:
         spec = load_spec(sys.stdin.read(), run.path)
     except (ConfigError, tomllib.TOMLDecodeError) as e:
         _log(f"the spec embedded in the job script is not valid: {e}")
         return 2
-    fc = spec.run.failure_config
-    pending = PendingStop()
-    if os.environ.get("HPCTRAIN_WARNED"):
-        pending.request_stop("the warning signal came during the job's set-up")
-    try:
-        with supervisor_signals(pending, fc.warning_signal):
-            return _run(run, spec, pending, args.script)
-    except KeyboardInterrupt:
-        _log("stopped by a signal; the run can be resumed from its latest checkpoint")
-        return 130
+    return _run(run, spec, pending, script)
 
 
 def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:

@@ -47,6 +47,27 @@ class PendingStop:
         if self.reason is not None:
             sup.request_stop(self.reason)
 
+    def take(self) -> Optional[str]:
+        """The warning kept so far (then forgotten)."""
+        reason, self.reason = self.reason, None
+        return reason
+
+
+#: A warning that reached ``hpctrain run`` while it was still starting (loading the spec,
+#: importing the framework), before the run's supervisor existed.
+EARLY = PendingStop()
+
+
+def catch_early_warnings() -> None:
+    """Keep the usual warning signals in :data:`EARLY` instead of dying of them (their
+    default action) until the supervisor takes over."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in ("USR1", "USR2"):
+        signal.signal(getattr(signal, "SIG" + name),
+                      lambda signum, frame, name=name: EARLY.request_stop(
+                          f"signal SIG{name} (while starting)"))
+
 
 @contextlib.contextmanager
 def supervisor_signals(sup: Any, warning_signal: str = "USR1") -> Iterator[None]:
@@ -82,7 +103,7 @@ def after_stop(run: RunDir, sup: Supervisor, failure_config: Any, *, can_requeue
         requeues = s.get("requeues", 0)
         why = None
         if not can_requeue:
-            why = "it was not started by a scheduler that can requeue it"
+            why = "a run started here (not by a batch scheduler) is not requeued"
         elif not failure_config.requeue:
             why = "failure.requeue is false"
         elif failure_config.max_requeues != -1 and requeues >= failure_config.max_requeues:
@@ -98,8 +119,8 @@ def after_stop(run: RunDir, sup: Supervisor, failure_config: Any, *, can_requeue
             s["requeues"] = requeues + 1
             s.pop("stopped_because", None)
     if why:
-        _log(f"run STOPPED after a clean stop: not requeued because {why}. Continue it "
-             f"with Trainer.restore({run.path!r}).fit() or by submitting it again")
+        _log(f"run STOPPED after a clean stop, not requeued: {why}. Continue it by running "
+             f"or submitting it again, or with Trainer.restore({run.path!r}).fit()")
         return STOPPED
     return REQUEUED
 
@@ -120,6 +141,7 @@ def requeue(run: RunDir, scheduler: Any, job_id: str) -> Optional[str]:
         with run.update_state() as s:
             s["status"] = STOPPED
             s["stopped_because"] = f"requeueing failed: {e}"
+            s["requeues"] = max(0, s.get("requeues", 1) - 1)
         _log(f"requeueing failed ({e}); the run is STOPPED and resumes when submitted "
              "again")
         return None

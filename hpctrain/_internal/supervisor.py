@@ -121,6 +121,7 @@ class Supervisor:
                     if a.get("outcome") == RUNNING:
                         a["outcome"] = LOST
                 s["status"] = RUNNING
+                s.pop("stopped_because", None)
                 s["job_ids"] = s.get("job_ids", []) + (
                     [] if self.job_id in s.get("job_ids", []) else [self.job_id])
                 s["max_failures"] = self.max_failures
@@ -197,7 +198,9 @@ class Supervisor:
                     self._log("the ranks did not commit a checkpoint by the deadline; "
                               "stopping them (the run resumes from its last committed "
                               "checkpoint)")
-                    group.terminate(self.kill_grace_s)
+                    # SIGKILL early enough to requeue before the scheduler's own kill
+                    left = self.stop_time + self.warning_s - time.time()
+                    group.terminate(min(self.kill_grace_s, max(1.0, left / 2)))
                     exits = group.exits()
         except BaseException:  # Ctrl-C or the driver dying: never leave ranks behind
             group.terminate(self.kill_grace_s)

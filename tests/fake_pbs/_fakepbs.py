@@ -19,7 +19,9 @@ commands stand in for OpenPBS 23.06. Their outputs and exit codes reproduce what
 The state lives in ``$FAKE_PBS_STATE/state.json``; scripts qsub received are copied
 byte for byte to ``$FAKE_PBS_STATE/scripts/<seq>.sh``. :class:`FakePbs` is the test
 side: it reads and edits the state and :meth:`FakePbs.run` executes a job's script the
-way MoM would (from ``$HOME``, with the ``PBS_*`` variables of a batch job).
+way MoM would (from ``$HOME``, with the ``PBS_*`` variables of a batch job; only a
+queued job, not a held one; and at its ``walltime`` it sends SIGTERM to every process of
+the job, SIGKILL after ``kill_delay``, and records ``Exit_status`` -29).
 """
 from __future__ import annotations
 
@@ -165,7 +167,8 @@ def qsub(args: Sequence[str]) -> int:
             job["array"] = "True"
             job["array_indices_submitted"] = attrs["-J"]
         state["jobs"][job_id] = job
-        state["fake"][job_id] = {"argv": list(args), "cwd": cwd, "script": f"scripts/{seq}.sh"}
+        state["fake"][job_id] = {"argv": list(args), "cwd": cwd, "script": f"scripts/{seq}.sh",
+                                 "state_at_submit": job["job_state"]}
     print(job_id)
     return 0
 
@@ -255,14 +258,27 @@ class FakePbs:
             _finish(state, job_id, exit_status, SUBSTATE["F_OK" if ok else "F_FAIL"])
 
     def run(self, job_id: str, hosts: Sequence[str] = ("fakenode1",), mpiprocs: int = 1,
-            extra_env: Optional[Dict[str, str]] = None, timeout: float = 120) -> "subprocess.CompletedProcess[str]":
+            extra_env: Optional[Dict[str, str]] = None, timeout: float = 120,
+            enforce_walltime: bool = True, kill_delay: float = 10.0) -> "subprocess.CompletedProcess[str]":
         """Run the job's script as MoM would: cwd ``$HOME``, batch ``PBS_*`` variables set,
-        state R while it runs, then F with its exit status (256+N if killed by signal N)."""
+        state R while it runs, then F with its exit status (256+N if killed by signal N).
+
+        Only a queued job runs (a held one waits for its dependency: RuntimeError). With
+        ``enforce_walltime`` (and a ``walltime`` resource) the job's processes get SIGTERM
+        when the walltime is over and SIGKILL ``kill_delay`` s later, and the job ends with
+        ``Exit_status`` -29 (pbs-facts.md; MoM is 1-16 s late in reality, never early).
+        ``timeout`` (the test's own limit) kills every process of the job and raises
+        :class:`subprocess.TimeoutExpired`."""
         info = self.submission(job_id)
         with _locked(self.root) as state:
             job = state["jobs"][job_id]
-            job.update(job_state="R", substate=SUBSTATE["R"], run_count=job["run_count"] + 1)
+            if job["job_state"] != "Q":
+                raise RuntimeError(f"fake MoM: job {job_id} is in state {job['job_state']}, "
+                                   "not Q; only a queued job can run")
+            job.update(job_state="R", substate=SUBSTATE["R"], run_count=job["run_count"] + 1,
+                       stime=time.ctime())
             name, queue = job["Job_Name"], job["queue"]
+            walltime = _seconds(job["Resource_List"].get("walltime", "")) if enforce_walltime else None
         home = self.root / "home"
         aux = self.root / "aux"
         home.mkdir(exist_ok=True)
@@ -278,8 +294,56 @@ class FakePbs:
         })
         env.update(extra_env or {})
         script = self.root / "scripts" / f"{job_id.split('.')[0].split('[')[0]}.sh"
-        proc = subprocess.run(["bash", str(script)], cwd=str(home), env=env, capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        # its own session, as under MoM: signals reach every process of the job
+        proc = subprocess.Popen(["bash", str(script)], cwd=str(home), env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        started = time.monotonic()
+        killed_at_walltime = False
+        limit = timeout if walltime is None else min(timeout, walltime)
+        try:
+            out, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            if walltime is None or walltime >= timeout:
+                _kill_session(proc, 0)
+                proc.communicate()
+                self.finish(job_id, 256 + 9)
+                raise
+            killed_at_walltime = True
+            _kill_session(proc, kill_delay)
+            out, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))
         status = proc.returncode if proc.returncode >= 0 else 256 - proc.returncode
+        if killed_at_walltime:
+            status = -29
         self.finish(job_id, status)
-        return proc
+        return subprocess.CompletedProcess(proc.args, status, out, err)
+
+
+def _seconds(walltime: str) -> Optional[float]:
+    """``[[HH:]MM:]SS`` → seconds; None for no (or an unreadable) walltime."""
+    try:
+        parts = [float(p) for p in walltime.split(":")] if walltime else []
+    except ValueError:
+        return None
+    if not parts:
+        return None
+    seconds = 0.0
+    for p in parts:
+        seconds = seconds * 60 + p
+    return seconds
+
+
+def _kill_session(proc: "subprocess.Popen[str]", kill_delay: float) -> None:
+    """SIGTERM to every process of the job's session, SIGKILL ``kill_delay`` s later."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, kill_delay), (signal.SIGKILL, 0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        if wait:
+            try:
+                proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                pass
