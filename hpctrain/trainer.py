@@ -217,13 +217,13 @@ class DataParallelTrainer:
             on_line=progress.worker_line, on_tick=tick, extra_env=driver_pythonpath(),
             first_checkpoint_index=self._first_checkpoint_index, warning_s=fc.warning_s,
             warning_signal=fc.warning_signal)
-        early = EARLY.take()
-        if early:
-            sup.request_stop(early)
         try:
             # SIGTERM/SIGHUP stop the ranks (they run in their own sessions and would not
             # get it); the warning signal (USR1) stops them cleanly at a checkpoint
             with supervisor_signals(sup, fc.warning_signal):
+                early = EARLY.take()  # a warning while `hpctrain run` was starting
+                if early:
+                    sup.request_stop(early)
                 status = sup.run_to_end()
                 if status == PREEMPTED:  # nothing here can requeue a local run
                     status = after_stop(run, sup, fc, can_requeue=False)

@@ -273,3 +273,26 @@ def test_failure_config_accepts_sig_prefix_and_seconds():
     fc = FailureConfig(warning_signal="SIGUSR2", warning_time=90)
     assert (fc.warning_signal, fc.warning_s, fc.signal_number) == ("USR2", 90, signal.SIGUSR2)
     assert FailureConfig(warning_time="2m").warning_s == 120
+
+
+def test_the_warning_sent_to_the_ranks_themselves_stops_the_run_too(tmp_path, storage):
+    """`scancel --signal=USR1 <job>` signals the job's steps (the ranks), not the batch
+    step: one rank's signal reaches every rank through the agreement, they stop at a
+    checkpoint, and the supervisor records the stop (not a finished training)."""
+    job = job_file(tmp_path, storage, "ranksignal", CONFIG)
+    run = os.path.join(storage, "ranksignal")
+    p = start(job)
+    wait_for(lambda: reports(run) > 5, 60, "training to start")
+    ranks = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                           text=True).stdout.split()
+    assert len(ranks) == 2
+    os.kill(int(ranks[-1]), signal.SIGUSR1)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 75, err
+    state = state_of(run)
+    assert state["status"] == "STOPPED"
+    first = state["attempts"][0]
+    assert first["outcome"] == "PREEMPTED" and first["warning"] == (
+        "the warning signal, sent to the ranks")
+    assert reports(run) < CONFIG["steps"]
+    assert verify_checkpoint(os.path.join(run, "checkpoints", first["stop_checkpoint"])) == []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import time
 from typing import List, Optional
@@ -75,7 +76,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .recovery import PendingStop, supervisor_signals
 
     pending = PendingStop()
-    if os.environ.get("HPCTRAIN_WARNED"):
+    # (popped: a job this one submits again must not inherit it)
+    if os.environ.pop("HPCTRAIN_WARNED", None):
         pending.request_stop("the warning signal came during the job's set-up")
     try:
         # first thing: the script ignored the warning signal until here
@@ -142,9 +144,15 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
                 _log(f"no scheduler warning on {info}: the supervisor's timer warns at "
                      f"{time.strftime('%H:%M:%S', time.localtime(sup.warn_at))}, "
                      f"{warning_s} s before the walltime ends")
+            if run.read_state().get("status") == FINISHED:
+                _log(f"run {run.path} has already finished; nothing to do")
+                return 0
             pending.hand_over(sup)  # a warning from now on reaches the supervisor
             status = sup.run_to_end()
             if status == PREEMPTED:
+                # from here to the requeue, the scheduler's SIGTERM (the time limit) must
+                # not leave state.json saying REQUEUED with nothing queued
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
                 status = after_stop(run, sup, fc, can_requeue=info in ("slurm", "pbs"))
     except RunLockedError as e:
         _log(f"{e}\nThis job exits without running anything.")

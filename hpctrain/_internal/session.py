@@ -307,6 +307,8 @@ _SESSION: Optional[Session] = None
 def set_session(session: Optional[Session]) -> None:
     global _SESSION
     _SESSION = session
+    if session is not None and _PENDING_STOP.is_set():  # came while it was being made
+        session.request_stop()
 
 
 def get_session(caller: str = "this function") -> Session:

@@ -208,6 +208,11 @@ class Supervisor:
             with self.run.update_state() as s:
                 s["status"] = INTERRUPTED
             raise
+        if self.stop_time is None and glob.glob(os.path.join(
+                self.run.attempt_dir(attempt), "stopped.rank-*.json")):
+            # the ranks got the warning signal themselves (`scancel --signal=USR1 <job>`
+            # signals the job's steps, not the batch step) and stopped at a checkpoint
+            self.request_stop("the warning signal, sent to the ranks")
         if self.stop_time is not None:
             outcome = self._after_warning(attempt, group, exits, at_deadline)
             if outcome is not None:

@@ -159,14 +159,14 @@ def _take_warning_signal() -> None:
     instead of killing the process (installed before anything slow is imported)."""
     import signal
 
+    from .session import request_stop  # here, not in the handler: no import at any instant
+
     name = os.environ.get(ENV_WARNING_SIGNAL, "USR1")
     signum = getattr(signal, "SIG" + name, None)
     if signum is None:
         return
 
     def handler(_signum, _frame) -> None:
-        from .session import request_stop
-
         request_stop()
 
     signal.signal(signum, handler)

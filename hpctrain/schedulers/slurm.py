@@ -83,11 +83,16 @@ class SlurmScheduler(Scheduler):
 
     def requeue(self, job_id: str, script_path: str) -> Optional[str]:
         """``scontrol requeue`` (same job id, ``SLURM_RESTART_COUNT`` + 1; Slurm ends this
-        instance at once). Where requeueing is refused (``JobRequeue=0``, ``--no-requeue``,
-        a site policy) the script is submitted again with ``--dependency=afterany``."""
+        instance at once). Where requeueing is disabled ("Requested operation is presently
+        disabled": ``JobRequeue=0``, ``--no-requeue``) the script is submitted again with
+        ``--dependency=afterany``; any other failure is an error (the requeue may have
+        happened all the same, and two chains must never run)."""
         p = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
         if p.returncode == 0:
             return None
+        if "disabled" not in p.stderr.lower():
+            # (a timeout may have requeued it all the same: never start a second chain)
+            raise RuntimeError(f"scontrol requeue {job_id} failed: {p.stderr.strip()}")
         import sys
 
         print(f"[hpctrain] scontrol requeue {job_id} was refused ({p.stderr.strip()}); "
