@@ -187,7 +187,7 @@ class Supervisor:
         try:
             exits = None
             while exits is None:
-                exits = group.wait_any_failure(0.25)
+                exits = group.wait_any_failure(0.1)  # also how soon a warning is acted on
                 self.on_tick()
                 self._check_timer()
                 if self.stop_time is not None and not stop_written and exits is None:

@@ -40,7 +40,7 @@ ENV_START_ITER = "HPCTRAIN_START_ITERATION"
 ENV_WARNING_SIGNAL = "HPCTRAIN_WARNING_SIGNAL"
 #: Written by the supervisor into the attempt directory when the warning came.
 STOP_FILE = "stop"
-STOP_POLL_S = 0.25
+STOP_POLL_S = 0.1
 
 
 @dataclass
