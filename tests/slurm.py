@@ -51,7 +51,7 @@ class HoldReleaser:
     it for good ("Killing non-startable batch JobId=…: Job credential revoked"). The hold
     is there for that reason on real clusters too."""
 
-    def __init__(self, job_id: str, poll_s: float = 0.2, settle_s: float = 2.0):
+    def __init__(self, job_id: str, poll_s: float = 0.2, settle_s: float = 1.5):
         import threading
 
         self.job_id = job_id

@@ -272,7 +272,7 @@ def test_requeue_false_ends_stopped_with_the_committed_checkpoint(tmp_path, stor
     run = os.path.join(storage, "norequeue")
     with following(tmp_path, run) as (follower, follow_out):
         log = run_job(pbs, run, "1.pbshost")
-        assert "not requeued because failure.requeue is false" in log
+        assert "not requeued: failure.requeue is false" in log
         assert follower.wait(timeout=60) == 75, follow_out.read_text()  # EXIT_STOPPED
 
     state = read_state(run)
