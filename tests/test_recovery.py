@@ -14,7 +14,7 @@ import time
 import pytest
 
 import workloads
-from hpctrain import ConfigError, FailureConfig, RunConfig, ScalingConfig, TrainingStoppedError
+from hpctrain import ConfigError, FailureConfig, RunConfig, ScalingConfig
 from hpctrain._internal.commit import verify_checkpoint
 from hpctrain._internal.recovery import MAX_IDLE_ALLOCATIONS, after_stop
 from hpctrain._internal.storage import RunDir
