@@ -168,18 +168,24 @@ def _follow(run_path: str) -> int:
     from ._internal import submission
 
     status = submission.follow(run_path)
+    return _outcome(lambda: submission.result_of(run_path, status), run_path)
+
+
+def _outcome(get_result, run_path: str, lead: str = "") -> int:
+    """Print how the run ended (its summary, the failed rank's traceback, or why it
+    stopped) and return the exit code: 0, 1, or EXIT_STOPPED."""
     try:
-        result = submission.result_of(run_path, status)
+        result = get_result()
     except TrainingFailedError as e:
         if e.worker_traceback:
-            print(f"[hpctrain] training FAILED (rank {e.rank}); run directory: {run_path}",
-                  file=sys.stderr)
+            print(f"{lead}[hpctrain] training FAILED (rank {e.rank}); run directory: "
+                  f"{e.result.path if e.result else run_path}", file=sys.stderr)
             print(e.worker_traceback.rstrip(), file=sys.stderr)
         else:
-            print(f"[hpctrain] training FAILED: {e}", file=sys.stderr)
+            print(f"{lead}[hpctrain] training FAILED: {e}", file=sys.stderr)
         return 1
     except TrainingStoppedError as e:
-        print(f"[hpctrain] {e}", file=sys.stderr)
+        print(f"{lead}[hpctrain] {e}", file=sys.stderr)
         return EXIT_STOPPED
     _print_summary(result)
     return 0
@@ -322,18 +328,7 @@ def cmd_run(args) -> int:
 
     trainer = trainer_from_spec(_load(args, check_limits=False))
     trainer._local_only = True  # `run` runs here, whatever scheduler the spec names
-    try:
-        result = trainer.fit()
-    except TrainingFailedError as e:
-        print(f"\n[hpctrain] training FAILED (rank {e.rank}); run directory: "
-              f"{e.result.path if e.result else trainer.run_path}", file=sys.stderr)
-        print(e.worker_traceback.rstrip(), file=sys.stderr)
-        return 1
-    except TrainingStoppedError as e:
-        print(f"\n[hpctrain] {e}", file=sys.stderr)
-        return EXIT_STOPPED
-    _print_summary(result)
-    return 0
+    return _outcome(trainer.fit, trainer.run_path, lead="\n")
 
 
 def _print_summary(result) -> None:

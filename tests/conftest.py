@@ -1,4 +1,5 @@
 import os
+import subprocess
 
 import pytest
 
@@ -13,3 +14,19 @@ def storage(tmp_path):
     d = tmp_path / "runs"
     d.mkdir()
     return str(d)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 20 MiB tmpfs (a disk that fills up), unmounted afterwards."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(small)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(reason=f"a 20 MiB tmpfs could not be mounted (needs root, as CI has): "
+                    f"{mounted.stderr.strip()}")
+    try:
+        yield str(small)
+    finally:
+        subprocess.run(["umount", "-l", str(small)])

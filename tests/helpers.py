@@ -1,7 +1,16 @@
 """Small helpers shared by the tests that run whole trainings and the CLI."""
 import os
+import shutil
 import subprocess
 import sys
+
+import pytest
+
+#: Tests that start real Open MPI ranks.
+needs_mpirun = pytest.mark.skipif(
+    shutil.which("mpirun") is None,
+    reason="Open MPI's mpirun is not installed (apt-get install -y openmpi-bin; "
+           "scripts/slurm-cluster.sh installs it)")
 
 
 def final_state(run_path):
@@ -27,3 +36,18 @@ def cli(*args, timeout=300, check=True, env=None, cwd=None):
         raise AssertionError(f"hpctrain {' '.join(args)} exited {p.returncode}:\n"
                              f"{p.stdout}\n{p.stderr}")
     return p
+
+
+def assert_full_disk_failure(error, run_path):
+    """A checkpoint met a full disk: the worker's error says so with its HINT, and every
+    committed checkpoint (there is at least one) is intact."""
+    from hpctrain._internal.commit import verify_checkpoint
+
+    assert "No space left on device" in error.worker_traceback
+    assert "This checkpoint is discarded; the last committed one is untouched" in \
+        error.worker_traceback
+    assert "HINT: the filesystem (or your quota) is full" in error.worker_traceback
+    committed = sorted(os.listdir(os.path.join(run_path, "checkpoints")))
+    assert committed and all(c.startswith("checkpoint_") for c in committed)
+    for name in committed:
+        assert verify_checkpoint(os.path.join(run_path, "checkpoints", name)) == []

@@ -18,7 +18,7 @@ import pytest
 
 import hpctrain
 import workloads
-from helpers import assert_same_state, final_state
+from helpers import assert_same_state, final_state, needs_mpirun
 from hpctrain import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
 from hpctrain._internal.storage import RunDir
 from hpctrain._internal.supervisor import Supervisor
@@ -285,9 +285,6 @@ def test_auto_flavor_is_detected_once_per_launcher(monkeypatch):
 # ---------------------------------------------------- real runs with Open MPI's mpirun
 
 MPIRUN = shutil.which("mpirun")
-needs_mpirun = pytest.mark.skipif(
-    MPIRUN is None, reason="Open MPI's mpirun is not installed (apt-get install -y "
-                           "openmpi-bin; scripts/slurm-cluster.sh installs it)")
 
 
 @needs_mpirun

@@ -10,13 +10,12 @@ back through `qstat -f -F json`.
 """
 import json
 import os
-import shutil
 import sys
 
 import pytest
 
 import workloads
-from helpers import assert_same_state, cli, final_state
+from helpers import assert_same_state, cli, final_state, needs_mpirun
 from hpctrain import RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
 
@@ -26,21 +25,12 @@ sys.path.insert(0, FAKE_DIR)
 import _fakepbs as fakepbs  # noqa: E402
 
 pytestmark = pytest.mark.slow
-needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None,
-                                  reason="Open MPI's mpirun is not installed "
-                                         "(scripts/slurm-cluster.sh installs it)")
 
 
 @pytest.fixture
 def pbs(tmp_path, monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("PBS_", "SLURM_", "OMPI_", "PMI_", "PALS_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PATH", f"{FAKE_DIR}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_PBS_STATE", str(tmp_path / "pbs_state"))
-    server = fakepbs.FakePbs(tmp_path / "pbs_state")
-    server.configure()
-    return server
+    return fakepbs.FakePbs.install(tmp_path / "pbs_state", monkeypatch,
+                                   clear=("PBS_", "SLURM_", "OMPI_", "PMI_", "PALS_"))
 
 
 def job_file(tmp_path, storage, name):

@@ -15,14 +15,13 @@ agreement at a report, the checkpoint commit, ``state.json`` and the inner qsub.
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 import workloads
-from helpers import assert_same_state, cli, final_state
+from helpers import assert_same_state, cli, final_state, needs_mpirun
 from hpctrain import RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
 
@@ -31,9 +30,6 @@ FAKE_DIR = os.path.join(HERE, "fake_pbs")
 sys.path.insert(0, FAKE_DIR)
 import _fakepbs as fakepbs  # noqa: E402
 
-needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None,
-                                  reason="Open MPI's mpirun is not installed "
-                                         "(scripts/slurm-cluster.sh installs it)")
 HOST = os.uname().nodename
 #: The test's own limit on one allocation (the walltimes below are 24-60 s).
 RUN_TIMEOUT = 150
@@ -41,14 +37,9 @@ RUN_TIMEOUT = 150
 
 @pytest.fixture
 def pbs(tmp_path, monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("PBS_", "SLURM_", "OMPI_", "PMI_", "PALS_", "HPCTRAIN_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PATH", f"{FAKE_DIR}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_PBS_STATE", str(tmp_path / "pbs_state"))
-    server = fakepbs.FakePbs(tmp_path / "pbs_state")
-    server.configure()
-    return server
+    return fakepbs.FakePbs.install(
+        tmp_path / "pbs_state", monkeypatch,
+        clear=("PBS_", "SLURM_", "OMPI_", "PMI_", "PALS_", "HPCTRAIN_"))
 
 
 @pytest.fixture

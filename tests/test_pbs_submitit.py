@@ -40,14 +40,11 @@ _spec.loader.exec_module(fakepbs)
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     """A fresh fake server; a fresh watcher so job ids (1.pbshost...) never collide across tests."""
-    for name in list(os.environ):
-        if name.startswith(("PBS_", "SUBMITIT_", "OMPI_", "PMI_", "PALS_")) or name in ("SGE_ROOT", "MPI_LOCALRANKID"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PATH", f"{FAKE_DIR}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_PBS_STATE", str(tmp_path / "pbs_state"))
+    server = fakepbs.FakePbs.install(
+        tmp_path / "pbs_state", monkeypatch,
+        clear=("PBS_", "SUBMITIT_", "OMPI_", "PMI_", "PALS_"),
+        clear_names=("SGE_ROOT", "MPI_LOCALRANKID"))
     monkeypatch.setattr(PbsJob, "watcher", PbsInfoWatcher(delay_s=1))
-    server = fakepbs.FakePbs(tmp_path / "pbs_state")
-    server.configure()
     return server
 
 

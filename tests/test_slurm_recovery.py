@@ -17,7 +17,7 @@ from hpctrain._internal.commit import verify_checkpoint
 from hpctrain._internal.storage import RunDir
 from hpctrain.result import Result
 from hpctrain.torch import TorchTrainer
-from helpers import assert_same_state, final_state
+from helpers import assert_full_disk_failure, assert_same_state, final_state
 from helpers import cli as hpctrain_cli
 from slurm import HoldReleaser, squeue_state, start_cluster, wait_gone
 
@@ -266,29 +266,10 @@ def test_max_failures_exhausted_ends_failed_with_rank_and_traceback(tmp_path, st
 
 @pytest.mark.timeout(600)
 def test_a_disk_that_fills_during_a_checkpoint_fails_clearly_and_keeps_the_last_one(
-        tmp_path):
-    small = tmp_path / "small"
-    small.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(small)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(reason=f"a 20 MiB tmpfs could not be mounted (needs root, as CI has): "
-                    f"{mounted.stderr.strip()}")
-    try:
-        job = job_file(tmp_path, str(small), "full", {"mib": 3, "epochs": 8},
-                       function="fill_disk", failure="max_failures = 0")
-        p = hpctrain_cli("submit", job, "--follow", check=False, timeout=400)
-        run = os.path.join(str(small), "full")
-        assert p.returncode == 1, p.stdout + p.stderr
-        err = Result.from_path(run).error
-        assert "No space left on device" in err.worker_traceback
-        assert "This checkpoint is discarded; the last committed one is untouched" in \
-            err.worker_traceback
-        assert "HINT: the filesystem (or your quota) is full" in err.worker_traceback
-        committed = [n for n in os.listdir(os.path.join(run, "checkpoints"))
-                     if n.startswith("checkpoint_")]
-        assert committed
-        for name in committed:
-            assert verify_checkpoint(os.path.join(run, "checkpoints", name)) == []
-    finally:
-        subprocess.run(["umount", "-l", str(small)])
+        tmp_path, small_disk):
+    job = job_file(tmp_path, small_disk, "full", {"mib": 3, "epochs": 8},
+                   function="fill_disk", failure="max_failures = 0")
+    p = hpctrain_cli("submit", job, "--follow", check=False, timeout=400)
+    run = os.path.join(small_disk, "full")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert_full_disk_failure(Result.from_path(run).error, run)

@@ -58,31 +58,51 @@ def _wait_until_committed(ctx, iteration):
         time.sleep(0.05)
 
 
-def deterministic(config):
-    """A resumable deterministic loop: checkpoints every epoch; with ``crash_at`` set it
-    crashes rank ``crash_rank`` at that epoch in the first attempt only."""
+def _resumable(key):
+    """The deterministic loops' DDP model and optimizer, restored from the checkpoint to
+    resume from: ``(model, opt, first index to train, checkpoint or None)``; the
+    checkpoint's ``state.pt`` holds the last trained index under ``key``."""
     from hpctrain.torch import enable_reproducibility, prepare_model
 
     enable_reproducibility(0)
-    ctx = hpctrain.get_context()
     model = prepare_model(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    start = 0
     ck = hpctrain.get_checkpoint()
+    if ck is None:
+        return model, opt, 0, None
+    st = torch.load(os.path.join(ck.path, "state.pt"))
+    model.module.load_state_dict(st["model"])
+    opt.load_state_dict(st["opt"])
+    return model, opt, st[key] + 1, ck
+
+
+def _train_step(model, opt, index, rank):
+    """One step on this rank's data for ``index`` (the same data whatever the resume)."""
+    g = torch.Generator().manual_seed(index * 10 + rank)
+    x = torch.randn(32, 8, generator=g)
+    loss = ((model(x) - torch.sin(x.sum(1, keepdim=True))) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def _save_state(model, opt, key, index, directory):
+    torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(), key: index},
+               os.path.join(directory, "state.pt"))
+    return Checkpoint.from_directory(directory)
+
+
+def deterministic(config):
+    """A resumable deterministic loop: checkpoints every epoch; with ``crash_at`` set it
+    crashes rank ``crash_rank`` at that epoch in the first attempt only."""
+    ctx = hpctrain.get_context()
+    model, opt, start, ck = _resumable("epoch")
     if ck:
-        st = torch.load(os.path.join(ck.path, "state.pt"))
-        model.module.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        start = st["epoch"] + 1
         with open(_out(f"resumed-attempt-{ctx.get_attempt()}-rank-{ctx.get_world_rank()}"), "w") as f:
             f.write(f"{ck.path}\n{start}\n{ctx.get_restart_count()}\n")
     for epoch in range(start, config["epochs"]):
-        g = torch.Generator().manual_seed(epoch * 10 + ctx.get_world_rank())
-        x = torch.randn(32, 8, generator=g)
-        loss = ((model(x) - torch.sin(x.sum(1, keepdim=True))) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        loss = _train_step(model, opt, epoch, ctx.get_world_rank())
         if (config.get("crash_at") == epoch and ctx.get_world_rank() == config.get("crash_rank", 1)
                 and ctx.get_attempt() == 1):
             _wait_until_committed(ctx, iteration=epoch)
@@ -90,11 +110,8 @@ def deterministic(config):
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected failure at epoch {epoch}")
         with tempfile.TemporaryDirectory() as d:
-            ckpt = None
-            if ctx.get_world_rank() == 0:
-                torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
-                            "epoch": epoch}, os.path.join(d, "state.pt"))
-                ckpt = Checkpoint.from_directory(d)
+            ckpt = _save_state(model, opt, "epoch", epoch, d) if ctx.get_world_rank() == 0 \
+                else None
             hpctrain.report({"loss": loss.item(), "epoch": epoch}, checkpoint=ckpt)
     if ctx.get_world_rank() == 0:
         torch.save(model.module.state_dict(), _out("final.pt"))
@@ -247,31 +264,15 @@ def on_demand(config):
     not checkpoint on demand (it is then stopped at the deadline)."""
     import time
 
-    from hpctrain.torch import enable_reproducibility, prepare_model
-
-    enable_reproducibility(0)
     ctx = hpctrain.get_context()
     rank = ctx.get_world_rank()
-    model = prepare_model(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    start = 0
-    ck = hpctrain.get_checkpoint()
-    if ck:
-        st = torch.load(os.path.join(ck.path, "state.pt"))
-        model.module.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        start = st["step"] + 1
+    model, opt, start, ck = _resumable("step")
     with open(_out(f"starts-rank-{rank}.txt"), "a") as f:
         f.write(f"{ctx.get_attempt()} {start} {os.path.basename(ck.path) if ck else '-'} "
                 f"{ctx.get_restart_count()} {ctx.get_job_id()}\n")
     every = config.get("every", 0)
     for step in range(start, config["steps"]):
-        g = torch.Generator().manual_seed(step * 10 + rank)
-        x = torch.randn(32, 8, generator=g)
-        loss = ((model(x) - torch.sin(x.sum(1, keepdim=True))) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        loss = _train_step(model, opt, step, rank)
         time.sleep(config.get("sleep", 0.0))
         warned = ctx.should_checkpoint() and not config.get("ignore_warning")
         if warned:
@@ -279,10 +280,7 @@ def on_demand(config):
                 f.write(f"{ctx.get_attempt()} {step}\n")
         ckpt = None
         if rank == 0 and (warned or (every and (step + 1) % every == 0)):
-            d = tempfile.mkdtemp()
-            torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
-                        "step": step}, os.path.join(d, "state.pt"))
-            ckpt = Checkpoint.from_directory(d)
+            ckpt = _save_state(model, opt, "step", step, tempfile.mkdtemp())
         hpctrain.report({"loss": loss.item(), "step": step}, checkpoint=ckpt)
     if rank == 0:
         torch.save(model.module.state_dict(), _out("final.pt"))

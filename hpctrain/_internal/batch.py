@@ -107,7 +107,7 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
     from ..schedulers.base import warning_seconds
     from ..trainer import driver_pythonpath
     from .recovery import after_stop, requeue
-    from .supervisor import FINISHED, PREEMPTED, REQUEUED, Supervisor
+    from .supervisor import FINISHED, PREEMPTED, REQUEUED, STOPPED, Supervisor
 
     fc = spec.run.failure_config
     os.makedirs(run.internal_dir, exist_ok=True)
@@ -164,7 +164,7 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
         requeue(run, get_scheduler(info), job_id)
         return 0
     _log(f"run {status}")
-    return 0 if status in (FINISHED, "STOPPED") else 1
+    return 0 if status in (FINISHED, STOPPED) else 1
 
 
 def _timer(scheduler: Optional[str], sched, warning_s: int) -> Optional[float]:

@@ -232,6 +232,25 @@ class FakePbs:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
+    @classmethod
+    def install(cls, root: Path, monkeypatch: Any,
+                clear: Sequence[str] = ("PBS_", "OMPI_", "PMI_", "PALS_"),
+                clear_names: Sequence[str] = ()) -> "FakePbs":
+        """A fresh fake server for one test (pytest's ``monkeypatch``): these commands
+        first on ``PATH``, ``FAKE_PBS_STATE`` at ``root``, and none of the variables of
+        an enclosing batch job (names starting with ``clear``, or in ``clear_names``)."""
+        import os
+
+        for name in list(os.environ):
+            if name.startswith(tuple(clear)) or name in clear_names:
+                monkeypatch.delenv(name)
+        here = os.path.dirname(os.path.abspath(__file__))
+        monkeypatch.setenv("PATH", f"{here}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("FAKE_PBS_STATE", str(root))
+        server = cls(root)
+        server.configure()
+        return server
+
     def configure(self, **settings: Any) -> None:
         """``history`` (bool), ``reject_x`` (bool), ``server`` (str)."""
         with _locked(self.root) as state:
