@@ -85,8 +85,8 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
     "config": None,
     # Backend options: one section per backend name.
     "torch": {"backend": "str", "timeout_s": "int"},
-    "tensorflow": {"timeout_s": "int"},
-    "horovod": {"timeout_s": "int"},
+    "tensorflow": {"timeout_s": "int", "legacy_keras": "bool"},
+    "horovod": {"timeout_s": "int", "controller": "str"},
     "mpi": {"timeout_s": "int"},
 }
 
@@ -99,6 +99,7 @@ _MERGED_TABLES = ("numbers", "directives")
 _CHOICES: Dict[str, Sequence[str]] = {
     "job.backend": BACKENDS,
     "torch.backend": ("gloo", "nccl", "auto"),
+    "horovod.controller": ("auto", "gloo", "mpi"),
     "scheduler.kind": ("local", "slurm", "pbs"),
     "scheduler.launcher": ("srun", "mpiexec", "mpirun", "local"),
     "scheduler.gpu_binding": ("none", "local_rank", "local_rank_reverse"),

@@ -132,15 +132,13 @@ class DataParallelTrainer:
     def _python_spec(self):
         from .spec import JobSpec
 
-        backend_options = {}
-        if self.backend_config is not None and hasattr(self.backend_config, "__dataclass_fields__"):
-            from dataclasses import asdict
+        from .backends import backend_options
 
-            backend_options = {k: v for k, v in asdict(self.backend_config).items() if v is not None}
         return JobSpec(entrypoint=self.train_loop_per_worker if hasattr(
             self.train_loop_per_worker, "resolve") else None,
             backend=self._backend_name, scaling=self.scaling_config, run=self.run_config,
-            config=dict(self.train_loop_config or {}), backend_options=backend_options,
+            config=dict(self.train_loop_config or {}),
+            backend_options=backend_options(self.backend_config),
             scheduler=self.scheduler, site=self.site)
 
     def _prepare_run(self) -> RunDir:
@@ -201,8 +199,15 @@ class DataParallelTrainer:
         return submission.result_of(sub.run_path, status)
 
     def _run_local(self, run: RunDir, on_tick: Optional[Callable[[], None]] = None) -> str:
-        from .launchers.local import LocalLauncher
+        from .backends import check_installed
+        from .launchers import launcher_for
 
+        check_installed(self._backend_name)  # here, not after every rank failed
+        spec = self.job_spec()
+        launcher = launcher_for(spec, here=True)
+        extra_env = driver_pythonpath()
+        if launcher.name != "local":
+            extra_env.update(_local_mpi_env())
         progress = Progress(run, verbose=self.run_config.verbose, echo=self._echo_worker_output)
         tick = progress.tick if on_tick is None else (lambda: (progress.tick(), on_tick()))
         from ._internal.recovery import EARLY, after_stop, supervisor_signals
@@ -211,10 +216,10 @@ class DataParallelTrainer:
         job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         fc = self.run_config.failure_config
         sup = Supervisor(
-            run, launcher=LocalLauncher(), num_workers=self.scaling_config.num_workers,
+            run, launcher=launcher, num_workers=self.scaling_config.num_workers,
             max_failures=fc.max_failures, job_id=job_id,
             initial_checkpoint=self.resume_from_checkpoint.path if self.resume_from_checkpoint else None,
-            on_line=progress.worker_line, on_tick=tick, extra_env=driver_pythonpath(),
+            on_line=progress.worker_line, on_tick=tick, extra_env=extra_env,
             first_checkpoint_index=self._first_checkpoint_index, warning_s=fc.warning_s,
             warning_signal=fc.warning_signal)
         try:
@@ -287,6 +292,16 @@ def driver_pythonpath() -> Dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(extra + ([current] if current else []))}
 
 
+def _local_mpi_env() -> Dict[str, str]:
+    """What ``mpirun`` needs to start ranks on this one machine: more ranks than cores
+    (Open MPI refuses without ``--oversubscribe``), and as root (a container, a test VM)
+    Open MPI's explicit consent. Set only where the user's environment does not."""
+    env = {"OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return {k: os.environ.get(k, v) for k, v in env.items()}
+
+
 def _batch_settings(run: RunDir, scheduler: Any) -> Dict[str, Any]:
     """The scheduler and site a run was submitted with, from its spec.toml."""
     if scheduler is not None:
@@ -351,14 +366,24 @@ def trainer_from_spec(spec) -> DataParallelTrainer:
         raise ConfigError("job.entrypoint: expected \"module:function\" or \"file.py:function\", "
                           "got nothing", file=spec.source)
     spec.entrypoint.check()
-    if spec.backend == "torch":
-        from .torch import TorchConfig, TorchTrainer
+    import importlib
 
-        trainer = TorchTrainer(spec.entrypoint, train_loop_config=dict(spec.config),
-                               torch_config=TorchConfig(**spec.backend_options),
-                               scaling_config=spec.scaling, run_config=spec.run,
-                               scheduler=spec.scheduler, site=spec.site)
-        trainer._spec = spec
-        return trainer
-    raise ConfigError(f"job.backend: the {spec.backend!r} backend is not available in this "
-                      "version yet; expected \"torch\"", file=spec.source)
+    module, trainer_name, config_name, keyword = _TRAINERS[spec.backend]
+    mod = importlib.import_module(module)
+    trainer = getattr(mod, trainer_name)(
+        spec.entrypoint, train_loop_config=dict(spec.config),
+        **{keyword: getattr(mod, config_name)(**spec.backend_options)},
+        scaling_config=spec.scaling, run_config=spec.run, scheduler=spec.scheduler,
+        site=spec.site)
+    trainer._spec = spec
+    return trainer
+
+
+#: job.backend → (module, trainer class, backend config class, the trainer's keyword for it)
+_TRAINERS = {
+    "torch": ("hpctrain.torch", "TorchTrainer", "TorchConfig", "torch_config"),
+    "tensorflow": ("hpctrain.tensorflow", "TensorflowTrainer", "TensorflowConfig",
+                   "tensorflow_config"),
+    "horovod": ("hpctrain.horovod", "HorovodTrainer", "HorovodConfig", "horovod_config"),
+    "mpi": ("hpctrain.mpi", "MPITrainer", "MPIConfig", "mpi_config"),
+}

@@ -81,7 +81,7 @@ class Session:
                  resume_checkpoint: Optional[str], start_iteration: int,
                  next_checkpoint_index: int, use_gpu: bool = False,
                  per_rank_results: bool = False, attempt: int = 1,
-                 datasets: Optional[Dict[str, Any]] = None):
+                 datasets: Optional[Dict[str, Any]] = None, checkpoint_ranks: str = "all"):
         self.info = info
         self.run = run
         self.coordinator = coordinator
@@ -93,6 +93,10 @@ class Session:
         self.use_gpu = use_gpu
         self.attempt = attempt
         self.datasets = datasets or {}
+        # "all": every rank's checkpoint files are kept (sharded checkpoints); "rank0":
+        # replicas hand in the same model (TensorFlow's MultiWorkerMirroredStrategy saves
+        # on every worker), rank 0's copy is the checkpoint and the others' are dropped
+        self.checkpoint_ranks = checkpoint_ranks
         self._detailed = os.environ.get(DETAILED_ENV, "0") not in ("", "0", "false", "False")
         self._started = time.time()
         self._last = time.perf_counter()
@@ -127,6 +131,10 @@ class Session:
         iteration = self.iteration + 1
         rank = self.info.world_rank
         files: List[str] = []
+        if checkpoint is not None and self.checkpoint_ranks == "rank0" and rank != 0:
+            if getattr(checkpoint, "_temporary", False):
+                shutil.rmtree(checkpoint.path, ignore_errors=True)
+            checkpoint = None
         if checkpoint is not None:
             files = list(stage_shard(self.run, iteration, rank, checkpoint,
                                      sync=self.checkpoint_config.sync_to_disk)["files"])

@@ -16,20 +16,33 @@ __all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "launcher_f
 NAMES = ("local", "srun", "mpiexec", "mpirun")
 
 
-def launcher_for(spec: Any) -> Launcher:
+def launcher_for(spec: Any, *, here: bool = False) -> Launcher:
     """The launcher a :class:`~hpctrain.spec.JobSpec` asks for inside its allocation
-    (``scheduler.launcher``; by default srun under Slurm, mpiexec under PBS)."""
+    (``scheduler.launcher``; by default srun under Slurm, mpiexec under PBS), or, with
+    ``here``, on this machine (the local spawner).
+
+    Backends whose ranks must be one MPI job (``mpi``; ``horovod`` with the MPI
+    controller) get ``mpiexec`` instead of the local spawner, and ``srun --mpi=pmix``
+    unless ``scheduler.launcher_args`` names an ``--mpi`` plugin itself."""
+    from ..backends import needs_mpi_launcher
+
     sched, scaling = spec.scheduler, spec.scaling
-    name = sched.launcher_name
+    name = "local" if here else sched.launcher_name
+    mpi = needs_mpi_launcher(spec.backend, spec.backend_options)
+    if name == "local" and mpi:
+        name = "mpiexec"
     if name == "local":
         return LocalLauncher()
     if name == "srun":
         from .srun import SrunLauncher
 
+        extra = tuple(sched.launcher_args)
+        if mpi and not any(a == "--mpi" or a.startswith("--mpi=") for a in extra):
+            extra = ("--mpi=pmix",) + extra
         return SrunLauncher(nodes=scaling.nodes, workers_per_node=scaling.per_node,
                             cpus_per_worker=scaling.cpus_each,
                             gpus_per_worker=scaling.gpus_each if sched.gpu_binding == "none"
-                            else 0, extra_args=sched.launcher_args)
+                            else 0, extra_args=extra)
     if name in ("mpiexec", "mpirun"):
         from .mpiexec import DEFAULT_EXPORT_PREFIXES, MpiexecLauncher
 

@@ -1,0 +1,42 @@
+"""mpi4py integration: ``MPITrainer`` runs a training function on every rank of one MPI job.
+
+```python
+from mpi4py import MPI
+import hpctrain
+from hpctrain.mpi import MPITrainer
+
+def train_func(config):
+    comm = MPI.COMM_WORLD            # rank and size match hpctrain.get_context()
+    total = comm.allreduce(comm.Get_rank() + 1)
+    hpctrain.report({"total": total})
+
+MPITrainer(train_func, scaling_config=hpctrain.ScalingConfig(num_workers=4)).fit()
+```
+
+Locally the ranks are started with ``mpirun``/``mpiexec`` (found on ``PATH``); in a Slurm
+job with ``srun --mpi=pmix`` (the default launcher there gains ``--mpi=pmix`` unless
+``scheduler.launcher_args`` names another ``--mpi``) or with ``scheduler.launcher =
+"mpirun"``; under PBS with the site's ``mpiexec``. mpi4py is imported only in the ranks.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from ..backends.mpi import MPIConfig
+from ..errors import ConfigError
+from ..trainer import DataParallelTrainer
+
+__all__ = ["MPITrainer", "MPIConfig"]
+
+
+class MPITrainer(DataParallelTrainer):
+    """A training function on every rank of one MPI job (mpi4py ``COMM_WORLD``)."""
+
+    _backend_name = "mpi"
+
+    def __init__(self, train_loop_per_worker, *, train_loop_config: Optional[Dict[str, Any]] = None,
+                 mpi_config: Optional[MPIConfig] = None, **kwargs):
+        if mpi_config is not None and not isinstance(mpi_config, MPIConfig):
+            raise ConfigError(f"mpi_config: expected an MPIConfig, got {type(mpi_config).__name__}")
+        super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
+                         backend_config=mpi_config or MPIConfig(), **kwargs)

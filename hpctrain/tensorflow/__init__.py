@@ -1,0 +1,42 @@
+"""TensorFlow integration: ``TensorflowTrainer`` and ``prepare_dataset_shard``.
+
+TensorFlow is imported only inside the helpers, so ``from hpctrain.tensorflow import
+TensorflowTrainer`` works on a login node without TensorFlow. In the training function,
+create ``tf.distribute.MultiWorkerMirroredStrategy()`` as in Ray Train: ``TF_CONFIG`` is
+already set for this rank (:mod:`hpctrain.backends.tensorflow`).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from ..backends.tensorflow import TensorflowConfig
+from ..errors import ConfigError
+from ..trainer import DataParallelTrainer
+
+__all__ = ["TensorflowTrainer", "TensorflowConfig", "prepare_dataset_shard"]
+
+
+class TensorflowTrainer(DataParallelTrainer):
+    """Ray Train's TensorflowTrainer: one ``TF_CONFIG`` worker per rank."""
+
+    _backend_name = "tensorflow"
+
+    def __init__(self, train_loop_per_worker, *, train_loop_config: Optional[Dict[str, Any]] = None,
+                 tensorflow_config: Optional[TensorflowConfig] = None, **kwargs):
+        if tensorflow_config is not None and not isinstance(tensorflow_config, TensorflowConfig):
+            raise ConfigError("tensorflow_config: expected a TensorflowConfig, got "
+                              f"{type(tensorflow_config).__name__}")
+        super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
+                         backend_config=tensorflow_config or TensorflowConfig(), **kwargs)
+
+
+def prepare_dataset_shard(tf_dataset_shard):
+    """Turn TensorFlow's auto-sharding off for a dataset that is already this rank's part
+    (from ``hpctrain.get_dataset_shard`` or sharded by hand): under
+    MultiWorkerMirroredStrategy, ``model.fit`` would otherwise shard it again by file or
+    by element and each rank would see only 1/N of its own shard."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return tf_dataset_shard.with_options(options)
