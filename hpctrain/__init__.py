@@ -21,7 +21,7 @@ from typing import Any, Dict, Optional
 from .checkpoint import Checkpoint
 from .config import (CheckpointConfig, FailureConfig, PbsConfig, RunConfig, ScalingConfig,
                      SchedulerConfig, SetupConfig, SlurmConfig)
-from .errors import (CheckpointError, ConfigError, HpctrainError, RunLockedError,
+from .errors import (CheckpointError, ConfigError, HpctrainError, MissingFrameworkError, RunLockedError,
                      TrainingFailedError, TrainingStoppedError)
 from .result import Result
 
@@ -32,7 +32,7 @@ __all__ = [
     "SchedulerConfig", "SlurmConfig", "PbsConfig", "SetupConfig",
     "report", "get_checkpoint", "get_context", "TrainingFailedError", "TrainingStoppedError",
     "ConfigError",
-    "CheckpointError", "HpctrainError", "RunLockedError", "__version__",
+    "CheckpointError", "HpctrainError", "MissingFrameworkError", "RunLockedError", "__version__",
 ]
 
 

@@ -24,6 +24,11 @@ class ConfigError(HpctrainError, ValueError):
         super().__init__(text)
 
 
+class MissingFrameworkError(HpctrainError, ImportError):
+    """The backend's framework (TensorFlow, Horovod, mpi4py, torch) is not importable;
+    the message says what to install."""
+
+
 class RunLockedError(HpctrainError):
     """Another process is running the same run directory."""
 

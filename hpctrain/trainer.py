@@ -178,6 +178,9 @@ class DataParallelTrainer:
         spec = self.job_spec()
         if spec.scheduler.kind != "local" and not self._local_only:
             return self._fit_batch(spec)
+        from .backends import check_installed
+
+        check_installed(self._backend_name)  # before anything is written, not after every rank failed
         run = RunDir(self.run_path)
         os.makedirs(run.internal_dir, exist_ok=True)
         with run.exclusive():  # refuse a second live run of this directory before touching it
@@ -199,10 +202,8 @@ class DataParallelTrainer:
         return submission.result_of(sub.run_path, status)
 
     def _run_local(self, run: RunDir, on_tick: Optional[Callable[[], None]] = None) -> str:
-        from .backends import check_installed
         from .launchers import launcher_for
 
-        check_installed(self._backend_name)  # here, not after every rank failed
         spec = self.job_spec()
         launcher = launcher_for(spec, here=True)
         extra_env = driver_pythonpath()

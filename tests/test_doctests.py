@@ -5,7 +5,8 @@ import importlib
 import pytest
 
 MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.schedulers.slurm",
-           "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units"]
+           "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units",
+           "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -20,7 +20,7 @@ import importlib
 import importlib.util
 from typing import Any, Dict, Mapping
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MissingFrameworkError
 from .base import Backend
 
 # name: (module, class, modules the framework needs, how to install them)
@@ -40,14 +40,21 @@ _REGISTRY = {
 
 
 def check_installed(name: str) -> None:
-    """Raise ImportError, saying what to install, when backend ``name``'s framework is
-    not importable here."""
+    """Raise :class:`MissingFrameworkError` (an ImportError), saying what to install, when
+    backend ``name``'s framework is not importable here. Nothing is imported."""
     _, _, modules, install = _REGISTRY[name]
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    missing = [m for m in modules if not _findable(m)]
     if missing:
-        raise ImportError(
+        raise MissingFrameworkError(
             f"the {name!r} backend needs {', '.join(repr(m) for m in missing)}, which "
             f"{'is' if len(missing) == 1 else 'are'} not importable here.\nHINT: {install}")
+
+
+def _findable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def get_backend(name: str, config: Any = None) -> Backend:

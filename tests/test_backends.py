@@ -1,0 +1,265 @@
+"""The TensorFlow, Horovod and MPI backends on this machine, with real ranks: each
+framework's own collective gives the exact sums, its ranks are hpctrain's, a crashed rank
+is recovered from the last checkpoint, the scheduler's warning stops every rank at the
+same step and the run continues with no step lost, Keras replicas end identical, the Ray
+Train TensorFlow example runs with only its imports changed, and a missing framework says
+what to install. The same backends across two Slurm nodes: test_slurm_backends.py."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import backend_workloads as bw
+from hpctrain import FailureConfig, Result, RunConfig, ScalingConfig
+from hpctrain._internal.commit import verify_checkpoint
+
+pytestmark = pytest.mark.slow
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+#: (test id, job.backend, backend options, ranks)
+BACKENDS = [
+    pytest.param("mpi", {}, 3, id="mpi"),
+    pytest.param("horovod", {}, 2, id="horovod-gloo"),
+    pytest.param("horovod", {"controller": "mpi"}, 2, id="horovod-mpi"),
+    pytest.param("tensorflow", {}, 2, id="tensorflow"),
+]
+
+
+def trainer(backend, options, workers, storage, name, config, max_failures=0):
+    from hpctrain.trainer import _TRAINERS
+    import importlib
+
+    module, cls, cfg_cls, keyword = _TRAINERS[backend]
+    mod = importlib.import_module(module)
+    return getattr(mod, cls)(
+        bw.collective_loop, train_loop_config=dict(config, backend=backend),
+        **{keyword: getattr(mod, cfg_cls)(**options)},
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(name=name, storage_path=storage, verbose=0,
+                             failure_config=FailureConfig(max_failures=max_failures)))
+
+
+def lines(run, name):
+    with open(os.path.join(run, "test-out", name)) as f:
+        return [json.loads(line) for line in f]
+
+
+def assert_exact_sums(run, workers, steps):
+    """Every rank saw the exact sum at every step, in the last attempt that ran it."""
+    for r in range(workers):
+        last = {}
+        for rec in lines(run, f"sums-rank-{r}.jsonl"):
+            assert rec["sum"] == (rec["step"] + 1) * workers * (workers + 1) // 2, rec
+            last[rec["step"]] = rec
+        assert sorted(last) == list(range(steps))
+
+
+@pytest.mark.parametrize("backend,options,workers", BACKENDS)
+def test_collectives_ranks_and_a_crashed_rank_is_recovered(backend, options, workers,
+                                                           storage):
+    config = {"steps": 8, "every": 2, "crash_rank": workers - 1, "crash_step": 5,
+              "sleep": 0.01}
+    result = trainer(backend, options, workers, storage, "crash", config,
+                     max_failures=1).fit()
+    run = result.path
+    assert result.metrics["w"] == bw.expected_w(8, workers)
+    assert_exact_sums(run, workers, 8)
+    state = json.load(open(os.path.join(run, "state.json")))
+    assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
+    assert state["failures"] == 1
+    # attempt 2 resumed from the last committed checkpoint (step 3: reports 4) on every rank
+    resumed = state["attempts"][1]["resumed_from"]
+    with open(os.path.join(resumed, "state.json")) as f:
+        assert json.load(f)["step"] == 3
+    for r in range(workers):
+        assert lines(run, f"starts-rank-{r}.jsonl") == [{"attempt": 0, "step": 0},
+                                                        {"attempt": 1, "step": 4}]
+    # the framework's ranks are hpctrain's ranks
+    idents = [json.load(open(os.path.join(run, "test-out", f"ident-rank-{r}.json")))
+              for r in range(workers)]
+    for r, ident in enumerate(idents):
+        assert (ident["framework_rank"], ident["framework_size"]) == (r, workers)
+        assert (ident["rank"], ident["world_size"]) == (r, workers)
+    if backend == "tensorflow":
+        clusters = {json.dumps(i["tf_config"]["cluster"]) for i in idents}
+        assert len(clusters) == 1  # cluster.worker identical on every rank
+        workers_list = idents[0]["tf_config"]["cluster"]["worker"]
+        assert len(set(workers_list)) == workers  # one port each
+        assert [i["tf_config"]["task"] for i in idents] == [
+            {"type": "worker", "index": r} for r in range(workers)]
+    if backend == "horovod":
+        controller = options.get("controller", "gloo")
+        assert {i["horovod"]["HOROVOD_CONTROLLER"] for i in idents} == {controller}
+        if controller == "gloo":
+            assert [i["horovod"]["HOROVOD_RANK"] for i in idents] == [str(r) for r in range(workers)]
+    for name in os.listdir(os.path.join(run, "checkpoints")):
+        assert verify_checkpoint(os.path.join(run, "checkpoints", name)) == []
+
+
+def job_file(tmp_path, storage, backend, options, workers, config):
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
+    opts = "\n".join(f"{k} = {json.dumps(v)}" for k, v in options.items())
+    path = tmp_path / "job.toml"
+    path.write_text(f"""
+[job]
+entrypoint = "{HERE}/backend_workloads.py:collective_loop"
+backend = "{backend}"
+[scaling]
+num_workers = {workers}
+[run]
+name = "warned"
+storage_path = "{storage}"
+verbose = 0
+[{backend}]
+{opts}
+[config]
+backend = "{backend}"
+{body}
+""")
+    return str(path)
+
+
+@pytest.mark.parametrize("backend,options,workers", [
+    p for p in BACKENDS if p.id != "horovod-mpi"])
+def test_the_warning_stops_every_rank_at_one_step_and_the_run_continues(
+        backend, options, workers, tmp_path, storage):
+    """SIGUSR1 to `hpctrain run` mid-training: every rank checkpoints at the same step,
+    the run ends STOPPED (exit 75) with that checkpoint committed; running it again
+    continues from the next step and ends with the uninterrupted result."""
+    config = {"steps": 60, "sleep": 0.05}
+    job = job_file(tmp_path, storage, backend, options, workers, config)
+    run = os.path.join(storage, "warned")
+    p = subprocess.Popen([sys.executable, "-m", "hpctrain.cli", "run", job],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (os.path.exists(os.path.join(run, "result.json"))
+               and sum(1 for _ in open(os.path.join(run, "result.json"))) >= 5):
+        assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+        time.sleep(0.05)
+    p.send_signal(signal.SIGUSR1)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 75, err
+    state = json.load(open(os.path.join(run, "state.json")))
+    assert state["status"] == "STOPPED"
+    warned = [lines(run, f"warned-rank-{r}.jsonl") for r in range(workers)]
+    assert len(warned[0]) == 1 and all(w == warned[0] for w in warned)  # once, same step
+    stop_ckpt = os.path.join(run, "checkpoints", state["attempts"][-1]["stop_checkpoint"])
+    assert verify_checkpoint(stop_ckpt) == []
+    with open(os.path.join(stop_ckpt, "state.json")) as f:
+        assert json.load(f)["step"] == warned[0][0]["step"]
+
+    p = subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", job],
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    for r in range(workers):  # zero steps lost
+        assert lines(run, f"starts-rank-{r}.jsonl")[1]["step"] == warned[0][0]["step"] + 1
+    assert_exact_sums(run, workers, 60)
+    last = json.loads(open(os.path.join(run, "result.json")).read().splitlines()[-1])
+    assert last["w"] == bw.expected_w(60, workers)
+
+
+def test_keras_replicas_end_identical_and_a_crash_resumes_to_the_same_epoch_count(storage):
+    from hpctrain.tensorflow import TensorflowTrainer
+
+    epochs = 5
+    result = TensorflowTrainer(
+        bw.keras_fit, train_loop_config={"epochs": epochs, "crash_epoch": 2},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name="keras", storage_path=storage, verbose=0,
+                             failure_config=FailureConfig(max_failures=1))).fit()
+    run = result.path
+    w0, w1 = (np.load(os.path.join(run, "test-out", f"weights-rank-{r}.npy")) for r in (0, 1))
+    assert np.array_equal(w0, w1)  # MultiWorkerMirroredStrategy kept the replicas in sync
+    assert not np.array_equal(w0, np.zeros_like(w0))
+    with open(os.path.join(result.checkpoint.path, "checkpoint.json")) as f:
+        assert json.load(f) == {"epoch": epochs - 1}
+    # the second attempt started right after the checkpoint it resumed from, and the
+    # epochs run last are exactly 0..epochs-1, as in an uninterrupted run
+    state = json.load(open(os.path.join(run, "state.json")))
+    assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
+    with open(os.path.join(state["attempts"][1]["resumed_from"], "checkpoint.json")) as f:
+        resumed_epoch = json.load(f)["epoch"]
+    for r in (0, 1):
+        seen = lines(run, f"epochs-rank-{r}.jsonl")
+        second = [e["epoch"] for e in seen if e["attempt"] == 1]
+        assert second == list(range(resumed_epoch + 1, epochs))
+        assert sorted({e["epoch"] for e in seen}) == list(range(epochs))
+    # only rank 0's copy of the model is in each checkpoint
+    files = sorted(f for f in os.listdir(result.checkpoint.path) if not f.startswith("."))
+    assert files == ["checkpoint.json", "model.keras"]
+
+
+def test_the_ray_train_tensorflow_example_runs_with_only_its_imports_changed(tmp_path):
+    """examples/tensorflow_keras.py: 5 epochs, then a run seeded with that checkpoint to
+    10 epochs, which ends where an uninterrupted 10-epoch run ends: epoch 9."""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "tensorflow_keras.py")],
+                       env=dict(os.environ, HPCTRAIN_STORAGE_PATH=str(tmp_path)),
+                       capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    first, second = (Result.from_path(os.path.join(tmp_path, d))
+                     for d in sorted(os.listdir(tmp_path)))
+    assert str(first.checkpoint) in p.stdout and str(second.checkpoint) in p.stdout
+    epochs = []
+    for result, n in ((first, 5), (second, 5)):
+        assert len(result.metrics_dataframe) == n  # one report per epoch
+        with open(os.path.join(result.checkpoint.path, "checkpoint.json")) as f:
+            epochs.append(json.load(f)["epoch"])
+    assert epochs == [4, 9]
+
+
+HIDE = """
+import sys
+for name in [%s]:
+    sys.modules[name] = None  # `import name` fails; importlib.util.find_spec gives None
+"""
+
+
+@pytest.mark.parametrize("backend,module,hint", [
+    ("tensorflow", "tensorflow", "pip install 'hpctrain[tensorflow]'"),
+    ("horovod", "horovod", "scripts/install-horovod.sh"),
+    ("mpi", "mpi4py", "pip install 'hpctrain[mpi]'"),
+])
+def test_a_missing_framework_says_what_to_install_and_writes_nothing(
+        backend, module, hint, tmp_path, storage):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HIDE % repr(module))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), HERE]))
+    job = job_file(tmp_path, storage, backend, {}, 2, {"steps": 2})
+    p = subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", job], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert f"the {backend!r} backend needs {module!r}" in p.stderr and hint in p.stderr
+    assert not os.path.exists(os.path.join(storage, "warned"))
+
+
+def test_hpctrain_and_the_torch_path_work_with_the_other_frameworks_absent(tmp_path, storage):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HIDE % "'tensorflow', 'tf_keras', 'horovod', 'mpi4py'")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), HERE]))
+    code = f"""
+import sys, hpctrain
+from hpctrain.tensorflow import TensorflowTrainer
+from hpctrain.horovod import HorovodTrainer
+from hpctrain.mpi import MPITrainer
+from hpctrain.torch import TorchTrainer
+import workloads
+r = TorchTrainer(workloads.deterministic, train_loop_config={{"epochs": 1}},
+                 scaling_config=hpctrain.ScalingConfig(num_workers=2),
+                 run_config=hpctrain.RunConfig(name="t", storage_path={storage!r}, verbose=0)).fit()
+print(r.metrics["_training_iteration"], sorted(m for m, v in sys.modules.items()
+      if v is not None and m.split(".")[0] in ("tensorflow", "horovod", "mpi4py")))
+"""
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split()[-1] == "[]"
+    assert subprocess.run([sys.executable, "-m", "hpctrain.cli", "--help"], env=env,
+                          capture_output=True, timeout=60).returncode == 0
