@@ -5,11 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-echo "== installing hpctrain[torch,dev] (editable)"
-python3 -m pip install -q -e '.[torch,dev]'
-
-echo "== starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine)"
+echo "== starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine;
+#    it also installs Open MPI, which mpi4py and Horovod build against)"
 bash scripts/slurm-cluster.sh start
+
+echo "== installing hpctrain[torch,tensorflow,mpi,dev] (editable)"
+python3 -m pip install -q -e '.[torch,tensorflow,mpi,dev]'
+
+echo "== Horovod for torch 2.x (scripts/install-horovod.sh: a wheel built once, then cached)"
+bash scripts/install-horovod.sh
 
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 echo "== running the test suite"
