@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-echo "== starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine;
-#    it also installs Open MPI, which mpi4py and Horovod build against)"
+# first: it also installs Open MPI, which mpi4py and Horovod need
+echo "== starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine)"
 bash scripts/slurm-cluster.sh start
 
 echo "== installing hpctrain[torch,tensorflow,mpi,dev] (editable)"
