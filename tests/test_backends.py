@@ -109,20 +109,27 @@ def test_collectives_ranks_a_crashed_rank_and_the_warning(backend, options, work
     # the crash: attempt 2 resumed from the last committed checkpoint (step 3)
     with open(os.path.join(state["attempts"][1]["resumed_from"], "state.json")) as f:
         assert json.load(f)["step"] == 3
-    # the warning: once, at the same step on every rank, and that step's checkpoint
-    warned = [lines(run, f"warned-rank-{r}.jsonl") for r in range(workers)]
-    assert len(warned[0]) == 1 and all(w == warned[0] for w in warned), (warned, err)
+    # the warning: every rank stopped right after the same step, whose checkpoint is the
+    # stop checkpoint (asked for by should_checkpoint(), or the loop's own every-2 one
+    # when that was the very report at which the ranks agreed to stop)
     stop_ckpt = os.path.join(run, "checkpoints", state["attempts"][-1]["stop_checkpoint"])
     assert verify_checkpoint(stop_ckpt) == []
     with open(os.path.join(stop_ckpt, "state.json")) as f:
-        assert json.load(f)["step"] == warned[0][0]["step"]
+        stop_step = json.load(f)["step"]
+    for r in range(workers):
+        assert max(s["step"] for s in lines(run, f"sums-rank-{r}.jsonl")
+                   if s["attempt"] == 1) == stop_step
+    warned = [lines(run, f"warned-rank-{r}.jsonl") for r in range(workers)]
+    assert all(w == warned[0] for w in warned) and len(warned[0]) <= 1, (warned, err)
+    if warned[0]:
+        assert warned[0][0]["step"] == stop_step
 
     p = run_cli(job)
     out, err = p.communicate(timeout=180)
     assert p.returncode == 0, err
     for r in range(workers):  # zero steps lost at the warning
         assert [s["step"] for s in lines(run, f"starts-rank-{r}.jsonl")] == [
-            0, 4, warned[0][0]["step"] + 1]
+            0, 4, stop_step + 1]
     assert_exact_sums(run, workers, steps)
     last = json.loads(open(os.path.join(run, "result.json")).read().splitlines()[-1])
     assert last["w"] == bw.expected_w(steps, workers)
