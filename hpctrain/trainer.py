@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Optional
 
 from ._internal.progress import Progress
 from ._internal.storage import RunDir
-from ._internal.supervisor import FAILED, FINISHED, STOPPED, Supervisor
+from ._internal.supervisor import FAILED, FINISHED, INTERRUPTED, STOPPED, Supervisor
 from ._internal.worker import WorkerPayload
 from .checkpoint import Checkpoint
 from .config import RunConfig, ScalingConfig, default_storage_path
@@ -51,7 +51,11 @@ class DataParallelTrainer:
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config or RunConfig()
         self.resume_from_checkpoint = resume_from_checkpoint
-        self.datasets = datasets or {}
+        self.datasets = {}
+        if datasets:
+            from .data import as_datasets
+
+            self.datasets = as_datasets(datasets)
         from .config import SchedulerConfig
 
         if scheduler is None:
@@ -141,7 +145,7 @@ class DataParallelTrainer:
             self.train_loop_per_worker, "resolve") else None,
             backend=self._backend_name, scaling=self.scaling_config, run=self.run_config,
             config=dict(self.train_loop_config or {}), backend_options=backend_options,
-            scheduler=self.scheduler, site=self.site)
+            scheduler=self.scheduler, site=self.site, datasets=dict(self.datasets))
 
     def _prepare_run(self) -> RunDir:
         run = RunDir(self.run_path)
@@ -165,6 +169,9 @@ class DataParallelTrainer:
             keep_return_values=self._keep_return_values,
             datasets=self.datasets,
         ).save(run)
+        from ._internal.tracking import save_callbacks
+
+        save_callbacks(run, self.run_config.callbacks)
         # The driver's sys.path additions, for a batch job to import what the payload
         # pickled by reference (read before the payload is unpickled).
         from ._internal.fsutil import atomic_write_json
@@ -173,11 +180,17 @@ class DataParallelTrainer:
                           sync=False)
         return run
 
+    def check_datasets(self) -> None:
+        """Open each dataset's file and check its columns before anything is written."""
+        for name, source in self.datasets.items():
+            source.check(name)
+
     # -- fit -------------------------------------------------------------------------------
     def fit(self) -> Result:
         """Run the training to the end and return its Result. Raises
         :class:`TrainingFailedError` (with ``.result``) when it failed for good."""
         spec = self.job_spec()
+        self.check_datasets()
         if spec.scheduler.kind != "local" and not self._local_only:
             return self._fit_batch(spec)
         run = RunDir(self.run_path)
@@ -203,8 +216,12 @@ class DataParallelTrainer:
     def _run_local(self, run: RunDir, on_tick: Optional[Callable[[], None]] = None) -> str:
         from .launchers.local import LocalLauncher
 
+        from ._internal.tracking import CallbackRunner
+
         progress = Progress(run, verbose=self.run_config.verbose, echo=self._echo_worker_output)
-        tick = progress.tick if on_tick is None else (lambda: (progress.tick(), on_tick()))
+        tracking = CallbackRunner(run, self.run_config.callbacks).start()
+        tick = (lambda: (progress.tick(), tracking.tick())) if on_tick is None else \
+            (lambda: (progress.tick(), tracking.tick(), on_tick()))
         from ._internal.recovery import EARLY, after_stop, supervisor_signals
         from ._internal.supervisor import PREEMPTED
 
@@ -217,6 +234,7 @@ class DataParallelTrainer:
             on_line=progress.worker_line, on_tick=tick, extra_env=driver_pythonpath(),
             first_checkpoint_index=self._first_checkpoint_index, warning_s=fc.warning_s,
             warning_signal=fc.warning_signal)
+        status = INTERRUPTED
         try:
             # SIGTERM/SIGHUP stop the ranks (they run in their own sessions and would not
             # get it); the warning signal (USR1) stops them cleanly at a checkpoint
@@ -230,6 +248,7 @@ class DataParallelTrainer:
                 return status
         finally:
             progress.close()
+            tracking.end(status)
 
     # -- restore ---------------------------------------------------------------------------
     @classmethod
@@ -260,7 +279,8 @@ class DataParallelTrainer:
             backend_config=payload.backend_config, scaling_config=payload.scaling,
             run_config=RunConfig(name=run.name, storage_path=os.path.dirname(run.path),
                                  checkpoint_config=payload.checkpoint_config,
-                                 failure_config=_failure_config(state)),
+                                 failure_config=_failure_config(state),
+                                 callbacks=_saved_callbacks(run)),
             datasets=payload.datasets, **_batch_settings(run, scheduler))
         trainer._run_path = run.path
         if scheduler is None:
@@ -316,6 +336,12 @@ def _setup_and_env(run: RunDir) -> Dict[str, Any]:
     return {k: data[k] for k in ("setup", "env") if data.get(k)}
 
 
+def _saved_callbacks(run: RunDir):
+    from ._internal.tracking import load_callbacks
+
+    return load_callbacks(run)
+
+
 def _failure_config(state: Dict[str, Any]):
     from .config import FailureConfig
 
@@ -357,7 +383,8 @@ def trainer_from_spec(spec) -> DataParallelTrainer:
         trainer = TorchTrainer(spec.entrypoint, train_loop_config=dict(spec.config),
                                torch_config=TorchConfig(**spec.backend_options),
                                scaling_config=spec.scaling, run_config=spec.run,
-                               scheduler=spec.scheduler, site=spec.site)
+                               scheduler=spec.scheduler, site=spec.site,
+                               datasets=spec.datasets)
         trainer._spec = spec
         return trainer
     raise ConfigError(f"job.backend: the {spec.backend!r} backend is not available in this "
