@@ -183,7 +183,13 @@ class DataParallelTrainer:
     def check_datasets(self) -> None:
         """Open each dataset's file and check its columns before anything is written."""
         for name, source in self.datasets.items():
-            source.check(name)
+            try:
+                source.check(name)
+            except ConfigError as e:
+                if self._spec is None or e.file is not None:
+                    raise
+                raise ConfigError(e.message, file=self._spec.where(f"datasets.{name}"),
+                                  hint=e.hint) from None
 
     # -- fit -------------------------------------------------------------------------------
     def fit(self) -> Result:
