@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -290,7 +291,8 @@ class MLflowLoggerCallback(Callback):
 class WandbLoggerCallback(Callback):
     """Weights & Biases, offline by default (compute nodes rarely reach the internet):
     the run is written to ``<run>/wandb/offline-run-*/`` for ``wandb sync`` later. One
-    W&B run per hpctrain run (same id across restarts and requeues, ``resume="allow"``);
+    W&B run per hpctrain run (the same id across requeues: online it is resumed; offline
+    each allocation writes its own ``offline-run-*`` of that id, which ``wandb sync`` joins);
     ``train_loop_config`` as its config; step = the report's iteration (a report replayed
     after a restart from an earlier checkpoint is skipped: W&B steps only go up).
 
@@ -332,7 +334,7 @@ class WandbLoggerCallback(Callback):
             raise ImportError("WandbLoggerCallback needs wandb: pip install "
                               "'hpctrain[tracking]'") from e
         state = run.load_state("wandb")
-        run_id = state.get("id") or wandb.util.generate_id()
+        run_id = state.get("id") or uuid.uuid4().hex[:12]
         self._last_step = int(state.get("last_step", -1))
         settings: Dict[str, Any] = dict(console="off", silent=True, disable_git=True,
                                         x_disable_stats=True, save_code=False)
@@ -343,7 +345,10 @@ class WandbLoggerCallback(Callback):
         os.makedirs(directory, exist_ok=True)
         self._run = wandb.init(
             project=self.project or "hpctrain", group=self.group, entity=self.entity,
-            name=run.name, id=run_id, resume="allow", mode=self.mode, dir=directory,
+            name=run.name, id=run_id, mode=self.mode, dir=directory,
+            # offline, a later allocation writes another offline-run-* of the same id
+            # (`wandb sync` joins them); online, it resumes the run
+            **({} if self.mode == "offline" else {"resume": "allow"}),
             tags=self.tags or None, config=run.config, settings=wandb.Settings(**settings))
         self._info = run
         run.save_state("wandb", {"id": run_id, "last_step": self._last_step})

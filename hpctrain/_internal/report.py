@@ -240,6 +240,10 @@ def plot_runs(names: Sequence[str], metrics: Sequence[str], output: str,
             drawn.setdefault(metric, []).append(run.name)
         ax.set_ylabel(metric)
         ax.set_xlabel("minutes" if x == "time" else "iteration")
+        if x != "time":
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle(", ".join(metrics) + (" — " + ", ".join(r.name for r in runs)
