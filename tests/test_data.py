@@ -161,3 +161,31 @@ def test_datasets_round_trip_through_the_job_spec(tmp_path):
     again = tmp_path / "again.toml"
     again.write_text(spec.to_toml())
     assert load_job_spec(str(again)).datasets == spec.datasets
+
+
+def test_torchmetrics_example_aggregates_the_whole_validation_set(tmp_path):
+    torch = pytest.importorskip("torch", reason="hpctrain[torch] is not installed")
+    pytest.importorskip("torchmetrics", reason="torchmetrics is not installed")
+    example = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples",
+                           "torchmetrics_eval.py")
+    storage = str(tmp_path / "runs")
+    p = subprocess.run([sys.executable, example, "--storage-path", storage, "--epochs", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    run = os.path.join(storage, "torchmetrics_eval")
+    (row,) = [json.loads(line) for line in open(os.path.join(run, "result.json"))]
+    assert row["val_rows_rank0"] == 501                   # 1001 rows: 501 + 500, none twice
+    # the reported accuracy is the model's accuracy on all 1001 rows, not on rank 0's part
+    spec = importlib.util.spec_from_file_location("torchmetrics_eval", example)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model = mod.make_model()
+    model.load_state_dict(torch.load(os.path.join(run, "checkpoints", "checkpoint_000000",
+                                                  "model.pt")))
+    with h5py.File(os.path.join(storage, "torchmetrics_data", "val.h5")) as f:
+        x, y = torch.from_numpy(f["x"][:]), torch.from_numpy(f["y"][:])
+    with torch.no_grad():
+        correct = (model(x).argmax(1) == y).float()
+    assert row["val_accuracy"] == pytest.approx(correct.mean().item(), abs=1e-6)
+    assert row["val_accuracy"] != pytest.approx(correct[:501].mean().item(), abs=1e-6)
+    assert f"validation accuracy over all 2 workers: {row['val_accuracy']:.4f}" in p.stdout
