@@ -133,18 +133,28 @@ def test_torch_and_tf_adapters_yield_the_shards_rows(tmp_path):
     ('train = { path = "d.h5", shufle = true }', ["datasets.train", "shufle", "unknown option"]),
     ('train = 3', ["datasets.train", "expected \"file.h5:dataset1,dataset2\""]),
 ])
-def test_bad_datasets_in_a_job_file_are_refused(tmp_path, entry, expected):
+def test_bad_datasets_in_a_job_file_are_refused(tmp_path, capsys, entry, expected):
     data_workloads.make_file(str(tmp_path / "d.h5"), 10, 2)
     (tmp_path / "t.py").write_text("def train(config):\n    pass\n")
     job = tmp_path / "job.toml"
     job.write_text(f'[job]\nentrypoint = "t.py:train"\n[run]\nstorage_path = "runs"\n'
                    f'[datasets]\n{entry}\n')
-    for command in ("validate", "run") if "missing" in entry else ("validate",):
-        p = subprocess.run([sys.executable, "-m", "hpctrain", command, str(job)],
+    if "missing" in entry:  # as a user runs it
+        p = subprocess.run([sys.executable, "-m", "hpctrain", "run", str(job)],
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 2, p.stderr
         assert str(job) in p.stderr and all(e in p.stderr for e in expected), p.stderr
+    code, err = _cli_main(capsys, "validate", str(job))
+    assert code == 2 and str(job) in err and all(e in err for e in expected), err
     assert not (tmp_path / "runs").exists()               # nothing was written
+
+
+def _cli_main(capsys, *args):
+    from hpctrain.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(list(args))
+    return e.value.code, capsys.readouterr().err
 
 
 def test_datasets_round_trip_through_the_job_spec(tmp_path):

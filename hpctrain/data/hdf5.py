@@ -192,6 +192,7 @@ class HDF5Shard(DatasetShard):
             chunked = [d.chunks[0] for d in dsets if d.chunks]
             chunk_bytes = max([d.dtype.itemsize * int(np.prod(d.chunks)) for d in dsets
                                if d.chunks] or [0])
+            filtered = any(d.id.get_create_plist().get_nfilters() for d in dsets)
         super().__init__(rank=rank, world_size=world_size, num_rows=num_rows,
                          shuffle=source.shuffle, seed=seed, remainder=source.remainder)
         self.path = source.path
@@ -199,41 +200,72 @@ class HDF5Shard(DatasetShard):
             1, CONTIGUOUS_BLOCK_BYTES // max(1, row_bytes))
         self.window_blocks = max(1, (source.window_mb << 20) //
                                  max(1, self.block_rows * row_bytes))
-        self._cache_bytes = max(1 << 20, 2 * chunk_bytes)
+        # No chunk cache for plain chunks: HDF5 then reads them straight into our
+        # buffers (a cached chunk is copied twice) and each epoch reads each of its
+        # chunks once anyway. Compressed chunks must be decompressed whole: a cache of
+        # two of them serves a chunk that two blocks share.
+        self._cache_bytes = 2 * chunk_bytes if filtered else 0
         self._file = None
+        self._dsets: Dict[str, Any] = {}
         self._pid = None
+        self._buffers: Dict[str, Any] = {}
 
     def column_specs(self) -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
         """``{column: (dtype, shape of one row)}``."""
         return dict(self._specs)
 
-    def _open(self):
+    def _open(self) -> Dict[str, Any]:
+        """``{column: h5py.Dataset}`` of this process's handle (opened on first use)."""
         if self._file is None or self._pid != os.getpid():
             self._file = open_file(self.path, self._cache_bytes)
+            self._dsets = {c: self._file[c] for c in self.columns}
             self._pid = os.getpid()
-        return self._file
+        return self._dsets
 
-    def _read(self, segments: List[plan.Segment]) -> Dict[str, Any]:
-        f = self._open()
+    def _read(self, segments: List[plan.Segment], buffers: Optional[Dict[str, Any]] = None
+              ) -> Dict[str, Any]:
+        dsets = self._open()
+        if buffers is None and len(segments) == 1:  # h5py's fast path for one slice
+            a, b = segments[0]
+            return {col: d[a:b] for col, d in dsets.items()}
+        from h5py import h5s
+
         rows = sum(b - a for a, b in segments)
         out = {}
-        for col in self.columns:
-            dset = f[col]
+        for col, dset in dsets.items():
             dtype, shape = self._specs[col]
-            buf = np.empty((rows,) + tuple(shape), dtype=dtype)
+            if buffers is not None:
+                buf = buffers.get(col)
+                if buf is None or len(buf) < rows:
+                    buf = buffers[col] = np.empty((rows,) + tuple(shape), dtype=dtype)
+                buf = buf[:rows]
+            else:
+                buf = np.empty((rows,) + tuple(shape), dtype=dtype)
+            # HDF5's low-level read of each slice into its place: a plain memory space,
+            # so HDF5 reads straight into the buffer (h5py's read_direct takes a slower
+            # path through a selection of the whole buffer)
+            fspace = dset.id.get_space()
             pos = 0
             for a, b in segments:
-                dset.read_direct(buf, np.s_[a:b], np.s_[pos:pos + b - a])
+                fspace.select_hyperslab((a,) + (0,) * len(shape), (b - a,) + tuple(shape))
+                dset.id.read(h5s.create_simple((b - a,) + tuple(shape)), fspace,
+                             buf[pos:pos + b - a])
                 pos += b - a
             out[col] = buf
         return out
 
+    def _read_into(self, segments: List[plan.Segment]) -> Dict[str, Any]:
+        # one window buffer per column, reused: no fresh memory to fault in per window
+        return self._read(segments, self._buffers)
+
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
-            self._file = None
+            self._file, self._dsets = None, {}
 
     def __getstate__(self) -> Dict[str, Any]:  # a DataLoader worker opens its own handle
         state = dict(self.__dict__)
         state["_file"] = None
+        state["_dsets"] = {}
+        state["_buffers"] = {}
         return state

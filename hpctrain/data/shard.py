@@ -9,7 +9,7 @@ resuming from a checkpoint, call ``shard.set_epoch(epoch)`` (as with torch's
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -25,25 +25,41 @@ def _concat(pieces: List[Dict[str, Any]]) -> Dict[str, Any]:
     return out
 
 
-def _slice(window: Dict[str, Any], a: int, b: int) -> Dict[str, Any]:
-    return {k: v[a:b] for k, v in window.items()}
+Window = Tuple[Dict[Any, Any], Optional[np.ndarray]]  # ({column: rows}, permutation)
 
 
-def batches(windows: Iterator[Dict[str, Any]], batch_size: int,
+def _take(rows: Any, idx: Any) -> Any:
+    if isinstance(rows, np.ndarray):
+        return rows[idx]
+    if isinstance(idx, slice):
+        return rows[idx]
+    return [rows[i] for i in idx]
+
+
+def _slice(window: Window, a: int, b: int) -> Dict[str, Any]:
+    """Rows ``a:b`` of a window in its order: a view when unpermuted, else gathered."""
+    data, perm = window
+    idx = slice(a, b) if perm is None else perm[a:b]
+    return {k: _take(v, idx) for k, v in data.items()}
+
+
+def batches(windows: Iterator[Window], batch_size: int,
             drop_last: bool) -> Iterator[Dict[str, Any]]:
-    """Cut a stream of windows (``{column: rows}``) into batches of ``batch_size`` rows;
-    a batch may span windows. The last, shorter batch is kept unless ``drop_last``.
+    """Cut a stream of windows (``({column: rows}, permutation or None)``) into batches
+    of ``batch_size`` rows; a batch may span windows. The last, shorter batch is kept
+    unless ``drop_last``. A permuted window's rows are gathered batch by batch, so a
+    window's buffer may be reused once the next window is asked for.
 
-    >>> ws = iter([{"x": np.arange(3)}, {"x": np.arange(3, 7)}])
+    >>> ws = iter([({"x": np.arange(3)}, None), ({"x": np.arange(3, 7)}, np.array([3, 2, 1, 0]))])
     >>> [b["x"].tolist() for b in batches(ws, 3, False)]
-    [[0, 1, 2], [3, 4, 5], [6]]
+    [[0, 1, 2], [6, 5, 4], [3]]
     """
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
     pending: List[Dict[str, Any]] = []
     have = 0
     for window in windows:
-        rows = len(next(iter(window.values())))
+        rows = len(next(iter(window[0].values())))
         pos = 0
         if pending:
             take = min(batch_size - have, rows)
@@ -53,6 +69,9 @@ def batches(windows: Iterator[Dict[str, Any]], batch_size: int,
             if have == batch_size:
                 yield _concat(pending)
                 pending, have = [], 0
+        if pos == 0 and rows == batch_size and window[1] is None:
+            yield window[0]  # a whole unpermuted window is a batch as it is
+            continue
         while rows - pos >= batch_size:
             yield _slice(window, pos, pos + batch_size)
             pos += batch_size
@@ -128,21 +147,26 @@ class DatasetShard:
         """The rows of ``segments``, in order, as ``{column: rows}``."""
         raise NotImplementedError
 
-    def _permute(self, window: Dict[str, Any], perm: np.ndarray) -> Dict[str, Any]:
-        return {k: (v[perm] if isinstance(v, np.ndarray) else [v[i] for i in perm])
-                for k, v in window.items()}
+    def _read_into(self, segments: List[plan.Segment]) -> Dict[str, Any]:
+        """Like :meth:`_read`, into a buffer the shard may reuse for the next window (the
+        rows are gathered out of it batch by batch)."""
+        return self._read(segments)
 
-    def _windows(self, epoch: int, part: int = 0, parts: int = 1) -> Iterator[Dict[str, Any]]:
+    def _windows(self, epoch: int, part: int = 0, parts: int = 1) -> Iterator[Window]:
         segs = self.segments(epoch)
+        if not self.shuffle:  # in file order: read block by block, batches are views
+            for i, seg in enumerate(segs):
+                if i % parts == part:
+                    yield self._read([seg]), None
+            return
         groups = plan.windows(segs, self.window_blocks or len(segs) or 1)
         for w, group in enumerate(groups):
             if w % parts != part:
                 continue
-            window = self._read(group)
             rows = sum(b - a for a, b in group)
             perm = plan.window_permutation(rows, epoch=epoch, seed=self.seed, rank=self.rank,
-                                           window=w, shuffle=self.shuffle)
-            yield window if perm is None else self._permute(window, perm)
+                                           window=w, shuffle=True)
+            yield self._read_into(group), perm
 
     def _out(self, batch: Dict[str, Any]) -> Any:
         return batch
@@ -153,15 +177,19 @@ class DatasetShard:
         array}`` for HDF5; a slice of the sequence otherwise). ``epoch``: default the
         next one (see :attr:`epoch`)."""
         epoch = self._take_epoch(epoch)
-        return (self._out(b) for b in batches(self._windows(epoch), batch_size, drop_last))
+        out = batches(self._windows(epoch), batch_size, drop_last)
+        if type(self)._out is DatasetShard._out:
+            return out
+        return (self._out(b) for b in out)
 
     def iter_rows(self, *, epoch: Optional[int] = None) -> Iterator[Any]:
         """One epoch of this rank's rows, one at a time."""
         epoch = self._take_epoch(epoch)
-        for window in self._windows(epoch):
-            n = len(next(iter(window.values())))
+        for data, perm in self._windows(epoch):
+            n = len(next(iter(data.values())))
             for i in range(n):
-                yield self._out({k: v[i] for k, v in window.items()})
+                j = i if perm is None else perm[i]
+                yield self._out({k: v[j] for k, v in data.items()})
 
     def __iter__(self) -> Iterator[Any]:
         return self.iter_rows()
