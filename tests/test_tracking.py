@@ -247,3 +247,13 @@ def test_results_plot_and_status_of_real_runs(tmp_path):
         plot_runs([str(runs / "a")], ["nope"], str(tmp_path / "x.png"))
     assert "HINT: metrics these runs reported: acc, loss" in str(e.value)
     assert not (tmp_path / "x.png").exists()
+
+
+def test_hpctrain_and_its_cli_import_no_tracking_or_data_library():
+    code = ("import sys, hpctrain, hpctrain.callbacks, hpctrain.cli, hpctrain.spec, "
+            "hpctrain._internal.report, hpctrain._internal.tracking\n"
+            "heavy = [m for m in ('h5py', 'numpy', 'matplotlib', 'tensorboard', 'mlflow', "
+            "'wandb', 'torch', 'torchmetrics', 'tensorflow') if m in sys.modules]\n"
+            "print(heavy)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr

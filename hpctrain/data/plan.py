@@ -107,17 +107,30 @@ def rank_segments(num_rows: int, block_rows: int, rank: int, world_size: int, *,
     lengths = np.minimum(starts + block_rows, num_rows) - starts
     ends = np.cumsum(lengths)           # sequence position where each block ends
     lo, hi = rank_range(num_rows, rank, world_size, remainder)
-    out: List[Segment] = []
     if hi <= lo:
-        return out
+        return []
+    seq_starts = ends - lengths
     first = int(np.searchsorted(ends, lo, side="right"))
-    for i in range(first, num_blocks):
-        seq_start = int(ends[i] - lengths[i])
-        if seq_start >= hi:
-            break
-        a, b = max(lo, seq_start), min(hi, int(ends[i]))
-        out.append((int(starts[i]) + a - seq_start, int(starts[i]) + b - seq_start))
-    return out
+    last = int(np.searchsorted(seq_starts, hi, side="left"))   # blocks that start before hi
+    i = np.arange(first, last)
+    a = np.maximum(lo, seq_starts[i]) - seq_starts[i] + starts[i]
+    b = np.minimum(hi, ends[i]) - seq_starts[i] + starts[i]
+    return list(zip(a.tolist(), b.tolist()))
+
+
+def segment_rows(segments: List[Segment]) -> np.ndarray:
+    """The row indices of ``segments``, in order.
+
+    >>> segment_rows([(4, 6), (0, 2), (9, 10)]).tolist()
+    [4, 5, 0, 1, 9]
+    """
+    if not segments:
+        return np.zeros(0, dtype=np.int64)
+    bounds = np.asarray(segments, dtype=np.int64)
+    lengths = bounds[:, 1] - bounds[:, 0]
+    offsets = np.cumsum(lengths) - lengths         # where each segment starts in the output
+    return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(bounds[:, 0] - offsets,
+                                                                     lengths)
 
 
 def windows(segments: List[Segment], window_blocks: int) -> List[List[Segment]]:
@@ -153,7 +166,7 @@ def shard_indices(num_rows: int, rank: int, world_size: int, *, epoch: int = 0,
                          shuffle=shuffle, remainder=remainder)
     parts = []
     for w, group in enumerate(windows(segs, window_blocks or len(segs) or 1)):
-        rows = np.concatenate([np.arange(a, b) for a, b in group])
+        rows = segment_rows(group)
         perm = window_permutation(len(rows), epoch=epoch, seed=seed, rank=rank, window=w,
                                   shuffle=shuffle)
         parts.append(rows if perm is None else rows[perm])

@@ -58,10 +58,24 @@ class SequenceShard(DatasetShard):
                          shuffle=shuffle, seed=seed, remainder=remainder)
         self.items = items
 
+    def _in_order_pieces(self, segments: List[plan.Segment]) -> List[List[plan.Segment]]:
+        """In memory: the contiguous runs of the share, each read as one slice."""
+        runs: List[List[int]] = []
+        for a, b in segments:
+            if runs and runs[-1][1] == a:
+                runs[-1][1] = b
+            else:
+                runs.append([a, b])
+        return [[(a, b)] for a, b in runs]
+
     def _read(self, segments: List[plan.Segment]) -> Dict[Any, Any]:
+        if len(segments) == 1:
+            a, b = segments[0]
+            return {None: self.items[a:b]}
+        rows = plan.segment_rows(segments)
         if isinstance(self.items, np.ndarray):
-            return {None: np.concatenate([self.items[a:b] for a, b in segments])}
-        return {None: [self.items[i] for a, b in segments for i in range(a, b)]}
+            return {None: self.items[rows]}
+        return {None: [self.items[i] for i in rows.tolist()]}
 
     def _out(self, batch: Dict[Any, Any]) -> Any:
         return batch[None]

@@ -147,6 +147,10 @@ class DatasetShard:
         """The rows of ``segments``, in order, as ``{column: rows}``."""
         raise NotImplementedError
 
+    def _in_order_pieces(self, segments: List[plan.Segment]) -> List[List[plan.Segment]]:
+        """What one read covers in file order: a block (HDF5: one chunk-sized slice)."""
+        return [[seg] for seg in segments]
+
     def _read_into(self, segments: List[plan.Segment]) -> Dict[str, Any]:
         """Like :meth:`_read`, into a buffer the shard may reuse for the next window (the
         rows are gathered out of it batch by batch)."""
@@ -154,10 +158,10 @@ class DatasetShard:
 
     def _windows(self, epoch: int, part: int = 0, parts: int = 1) -> Iterator[Window]:
         segs = self.segments(epoch)
-        if not self.shuffle:  # in file order: read block by block, batches are views
-            for i, seg in enumerate(segs):
+        if not self.shuffle:  # in file order: read piece by piece, batches are views
+            for i, piece in enumerate(self._in_order_pieces(segs)):
                 if i % parts == part:
-                    yield self._read([seg]), None
+                    yield self._read(piece), None
             return
         groups = plan.windows(segs, self.window_blocks or len(segs) or 1)
         for w, group in enumerate(groups):
