@@ -150,13 +150,24 @@ class TensorBoardLoggerCallback(Callback):
 
     def setup(self, run: RunInfo) -> None:
         try:
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+            from tensorboard.compat.proto.event_pb2 import Event
+            from tensorboard.summary.writer.record_writer import RecordWriter
         except ImportError as e:
             raise ImportError("TensorBoardLoggerCallback needs tensorboard: "
                               "pip install 'hpctrain[tracking]'") from e
+        import socket
+        import time
+
         path = self.logdir or os.path.join(run.path, "tensorboard")
         os.makedirs(path, exist_ok=True)
-        self._writer = EventFileWriter(path, flush_secs=10)
+        # TensorBoard's record format written to a plain file (its EventFileWriter opens
+        # files through tf.io.gfile, which imports TensorFlow wherever it is installed);
+        # one file per supervisor process, as TensorBoard's writers do
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
+        self._writer = RecordWriter(open(os.path.join(path, name), "wb"))
+        self._writer.write(Event(wall_time=time.time(),
+                                 file_version="brain.Event:2").SerializeToString())
+        self._writer.flush()
 
     def on_results(self, results: List[Dict[str, Any]]) -> None:
         from tensorboard.compat.proto.event_pb2 import Event
@@ -166,9 +177,9 @@ class TensorBoardLoggerCallback(Callback):
             values = [Summary.Value(tag=k, simple_value=float(v))
                       for k, v in user_metrics(r).items()]
             if values:
-                self._writer.add_event(Event(wall_time=float(r.get("_timestamp", 0)),
-                                             step=int(r.get("_training_iteration", 0)),
-                                             summary=Summary(value=values)))
+                self._writer.write(Event(wall_time=float(r.get("_timestamp", 0)),
+                                         step=int(r.get("_training_iteration", 0)),
+                                         summary=Summary(value=values)).SerializeToString())
         if results:
             self._writer.flush()
 

@@ -257,3 +257,46 @@ def test_hpctrain_and_its_cli_import_no_tracking_or_data_library():
             "print(heavy)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr
+
+
+def test_a_later_supervisor_delivers_only_the_reports_it_has_not_delivered(tmp_path):
+    """A requeued job's batch step continues the callbacks where the previous one
+    stopped (the offset in .hpctrain/tracking.json); MLflow resumes the same run."""
+    pytest.importorskip("mlflow", reason="hpctrain[tracking] is not installed")
+    from hpctrain._internal.storage import ResultWriter, RunDir
+    from hpctrain._internal.tracking import CallbackRunner
+    from hpctrain.callbacks import Callback
+
+    class Seen(Callback):
+        def __init__(self):
+            self.rows, self.ends = [], []
+
+        def on_result(self, result):
+            self.rows.append(result["_training_iteration"])
+
+        def on_end(self, status):
+            self.ends.append(status)
+
+    run = RunDir(str(tmp_path / "run"))
+    run.create()
+    writer = ResultWriter(run)
+    for it in (1, 2):
+        writer.write({"loss": 1.0 / it, "_training_iteration": it, "_timestamp": it})
+    first, mlf = Seen(), MLflowLoggerCallback(experiment_name="e")
+    runner = CallbackRunner(run, [first, mlf]).start()
+    runner.tick()
+    writer.write({"loss": 1.0 / 3, "_training_iteration": 3, "_timestamp": 3})
+    runner.end("REQUEUED")
+    assert first.rows == [1, 2, 3] and first.ends == ["REQUEUED"]
+    for it in (4, 5):
+        writer.write({"loss": 1.0 / it, "_training_iteration": it, "_timestamp": it})
+    writer.close()
+    second, mlf2 = Seen(), MLflowLoggerCallback(experiment_name="e")
+    CallbackRunner(run, [second, mlf2]).start().end("FINISHED")
+    assert second.rows == [4, 5] and second.ends == ["FINISHED"]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri="file://" + os.path.join(run.path, "mlruns"))
+    (mrun,) = client.search_runs([client.get_experiment_by_name("e").experiment_id])
+    assert mrun.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(mrun.info.run_id, "loss")] == [1, 2, 3, 4, 5]
