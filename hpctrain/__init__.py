@@ -30,8 +30,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Checkpoint", "CheckpointConfig", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
     "SchedulerConfig", "SlurmConfig", "PbsConfig", "SetupConfig",
-    "report", "get_checkpoint", "get_context", "get_dataset_shard", "TrainingFailedError", "TrainingStoppedError",
-    "ConfigError",
+    "report", "get_checkpoint", "get_context", "get_dataset_shard", "TrainingFailedError",
+    "TrainingStoppedError", "ConfigError",
     "CheckpointError", "HpctrainError", "RunLockedError", "__version__",
 ]
 
