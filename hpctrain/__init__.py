@@ -30,8 +30,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Checkpoint", "CheckpointConfig", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
     "SchedulerConfig", "SlurmConfig", "PbsConfig", "SetupConfig",
-    "report", "get_checkpoint", "get_context", "TrainingFailedError", "TrainingStoppedError",
-    "ConfigError",
+    "report", "get_checkpoint", "get_context", "get_dataset_shard", "TrainingFailedError",
+    "TrainingStoppedError", "ConfigError",
     "CheckpointError", "HpctrainError", "MissingFrameworkError", "RunLockedError", "__version__",
 ]
 
@@ -61,3 +61,12 @@ def get_context():
     from ._internal.session import TrainContext, get_session
 
     return TrainContext(get_session("get_context()"))
+
+
+def get_dataset_shard(name: str):
+    """This rank's part of the trainer's dataset ``name`` (``datasets=`` or the job
+    file's ``[datasets]``): a :class:`hpctrain.data.DatasetShard`, read lazily, shuffled
+    per epoch alike on every rank. See :mod:`hpctrain.data`."""
+    from ._internal.session import get_session
+
+    return get_session("get_dataset_shard()").get_dataset_shard(name)

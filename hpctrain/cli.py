@@ -7,7 +7,8 @@
     hpctrain status RUN [--follow]                             run and job state
     hpctrain logs RUN [--rank R] [--follow]                    a rank's output
     hpctrain cancel RUN                                        cancel the run's job
-    hpctrain results RUN                                       metrics and checkpoints
+    hpctrain results RUN                                       metrics, checkpoints, attempts
+    hpctrain plot RUN [RUN...] --metric loss [-o loss.png]     metric curves, runs compared
     hpctrain sites [NAME]                                      known site configs
 
 RUN is a run directory, or a run name under $HPCTRAIN_STORAGE_PATH (~/hpctrain_results).
@@ -75,10 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     smt.add_argument("--follow", action="store_true",
                      help="show progress until the job ends (Ctrl-C detaches)")
     sta = sub.add_parser("status", help="state of a run and its batch job",
-                         description="Show a run's state, its jobs and its latest metrics.")
+                         description="Show a run's state, its jobs and, while it runs, its "
+                                     "progress: iteration, elapsed time, pace and latest "
+                                     "metrics.")
     _add_run_arg(sta)
     sta.add_argument("--follow", action="store_true",
-                     help="show progress until the job ends (Ctrl-C detaches)")
+                     help="show live progress until the run ends (Ctrl-C detaches)")
     logs = sub.add_parser("logs", help="print a rank's output",
                           description="Print the output of one rank of the run's latest job "
                                       "(logs/<job>/rank-R.out).")
@@ -91,9 +94,24 @@ def _parser() -> argparse.ArgumentParser:
                          description="Cancel the run's latest job (scancel / qdel). "
                                      "Committed checkpoints stay; the run can be resumed.")
     _add_run_arg(can)
-    res = sub.add_parser("results", help="show metrics and checkpoints of a run",
-                         description="Show the status, last metrics and checkpoints of a run.")
+    res = sub.add_parser("results", help="show metrics, checkpoints and attempts of a run",
+                         description="Show a run's status, the last, smallest and largest "
+                                     "value of each metric, its checkpoints with their "
+                                     "scores (the best one marked) and its attempts.")
     _add_run_arg(res)
+    plo = sub.add_parser("plot", help="draw metric curves of one or more runs",
+                         description="Draw the curves of one or more metrics (one panel "
+                                     "each), with every given run on the same axes, into "
+                                     "a PNG (or .svg/.pdf). Needs matplotlib.")
+    plo.add_argument("runs", nargs="+", metavar="RUN",
+                     help="run directories, or run names under $HPCTRAIN_STORAGE_PATH")
+    plo.add_argument("--metric", "-m", action="append", required=True,
+                     help="a reported metric (repeatable; nested ones as a/b)")
+    plo.add_argument("-o", "--output", default=None,
+                     help="the image to write (default: <metric>.png here)")
+    plo.add_argument("--x", choices=("iteration", "time"), default="iteration",
+                     help="x axis: report iteration (default) or minutes since the first "
+                          "report")
     sit = sub.add_parser("sites", help="list the site configs hpctrain knows",
                          description="List site configs (package, /etc/hpctrain/sites, "
                                      "$HPCTRAIN_SITE_PATH), or show one.")
@@ -147,6 +165,7 @@ def cmd_submit(args) -> int:
     from ._internal import submission
 
     spec, trainer = _batch_trainer(args)
+    trainer.check_datasets()
     rerender = _rerender_command(args, trainer.run_name)
     if args.dry_run:
         request, script = submission.render(trainer, spec, rerender)
@@ -195,8 +214,13 @@ def cmd_status(args) -> int:
     from ._internal import submission
     from .schedulers import get_scheduler
 
+    from ._internal import report
+
     run = submission.resolve_run(args.run)
     if args.follow:
+        if submission.last_job(run) is None and run.exists():  # a run started here
+            status = report.follow_local(run)
+            return 0 if status in ("FINISHED", "STOPPED") else 1
         return _follow(run.path)
     state = run.read_state()
     print(f"run {run.name}: {state.get('status', 'UNKNOWN')}  ({run.path})")
@@ -217,7 +241,10 @@ def cmd_status(args) -> int:
     from ._internal.storage import read_results
 
     rows = read_results(run.result_file) if os.path.exists(run.result_file) else []
-    if rows:
+    if state.get("status") == "RUNNING":
+        for line in report.status_lines(run):
+            print(line)
+    elif rows:
         last = rows[-1]
         print(f"  iteration {last.get('_training_iteration')}: " + ", ".join(
             f"{k}={v}" for k, v in user_metrics(last).items()))
@@ -317,7 +344,7 @@ def cmd_validate(args) -> int:
     from .trainer import trainer_from_spec
 
     spec = _load(args)
-    trainer_from_spec(spec)  # checks the entry point and builds every config
+    trainer_from_spec(spec).check_datasets()  # the entry point, every config, data files
     sys.stdout.write(spec.to_toml())
     print(f"# OK: {args.job} is valid", file=sys.stderr)
     return 0
@@ -343,43 +370,25 @@ def _print_summary(result) -> None:
 
 
 def cmd_results(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    """``hpctrain results RUN``: one run's tables (see :mod:`hpctrain._internal.report`)."""
+    from ._internal.report import print_results
 
-    from ._internal.progress import user_metrics
-    from .result import Result
+    print_results(args.run)
+    return 0
 
-    from ._internal.submission import resolve_run
 
-    run = resolve_run(args.run)
-    if not run.exists():
-        raise ConfigError(f"{args.run}: not a run directory (no state.json)",
-                          hint="pass the directory <storage_path>/<name> of a run")
-    result = Result.from_path(run.path)
-    state = run.read_state()
-    console = Console()
-    console.print(f"[bold]{run.name}[/bold]  status {state.get('status')}  "
-                  f"attempts {len(state.get('attempts', []))}  failures {state.get('failures', 0)}")
-    console.print(f"path: {run.path}")
-    metrics = user_metrics(result.metrics or {})
-    if metrics:
-        t = Table(title="last metrics", title_justify="left")
-        for k in metrics:
-            t.add_column(k, justify="right")
-        t.add_row(*[str(v) for v in metrics.values()])
-        console.print(t)
-    if result.best_checkpoints:
-        t = Table(title="checkpoints", title_justify="left")
-        t.add_column("name")
-        t.add_column("iteration", justify="right")
-        t.add_column("metrics")
-        for ck, m in result.best_checkpoints:
-            meta = ck.get_metadata()
-            t.add_row(os.path.basename(ck.path), str(meta.get("iteration")),
-                      ", ".join(f"{k}={v}" for k, v in user_metrics(m).items()))
-        console.print(t)
-    if result.error:
-        console.print(f"[red]error[/red]: {run.error_file}")
+def cmd_plot(args) -> int:
+    from ._internal.report import plot_runs
+
+    output = args.output or f"{args.metric[0].replace('/', '_')}.png"
+    drawn = plot_runs(args.runs, args.metric, output, x=args.x)
+    for metric, runs in drawn.items():
+        print(f"{metric}: {', '.join(runs)}")
+    skipped = [r for r in args.runs if not any(os.path.basename(os.path.normpath(r)) in v
+                                               for v in drawn.values())]
+    if skipped:
+        print(f"not drawn (none of the metrics): {', '.join(skipped)}", file=sys.stderr)
+    print(f"wrote {output}")
     return 0
 
 
@@ -395,7 +404,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         catch_early_warnings()
     handler = {"run": cmd_run, "validate": cmd_validate, "results": cmd_results,
                "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
-               "logs": cmd_logs, "cancel": cmd_cancel, "sites": cmd_sites}[args.command]
+               "logs": cmd_logs, "cancel": cmd_cancel, "sites": cmd_sites,
+               "plot": cmd_plot}[args.command]
     try:
         code = handler(args)
     except ConfigError as e:

@@ -238,6 +238,14 @@ class RunConfig:
             self.failure_config = FailureConfig()
         if self.callbacks is None:
             self.callbacks = []
+        if not isinstance(self.callbacks, (list, tuple)):
+            raise ConfigError(f"run.callbacks: expected a list of callbacks, got "
+                              f"{type(self.callbacks).__name__}")
+        self.callbacks = list(self.callbacks)
+        if self.callbacks:
+            from .callbacks import check_callbacks
+
+            check_callbacks(self.callbacks)
         if self.name is not None:
             from .naming import check_run_name
 

@@ -54,6 +54,7 @@ _EXPECTED = {
     "strlist": "an array of strings",
     "directives": "a table of option = value",
     "walltime": 'a walltime string such as "02:00:00"',
+    "callback": "true, false or a table of options",
     "memory": 'a memory size such as "4G"',
 }
 
@@ -83,6 +84,11 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
     "setup": {"modules": "strlist", "commands": "strlist"},
     "env": None,
     "config": None,
+    # name = "file.h5:col1,col2" or a table (hpctrain.data.as_dataset checks each entry)
+    "datasets": None,
+    # tracking callbacks: name = true | false | { option = value } (hpctrain.callbacks)
+    "callbacks": {"json": "callback", "csv": "callback", "tensorboard": "callback",
+                  "mlflow": "callback", "wandb": "callback"},
     # Backend options: one section per backend name.
     "torch": {"backend": "str", "timeout_s": "int"},
     "tensorflow": {"timeout_s": "int", "legacy_keras": "bool"},
@@ -94,7 +100,7 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
 TOP_LEVEL = {"site": "str"}
 
 #: Table kinds whose entries merge key by key across layers (site < job file < --set).
-_MERGED_TABLES = ("numbers", "directives")
+_MERGED_TABLES = ("numbers", "directives", "callback")
 
 _CHOICES: Dict[str, Sequence[str]] = {
     "job.backend": BACKENDS,
@@ -143,6 +149,8 @@ def _matches(kind: str, value: Any) -> bool:
         return isinstance(value, bool)
     if kind == "str":
         return isinstance(value, str)
+    if kind == "callback":
+        return isinstance(value, (bool, dict))
     return isinstance(value, dict)  # "numbers", "directives": entries checked separately
 
 
@@ -204,8 +212,55 @@ def _check_env(ctx: _Ctx, table: Any) -> Dict[str, str]:
         if "\n" in value or "\0" in value:
             raise ctx.error(f"env.{name}", "a newline or NUL byte cannot go into a variable "
                             "exported by the batch script")
+        if _is_credential(name) and not _ENV_REF.fullmatch(value):
+            raise ctx.error(f"env.{name}", "looks like a credential: it would be written "
+                            "into spec.toml and the batch script",
+                            f"export {name} in the shell that submits the job (Slurm passes "
+                            "its environment on), or source a file only you can read in "
+                            "[setup] commands")
         out[name] = value
     return out
+
+
+_ENV_REF = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def _is_credential(name: str) -> bool:
+    """``WANDB_API_KEY``, ``MLFLOW_TRACKING_PASSWORD``, ``HF_TOKEN``… (a reference such as
+    ``"$WANDB_API_KEY"`` is fine: the value stays out of the files)."""
+    from .callbacks import CREDENTIAL_RE
+
+    return bool(CREDENTIAL_RE.search(name))
+
+
+def _check_datasets(ctx: _Ctx, table: Any, base_for: Callable[[str], str]) -> Dict[str, Any]:
+    """``[datasets]``: name → "file.h5:col1,col2" or a table of options."""
+    if not isinstance(table, dict):
+        raise ctx.error("datasets", f"expected a table ([datasets] section), got {_show(table)} "
+                        f"({_kind(table)})")
+    if not table:
+        return {}
+    from .data import as_dataset
+
+    out = {}
+    for name, value in table.items():
+        key = f"datasets.{name}"
+        try:
+            out[name] = as_dataset(value, key, base_dir=base_for(key))
+        except ConfigError as e:
+            raise ctx.reraise(e) from None
+    return out
+
+
+def _check_callbacks(ctx: _Ctx, table: Dict[str, Any]) -> List[Any]:
+    if not table:
+        return []
+    from .callbacks import from_toml
+
+    try:
+        return from_toml(table)
+    except ConfigError as e:
+        raise ctx.reraise(e) from None
 
 
 def _unknown_key(ctx: _Ctx, section: str, key: str) -> ConfigError:
@@ -250,6 +305,8 @@ def _check_value(ctx: _Ctx, key: str, kind: str, value: Any) -> Any:
                 raise ctx.error(f"{key}[{i}]", f"expected a string, got {_show(item)} "
                                 f"({_kind(item)})")
         return list(value)
+    if kind == "callback":
+        return copy.deepcopy(value)
     if kind == "directives":
         out_d: Dict[str, Any] = {}
         for name, item in value.items():
@@ -485,6 +542,8 @@ class JobSpec:
     setup: SetupConfig = field(default_factory=SetupConfig)
     env: Dict[str, str] = field(default_factory=dict)
     site: Optional[str] = None
+    #: name → hpctrain.data.HDF5Dataset / SequenceDataset (``[datasets]``, ``datasets=``)
+    datasets: Dict[str, Any] = field(default_factory=dict)
     source: Optional[str] = field(default=None, compare=False)
     #: The loaded site config (``hpctrain.sites.Site``), when ``site`` is set.
     site_config: Any = field(default=None, compare=False, repr=False)
@@ -533,6 +592,8 @@ class JobSpec:
             "setup": {k: v for k, v in vars(self.setup).items() if v},
             "env": self.env,
             "config": self.config,
+            "datasets": {k: v.to_toml() for k, v in (self.datasets or {}).items()
+                         if v.to_toml() is not None},
             self.backend: self.backend_options,
         }
         if self.scaling.mem_per_worker is not None:
@@ -542,7 +603,12 @@ class JobSpec:
         out = _tomlable(data)
         if self.site:
             out = {"site": self.site, **out}
-        for name in ("config", "env", "setup", "scheduler", self.backend):
+        if r.callbacks:
+            from .callbacks import to_toml as callbacks_toml
+
+            out["callbacks"] = callbacks_toml(r.callbacks)
+        for name in ("config", "env", "setup", "scheduler", "datasets", "callbacks",
+                     self.backend):
             if not out.get(name):
                 out.pop(name, None)
         return out
@@ -626,8 +692,9 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
     if "storage_path" in run:
         run["storage_path"] = _expand_path(ctx, "run.storage_path", run["storage_path"],
                                            base_for("run.storage_path"))
+    callbacks = _check_callbacks(ctx, _check_table(ctx, "callbacks", data.get("callbacks", {})))
     run_config = _build(ctx, RunConfig, checkpoint_config=checkpoint, failure_config=failure,
-                        **run)
+                        callbacks=callbacks, **run)
     scheduler = _build(ctx, SchedulerConfig,
                        **_check_table(ctx, "scheduler", data.get("scheduler", {})))
     setup = _build(ctx, SetupConfig, **_check_table(ctx, "setup", data.get("setup", {})))
@@ -636,6 +703,7 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
                   run=run_config, config=copy.deepcopy(dict(data.get("config", {}))),
                   backend_options=backend_tables.get(backend, {}), scheduler=scheduler,
                   setup=setup, env=dict(data.get("env", {})), site=data.get("site"),
+                  datasets=_check_datasets(ctx, data.get("datasets", {}), base_for),
                   source=file, origins=dict(ctx.origins))
 
 

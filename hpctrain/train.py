@@ -317,12 +317,22 @@ def world_size() -> int:
 
 
 def get_dataset_shard(dataset_name: Optional[str] = None):
-    """Ray Datasets do not exist here (``Trainer.run`` refuses ``dataset=``): None."""
-    if current_session() is None:
+    """This worker's shard of a dataset the run was given (``datasets=`` of a trainer,
+    ``[datasets]`` of a job file: see :mod:`hpctrain.data`); with no name, the only one.
+    Ray Datasets do not exist here (``Trainer.run`` refuses ``dataset=``): without such a
+    dataset, None with a warning, as Ray 1.x did when no dataset was passed."""
+    session = current_session()
+    if session is None:
         _warn_session_misuse("get_dataset_shard")
-    else:
-        warnings.warn("No dataset passed in. Returning None. hpctrain has no Ray Datasets: "
-                      "load the data inside the training function.", stacklevel=2)
+        return None
+    names = list(session.datasets)
+    if dataset_name is None and len(names) == 1:
+        dataset_name = names[0]
+    if dataset_name is not None and dataset_name in session.datasets:
+        return session.get_dataset_shard(dataset_name)
+    warnings.warn("No dataset passed in. Returning None. hpctrain has no Ray Datasets: "
+                  "load the data inside the training function, or give the trainer "
+                  "datasets= (HDF5 files, lists, arrays: hpctrain.data).", stacklevel=2)
     return None
 
 

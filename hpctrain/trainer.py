@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Optional
 
 from ._internal.progress import Progress
 from ._internal.storage import RunDir
-from ._internal.supervisor import FAILED, FINISHED, STOPPED, Supervisor
+from ._internal.supervisor import FAILED, FINISHED, INTERRUPTED, STOPPED, Supervisor
 from ._internal.worker import WorkerPayload
 from .checkpoint import Checkpoint
 from .config import RunConfig, ScalingConfig, default_storage_path
@@ -51,7 +51,11 @@ class DataParallelTrainer:
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config or RunConfig()
         self.resume_from_checkpoint = resume_from_checkpoint
-        self.datasets = datasets or {}
+        self.datasets = {}
+        if datasets:
+            from .data import as_datasets
+
+            self.datasets = as_datasets(datasets)
         from .config import SchedulerConfig
 
         if scheduler is None:
@@ -139,7 +143,7 @@ class DataParallelTrainer:
             backend=self._backend_name, scaling=self.scaling_config, run=self.run_config,
             config=dict(self.train_loop_config or {}),
             backend_options=backend_options(self.backend_config),
-            scheduler=self.scheduler, site=self.site)
+            scheduler=self.scheduler, site=self.site, datasets=dict(self.datasets))
 
     def _prepare_run(self) -> RunDir:
         run = RunDir(self.run_path)
@@ -163,6 +167,9 @@ class DataParallelTrainer:
             keep_return_values=self._keep_return_values,
             datasets=self.datasets,
         ).save(run)
+        from ._internal.tracking import save_callbacks
+
+        save_callbacks(run, self.run_config.callbacks)
         # The driver's sys.path additions, for a batch job to import what the payload
         # pickled by reference (read before the payload is unpickled).
         from ._internal.fsutil import atomic_write_json
@@ -171,11 +178,23 @@ class DataParallelTrainer:
                           sync=False)
         return run
 
+    def check_datasets(self) -> None:
+        """Open each dataset's file and check its columns before anything is written."""
+        for name, source in self.datasets.items():
+            try:
+                source.check(name)
+            except ConfigError as e:
+                if self._spec is None or e.file is not None:
+                    raise
+                raise ConfigError(e.message, file=self._spec.where(f"datasets.{name}"),
+                                  hint=e.hint) from None
+
     # -- fit -------------------------------------------------------------------------------
     def fit(self) -> Result:
         """Run the training to the end and return its Result. Raises
         :class:`TrainingFailedError` (with ``.result``) when it failed for good."""
         spec = self.job_spec()
+        self.check_datasets()
         if spec.scheduler.kind != "local" and not self._local_only:
             return self._fit_batch(spec)
         from .backends import check_installed
@@ -202,15 +221,18 @@ class DataParallelTrainer:
         return submission.result_of(sub.run_path, status)
 
     def _run_local(self, run: RunDir, on_tick: Optional[Callable[[], None]] = None) -> str:
+        from ._internal.tracking import CallbackRunner
         from .launchers import launcher_for
 
-        spec = self.job_spec()
-        launcher = launcher_for(spec, here=True)
+        launcher = launcher_for(self.job_spec(), here=True)
         extra_env = driver_pythonpath()
         if launcher.name != "local":
             extra_env.update(_local_mpi_env())
+
         progress = Progress(run, verbose=self.run_config.verbose, echo=self._echo_worker_output)
-        tick = progress.tick if on_tick is None else (lambda: (progress.tick(), on_tick()))
+        tracking = CallbackRunner(run, self.run_config.callbacks).start()
+        tick = (lambda: (progress.tick(), tracking.tick())) if on_tick is None else \
+            (lambda: (progress.tick(), tracking.tick(), on_tick()))
         from ._internal.recovery import EARLY, after_stop, supervisor_signals
         from ._internal.supervisor import PREEMPTED
 
@@ -223,6 +245,7 @@ class DataParallelTrainer:
             on_line=progress.worker_line, on_tick=tick, extra_env=extra_env,
             first_checkpoint_index=self._first_checkpoint_index, warning_s=fc.warning_s,
             warning_signal=fc.warning_signal)
+        status = INTERRUPTED
         try:
             # SIGTERM/SIGHUP stop the ranks (they run in their own sessions and would not
             # get it); the warning signal (USR1) stops them cleanly at a checkpoint
@@ -236,6 +259,7 @@ class DataParallelTrainer:
                 return status
         finally:
             progress.close()
+            tracking.end(status)
 
     # -- restore ---------------------------------------------------------------------------
     @classmethod
@@ -266,7 +290,8 @@ class DataParallelTrainer:
             backend_config=payload.backend_config, scaling_config=payload.scaling,
             run_config=RunConfig(name=run.name, storage_path=os.path.dirname(run.path),
                                  checkpoint_config=payload.checkpoint_config,
-                                 failure_config=_failure_config(state)),
+                                 failure_config=_failure_config(state),
+                                 callbacks=_saved_callbacks(run)),
             datasets=payload.datasets, **_batch_settings(run, scheduler))
         trainer._run_path = run.path
         if scheduler is None:
@@ -332,6 +357,12 @@ def _setup_and_env(run: RunDir) -> Dict[str, Any]:
     return {k: data[k] for k in ("setup", "env") if data.get(k)}
 
 
+def _saved_callbacks(run: RunDir):
+    from ._internal.tracking import load_callbacks
+
+    return load_callbacks(run)
+
+
 def _failure_config(state: Dict[str, Any]):
     from .config import FailureConfig
 
@@ -375,7 +406,7 @@ def trainer_from_spec(spec) -> DataParallelTrainer:
         spec.entrypoint, train_loop_config=dict(spec.config),
         **{keyword: getattr(mod, config_name)(**spec.backend_options)},
         scaling_config=spec.scaling, run_config=spec.run, scheduler=spec.scheduler,
-        site=spec.site)
+        site=spec.site, datasets=spec.datasets)
     trainer._spec = spec
     return trainer
 

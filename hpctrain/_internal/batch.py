@@ -134,10 +134,13 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
             _log(f"job {job_id}: run {run.path}, {spec.scaling.num_workers} workers on "
                  f"{spec.scaling.nodes} node(s) with {sched.launcher_name}")
             warning_s = warning_seconds(spec)
+            from .tracking import CallbackRunner, load_callbacks
+
+            tracking = CallbackRunner(run, load_callbacks(run))
             sup = Supervisor(run, launcher=launcher_for(spec),
                              num_workers=spec.scaling.num_workers,
                              max_failures=fc.max_failures, job_id=job_id,
-                             extra_env=extra, warning_s=warning_s,
+                             extra_env=extra, warning_s=warning_s, on_tick=tracking.tick,
                              warning_signal=fc.warning_signal,
                              warn_at=_timer(info, sched, warning_s))
             if sup.warn_at is not None:
@@ -148,12 +151,17 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
                 _log(f"run {run.path} has already finished; nothing to do")
                 return 0
             pending.hand_over(sup)  # a warning from now on reaches the supervisor
-            status = sup.run_to_end()
-            if status == PREEMPTED:
-                # from here to the requeue, the scheduler's SIGTERM (the time limit) must
-                # not leave state.json saying REQUEUED with nothing queued
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
-                status = after_stop(run, sup, fc, can_requeue=info in ("slurm", "pbs"))
+            status = "INTERRUPTED"
+            tracking.start()
+            try:
+                status = sup.run_to_end()
+                if status == PREEMPTED:
+                    # from here to the requeue, the scheduler's SIGTERM (the time limit)
+                    # must not leave state.json saying REQUEUED with nothing queued
+                    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
+                    status = after_stop(run, sup, fc, can_requeue=info in ("slurm", "pbs"))
+            finally:
+                tracking.end(status)
     except RunLockedError as e:
         _log(f"{e}\nThis job exits without running anything.")
         return 1

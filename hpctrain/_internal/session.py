@@ -97,6 +97,7 @@ class Session:
         # replicas hand in the same model (TensorFlow's MultiWorkerMirroredStrategy saves
         # on every worker), rank 0's copy is the checkpoint and the others' are dropped
         self.checkpoint_ranks = checkpoint_ranks
+        self._shards: Dict[str, Any] = {}
         self._detailed = os.environ.get(DETAILED_ENV, "0") not in ("", "0", "false", "False")
         self._started = time.time()
         self._last = time.perf_counter()
@@ -205,6 +206,26 @@ class Session:
                         self._background.submit(shutil.rmtree, path, ignore_errors=True)
             self._reports_since_agreement.clear()
         return published
+
+    # -- datasets -------------------------------------------------------------------
+    def get_dataset_shard(self, name: str):
+        """This rank's :class:`~hpctrain.data.DatasetShard` of ``datasets[name]`` (one
+        per name and process: its epoch counter carries over between calls)."""
+        if name not in self._shards:
+            if name not in self.datasets:
+                from ..errors import ConfigError
+
+                have = ", ".join(repr(n) for n in self.datasets) or "none"
+                raise ConfigError(
+                    f"get_dataset_shard: no dataset named {name!r} (this run has {have})",
+                    hint="pass datasets={%r: \"/path/file.h5:images,labels\"} to the "
+                         "trainer, or add it to the job file's [datasets]" % name)
+            from ..data import as_dataset
+
+            source = as_dataset(self.datasets[name], f"datasets.{name}")
+            self._shards[name] = source.shard(self.info.world_rank, self.info.world_size,
+                                              run_name=self.run_name)
+        return self._shards[name]
 
     # -- checkpoints ----------------------------------------------------------------
     def get_checkpoint(self) -> Optional[Checkpoint]:

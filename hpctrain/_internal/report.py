@@ -1,0 +1,330 @@
+"""What ``hpctrain results``, ``hpctrain plot`` and ``hpctrain status`` show of a run,
+read from its run directory only (so they work the same for local runs and batch jobs,
+finished or running)."""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import ConfigError, HpctrainError
+from .storage import RunDir, read_results
+
+
+def numeric(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not (
+        isinstance(v, float) and math.isnan(v))
+
+
+def metric_rows(rows: List[Dict[str, Any]]) -> Dict[str, List[Tuple[int, float, float]]]:
+    """``{metric: [(iteration, timestamp, value), ...]}`` for every numeric user metric
+    (nested dicts flattened with ``/``).
+
+    >>> metric_rows([{"loss": 2.0, "_training_iteration": 1, "_timestamp": 5},
+    ...              {"loss": 1.0, "acc": {"top1": 0.5}, "_training_iteration": 2, "_timestamp": 6}])
+    {'loss': [(1, 5, 2.0), (2, 6, 1.0)], 'acc/top1': [(2, 6, 0.5)]}
+    """
+    from .storage import flatten
+
+    out: Dict[str, List[Tuple[int, float, float]]] = {}
+    for i, row in enumerate(rows):
+        it = row.get("_training_iteration", i + 1)
+        ts = row.get("_timestamp", 0)
+        for k, v in flatten(row).items():
+            if k.startswith("_") or k == "checkpoint_dir_name" or not numeric(v):
+                continue
+            out.setdefault(k, []).append((it, ts, v))
+    return out
+
+
+@dataclass
+class MetricSummary:
+    name: str
+    last: float
+    last_iter: int
+    min: float
+    min_iter: int
+    max: float
+    max_iter: int
+
+
+def summarize(rows: List[Dict[str, Any]]) -> List[MetricSummary]:
+    """Last, smallest and largest value of each metric (with the iteration).
+
+    >>> s, = summarize([{"loss": 3, "_training_iteration": 1}, {"loss": 1, "_training_iteration": 2},
+    ...                 {"loss": 2, "_training_iteration": 3}])
+    >>> (s.last, s.min, s.min_iter, s.max, s.max_iter)
+    (2, 1, 2, 3, 1)
+    """
+    out = []
+    for name, points in metric_rows(rows).items():
+        lo = min(points, key=lambda p: p[2])
+        hi = max(points, key=lambda p: p[2])
+        out.append(MetricSummary(name, points[-1][2], points[-1][0], lo[2], lo[0], hi[2], hi[0]))
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return "-" if v is None else str(v)
+
+
+def _duration(seconds: Optional[float]) -> str:
+    """``3725`` → ``1h02m05s``.
+
+    >>> _duration(3725), _duration(59.4), _duration(None)
+    ('1h02m05s', '59s', '-')
+    """
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def _score_settings(run: RunDir) -> Tuple[Optional[str], str]:
+    try:
+        from ..spec import _read_toml
+
+        ck = _read_toml(run.spec_file).get("checkpoint") or {}
+    except ConfigError:
+        ck = {}
+    return ck.get("checkpoint_score_attribute"), ck.get("checkpoint_score_order", "max")
+
+
+def _require_run(name_or_path: str) -> RunDir:
+    from .submission import resolve_run
+
+    run = resolve_run(name_or_path)
+    if not run.exists():
+        raise ConfigError(f"{name_or_path}: not a run directory (no state.json)",
+                          hint="pass the directory <storage_path>/<name> of a run")
+    return run
+
+
+# -- hpctrain results -----------------------------------------------------------------------
+def print_results(name_or_path: str, console=None) -> None:
+    """The run's status, attempts, last/min/max of each metric and its checkpoints with
+    their scores, as rich tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    run = _require_run(name_or_path)
+    console = console or Console()
+    state = run.read_state()
+    rows = read_results(run.result_file)
+    attempts = state.get("attempts", [])
+    started = state.get("created") or (attempts[0].get("started") if attempts else None)
+    ended = max([a.get("ended") or 0 for a in attempts] + [0]) or None
+    status = state.get("status", "UNKNOWN")
+    colour = {"FINISHED": "green", "FAILED": "red", "RUNNING": "cyan"}.get(status, "yellow")
+    console.print(f"[bold]{run.name}[/bold]  [{colour}]{status}[/{colour}]  "
+                  f"iterations {rows[-1].get('_training_iteration', len(rows)) if rows else 0}  "
+                  f"attempts {len(attempts)}  failures {state.get('failures', 0)}"
+                  + (f"  requeues {state['requeues']}" if state.get("requeues") else "")
+                  + (f"  wall time {_duration((ended if status != 'RUNNING' else time.time()) - started)}"
+                     if started and (ended or status == "RUNNING") else ""))
+    console.print(f"path: {run.path}")
+    if state.get("stopped_because"):
+        console.print(f"stopped because {state['stopped_because']}")
+
+    summary = summarize(rows)
+    attr, order = _score_settings(run)
+    if summary:
+        t = Table(title="metrics", title_justify="left")
+        for col, justify in (("metric", "left"), ("last", "right"), ("min", "right"),
+                             ("at iter", "right"), ("max", "right"), ("at iter", "right")):
+            t.add_column(col, justify=justify)
+        for m in summary:
+            name = m.name + (f" [dim](score, {order})[/dim]" if m.name == attr else "")
+            t.add_row(name, _fmt(m.last), _fmt(m.min), str(m.min_iter), _fmt(m.max),
+                      str(m.max_iter))
+        console.print(t)
+
+    records = run.list_checkpoints()
+    if records:
+        t = Table(title="checkpoints" + (f" (score: {attr}, {order})" if attr else ""),
+                  title_justify="left")
+        t.add_column("checkpoint")
+        t.add_column("iteration", justify="right")
+        if attr:
+            t.add_column(attr, justify="right")
+        t.add_column("metrics")
+        best = None
+        if attr:
+            scored = [r for r in records if numeric(r.metrics.get(attr))]
+            if scored:
+                pick = min if order == "min" else max
+                best = pick(scored, key=lambda r: r.metrics[attr]).index
+        for r in records:
+            others = ", ".join(f"{k}={_fmt(v)}" for k, v in r.metrics.items()
+                               if not k.startswith("_") and k != attr and numeric(v))
+            name = os.path.basename(r.path) + (" [bold green]★ best[/bold green]"
+                                               if r.index == best else "")
+            if r.index == records[-1].index:
+                name += " [dim](latest)[/dim]"
+            cells = [name, str(r.iteration)]
+            if attr:
+                cells.append(_fmt(r.metrics.get(attr)))
+            t.add_row(*cells, others)
+        console.print(t)
+
+    if attempts:
+        t = Table(title="attempts", title_justify="left")
+        for col in ("#", "job", "outcome", "started", "duration", "resumed from", "note"):
+            t.add_column(col, justify="right" if col in ("#", "duration") else "left")
+        for a in attempts:
+            note = []
+            if a.get("failed_rank") is not None:
+                note.append(f"rank {a['failed_rank']}: {a.get('error', '')}")
+            if a.get("warning"):
+                note.append(f"warned: {a['warning']}")
+            if a.get("skipped_checkpoints"):
+                note.append("skipped " + ", ".join(s["checkpoint"] for s in a["skipped_checkpoints"]))
+            end = a.get("ended") or (time.time() if a.get("outcome") == "RUNNING" else None)
+            t.add_row(str(a.get("attempt")), str(a.get("job_id", "-")), a.get("outcome", "-"),
+                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started"]))
+                      if a.get("started") else "-",
+                      _duration(end - a["started"] if end and a.get("started") else None),
+                      os.path.basename(a["resumed_from"]) if a.get("resumed_from") else "-",
+                      "; ".join(note))
+        console.print(t)
+    if os.path.exists(run.error_file):
+        console.print(f"[red]error[/red]: {run.error_file}")
+
+
+# -- hpctrain plot --------------------------------------------------------------------------
+def plot_runs(names: Sequence[str], metrics: Sequence[str], output: str,
+              x: str = "iteration") -> Dict[str, Any]:
+    """One figure, one panel per metric, one line per run; written to ``output`` (PNG,
+    SVG or PDF by its extension). Returns what was drawn ``{metric: [run names]}``.
+    Nothing is written when no run has any of the metrics."""
+    runs = [_require_run(n) for n in names]
+    data = {run.path: metric_rows(read_results(run.result_file)) for run in runs}
+    missing = [m for m in metrics if not any(m in d for d in data.values())]
+    if missing:
+        have = sorted({k for d in data.values() for k in d})
+        raise ConfigError(f"--metric {missing[0]}: no run reported it",
+                          hint="metrics these runs reported: " + (", ".join(have) or "none"))
+    ext = os.path.splitext(output)[1].lower()
+    if ext not in (".png", ".svg", ".pdf"):
+        raise ConfigError(f"-o {output}: expected a .png, .svg or .pdf file name")
+    try:
+        import matplotlib
+    except ImportError:
+        raise HpctrainError("hpctrain plot needs matplotlib: pip install "
+                            "'hpctrain[tracking]'") from None
+    matplotlib.use("Agg")  # no display on a login node
+    import matplotlib.pyplot as plt
+
+    names_short = _labels([r.path for r in runs])
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 3.2 * len(metrics) + 0.8),
+                             squeeze=False)
+    drawn: Dict[str, List[str]] = {}
+    for ax, metric in zip(axes[:, 0], metrics):
+        for run in runs:
+            points = data[run.path].get(metric)
+            if not points:
+                continue
+            if x == "time":
+                t0 = points[0][1]
+                xs = [(p[1] - t0) / 60.0 for p in points]
+            else:
+                xs = [p[0] for p in points]
+            ax.plot(xs, [p[2] for p in points], marker="o" if len(points) < 30 else None,
+                    markersize=3, label=names_short[run.path])
+            drawn.setdefault(metric, []).append(run.name)
+        ax.set_ylabel(metric)
+        ax.set_xlabel("minutes" if x == "time" else "iteration")
+        if x != "time":
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle(", ".join(metrics) + (" — " + ", ".join(r.name for r in runs)
+                                       if len(runs) <= 3 else f" — {len(runs)} runs"))
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    fig.savefig(output, dpi=100)
+    plt.close(fig)
+    return drawn
+
+
+def _labels(paths: List[str]) -> Dict[str, str]:
+    """Run names, with the parent directory where two runs share a name."""
+    names = [os.path.basename(p) for p in paths]
+    return {p: (n if names.count(n) == 1 else os.path.join(os.path.basename(os.path.dirname(p)), n))
+            for p, n in zip(paths, names)}
+
+
+# -- hpctrain status --------------------------------------------------------------------------
+@dataclass
+class LiveStatus:
+    iteration: Optional[int] = None
+    metrics: Dict[str, Any] = field(default_factory=dict)
+    elapsed_s: Optional[float] = None      # since the current (or last) attempt started
+    rate: Optional[float] = None           # reports per second, recent
+    last_report_s: Optional[float] = None  # seconds since the last report
+    checkpoint: Optional[str] = None
+
+
+def live_status(run: RunDir, now: Optional[float] = None) -> LiveStatus:
+    """Where a (running) run is: iteration, latest metrics, elapsed time, pace."""
+    from .progress import user_metrics
+
+    now = now or time.time()
+    state = run.read_state()
+    rows = read_results(run.result_file)
+    out = LiveStatus()
+    attempts = state.get("attempts") or []
+    if attempts and attempts[-1].get("started"):
+        end = attempts[-1].get("ended") if attempts[-1].get("outcome") != "RUNNING" else None
+        out.elapsed_s = (end or now) - attempts[-1]["started"]
+    if rows:
+        last = rows[-1]
+        out.iteration = last.get("_training_iteration")
+        out.metrics = user_metrics(last)
+        out.last_report_s = now - last.get("_timestamp", now)
+        recent = rows[-20:]
+        span = recent[-1].get("_timestamp", 0) - recent[0].get("_timestamp", 0)
+        if len(recent) > 1 and span > 0:
+            out.rate = (len(recent) - 1) / span
+        out.checkpoint = next((r["checkpoint_dir_name"] for r in reversed(rows)
+                               if r.get("checkpoint_dir_name")), None)
+    return out
+
+
+def status_lines(run: RunDir) -> List[str]:
+    s = live_status(run)
+    lines = []
+    if s.iteration is not None:
+        pace = f", {s.rate:.3g} reports/s" if s.rate else ""
+        ago = f", last report {_duration(s.last_report_s)} ago" if s.last_report_s is not None else ""
+        lines.append(f"  iteration {s.iteration} after {_duration(s.elapsed_s)}{pace}{ago}")
+        if s.metrics:
+            lines.append("  latest: " + ", ".join(f"{k}={_fmt(v)}" for k, v in s.metrics.items()))
+    elif s.elapsed_s is not None:
+        lines.append(f"  no report yet, {_duration(s.elapsed_s)} after the attempt started")
+    return lines
+
+
+def follow_local(run: RunDir, poll_s: float = 0.5) -> str:
+    """Follow a run started here (``hpctrain run``, ``fit()``) from another terminal:
+    progress until its status is no longer RUNNING; returns that status."""
+    from .progress import Progress
+
+    state = run.read_state()
+    attempts = state.get("attempts") or []
+    progress = Progress(run, started=attempts[-1].get("started") if attempts else None)
+    try:
+        while run.read_state().get("status") == "RUNNING":
+            progress.tick()
+            time.sleep(poll_s)
+    finally:
+        progress.close()
+    return run.read_state().get("status", "UNKNOWN")

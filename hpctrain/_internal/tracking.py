@@ -1,0 +1,149 @@
+"""Runs the tracking callbacks in the supervisor process (why there: see
+:mod:`hpctrain.callbacks`): follows ``result.json`` from where the previous supervisor of
+this run stopped, hands new reports to each callback, and remembers the offset in
+``.hpctrain/tracking.json``. A callback that raises is reported and switched off."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from typing import Any, Dict, List, Optional
+
+import cloudpickle
+
+from .fsutil import atomic_write_bytes, atomic_write_json, read_json
+from .storage import ResultTail, RunDir
+
+CALLBACKS_FILE = "callbacks.pkl"
+TRACKING_FILE = "tracking.json"
+SAVE_EVERY_S = 1.0
+
+
+def _log(msg: str) -> None:
+    print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+
+
+def save_callbacks(run: RunDir, callbacks: List[Any]) -> None:
+    """Keep the run's callbacks for the batch step (and ``Trainer.restore``)."""
+    path = os.path.join(run.internal_dir, CALLBACKS_FILE)
+    if callbacks:
+        atomic_write_bytes(path, cloudpickle.dumps(list(callbacks)), sync=False)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def load_callbacks(run: RunDir) -> List[Any]:
+    path = os.path.join(run.internal_dir, CALLBACKS_FILE)
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path, "rb") as f:
+            return list(cloudpickle.load(f))
+    except Exception as e:  # noqa: BLE001 - a tracking problem must not stop the training
+        _log(f"WARNING: the run's callbacks cannot be loaded here ({type(e).__name__}: {e}); "
+             "training goes on without them")
+        return []
+
+
+class _SeedEraAdapter:
+    """A seed-era ``TrainingCallback`` (``handle_result(results)``) given to RunConfig."""
+
+    def __init__(self, cb: Any):
+        self.cb = cb
+
+    def setup(self, run) -> None:
+        if hasattr(self.cb, "start_training"):
+            self.cb.start_training(logdir=run.path, config=run.config)
+
+    def on_results(self, rows: List[Dict[str, Any]]) -> None:
+        for row in rows:
+            self.cb.handle_result([row])
+
+    def on_end(self, status: str) -> None:
+        if hasattr(self.cb, "finish_training"):
+            self.cb.finish_training(error=status == "FAILED")
+
+
+def _wrap(cb: Any) -> Any:
+    from ..callbacks import Callback
+
+    if isinstance(cb, Callback) or not hasattr(cb, "handle_result"):
+        return cb
+    return _SeedEraAdapter(cb)
+
+
+def _config(run: RunDir) -> Dict[str, Any]:
+    try:
+        from ..spec import _read_toml
+
+        return dict(_read_toml(run.spec_file).get("config") or {})
+    except Exception:  # noqa: BLE001 - the config is a nicety for the trackers
+        return {}
+
+
+class CallbackRunner:
+    def __init__(self, run: RunDir, callbacks: Optional[List[Any]]):
+        self.run = run
+        self.callbacks = [_wrap(cb) for cb in callbacks or []]
+        self._state_file = os.path.join(run.internal_dir, TRACKING_FILE)
+        self._tail = ResultTail(run.result_file)
+        self._saved_at = 0.0
+        self._dirty = False
+        self._ended = False
+
+    def _call(self, cb: Any, method: str, *args: Any) -> None:
+        fn = getattr(cb, method, None)
+        if fn is None:
+            return
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - switch the callback off, train on
+            name = type(getattr(cb, "cb", cb)).__name__
+            _log(f"WARNING: callback {name}.{method} raised {type(e).__name__}: {e}; it is "
+                 "switched off for the rest of this run\n" + traceback.format_exc().rstrip())
+            self.callbacks = [c for c in self.callbacks if c is not cb]
+
+    def start(self) -> "CallbackRunner":
+        if not self.callbacks:
+            return self
+        from ..callbacks import RunInfo
+
+        state = read_json(self._state_file, default={}) or {}
+        self._tail._offset = int(state.get("offset", 0))
+        info = RunInfo(path=self.run.path, name=self.run.name, config=_config(self.run),
+                       resumed=bool(state))
+        for cb in list(self.callbacks):
+            self._call(cb, "setup", info)
+        return self
+
+    def tick(self) -> None:
+        if not self.callbacks:
+            return
+        rows = self._tail.poll()
+        if rows:
+            for cb in list(self.callbacks):
+                if hasattr(cb, "on_results"):
+                    self._call(cb, "on_results", rows)
+                else:
+                    for row in rows:
+                        self._call(cb, "on_result", row)
+            self._dirty = True
+        if self._dirty and time.time() - self._saved_at >= SAVE_EVERY_S:
+            self._save()
+
+    def _save(self) -> None:
+        done = self._tail._offset - len(self._tail._partial.encode())  # whole lines only
+        atomic_write_json(self._state_file, {"offset": done}, sync=False)
+        self._saved_at, self._dirty = time.time(), False
+
+    def end(self, status: str) -> None:
+        """Deliver what is left, then ``on_end(status)`` (once)."""
+        if self._ended or not self.callbacks:
+            return
+        self._ended = True
+        self.tick()
+        if self._dirty:
+            self._save()
+        for cb in list(self.callbacks):
+            self._call(cb, "on_end", status)

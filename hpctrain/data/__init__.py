@@ -1,0 +1,79 @@
+"""Datasets on the parallel filesystem, sharded over the ranks (Ray Data's dataset shards,
+the HPC way: every rank reads its own rows of a shared HDF5 file, nothing is shipped).
+
+```python
+trainer = TorchTrainer(train_func, datasets={
+    "train": "/lustre/data/train.h5:images,labels",                 # shuffled, equal shards
+    "val": HDF5Dataset("/lustre/data/val.h5", ["images", "labels"], shuffle=False),
+})
+
+def train_func(config):
+    train = hpctrain.get_dataset_shard("train")
+    for epoch in range(config["epochs"]):
+        for batch in train.iter_torch_batches(batch_size=64):   # {"images": …, "labels": …}
+            ...
+```
+Job files: ``[datasets]`` with ``train = "/lustre/data/train.h5:images,labels"`` or
+``val = { path = "val.h5", keys = ["images", "labels"], shuffle = false }``.
+
+The plan (who reads which rows, shuffling, rows that do not divide by the world size)
+is in :mod:`hpctrain.data.plan`; the shard's API in :class:`DatasetShard`.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from ..errors import ConfigError
+from .hdf5 import HDF5Dataset, HDF5Shard
+from .plan import REMAINDERS, shard_indices
+from .sequence import SequenceDataset, SequenceShard, shard_list
+from .shard import DatasetShard
+
+__all__ = ["HDF5Dataset", "SequenceDataset", "DatasetShard", "HDF5Shard", "SequenceShard",
+           "shard_list", "shard_indices", "as_dataset", "REMAINDERS"]
+
+
+def as_dataset(value: Any, key: str = "datasets", base_dir: Optional[str] = None) -> Any:
+    """What a ``datasets=`` value (or a ``[datasets]`` entry) means: an
+    :class:`HDF5Dataset` for ``"file.h5:keys"`` or a table, a :class:`SequenceDataset`
+    for a list, tuple or NumPy array; a ConfigError naming ``key`` otherwise."""
+    if isinstance(value, (HDF5Dataset, SequenceDataset)):
+        return value
+    try:
+        if isinstance(value, str):
+            if not value.strip():
+                raise ConfigError("expected \"file.h5:dataset1,dataset2\", got an empty string")
+            return HDF5Dataset.parse(value, base_dir=base_dir)
+        if isinstance(value, dict):
+            return HDF5Dataset.from_table(value, base_dir=base_dir)
+        if isinstance(value, (list, tuple, np.ndarray)):
+            return SequenceDataset(value)
+    except ConfigError as e:
+        msg = e.message.split(": ", 1)[1] if e.message.startswith(("HDF5Dataset:",
+                                                                    "SequenceDataset:")) \
+            else e.message
+        raise ConfigError(f"{key}: {msg}", hint=e.hint or
+                          'e.g. train = "/lustre/data/train.h5:images,labels"') from None
+    raise ConfigError(f"{key}: expected \"file.h5:dataset1,dataset2\", a table (path, keys, "
+                      f"shuffle, seed, remainder, window_mb), a list or an array; got "
+                      f"{type(value).__name__}",
+                      hint="for other data, pass a list of file names and read them in the "
+                           "training function")
+
+
+def as_datasets(datasets: Optional[Dict[str, Any]], prefix: str = "datasets",
+                base_dir: Optional[str] = None) -> Dict[str, Any]:
+    """Every entry of ``datasets=`` through :func:`as_dataset`."""
+    if datasets is None:
+        return {}
+    if not isinstance(datasets, dict):
+        raise ConfigError(f"{prefix}: expected a dict of name → dataset, got "
+                          f"{type(datasets).__name__}")
+    out = {}
+    for name, value in datasets.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{prefix}: dataset names must be non-empty strings, got {name!r}")
+        out[name] = as_dataset(value, f"{prefix}.{name}", base_dir)
+    return out

@@ -1,0 +1,271 @@
+"""HDF5 files on the parallel filesystem, read by h5py: each rank reads only its rows.
+
+A shard opens the file lazily (once per process, so it survives a ``fork`` into a
+DataLoader worker), with HDF5 file locking off (many Lustre/GPFS mounts refuse
+``flock``; the file is only read) and a chunk cache large enough for a chunk shared by
+two blocks. Blocks are the dataset's chunks (whole-chunk reads); a window is read with
+one ``read_direct`` per block and column into one buffer.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import ConfigError
+from . import plan
+from .shard import DatasetShard
+
+#: Rows of one block of an unchunked (contiguous) dataset: about this many bytes.
+CONTIGUOUS_BLOCK_BYTES = 1 << 20
+#: A rank holds about this much of its share in memory at once (one window).
+DEFAULT_WINDOW_MB = 64
+_OPTIONS = ("path", "keys", "shuffle", "seed", "remainder", "window_mb")
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError as e:
+        raise ImportError("reading HDF5 datasets needs h5py: pip install 'hpctrain[data]'") from e
+    return h5py
+
+
+def open_file(path: str, cache_bytes: int = 1 << 20):
+    """``h5py.File(path, "r")`` without HDF5's file locking (where h5py can say so)."""
+    h5py = _h5py()
+    try:
+        return h5py.File(path, "r", locking=False, rdcc_nbytes=cache_bytes)
+    except TypeError:  # h5py < 3.5: no locking argument
+        os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
+        return h5py.File(path, "r", rdcc_nbytes=cache_bytes)
+
+
+class HDF5Dataset:
+    """Columns (HDF5 datasets with the same number of rows) of one file, to be sharded
+    over the ranks: ``HDF5Dataset("/lustre/data/train.h5", ["images", "labels"])``, or
+    the text form ``"/lustre/data/train.h5:images,labels"`` (``datasets=`` and
+    ``[datasets]`` in a job file take either).
+
+    ``shuffle`` (default True): a new order each epoch, the same on every rank.
+    ``seed``: default derived from the run name (every rank, every restart alike).
+    ``remainder``: ``"drop"`` (default with shuffle) or ``"uneven"`` (default without):
+    see :mod:`hpctrain.data.plan`. ``window_mb``: how much of its share a rank reads and
+    mixes at once.
+    """
+
+    def __init__(self, path: str, keys: Optional[Sequence[str]] = None, *,
+                 shuffle: bool = True, seed: Optional[int] = None,
+                 remainder: Optional[str] = None, window_mb: int = DEFAULT_WINDOW_MB):
+        where = "HDF5Dataset"
+        if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+            raise ConfigError(f"{where}: path: expected a file path, got {path!r}")
+        if isinstance(keys, str):
+            keys = [k for k in keys.split(",")]
+        keys = list(keys or [])
+        if not all(isinstance(k, str) and k.strip() for k in keys):
+            raise ConfigError(f"{where}: keys: expected names of HDF5 datasets, got {keys!r}")
+        if not isinstance(shuffle, bool):
+            raise ConfigError(f"{where}: shuffle: expected true or false, got {shuffle!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ConfigError(f"{where}: seed: expected an integer >= 0, got {seed!r}")
+        if remainder is not None and remainder not in plan.REMAINDERS:
+            raise ConfigError(f"{where}: remainder: expected \"drop\" or \"uneven\", got "
+                              f"{remainder!r}",
+                              hint="\"drop\": equal shards (training); \"uneven\": every row "
+                                   "exactly once (evaluation)")
+        if isinstance(window_mb, bool) or not isinstance(window_mb, int) or window_mb < 1:
+            raise ConfigError(f"{where}: window_mb: expected an integer >= 1, got {window_mb!r}")
+        self.path = os.path.abspath(os.fspath(path))
+        self.keys = [k.strip() for k in keys]
+        self.shuffle = shuffle
+        self.seed = seed
+        self.remainder = remainder
+        self.window_mb = window_mb
+
+    @classmethod
+    def parse(cls, text: str, base_dir: Optional[str] = None) -> "HDF5Dataset":
+        """``"path.h5:key1,key2"`` (keys optional: every dataset at the file's root).
+
+        >>> d = HDF5Dataset.parse("/data/train.h5:images,labels")
+        >>> d.path, d.keys
+        ('/data/train.h5', ['images', 'labels'])
+        """
+        path, keys = text, ""
+        head, sep, tail = text.rpartition(":")
+        if sep and head and not tail.endswith((".h5", ".hdf5", ".hdf", ".he5")):
+            path, keys = head, tail
+        path = os.path.expandvars(os.path.expanduser(path))
+        if base_dir is not None and not os.path.isabs(path):
+            path = os.path.join(base_dir, path)
+        return cls(path, [k for k in keys.split(",") if k.strip()] if keys else None)
+
+    @classmethod
+    def from_table(cls, table: Dict[str, Any], base_dir: Optional[str] = None) -> "HDF5Dataset":
+        unknown = [k for k in table if k not in _OPTIONS]
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: unknown option; expected one of "
+                              f"{', '.join(_OPTIONS)}")
+        if "path" not in table:
+            raise ConfigError("path: missing; expected the HDF5 file's path")
+        options = dict(table)
+        path = options.pop("path")
+        if isinstance(path, str):
+            path = os.path.expandvars(os.path.expanduser(path))
+            if base_dir is not None and not os.path.isabs(path):
+                path = os.path.join(base_dir, path)
+        return cls(path, **options)
+
+    def to_toml(self) -> Any:
+        """The text form when every option is the default, else a table."""
+        text = self.path + (":" + ",".join(self.keys) if self.keys else "")
+        options = {k: getattr(self, k) for k in ("shuffle", "seed", "remainder", "window_mb")}
+        defaults = {"shuffle": True, "seed": None, "remainder": None,
+                    "window_mb": DEFAULT_WINDOW_MB}
+        changed = {k: v for k, v in options.items() if v != defaults[k]}
+        if not changed:
+            return text
+        return {"path": self.path, **({"keys": list(self.keys)} if self.keys else {}), **changed}
+
+    # -- the file -------------------------------------------------------------------
+    def columns(self, f) -> List[str]:
+        h5py = _h5py()
+        return list(self.keys) or sorted(k for k, v in f.items() if isinstance(v, h5py.Dataset))
+
+    def check(self, name: str) -> None:
+        """Open the file and check the columns (exist, same number of rows) before
+        anything starts; a ConfigError naming ``datasets.<name>`` otherwise."""
+        key = f"datasets.{name}"
+        if not os.path.isfile(self.path):
+            raise ConfigError(f"{key}: file not found: {self.path}",
+                              hint="the path must be readable where the run starts (a "
+                                   "shared filesystem for batch jobs)")
+        h5py = _h5py()
+        try:
+            f = open_file(self.path)
+        except OSError as e:
+            raise ConfigError(f"{key}: {self.path} is not a readable HDF5 file ({e})") from None
+        with f:
+            found = sorted(k for k, v in f.items() if isinstance(v, h5py.Dataset))
+            cols = self.columns(f)
+            if not cols:
+                raise ConfigError(f"{key}: {self.path} has no dataset at its root",
+                                  hint="name the columns: \"file.h5:group/images,labels\"")
+            rows = {}
+            for col in cols:
+                obj = f.get(col)
+                if not isinstance(obj, h5py.Dataset):
+                    raise ConfigError(f"{key}: {self.path} has no dataset {col!r}",
+                                      hint="its datasets: " + (", ".join(found) or "none at "
+                                                               "the root"))
+                if obj.ndim == 0:
+                    raise ConfigError(f"{key}: {col!r} in {self.path} is a scalar; expected "
+                                      "rows (at least one dimension)")
+                rows[col] = obj.shape[0]
+            if len(set(rows.values())) > 1:
+                raise ConfigError(f"{key}: the columns of {self.path} differ in length: "
+                                  + ", ".join(f"{c} has {n} rows" for c, n in rows.items()))
+
+    def shard(self, rank: int, world_size: int, run_name: str = "") -> "HDF5Shard":
+        seed = self.seed if self.seed is not None else plan.seed_from_name(run_name)
+        return HDF5Shard(self, rank=rank, world_size=world_size, seed=seed)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, HDF5Dataset) and self.to_toml() == other.to_toml()
+
+    def __repr__(self) -> str:
+        return f"HDF5Dataset({self.to_toml()!r})"
+
+
+class HDF5Shard(DatasetShard):
+    """This rank's rows of an :class:`HDF5Dataset`; batches are ``{column: ndarray}``."""
+
+    def __init__(self, source: HDF5Dataset, *, rank: int, world_size: int, seed: int):
+        with open_file(source.path) as f:
+            self.columns = source.columns(f)
+            dsets = [f[c] for c in self.columns]
+            num_rows = dsets[0].shape[0]
+            self._specs: Dict[str, Tuple[np.dtype, Tuple[int, ...]]] = {
+                c: (d.dtype, d.shape[1:]) for c, d in zip(self.columns, dsets)}
+            row_bytes = sum(d.dtype.itemsize * int(np.prod(d.shape[1:])) for d in dsets)
+            chunked = [d.chunks[0] for d in dsets if d.chunks]
+            chunk_bytes = max([d.dtype.itemsize * int(np.prod(d.chunks)) for d in dsets
+                               if d.chunks] or [0])
+            filtered = any(d.id.get_create_plist().get_nfilters() for d in dsets)
+        super().__init__(rank=rank, world_size=world_size, num_rows=num_rows,
+                         shuffle=source.shuffle, seed=seed, remainder=source.remainder)
+        self.path = source.path
+        self.block_rows = max(chunked) if chunked else max(
+            1, CONTIGUOUS_BLOCK_BYTES // max(1, row_bytes))
+        self.window_blocks = max(1, (source.window_mb << 20) //
+                                 max(1, self.block_rows * row_bytes))
+        # No chunk cache for plain chunks: HDF5 then reads them straight into our
+        # buffers (a cached chunk is copied twice) and each epoch reads each of its
+        # chunks once anyway. Compressed chunks must be decompressed whole: a cache of
+        # two of them serves a chunk that two blocks share.
+        self._cache_bytes = 2 * chunk_bytes if filtered else 0
+        self._file = None
+        self._dsets: Dict[str, Any] = {}
+        self._pid = None
+        self._buffers: Dict[str, Any] = {}
+
+    def column_specs(self) -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
+        """``{column: (dtype, shape of one row)}``."""
+        return dict(self._specs)
+
+    def _open(self) -> Dict[str, Any]:
+        """``{column: h5py.Dataset}`` of this process's handle (opened on first use)."""
+        if self._file is None or self._pid != os.getpid():
+            self._file = open_file(self.path, self._cache_bytes)
+            self._dsets = {c: self._file[c] for c in self.columns}
+            self._pid = os.getpid()
+        return self._dsets
+
+    def _read(self, segments: List[plan.Segment], buffers: Optional[Dict[str, Any]] = None
+              ) -> Dict[str, Any]:
+        dsets = self._open()
+        if buffers is None and len(segments) == 1:  # h5py's fast path for one slice
+            a, b = segments[0]
+            return {col: d[a:b] for col, d in dsets.items()}
+        from h5py import h5s
+
+        rows = sum(b - a for a, b in segments)
+        out = {}
+        for col, dset in dsets.items():
+            dtype, shape = self._specs[col]
+            if buffers is not None:
+                buf = buffers.get(col)
+                if buf is None or len(buf) < rows:
+                    buf = buffers[col] = np.empty((rows,) + tuple(shape), dtype=dtype)
+                buf = buf[:rows]
+            else:
+                buf = np.empty((rows,) + tuple(shape), dtype=dtype)
+            # HDF5's low-level read of each slice into its place: a plain memory space,
+            # so HDF5 reads straight into the buffer (h5py's read_direct takes a slower
+            # path through a selection of the whole buffer)
+            fspace = dset.id.get_space()
+            pos = 0
+            for a, b in segments:
+                fspace.select_hyperslab((a,) + (0,) * len(shape), (b - a,) + tuple(shape))
+                dset.id.read(h5s.create_simple((b - a,) + tuple(shape)), fspace,
+                             buf[pos:pos + b - a])
+                pos += b - a
+            out[col] = buf
+        return out
+
+    def _read_into(self, segments: List[plan.Segment]) -> Dict[str, Any]:
+        # one window buffer per column, reused: no fresh memory to fault in per window
+        return self._read(segments, self._buffers)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file, self._dsets = None, {}
+
+    def __getstate__(self) -> Dict[str, Any]:  # a DataLoader worker opens its own handle
+        state = dict(self.__dict__)
+        state["_file"] = None
+        state["_dsets"] = {}
+        state["_buffers"] = {}
+        return state

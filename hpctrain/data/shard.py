@@ -1,0 +1,238 @@
+"""What ``hpctrain.get_dataset_shard(name)`` returns: this rank's part of a dataset.
+
+A shard reads lazily, one window of its plan (:mod:`.plan`) at a time, and yields
+batches. Each pass (``iter_batches``, one iteration of a torch ``DataLoader`` or a
+``tf.data.Dataset`` made from it) is one epoch: the shard counts them, starting at 0,
+so every rank shuffles the same way as long as every rank makes the same passes. After
+resuming from a checkpoint, call ``shard.set_epoch(epoch)`` (as with torch's
+``DistributedSampler``), or pass ``epoch=`` to a pass.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import plan
+
+
+def _concat(pieces: List[Dict[str, Any]]) -> Dict[str, Any]:
+    out = {}
+    for key in pieces[0]:
+        parts = [p[key] for p in pieces]
+        out[key] = (np.concatenate(parts) if isinstance(parts[0], np.ndarray)
+                    else [x for part in parts for x in part])
+    return out
+
+
+Window = Tuple[Dict[Any, Any], Optional[np.ndarray]]  # ({column: rows}, permutation)
+
+
+def _take(rows: Any, idx: Any) -> Any:
+    if isinstance(rows, np.ndarray):
+        return rows[idx]
+    if isinstance(idx, slice):
+        return rows[idx]
+    return [rows[i] for i in idx]
+
+
+def _slice(window: Window, a: int, b: int) -> Dict[str, Any]:
+    """Rows ``a:b`` of a window in its order: a view when unpermuted, else gathered."""
+    data, perm = window
+    idx = slice(a, b) if perm is None else perm[a:b]
+    return {k: _take(v, idx) for k, v in data.items()}
+
+
+def batches(windows: Iterator[Window], batch_size: int,
+            drop_last: bool) -> Iterator[Dict[str, Any]]:
+    """Cut a stream of windows (``({column: rows}, permutation or None)``) into batches
+    of ``batch_size`` rows; a batch may span windows. The last, shorter batch is kept
+    unless ``drop_last``. A permuted window's rows are gathered batch by batch, so a
+    window's buffer may be reused once the next window is asked for.
+
+    >>> ws = iter([({"x": np.arange(3)}, None), ({"x": np.arange(3, 7)}, np.array([3, 2, 1, 0]))])
+    >>> [b["x"].tolist() for b in batches(ws, 3, False)]
+    [[0, 1, 2], [6, 5, 4], [3]]
+    """
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+    pending: List[Dict[str, Any]] = []
+    have = 0
+    for window in windows:
+        rows = len(next(iter(window[0].values())))
+        pos = 0
+        if pending:
+            take = min(batch_size - have, rows)
+            pending.append(_slice(window, 0, take))
+            have += take
+            pos = take
+            if have == batch_size:
+                yield _concat(pending)
+                pending, have = [], 0
+        if pos == 0 and rows == batch_size and window[1] is None:
+            yield window[0]  # a whole unpermuted window is a batch as it is
+            continue
+        while rows - pos >= batch_size:
+            yield _slice(window, pos, pos + batch_size)
+            pos += batch_size
+        if pos < rows:
+            pending, have = [_slice(window, pos, rows)], rows - pos
+    if pending and not drop_last:
+        yield _concat(pending)
+
+
+class DatasetShard:
+    """This rank's part of a dataset (see the module docstring).
+
+    ``len(shard)``: rows this rank sees per epoch. ``shard.num_rows``: rows of the whole
+    dataset. ``shard.indices(epoch)``: the global row indices this rank sees in that
+    epoch, in order (nothing is read).
+    """
+
+    #: Column names; a shard of a plain sequence has one unnamed column.
+    columns: Sequence[str] = ()
+    block_rows = 1
+    window_blocks = 0   # 0: the whole share is one window
+
+    def __init__(self, *, rank: int, world_size: int, num_rows: int, shuffle: bool,
+                 seed: int, remainder: Optional[str]):
+        self.rank = rank
+        self.world_size = world_size
+        self.num_rows = num_rows
+        self.shuffle = shuffle
+        self.seed = seed
+        self.remainder = remainder or plan.default_remainder(shuffle)
+        self._epoch = 0
+
+    # -- the plan ---------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The epoch the next pass reads (the count of passes so far, or ``set_epoch``)."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next pass reads ``epoch`` (then ``epoch + 1``…). Call it on every rank
+        alike, e.g. with the epoch a checkpoint resumes from."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"set_epoch: expected an integer >= 0, got {epoch!r}")
+        self._epoch = epoch
+
+    def _take_epoch(self, epoch: Optional[int]) -> int:
+        if epoch is None:
+            epoch = self._epoch
+        self._epoch = epoch + 1
+        return epoch
+
+    def __len__(self) -> int:
+        lo, hi = plan.rank_range(self.num_rows, self.rank, self.world_size, self.remainder)
+        return hi - lo
+
+    def segments(self, epoch: Optional[int] = None) -> List[plan.Segment]:
+        """The row ranges this rank reads in ``epoch`` (default: the next pass's)."""
+        return plan.rank_segments(
+            self.num_rows, self.block_rows, self.rank, self.world_size,
+            epoch=self._epoch if epoch is None else epoch, seed=self.seed,
+            shuffle=self.shuffle, remainder=self.remainder)
+
+    def indices(self, epoch: Optional[int] = None) -> np.ndarray:
+        """The global row indices this rank sees in ``epoch``, in order."""
+        return plan.shard_indices(
+            self.num_rows, self.rank, self.world_size,
+            epoch=self._epoch if epoch is None else epoch, seed=self.seed,
+            shuffle=self.shuffle, remainder=self.remainder, block_rows=self.block_rows,
+            window_blocks=self.window_blocks)
+
+    # -- reading ----------------------------------------------------------------------
+    def _read(self, segments: List[plan.Segment]) -> Dict[str, Any]:
+        """The rows of ``segments``, in order, as ``{column: rows}``."""
+        raise NotImplementedError
+
+    def _in_order_pieces(self, segments: List[plan.Segment]) -> List[List[plan.Segment]]:
+        """What one read covers in file order: a block (HDF5: one chunk-sized slice)."""
+        return [[seg] for seg in segments]
+
+    def _read_into(self, segments: List[plan.Segment]) -> Dict[str, Any]:
+        """Like :meth:`_read`, into a buffer the shard may reuse for the next window (the
+        rows are gathered out of it batch by batch)."""
+        return self._read(segments)
+
+    def _windows(self, epoch: int, part: int = 0, parts: int = 1) -> Iterator[Window]:
+        segs = self.segments(epoch)
+        if not self.shuffle:  # in file order: read piece by piece, batches are views
+            for i, piece in enumerate(self._in_order_pieces(segs)):
+                if i % parts == part:
+                    yield self._read(piece), None
+            return
+        groups = plan.windows(segs, self.window_blocks or len(segs) or 1)
+        for w, group in enumerate(groups):
+            if w % parts != part:
+                continue
+            rows = sum(b - a for a, b in group)
+            perm = plan.window_permutation(rows, epoch=epoch, seed=self.seed, rank=self.rank,
+                                           window=w, shuffle=True)
+            yield self._read_into(group), perm
+
+    def _out(self, batch: Dict[str, Any]) -> Any:
+        return batch
+
+    def iter_batches(self, batch_size: int = 256, *, epoch: Optional[int] = None,
+                     drop_last: bool = False) -> Iterator[Any]:
+        """One epoch of this rank's rows in batches of ``batch_size`` (``{column: numpy
+        array}`` for HDF5; a slice of the sequence otherwise). ``epoch``: default the
+        next one (see :attr:`epoch`)."""
+        epoch = self._take_epoch(epoch)
+        out = batches(self._windows(epoch), batch_size, drop_last)
+        if type(self)._out is DatasetShard._out:
+            return out
+        return (self._out(b) for b in out)
+
+    def iter_rows(self, *, epoch: Optional[int] = None) -> Iterator[Any]:
+        """One epoch of this rank's rows, one at a time."""
+        epoch = self._take_epoch(epoch)
+        for data, perm in self._windows(epoch):
+            n = len(next(iter(data.values())))
+            for i in range(n):
+                j = i if perm is None else perm[i]
+                yield self._out({k: v[j] for k, v in data.items()})
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iter_rows()
+
+    # -- framework adapters -----------------------------------------------------------
+    def iter_torch_batches(self, batch_size: int = 256, *, epoch: Optional[int] = None,
+                           drop_last: bool = False, device: Any = None) -> Iterator[Any]:
+        """Like :meth:`iter_batches`, with torch tensors (on ``device``; default: this
+        rank's, ``hpctrain.torch.get_device()``)."""
+        from .adapters import to_tensors
+
+        for batch in self.iter_batches(batch_size, epoch=epoch, drop_last=drop_last):
+            yield to_tensors(batch, device)
+
+    def to_torch(self, batch_size: int = 256, *, drop_last: bool = False):
+        """A ``torch.utils.data.IterableDataset`` of this rank's batches (of tensors);
+        each iteration is the next epoch. Use it with ``DataLoader(ds, batch_size=None)``
+        or :meth:`to_torch_dataloader`."""
+        from .adapters import torch_dataset
+
+        return torch_dataset(self, batch_size, drop_last)
+
+    def to_torch_dataloader(self, batch_size: int = 256, *, drop_last: bool = False,
+                            **loader_kwargs: Any):
+        """A ``torch.utils.data.DataLoader`` over :meth:`to_torch`: each ``for batch in
+        loader`` is the next epoch. ``num_workers > 0`` splits the windows among the
+        loader's processes (the order is then theirs, still the same on every run)."""
+        from .adapters import torch_dataloader
+
+        return torch_dataloader(self, batch_size, drop_last, loader_kwargs)
+
+    def to_tf(self, batch_size: int = 256, *, drop_last: bool = False):
+        """A ``tf.data.Dataset`` of this rank's batches; each iteration over it is the
+        next epoch. Prefetch it: ``shard.to_tf(64).prefetch(2)``."""
+        from .adapters import tf_dataset
+
+        return tf_dataset(self, batch_size, drop_last)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size}, "
+                f"rows={len(self)} of {self.num_rows}, shuffle={self.shuffle}, "
+                f"remainder={self.remainder!r})")

@@ -1,0 +1,85 @@
+"""Training functions of the data and tracking tests (imported by the workers too)."""
+import json
+import os
+
+import numpy as np
+
+import hpctrain
+
+
+def _rchar() -> int:
+    """Bytes this process asked the kernel to read (read/pread calls, page cache or not)."""
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("rchar:")).split()[1])
+
+
+def read_shards(config):
+    """Two epochs of "train" (iter_batches, then the torch DataLoader adapter), one of
+    "val", and the file list; records rows, bytes read and plans in test-out/."""
+    import h5py  # noqa: F401 - imported before any measurement
+    from hpctrain import train as legacy
+    from hpctrain.data import plan
+
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    train = hpctrain.get_dataset_shard("train")
+    assert legacy.get_dataset_shard("train") is train  # the seed-era name, same shard
+    out = {"rank": rank, "len": len(train), "epochs": [], "bytes": [], "plans": []}
+    for epoch in range(2):
+        # the plan of every rank, as this rank computes it (nothing is read)
+        out["plans"].append([
+            plan.shard_indices(
+                train.num_rows, r, train.world_size, epoch=epoch, seed=train.seed,
+                shuffle=train.shuffle, remainder=train.remainder,
+                block_rows=train.block_rows, window_blocks=train.window_blocks).tolist()
+            for r in range(train.world_size)])
+        before = _rchar()
+        if epoch == 0:
+            batches = list(train.iter_batches(config["batch_size"]))
+            rows = [int(i) for b in batches for i in b["y"]]
+            # columns stay aligned through the shuffle: x[i] starts with i * 100
+            out["train_x_matches"] = all(bool((b["x"][:, 0] == b["y"] * 100).all())
+                                         for b in batches)
+        else:
+            loader = train.to_torch_dataloader(config["batch_size"])
+            rows = [int(i) for b in loader for i in b["y"]]
+        out["bytes"].append(_rchar() - before)
+        out["epochs"].append(rows)
+        hpctrain.report({"epoch": epoch, "rows": len(rows)})
+    val = hpctrain.get_dataset_shard("val")
+    out["val"] = [int(i) for b in val.iter_batches(100) for i in b["y"]]
+    x_ok = all(bool((b["x"][:, 0] == b["y"] * 100).all()) for b in val.iter_batches(100))
+    out["val_x_matches"] = x_ok
+    out["files"] = list(hpctrain.get_dataset_shard("files").iter_rows())
+    d = os.path.join(ctx.get_run_dir(), "test-out")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"rank-{rank}.json"), "w") as f:
+        json.dump(out, f)
+
+
+def make_file(path, rows, cols=100, chunk_rows=64):
+    """x[i] = i * 100 + column, y[i] = i; chunked by ``chunk_rows`` rows."""
+    import h5py
+
+    chunk_rows = min(chunk_rows, rows)
+    with h5py.File(path, "w") as f:
+        x = (np.arange(rows, dtype=np.float32)[:, None] * 100
+             + np.arange(cols, dtype=np.float32)[None, :])
+        f.create_dataset("x", data=x, chunks=(chunk_rows, cols))
+        f.create_dataset("y", data=np.arange(rows, dtype=np.int64), chunks=(chunk_rows,))
+    return path
+
+
+def tracked(config):
+    """Three reports of known metrics (a nested one too), a checkpoint at the second."""
+    import tempfile
+
+    for epoch in range(3):
+        ckpt = None
+        if epoch == 1 and hpctrain.get_context().get_world_rank() == 0:
+            d = tempfile.mkdtemp()
+            with open(os.path.join(d, "w.txt"), "w") as f:
+                f.write("weights")
+            ckpt = hpctrain.Checkpoint.from_directory(d)
+        hpctrain.report({"loss": 1.0 / (epoch + 1), "acc": epoch / 10,
+                         "nested": {"m": epoch * 2}, "note": "text"}, checkpoint=ckpt)
