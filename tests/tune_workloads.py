@@ -1,0 +1,35 @@
+"""Training functions for the sweep tests (tests/test_tune.py, test_tune_slurm.py):
+tiny, so a trial costs little more than its process start."""
+import os
+import time
+
+import hpctrain
+
+
+def docs_example(config):
+    """The Ray Train docs' sweep example: nothing changes over the epochs, and the
+    reported output is the input."""
+    for _ in range(config["num_epochs"]):
+        hpctrain.report({"output": config["input"]})
+
+
+def gated(config):
+    """The docs example, recording every start of the trial in <run>/starts.log; a trial
+    whose input is in ``config["gated"]`` waits (at most 120 s) for the file
+    ``config["gate"]`` before it reports."""
+    ctx = hpctrain.get_context()
+    with open(os.path.join(ctx.get_run_dir(), "starts.log"), "a") as f:
+        f.write(f"{ctx.get_job_id()} {time.time()}\n")
+    if config["input"] in config.get("gated", []):
+        deadline = time.monotonic() + 120
+        while not os.path.exists(config["gate"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    for _ in range(config["num_epochs"]):
+        hpctrain.report({"output": config["input"]})
+
+
+def fails_on(config):
+    """The docs example, raising for the input ``config["bad"]``."""
+    if config["input"] == config["bad"]:
+        raise ValueError(f"input {config['input']} is bad")
+    docs_example(config)
