@@ -209,7 +209,7 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[i
         with lock:
             done.append(index)
             if verbose >= 1:
-                rows = [] if status != FINISHED else _last_row(run)
+                rows = {} if status != FINISHED else _last_row(run)
                 shown = ", ".join(f"{k}={v}" for k, v in user_metrics(rows).items())
                 print(f"[hpctrain] {trial_id(index)} {status} ({len(done)} of {len(indices)})"
                       + (f": {shown}" if shown else ""), file=sys.stderr, flush=True)
