@@ -16,14 +16,22 @@ def docs_example(config):
 def gated(config):
     """The docs example, recording every start of the trial in <run>/starts.log; a trial
     whose input is in ``config["gated"]`` waits (at most 120 s) for the file
-    ``config["gate"]`` before it reports."""
+    ``config["gate"]`` before it reports its output, meanwhile reporting ``waiting`` and,
+    when asked to (the scheduler's warning), a checkpoint."""
     ctx = hpctrain.get_context()
     with open(os.path.join(ctx.get_run_dir(), "starts.log"), "a") as f:
         f.write(f"{ctx.get_job_id()} {time.time()}\n")
     if config["input"] in config.get("gated", []):
         deadline = time.monotonic() + 120
         while not os.path.exists(config["gate"]) and time.monotonic() < deadline:
-            time.sleep(0.2)
+            ckpt = None
+            if ctx.should_checkpoint():
+                staging = ctx.get_checkpoint_staging_dir()
+                with open(os.path.join(staging, "waited"), "w") as f:
+                    f.write("1")
+                ckpt = hpctrain.Checkpoint.from_directory(staging)
+            hpctrain.report({"waiting": 1}, checkpoint=ckpt)
+            time.sleep(0.25)
     for _ in range(config["num_epochs"]):
         hpctrain.report({"output": config["input"]})
 
