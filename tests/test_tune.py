@@ -59,6 +59,10 @@ def test_ray_docs_example_locally_gives_the_best_config_and_a_rerun_runs_nothing
                        tune_config=tune.TuneConfig(metric="output", mode="max")).fit()
     assert again.get_best_result().path == best.path
     assert [len(attempts(r.path)) for r in again] == [1, 1, 1]
+    assert tune.Tuner.can_restore(sweep) and not tune.Tuner.can_restore(best.path)
+    restored = tune.Tuner.restore(sweep, trainer).fit()
+    assert restored.get_best_result().config == best.config
+    assert [len(attempts(r.path)) for r in restored] == [1, 1, 1]
     # another space under the same name is refused, and changes nothing
     with pytest.raises(ConfigError, match="another search space"):
         tune.Tuner(trainer, param_space={"train_loop_config": {"input": tune.grid_search([7])}}
@@ -87,6 +91,17 @@ def test_seed_era_to_tune_trainable_runs_its_documented_example(tmp_path):
     assert [t.status for t in analysis.trials] == ["TERMINATED"] * 3
     assert [t.last_result["output"] for t in analysis.trials] == [1, 2, 3]
     assert analysis.get_best_logdir("output", "min").endswith("legacy/trial_00000")
+
+
+def test_a_training_function_is_a_trainable_too(storage):
+    grid = tune.Tuner(tune_workloads.tune_function,
+                      param_space={"a": tune.grid_search([1, 2]), "b": 5},
+                      tune_config=tune.TuneConfig(metric="score", mode="max"),
+                      run_config=RunConfig(name="fn", storage_path=storage, verbose=0)).fit()
+    assert [r.config for r in grid] == [{"a": 1, "b": 5}, {"a": 2, "b": 5}]
+    assert [r.metrics["score"] for r in grid] == [15, 25]
+    assert grid.get_best_result().config == {"a": 2, "b": 5}
+    assert grid.get_best_result(mode="min", scope="all").metrics["score"] == 15
 
 
 def sweep_file(tmp_path, storage, name, *, function="docs_example", extra_config="",
@@ -302,3 +317,12 @@ def test_pbs_array_script_and_the_fake_qsub(tmp_path, storage, monkeypatch):
     grid = tune.ResultGrid.from_path(sweep)
     assert [r.status for r in grid] == ["PENDING", "PENDING", "FINISHED"]
     assert grid.get_best_result().config == {"train_loop_config": {"input": 3}}
+
+
+@pytest.mark.parametrize("name", ["hpctrain.tune.search", "hpctrain.tune._sweep"])
+def test_docstring_examples_of_the_sweep_helpers(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0

@@ -41,3 +41,12 @@ def fails_on(config):
     if config["input"] == config["bad"]:
         raise ValueError(f"input {config['input']} is bad")
     docs_example(config)
+
+
+def tune_function(config):
+    """A Ray Tune function trainable: Ray 2's ``tune.report(dict)``, then Ray 1's
+    ``tune.report(**kw)``."""
+    from hpctrain import tune
+
+    tune.report({"score": config["a"] * 10})
+    tune.report(score=config["a"] * 10 + config["b"])

@@ -76,6 +76,10 @@ def run_trial(run: RunDir, spec: Any, index: int,
     except ConfigError as e:
         _log(f"the sweep's spec is not valid: {e}")
         return 2
+    if sweep.trial_status(index, manifest) == "FINISHED":
+        # (a PBS array covers lo-hi: a re-run's gaps are finished trials)
+        _log(f"trial {trial_id(index)} of {sweep.path} has already finished; nothing to do")
+        return 0
     job = os.environ.get("SLURM_ARRAY_JOB_ID")
     task = os.environ.get("SLURM_ARRAY_TASK_ID")
     job_id = f"{job}_{task}" if job and task else os.environ.get("PBS_JOBID", "")

@@ -320,8 +320,9 @@ def render_array(spec: Any, sweep_path: str, offset: int, tasks: Sequence[int], 
     """The batch script of one job array: task ``t`` runs trial ``offset + t`` of the sweep
     (its run directory ``trial_NNNNN``) with the spec's scaling, scheduler and recovery
     settings. Slurm: ``#SBATCH --array=<tasks>%<max_concurrent>``; PBS: ``#PBS -J lo-hi``
-    (and ``-W max_run_subjobs``), or a plain job for a single trial (PBS arrays need two
-    indices or more)."""
+    (and ``-W max_run_subjobs``; ``-J`` takes no lists, so the finished trials between
+    those of a re-run get a subjob that ends at once), or a plain job for a single trial
+    (PBS arrays need two indices or more)."""
     from ..schedulers import BatchRequest, get_scheduler
 
     kind = spec.scheduler.kind

@@ -151,7 +151,7 @@ class Tuner:
         m = self._manifest(sweep)
         configs = {t["index"]: t["config"] for t in m["trials"]}
         indices = to_run(sweep, m, retry_failed=self._retry_failed)
-        verbose = self._trainer.run_config.verbose
+        verbose = (self.run_config or self._trainer.run_config).verbose
         make = lambda i: self._trial_trainer(sweep, i, configs[i])  # noqa: E731
         spec = self._trainer.job_spec()
         if spec.scheduler.kind == "local" or self._trainer._local_only:
