@@ -6,8 +6,9 @@ A site config is a TOML file named ``<name>.toml`` with:
   ``docs`` (the center's job-submission page);
 * ``[limits]``: checked before anything is submitted — ``max_walltime``, ``max_nodes``,
   ``cpus_per_node``, ``gpus_per_node`` (0: CPU-only), ``mem_per_node``,
-  ``required_directives``, ``max_array_size`` (sweeps: larger ones are split); and the same keys per ``[limits.partitions.<name>]`` (Slurm
-  partition or PBS queue), ``[limits.qos.<name>]`` and ``[limits.constraints.<name>]``;
+  ``required_directives``, ``max_array_size`` (sweeps: larger ones are split); and the
+  same keys per ``[limits.partitions.<name>]`` (Slurm partition or PBS queue),
+  ``[limits.qos.<name>]`` and ``[limits.constraints.<name>]``;
 * any job-spec section (``[scheduler]``, ``[scaling]``, ``[env]``, ``[setup]``, ``[run]``,
   backend sections): a layer under the user's job file.
 

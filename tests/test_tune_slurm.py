@@ -12,7 +12,7 @@ import tune_workloads
 from helpers import cli
 from hpctrain import RunConfig, ScalingConfig, tune
 from hpctrain.torch import TorchTrainer
-from slurm import HoldReleaser, squeue_state, start_cluster, wait_gone
+from slurm import HoldReleaser, start_cluster, wait_gone
 
 pytestmark = pytest.mark.slow
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -11,7 +11,8 @@ seed always give the same configs, whatever order trials are made in.
 [1, 2, 3]
 >>> len(expand({"a": grid_search([1, 2]), "b": grid_search("xyz")}, num_samples=2, seed=0))
 12
->>> expand({"lr": loguniform(1e-4, 1e-1)}, 1, seed=7) == expand({"lr": loguniform(1e-4, 1e-1)}, 1, seed=7)
+>>> space = {"lr": loguniform(1e-4, 1e-1)}
+>>> expand(space, 1, seed=7) == expand(space, 1, seed=7) != expand(space, 1, seed=8)
 True
 
 In a TOML job file the same domains are one-key tables: ``input = {grid_search = [1, 2, 3]}``,

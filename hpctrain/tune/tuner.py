@@ -11,7 +11,7 @@ import copy
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..config import RunConfig, default_storage_path
 from ..errors import ConfigError
