@@ -9,6 +9,8 @@
     hpctrain cancel RUN                                        cancel the run's job
     hpctrain results RUN                                       metrics, checkpoints, attempts
     hpctrain plot RUN [RUN...] --metric loss [-o loss.png]     metric curves, runs compared
+    hpctrain sweep job.toml [--site S] [--set ...] [--follow]  a [sweep]: trials here or as job arrays
+    hpctrain results SWEEP_DIR                                 the sweep's trials, ranked
     hpctrain sites [NAME]                                      known site configs
 
 RUN is a run directory, or a run name under $HPCTRAIN_STORAGE_PATH (~/hpctrain_results).
@@ -112,6 +114,23 @@ def _parser() -> argparse.ArgumentParser:
     plo.add_argument("--x", choices=("iteration", "time"), default="iteration",
                      help="x axis: report iteration (default) or minutes since the first "
                           "report")
+    swp = sub.add_parser("sweep", help="run a job spec's [sweep]: trials here or as job arrays",
+                         description="Run one trial per config of the job file's [sweep] "
+                                     "(grid searches crossed, num_samples repeats, random "
+                                     "domains sampled with a recorded seed), each a normal "
+                                     "run under <storage_path>/<run.name>/trial_NNNNN. "
+                                     "Locally the trials run here; with a Slurm or PBS "
+                                     "scheduler they are submitted as job arrays. Running "
+                                     "it again runs only the trials that did not finish.")
+    _add_spec_args(swp)
+    swp.add_argument("--dry-run", action="store_true",
+                     help="print the job array script(s) (locally: the trials); create "
+                          "and submit nothing")
+    swp.add_argument("--follow", action="store_true",
+                     help="wait for the arrays' trials and print the ranking (Ctrl-C "
+                          "detaches)")
+    swp.add_argument("--retry-failed", action="store_true",
+                     help="also run again the trials that failed")
     sit = sub.add_parser("sites", help="list the site configs hpctrain knows",
                          description="List site configs (package, /etc/hpctrain/sites, "
                                      "$HPCTRAIN_SITE_PATH), or show one.")
@@ -143,6 +162,7 @@ def _batch_trainer(args):
     from .trainer import trainer_from_spec
 
     spec = _load(args)
+    _refuse_sweep(spec)
     if spec.scheduler.kind == "local":
         raise ConfigError("scheduler.kind: expected \"slurm\" or \"pbs\" to render or submit "
                           "a batch job, got \"local\"", file=spec.where("scheduler.kind"),
@@ -314,6 +334,19 @@ def cmd_cancel(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from .tune.cli import cmd_sweep as sweep
+
+    return sweep(args)
+
+
+def _refuse_sweep(spec) -> None:
+    if spec.sweep:
+        raise ConfigError("sweep: this job file has a [sweep] section", file=spec.source,
+                          hint="run its trials with `hpctrain sweep` (same arguments), or "
+                               "remove [sweep] for a single run")
+
+
 def cmd_sites(args) -> int:
     from .sites import available_sites, load_site, search_path
 
@@ -353,7 +386,9 @@ def cmd_validate(args) -> int:
 def cmd_run(args) -> int:
     from .trainer import trainer_from_spec
 
-    trainer = trainer_from_spec(_load(args, check_limits=False))
+    spec = _load(args, check_limits=False)
+    _refuse_sweep(spec)
+    trainer = trainer_from_spec(spec)
     trainer._local_only = True  # `run` runs here, whatever scheduler the spec names
     return _outcome(trainer.fit, trainer.run_path, lead="\n")
 
@@ -370,8 +405,14 @@ def _print_summary(result) -> None:
 
 
 def cmd_results(args) -> int:
-    """``hpctrain results RUN``: one run's tables (see :mod:`hpctrain._internal.report`)."""
+    """``hpctrain results RUN``: one run's tables (see :mod:`hpctrain._internal.report`);
+    ``hpctrain results SWEEP_DIR``: the sweep's trials, ranked (:mod:`hpctrain.tune.cli`)."""
     from ._internal.report import print_results
+    from .tune.cli import print_results as print_sweep, sweep_dir_of
+
+    sweep = sweep_dir_of(args.run)
+    if sweep is not None:
+        return print_sweep(sweep)
 
     print_results(args.run)
     return 0
@@ -405,7 +446,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     handler = {"run": cmd_run, "validate": cmd_validate, "results": cmd_results,
                "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
                "logs": cmd_logs, "cancel": cmd_cancel, "sites": cmd_sites,
-               "plot": cmd_plot}[args.command]
+               "plot": cmd_plot, "sweep": cmd_sweep}[args.command]
     try:
         code = handler(args)
     except ConfigError as e:

@@ -6,8 +6,9 @@ A site config is a TOML file named ``<name>.toml`` with:
   ``docs`` (the center's job-submission page);
 * ``[limits]``: checked before anything is submitted — ``max_walltime``, ``max_nodes``,
   ``cpus_per_node``, ``gpus_per_node`` (0: CPU-only), ``mem_per_node``,
-  ``required_directives``; and the same keys per ``[limits.partitions.<name>]`` (Slurm
-  partition or PBS queue), ``[limits.qos.<name>]`` and ``[limits.constraints.<name>]``;
+  ``required_directives``, ``max_array_size`` (sweeps: larger ones are split); and the
+  same keys per ``[limits.partitions.<name>]`` (Slurm partition or PBS queue),
+  ``[limits.qos.<name>]`` and ``[limits.constraints.<name>]``;
 * any job-spec section (``[scheduler]``, ``[scaling]``, ``[env]``, ``[setup]``, ``[run]``,
   backend sections): a layer under the user's job file.
 
@@ -31,7 +32,10 @@ PACKAGE_SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sit
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SITE_KEYS = {"name": str, "description": str, "scheduler": str, "docs": str}
 _LIMIT_KEYS = {"max_walltime": "walltime", "max_nodes": "int", "cpus_per_node": "int",
-               "gpus_per_node": "int", "mem_per_node": "memory"}
+               "gpus_per_node": "int", "mem_per_node": "memory",
+               # job arrays (sweeps): indices 0 … max_array_size - 1 (Slurm's MaxArraySize,
+               # PBS's max_array_size); a larger sweep is split into several arrays
+               "max_array_size": "int"}
 _SELECTORS = ("partitions", "qos", "constraints")
 #: Job-spec sections a site may set (not the entry point, the run's name or its config).
 SITE_SECTIONS = ("scheduler", "scaling", "env", "setup", "run", "checkpoint", "failure",

@@ -53,6 +53,7 @@ _EXPECTED = {
     "numbers": "a table of numbers",
     "strlist": "an array of strings",
     "directives": "a table of option = value",
+    "space": "a table of config keys and domains ({grid_search = [...]}, …)",
     "walltime": 'a walltime string such as "02:00:00"',
     "callback": "true, false or a table of options",
     "memory": 'a memory size such as "4G"',
@@ -94,13 +95,16 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
     "tensorflow": {"timeout_s": "int", "legacy_keras": "bool"},
     "horovod": {"timeout_s": "int", "controller": "str"},
     "mpi": {"timeout_s": "int"},
+    # A hyperparameter sweep (``hpctrain sweep``): param_space overlays [config] per trial.
+    "sweep": {"num_samples": "int", "metric": "str", "mode": "str",
+              "max_concurrent_trials": "int", "seed": "int", "param_space": "space"},
 }
 
 #: Top-level keys that are not sections.
 TOP_LEVEL = {"site": "str"}
 
 #: Table kinds whose entries merge key by key across layers (site < job file < --set).
-_MERGED_TABLES = ("numbers", "directives", "callback")
+_MERGED_TABLES = ("numbers", "directives", "callback", "space")
 
 _CHOICES: Dict[str, Sequence[str]] = {
     "job.backend": BACKENDS,
@@ -109,8 +113,10 @@ _CHOICES: Dict[str, Sequence[str]] = {
     "scheduler.kind": ("local", "slurm", "pbs"),
     "scheduler.launcher": ("srun", "mpiexec", "mpirun", "local"),
     "scheduler.gpu_binding": ("none", "local_rank", "local_rank_reverse"),
+    "sweep.mode": ("min", "max"),
 }
 _MINIMUM: Dict[str, int] = {f"{b}.timeout_s": 1 for b in BACKENDS}
+_MINIMUM.update({"sweep.num_samples": 1, "sweep.max_concurrent_trials": 1, "sweep.seed": 0})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _KIND_NAMES = [
@@ -143,6 +149,8 @@ def _matches(kind: str, value: Any) -> bool:
         return True  # hpctrain.units explains what is wrong
     if kind == "strlist":
         return isinstance(value, list)
+    if kind == "space":
+        return isinstance(value, dict)
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "bool":
@@ -318,6 +326,11 @@ def _check_value(ctx: _Ctx, key: str, kind: str, value: Any) -> Any:
                                 f"{_show(item)} ({_kind(item)})")
             out_d[name] = item
         return out_d
+    if kind == "space":
+        from .tune.search import from_tables
+
+        from_tables(value, key, ctx.error)  # checks every domain; the tables stay as given
+        return copy.deepcopy(value)
     if kind == "numbers":
         out: Dict[str, Any] = {}
         for name, number in value.items():
@@ -544,6 +557,8 @@ class JobSpec:
     site: Optional[str] = None
     #: name → hpctrain.data.HDF5Dataset / SequenceDataset (``[datasets]``, ``datasets=``)
     datasets: Dict[str, Any] = field(default_factory=dict)
+    #: The ``[sweep]`` table (``hpctrain sweep``), validated; empty for a single run.
+    sweep: Dict[str, Any] = field(default_factory=dict)
     source: Optional[str] = field(default=None, compare=False)
     #: The loaded site config (``hpctrain.sites.Site``), when ``site`` is set.
     site_config: Any = field(default=None, compare=False, repr=False)
@@ -595,6 +610,7 @@ class JobSpec:
             "datasets": {k: v.to_toml() for k, v in (self.datasets or {}).items()
                          if v.to_toml() is not None},
             self.backend: self.backend_options,
+            "sweep": self.sweep,
         }
         if self.scaling.mem_per_worker is not None:
             data["scaling"]["mem_per_worker"] = self.scaling.mem_per_worker
@@ -608,7 +624,7 @@ class JobSpec:
 
             out["callbacks"] = callbacks_toml(r.callbacks)
         for name in ("config", "env", "setup", "scheduler", "datasets", "callbacks",
-                     self.backend):
+                     self.backend, "sweep"):
             if not out.get(name):
                 out.pop(name, None)
         return out
@@ -698,13 +714,19 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
     scheduler = _build(ctx, SchedulerConfig,
                        **_check_table(ctx, "scheduler", data.get("scheduler", {})))
     setup = _build(ctx, SetupConfig, **_check_table(ctx, "setup", data.get("setup", {})))
+    sweep = _check_table(ctx, "sweep", data.get("sweep", {}))
+    if ("metric" in sweep) != ("mode" in sweep):
+        given, missing = ("metric", "mode") if "metric" in sweep else ("mode", "metric")
+        raise ctx.error(f"sweep.{missing}", f"expected sweep.{missing} too, since sweep.{given}"
+                        " is set (trials are ranked by a metric, \"min\" or \"max\")",
+                        'e.g. metric = "loss" and mode = "min"')
     backend = job.get("backend", "torch")
     return _build(ctx, JobSpec, entrypoint=entrypoint, backend=backend, scaling=scaling,
                   run=run_config, config=copy.deepcopy(dict(data.get("config", {}))),
                   backend_options=backend_tables.get(backend, {}), scheduler=scheduler,
                   setup=setup, env=dict(data.get("env", {})), site=data.get("site"),
                   datasets=_check_datasets(ctx, data.get("datasets", {}), base_for),
-                  source=file, origins=dict(ctx.origins))
+                  sweep=sweep, source=file, origins=dict(ctx.origins))
 
 
 def _read_toml(path: str) -> Dict[str, Any]:

@@ -824,9 +824,13 @@ class Trainer:
         """The dict of a checkpoint directory (or of a Ray 1.x checkpoint file)."""
         return _load_dict(checkpoint_file_path)
 
-    def to_tune_trainable(self, *args, **kwargs):
-        raise NotImplementedError("Ray Tune is not part of hpctrain: run one job per trial "
-                                  "(e.g. a Slurm job array) instead.")
+    def to_tune_trainable(self, train_func: Callable, dataset: Any = None):
+        """A trainable for ``hpctrain.tune.run`` (or a ``Tuner``): each trial runs
+        ``train_func(config)`` on this trainer's workers, as ``run()`` would; its
+        ``train.report()`` results are what the sweep ranks."""
+        from .tune.legacy import LegacyTrainable
+
+        return LegacyTrainable(self, train_func, dataset)
 
     def to_worker_group(self, *args, **kwargs):
         raise NotImplementedError("hpctrain has no long-lived worker actors: put the work in "

@@ -71,6 +71,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("run_dir")
     p.add_argument("--script", default=None)
     p.add_argument("--warning-signal", default="USR1")
+    p.add_argument("--sweep-trial", type=int, default=None,
+                   help="a sweep's job array task: run this trial of the sweep in RUN_DIR's "
+                        "parent directory")
     args = p.parse_args(argv)
 
     from .recovery import PendingStop, supervisor_signals
@@ -82,13 +85,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         # first thing: the script ignored the warning signal until here
         with supervisor_signals(pending, args.warning_signal):
-            return _load_and_run(RunDir(args.run_dir), pending, args.script)
+            return _load_and_run(RunDir(args.run_dir), pending, args.script, args.sweep_trial)
     except KeyboardInterrupt:
         _log("stopped by a signal; the run can be resumed from its latest checkpoint")
         return 130
 
 
-def _load_and_run(run: RunDir, pending, script: Optional[str]) -> int:
+def _load_and_run(run: RunDir, pending, script: Optional[str],
+                  sweep_trial: Optional[int] = None) -> int:
     from ..errors import ConfigError
 
     try:
@@ -96,6 +100,11 @@ def _load_and_run(run: RunDir, pending, script: Optional[str]) -> int:
     except (ConfigError, tomllib.TOMLDecodeError) as e:
         _log(f"the spec embedded in the job script is not valid: {e}")
         return 2
+    if sweep_trial is not None:  # one task of a sweep's job array (hpctrain.tune)
+        from ..tune._batch import run_trial
+
+        return run_trial(run, spec, sweep_trial, lambda trial_spec, job_script: _run(
+            run, trial_spec, pending, job_script))
     return _run(run, spec, pending, script)
 
 
@@ -115,6 +124,10 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
     info = cluster_env.detect_scheduler(env)
     job_id = (env.get("SLURM_JOB_ID") if info == "slurm" else env.get("PBS_JOBID")) \
         or f"batch-{os.getpid()}"
+    if info == "slurm" and env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        # an array task: <array>_<task>, never its bare SLURM_JOB_ID, which for one task of
+        # the array equals the array's own id (`scontrol requeue <that>` requeues them all)
+        job_id = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
     try:
         # wait a little: the login node may still be recording the submission
         with run.exclusive(wait_s=LOCK_WAIT_S):

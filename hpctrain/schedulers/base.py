@@ -74,7 +74,9 @@ class Scheduler:
         """The directive lines (without the ``#SBATCH``/``#PBS`` prefix)."""
         raise NotImplementedError
 
-    def render(self, request: BatchRequest) -> str:
+    def render(self, request: BatchRequest, **overrides: Any) -> str:
+        """The script; ``overrides`` replace template variables (a sweep's job array runs
+        each task's trial: ``run_dir``, ``log_file``, ``prelude``, ``batch_args``)."""
         from .. import __version__
 
         if self.template is None:
@@ -88,7 +90,7 @@ class Scheduler:
         if _HEREDOC_EOF in text:
             raise ConfigError(f"the spec contains the text {_HEREDOC_EOF}, which ends the "
                               "spec embedded in the script", file=spec.source)
-        return _environment().get_template(self.template).render(
+        variables = dict(
             version=__version__,
             run_name=os.path.basename(request.run_path),
             rerender=" ".join((request.rerender or "(rendered from the Python API)").split()),
@@ -104,7 +106,11 @@ class Scheduler:
             eof=_HEREDOC_EOF,
             spec_toml=text,
             warning_signal=spec.run.failure_config.warning_signal,
+            prelude=[],
+            batch_args="",
         )
+        variables.update(overrides)
+        return _environment().get_template(self.template).render(**variables)
 
     def cd_line(self) -> str:
         """A shell line run first in the job (PBS starts jobs in ``$HOME``)."""

@@ -1,0 +1,90 @@
+"""Inside one task of a sweep's job array: find this task's trial, make its run directory
+if nothing was prepared (an array script submitted by hand), run it as any batch run
+(:func:`hpctrain._internal.batch._run`: same recovery, requeue and max_failures), and
+keep the sweep's manifest up to date.
+
+    python -m hpctrain._internal.batch SWEEP/trial_00003 --sweep-trial 3 ... < sweep spec
+"""
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from typing import Any, Callable, Optional
+
+from .._internal.fsutil import atomic_write_bytes
+from .._internal.storage import RunDir
+from ._sweep import RUNNING, SweepDir, trial_id
+
+
+def _log(msg: str) -> None:
+    print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+
+
+def trial_spec(spec: Any, sweep: SweepDir, index: int, config: dict) -> Any:
+    """The spec of trial ``index``: the sweep's, with the trial's config merged into
+    ``[config]``, no ``[sweep]``, and the trial's run directory."""
+    from ._sweep import train_loop_config
+
+    out = copy.deepcopy(spec)
+    out.sweep = {}
+    out.config = train_loop_config(spec.config, config, "train_loop_config")
+    out.run.name = trial_id(index)
+    out.run.storage_path = sweep.path
+    return out
+
+
+def ensure_manifest(sweep: SweepDir, spec: Any) -> dict:
+    """The manifest, made from the spec's ``[sweep]`` when a hand-submitted array script
+    starts first (its spec always carries the seed, so every task makes the same one)."""
+    from filelock import FileLock
+
+    from .tuner import manifest_from_spec
+
+    if sweep.exists():
+        return sweep.read()
+    with FileLock(os.path.join(sweep.path, ".create.lock"), timeout=120):
+        if sweep.exists():
+            return sweep.read()
+        return manifest_from_spec(sweep, spec)
+
+
+def run_trial(run: RunDir, spec: Any, index: int,
+              run_batch: Callable[[Any, Optional[str]], int]) -> int:
+    """Run trial ``index`` of the sweep that holds ``run``; ``run_batch(spec, script)`` is
+    the batch step of one run."""
+    from ..errors import ConfigError
+
+    sweep = SweepDir(os.path.dirname(run.path))
+    try:
+        manifest = ensure_manifest(sweep, spec)
+        trials = manifest.get("trials", [])
+        if not 0 <= index < len(trials):
+            _log(f"trial {index} is not in the sweep {sweep.path} ({len(trials)} trials)")
+            return 2
+        one = trial_spec(spec, sweep, index, trials[index]["config"])
+        if not os.path.exists(run.job_script):
+            # the trial alone, for a resubmission after a stop (the array script would run
+            # every trial again)
+            from ..schedulers import BatchRequest
+
+            os.makedirs(run.path, exist_ok=True)
+            script = BatchRequest(one, run.path, rerender="(a trial of the sweep "
+                                  f"{sweep.path})").materialize()
+            atomic_write_bytes(run.job_script, script.encode(), sync=False)
+            os.chmod(run.job_script, 0o755)
+    except ConfigError as e:
+        _log(f"the sweep's spec is not valid: {e}")
+        return 2
+    if sweep.trial_status(index, manifest) == "FINISHED":
+        # (a PBS array covers lo-hi: a re-run's gaps are finished trials)
+        _log(f"trial {trial_id(index)} of {sweep.path} has already finished; nothing to do")
+        return 0
+    job = os.environ.get("SLURM_ARRAY_JOB_ID")
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
+    job_id = f"{job}_{task}" if job and task else os.environ.get("PBS_JOBID", "")
+    sweep.set_trial(index, status=RUNNING, job_id=job_id)
+    try:
+        return run_batch(one, None)
+    finally:
+        sweep.set_trial(index, status=sweep.trial_status(index))

@@ -1,0 +1,524 @@
+"""The sweep directory, and running its trials: here (one after another, or side by side
+where cores allow) or as job arrays (one array task per trial).
+
+```
+<storage_path>/<sweep name>/
+  sweep.json             the manifest: seed, search space, tune settings, and per trial its
+                         id, config and status; the arrays submitted (written atomically,
+                         under sweep.json.lock)
+  arrays/array-S-C.sh    the array scripts of submission S (C: one per array after a split)
+  trial_00000/ …         one normal run directory per trial (spec.toml, state.json,
+                         result.json, checkpoints/, logs/, job.sh: the trial alone)
+```
+Each trial's ``state.json`` is the truth about it; the manifest's statuses are refreshed
+from them (by the driver, and by each array task when it starts and ends).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import secrets
+import shlex
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from filelock import FileLock
+
+from ..errors import ConfigError
+from .._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from .._internal.storage import RunDir
+
+MANIFEST = "sweep.json"
+FINISHED, FAILED, RUNNING, PENDING, INTERRUPTED = (
+    "FINISHED", "FAILED", "RUNNING", "PENDING", "INTERRUPTED")
+#: Slurm's default MaxArraySize and PBS's default max_array_size (indices 0 … size-1).
+DEFAULT_MAX_ARRAY = {"slurm": 1001, "pbs": 10000}
+#: The directives a sweep sets itself.
+ARRAY_DIRECTIVES = ("array", "a", "-a", "-J", "J", "max_run_subjobs")
+
+
+def trial_id(index: int) -> str:
+    """``trial_00007``: the run directory of trial 7 under the sweep directory."""
+    return f"trial_{index:05d}"
+
+
+class SweepDir:
+    """Paths and manifest of one sweep directory."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.path.abspath(os.fspath(path))
+
+    name = property(lambda self: os.path.basename(self.path))
+    manifest_file = property(lambda self: os.path.join(self.path, MANIFEST))
+
+    @staticmethod
+    def is_sweep(path: str | os.PathLike) -> bool:
+        return os.path.isfile(os.path.join(os.fspath(path), MANIFEST))
+
+    def exists(self) -> bool:
+        return os.path.isfile(self.manifest_file)
+
+    def trial_path(self, index: int) -> str:
+        return os.path.join(self.path, trial_id(index))
+
+    def read(self) -> Dict[str, Any]:
+        return read_json(self.manifest_file, default={}) or {}
+
+    @contextlib.contextmanager
+    def update(self) -> Iterator[Dict[str, Any]]:
+        """Read, modify, write the manifest atomically under ``sweep.json.lock``."""
+        os.makedirs(self.path, exist_ok=True)
+        with FileLock(self.manifest_file + ".lock", timeout=60):
+            data = self.read()
+            yield data
+            data["updated"] = time.time()
+            atomic_write_json(self.manifest_file, data)
+
+    def set_trial(self, index: int, **fields: Any) -> None:
+        with self.update() as m:
+            m["trials"][index].update(fields)
+
+    def trial_status(self, index: int, manifest: Optional[Dict[str, Any]] = None) -> str:
+        """The trial's status from its state.json, else what the manifest says."""
+        run = RunDir(self.trial_path(index))
+        if run.exists():
+            status = run.read_state().get("status")
+            if status:
+                return status
+        m = manifest if manifest is not None else self.read()
+        return m["trials"][index].get("status", PENDING)
+
+    def refresh(self) -> Dict[int, str]:
+        """Every trial's status, written back to the manifest where it changed."""
+        m = self.read()
+        statuses = {t["index"]: self.trial_status(t["index"], m) for t in m.get("trials", [])}
+        if any(m["trials"][i].get("status") != s for i, s in statuses.items()):
+            with self.update() as fresh:
+                for i, s in statuses.items():
+                    fresh["trials"][i]["status"] = s
+        return statuses
+
+
+# --------------------------------------------------------------------------- the manifest
+def open_manifest(sweep: SweepDir, *, space: Dict[str, Any], expand_fn: Callable[[int], List[Dict]],
+                  fingerprint: str, num_samples: int, seed: Optional[int], tune: Dict[str, Any],
+                  shape: str, space_tables: Any, where: str = "param_space",
+                  file: Optional[str] = None) -> Dict[str, Any]:
+    """The sweep's manifest: created with every trial's config (sampled with ``seed``, a
+    fresh one recorded when None), or the existing one, whose trials are kept as they
+    are (a re-run sees the same configs). A different search space in an existing sweep
+    directory is refused."""
+    if sweep.exists():
+        m = sweep.read()
+        if m.get("fingerprint") != fingerprint or (seed is not None and m.get("seed") != seed):
+            raise ConfigError(
+                f"{where}: the sweep {sweep.name!r} at {sweep.path} was made with another "
+                f"search space, num_samples or seed", file=file,
+                hint="pick another name for this sweep, or run the same space again to "
+                     "finish the trials that did not finish")
+        return m
+    seed = secrets.randbelow(2 ** 31) if seed is None else seed
+    configs = expand_fn(seed)
+    from .. import __version__
+
+    with sweep.update() as m:
+        m.update({"name": sweep.name, "created": time.time(), "hpctrain_version": __version__,
+                  "seed": seed, "num_samples": num_samples, "fingerprint": fingerprint,
+                  "param_space": space_tables, "config_shape": shape, **tune,
+                  "trials": [{"index": i, "trial_id": trial_id(i), "config": c,
+                              "status": PENDING} for i, c in enumerate(configs)],
+                  "arrays": []})
+        return dict(m)
+
+
+def to_run(sweep: SweepDir, manifest: Dict[str, Any], retry_failed: bool = False) -> List[int]:
+    """The trials that did not finish (FAILED ones only with ``retry_failed``)."""
+    skip = {FINISHED} if retry_failed else {FINISHED, FAILED}
+    return [t["index"] for t in manifest["trials"]
+            if sweep.trial_status(t["index"], manifest) not in skip]
+
+
+def train_loop_config(base: Optional[Dict[str, Any]], config: Dict[str, Any], shape: str
+                      ) -> Dict[str, Any]:
+    """A trial's train_loop_config: its sampled config merged over the trainer's."""
+    from .search import deep_update
+
+    update = config.get("train_loop_config", {}) if shape == "train_loop_config" else config
+    return deep_update(base or {}, update)
+
+
+# --------------------------------------------------------------------------- here
+class _Interrupted(Exception):
+    """Raised from a trial's tick to stop it (Ctrl-C, SIGTERM)."""
+
+
+def local_concurrency(num_workers: int, cpus_per_worker: Optional[int],
+                      max_concurrent: Optional[int]) -> int:
+    """How many trials run side by side here: as many as the cores hold (each trial
+    needs ``num_workers`` × ``cpus_per_worker`` cores), at most ``max_concurrent``.
+
+    >>> local_concurrency(1, None, None) >= 1
+    True
+    >>> local_concurrency(64, None, None)
+    1
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    n = max(1, cores // max(1, num_workers * (cpus_per_worker or 1)))
+    return min(n, max_concurrent) if max_concurrent else n
+
+
+def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[int], Any], *,
+              concurrency: int, verbose: int = 1) -> None:
+    """Run the trials ``indices`` here, ``concurrency`` at a time. Ctrl-C (or SIGTERM)
+    stops every running trial (each resumes from its latest checkpoint when the sweep
+    runs again) and re-raises KeyboardInterrupt."""
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    from .._internal.progress import user_metrics
+
+    stop = threading.Event()
+    done = []
+    lock = threading.Lock()
+
+    def tick() -> None:
+        if stop.is_set():
+            raise _Interrupted("the sweep was interrupted")
+
+    def one(index: int) -> None:
+        if stop.is_set():
+            return
+        trainer = make_trainer(index)
+        run = RunDir(trainer.run_path)
+        os.makedirs(run.internal_dir, exist_ok=True)
+        status = INTERRUPTED
+        try:
+            with run.exclusive():
+                trainer._prepare_run()
+                sweep.set_trial(index, status=RUNNING)
+                status = trainer._run_local(run, on_tick=tick)
+        except _Interrupted:
+            status = INTERRUPTED
+        finally:
+            sweep.set_trial(index, status=status)
+        with lock:
+            done.append(index)
+            if verbose >= 1:
+                rows = {} if status != FINISHED else _last_row(run)
+                shown = ", ".join(f"{k}={v}" for k, v in user_metrics(rows).items())
+                print(f"[hpctrain] {trial_id(index)} {status} ({len(done)} of {len(indices)})"
+                      + (f": {shown}" if shown else ""), file=sys.stderr, flush=True)
+
+    with _terminate_as_interrupt():
+        with ThreadPoolExecutor(max_workers=concurrency,
+                                thread_name_prefix="hpctrain-trial") as pool:
+            futures = [pool.submit(one, i) for i in indices]
+            try:
+                while True:
+                    finished, pending = wait(futures, timeout=0.2)
+                    for f in finished:
+                        if f.exception() is not None:
+                            raise f.exception()
+                    if not pending:
+                        break
+            except BaseException:
+                stop.set()
+                wait(futures)
+                raise
+
+
+def _last_row(run: RunDir) -> Dict[str, Any]:
+    from .._internal.storage import read_results
+
+    rows = read_results(run.result_file)
+    return rows[-1] if rows else {}
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM/SIGHUP stop a local sweep like Ctrl-C (main thread only)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"hpctrain got signal {signum}")
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+# --------------------------------------------------------------------------- job arrays
+def array_ranges(indices: Sequence[int]) -> str:
+    """Slurm's array index list, runs of consecutive indices as ranges.
+
+    >>> array_ranges([0, 1, 2])
+    '0-2'
+    >>> array_ranges([1, 3, 4, 5, 9])
+    '1,3-5,9'
+    """
+    out, run = [], []
+    for i in sorted(indices):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [i]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(out)
+
+
+def split_arrays(indices: Sequence[int], max_size: int) -> List[Tuple[int, List[int]]]:
+    """Trial indices → ``(offset, array indices)`` per array: an array's indices stay below
+    ``max_size`` (the site's maximum array size), and task ``t`` of an array runs trial
+    ``offset + t``.
+
+    >>> split_arrays([0, 1, 2], 1001)
+    [(0, [0, 1, 2])]
+    >>> split_arrays(range(5), 2)
+    [(0, [0, 1]), (2, [0, 1]), (4, [0])]
+    >>> split_arrays([3, 1500], 1001)
+    [(0, [3]), (1001, [499])]
+    """
+    if max_size < 1:
+        raise ValueError(f"max_size must be ≥ 1, got {max_size}")
+    groups: Dict[int, List[int]] = {}
+    for i in sorted(indices):
+        offset = i // max_size * max_size
+        groups.setdefault(offset, []).append(i - offset)
+    return sorted(groups.items())
+
+
+def max_array_size(spec: Any) -> int:
+    """The site's ``[limits] max_array_size`` (for the partition/qos asked for), else the
+    scheduler's default (Slurm 1001, PBS 10000)."""
+    site = getattr(spec, "site_config", None)
+    if site is not None:
+        sched = spec.scheduler
+        limits, _ = site.limits.effective(partition=sched.partition or sched.queue,
+                                          qos=sched.qos, constraint=sched.constraint)
+        if limits.get("max_array_size"):
+            return int(limits["max_array_size"])
+    return DEFAULT_MAX_ARRAY.get(spec.scheduler.kind, 1001)
+
+
+def render_array(spec: Any, sweep_path: str, offset: int, tasks: Sequence[int], *,
+                 max_concurrent: Optional[int], rerender: str, label: str) -> str:
+    """The batch script of one job array: task ``t`` runs trial ``offset + t`` of the sweep
+    (its run directory ``trial_NNNNN``) with the spec's scaling, scheduler and recovery
+    settings. Slurm: ``#SBATCH --array=<tasks>%<max_concurrent>``; PBS: ``#PBS -J lo-hi``
+    (and ``-W max_run_subjobs``; ``-J`` takes no lists, so the finished trials between
+    those of a re-run get a subjob that ends at once), or a plain job for a single trial
+    (PBS arrays need two indices or more)."""
+    from ..schedulers import BatchRequest, get_scheduler
+
+    kind = spec.scheduler.kind
+    for key in ARRAY_DIRECTIVES:
+        if key in spec.scheduler.directives:
+            raise ConfigError(f"scheduler.directives.{key}: a sweep makes its own job arrays",
+                              file=spec.where(f"scheduler.directives.{key}"),
+                              hint="remove it; [sweep] max_concurrent_trials limits how many "
+                                   "trials run at once")
+    array_spec = copy.copy(spec)
+    array_spec.scheduler = copy.copy(spec.scheduler)
+    directives = dict(spec.scheduler.directives)
+    if kind == "slurm":
+        directives["array"] = array_ranges(tasks) + (f"%{max_concurrent}" if max_concurrent
+                                                     else "")
+        index = f"$(( {offset} + SLURM_ARRAY_TASK_ID ))"
+        log = "$HPCTRAIN_TRIAL_DIR/logs/slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out"
+    elif kind == "pbs":
+        lo, hi = min(tasks), max(tasks)
+        if lo < hi:
+            directives["-J"] = f"{lo}-{hi}"
+            if max_concurrent and max_concurrent < hi - lo + 1:
+                directives["max_run_subjobs"] = max_concurrent
+            index = f"$(( {offset} + PBS_ARRAY_INDEX ))"
+        else:
+            index = str(offset + lo)
+        log = "$HPCTRAIN_TRIAL_DIR/logs/pbs-${PBS_JOBID}.out"
+    else:
+        raise ConfigError(f"scheduler.kind: a sweep runs as job arrays on \"slurm\" or "
+                          f"\"pbs\", got {kind!r}", file=spec.where("scheduler.kind"))
+    array_spec.scheduler.directives = directives
+    prelude = [
+        f"# this task runs one trial of the sweep: trial_<{offset} + array index>",
+        f"HPCTRAIN_TRIAL_INDEX={index}",
+        f"printf -v HPCTRAIN_TRIAL_DIR '%s/trial_%05d' {shlex.quote(sweep_path)} "
+        '"$HPCTRAIN_TRIAL_INDEX"',
+    ]
+    request = BatchRequest(array_spec, sweep_path, rerender=rerender)
+    return get_scheduler(kind).render(
+        request, run_dir='"$HPCTRAIN_TRIAL_DIR"', log_file=log, prelude=prelude,
+        batch_args=' --sweep-trial "$HPCTRAIN_TRIAL_INDEX"', spec_toml=spec.to_toml(),
+        run_name=label)
+
+
+def trial_job_id(kind: str, array_id: str, task: int, is_array: bool = True) -> str:
+    """The id of one array task: Slurm ``<array>_<task>``, PBS ``<seq>[<task>].<server>``.
+
+    >>> trial_job_id("slurm", "417", 2), trial_job_id("pbs", "2[].pbshost", 1)
+    ('417_2', '2[1].pbshost')
+    """
+    if not is_array:
+        return array_id
+    if kind == "slurm":
+        return f"{array_id}_{task}"
+    return array_id.replace("[]", f"[{task}]", 1)
+
+
+def array_active(kind: str, job_id: str) -> bool:
+    """True while any task of the array (or the job) is queued or running."""
+    import subprocess
+
+    if kind == "slurm":
+        try:
+            p = subprocess.run(["squeue", "-h", "-r", "-j", job_id, "-o", "%i"],
+                               capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return True  # cannot tell: do not assume it ended
+        if p.returncode != 0:
+            return "invalid job id" not in p.stderr.lower()
+        return bool(p.stdout.strip())
+    from ..schedulers import get_scheduler
+
+    try:
+        return not get_scheduler(kind).state(job_id).done
+    except Exception:  # noqa: BLE001 - the scheduler cannot tell
+        return True
+
+
+def refuse_if_active(sweep: SweepDir, manifest: Dict[str, Any]) -> None:
+    for a in manifest.get("arrays", []):
+        if array_active(a["scheduler"], a["job_id"]):
+            cancel = "scancel" if a["scheduler"] == "slurm" else "qdel"
+            raise ConfigError(
+                f"run.name: the sweep {sweep.name!r} still has job array {a['job_id']} "
+                f"queued or running ({sweep.path})",
+                hint=f"wait for it (hpctrain sweep ... --follow), cancel it ({cancel} "
+                     f"{a['job_id']}), or pick another name")
+
+
+def submit_arrays(sweep: SweepDir, spec: Any, indices: Sequence[int], *,
+                  prepare_trial: Callable[[int], None], max_concurrent: Optional[int],
+                  rerender: str) -> List[Dict[str, Any]]:
+    """Prepare the trials ``indices`` (run directory, payload, ``job.sh``), render their
+    job arrays (split at the site's maximum array size; with ``max_concurrent`` the arrays
+    run one after another, each at most ``max_concurrent`` tasks at once), submit them and
+    record them in the manifest and in each trial's ``state.json``. Everything is rendered
+    before anything is written or submitted."""
+    from ..schedulers import get_scheduler
+    from ..sites import check_limits
+
+    kind = spec.scheduler.kind
+    check_limits(spec)
+    scheduler = get_scheduler(kind)
+    manifest = sweep.read()
+    submission = len({a.get("submission", 0) for a in manifest.get("arrays", [])})
+    chunks = split_arrays(indices, max_array_size(spec))
+    scripts = []
+    for c, (offset, tasks) in enumerate(chunks):
+        trials = [offset + t for t in tasks]
+        label = (f"{sweep.name} (a sweep; this job array runs trials {array_ranges(trials)}"
+                 + (f", array {c + 1} of {len(chunks)}" if len(chunks) > 1 else "") + ")")
+        scripts.append(render_array(spec, sweep.path, offset, tasks,
+                                    max_concurrent=max_concurrent, rerender=rerender,
+                                    label=label))
+    scheduler.check_available()
+    refuse_if_active(sweep, manifest)
+    for i in indices:
+        prepare_trial(i)
+    os.makedirs(os.path.join(sweep.path, "arrays"), exist_ok=True)
+    records = []
+    previous = None
+    for c, ((offset, tasks), script) in enumerate(zip(chunks, scripts)):
+        path = os.path.join(sweep.path, "arrays", f"array-{submission:03d}-{c:03d}.sh")
+        atomic_write_bytes(path, script.encode(), sync=False)
+        os.chmod(path, 0o755)
+        if previous is not None and max_concurrent:
+            after = previous if not spec.scheduler.after else f"{spec.scheduler.after}:{previous}"
+            job_id = scheduler.resubmit(path, after=after)
+        else:
+            job_id = scheduler.submit(path)
+        previous = job_id
+        is_array = kind == "slurm" or min(tasks) < max(tasks)
+        record = {"job_id": job_id, "scheduler": kind, "script": os.path.relpath(path, sweep.path),
+                  "submission": submission, "offset": offset, "tasks": array_ranges(tasks),
+                  "trials": [offset + t for t in tasks], "time": time.time()}
+        records.append(record)
+        with sweep.update() as m:
+            m.setdefault("arrays", []).append(record)
+            for t in tasks:
+                m["trials"][offset + t].update(
+                    status=PENDING, job_id=trial_job_id(kind, job_id, t, is_array))
+        for t in tasks:
+            run = RunDir(sweep.trial_path(offset + t))
+            with run.update_state() as s:
+                s.setdefault("name", run.name)
+                s["status"] = PENDING
+                s["scheduler"] = kind
+                s.setdefault("submissions", []).append(
+                    {"job_id": trial_job_id(kind, job_id, t, is_array), "scheduler": kind,
+                     "time": time.time(), "script": record["script"], "array": job_id})
+    return records
+
+
+def active(sweep: SweepDir, manifest: Dict[str, Any], statuses: Dict[int, str]) -> bool:
+    """True while the sweep's latest arrays, or a trial's own resubmitted job, are queued
+    or running."""
+    arrays = manifest.get("arrays", [])
+    latest = max((a.get("submission", 0) for a in arrays), default=None)
+    if any(array_active(a["scheduler"], a["job_id"]) for a in arrays
+           if a.get("submission", 0) == latest):
+        return True
+    for i, status in statuses.items():
+        if status != "REQUEUED":
+            continue
+        subs = RunDir(sweep.trial_path(i)).read_state().get("submissions") or []
+        if subs and "array" not in subs[-1] and array_active(subs[-1]["scheduler"],
+                                                             subs[-1]["job_id"]):
+            return True
+    return False
+
+
+def follow(sweep: SweepDir, *, verbose: int = 1, poll_s: float = 2.0,
+           requeue_wait_s: float = 180.0) -> Dict[int, str]:
+    """Show each trial's status changes until no job of the sweep is queued or running;
+    return the statuses then. Ctrl-C detaches (the jobs run on) and re-raises."""
+    seen: Dict[int, str] = {}
+    waited = 0.0
+    try:
+        while True:
+            statuses = sweep.refresh()
+            for i, s in sorted(statuses.items()):
+                if seen.get(i) != s and verbose >= 1 and (i in seen or s != PENDING):
+                    print(f"[hpctrain] {trial_id(i)}: {s}", file=sys.stderr, flush=True)
+                seen[i] = s
+            if not active(sweep, sweep.read(), statuses):
+                # a task that requeued itself: its next instance shows up soon
+                if any(s == "REQUEUED" for s in statuses.values()) and waited < requeue_wait_s:
+                    waited += poll_s
+                    time.sleep(poll_s)
+                    continue
+                break
+            waited = 0.0
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        print(f"\n[hpctrain] detached; the sweep's jobs keep running (nothing was cancelled)."
+              f"\n  its results so far:  hpctrain results {sweep.path}", file=sys.stderr,
+              flush=True)
+        raise
+    return sweep.refresh()

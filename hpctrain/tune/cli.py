@@ -1,0 +1,154 @@
+"""``hpctrain sweep job.toml`` and ``hpctrain results SWEEP_DIR`` (the parsers are in
+:mod:`hpctrain.cli`)."""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from typing import Any, Optional
+
+from ..errors import ConfigError
+
+
+def sweep_dir_of(name_or_path: str) -> Optional[str]:
+    """The sweep directory ``name_or_path`` names (a path, or a name under the default
+    storage path), or None when it is not a sweep."""
+    from ..config import default_storage_path
+    from ._sweep import SweepDir
+
+    candidates = [name_or_path]
+    if os.sep not in name_or_path and not name_or_path.startswith("."):
+        candidates.append(os.path.join(os.path.expanduser(default_storage_path()),
+                                       name_or_path))
+    return next((os.path.abspath(c) for c in candidates if SweepDir.is_sweep(c)), None)
+
+
+def _rerender(args: Any, name: str) -> str:
+    words = ["hpctrain", "sweep", os.path.abspath(args.job)]
+    if args.site:
+        words += ["--site", args.site]
+    words += [w for o in args.overrides if not o.startswith("run.name=") for w in ("--set", o)]
+    return shlex.join(words + ["--set", f"run.name={name}", "--dry-run"])
+
+
+def cmd_sweep(args: Any) -> int:
+    from ..spec import load_job_spec
+    from .tuner import render_from_spec, run_spec, sweep_path_of
+
+    spec = load_job_spec(args.job, args.overrides, site=args.site)
+    if not spec.sweep:
+        raise ConfigError("sweep: this job file has no [sweep] section", file=args.job,
+                          hint='add e.g.  [sweep] metric = "loss"  mode = "min"  and  '
+                               '[sweep.param_space] lr = {loguniform = [1e-4, 1e-1]}')
+    spec.entrypoint.check()  # before anything is created
+    if spec.backend != "torch":
+        raise ConfigError(f"job.backend: the {spec.backend!r} backend is not available in "
+                          "this version yet; expected \"torch\"", file=spec.source)
+    name = os.path.basename(sweep_path_of(spec))
+    local = spec.scheduler.kind == "local"
+    if args.dry_run:
+        if local:
+            _print_plan(spec)
+        else:
+            scripts = render_from_spec(spec, _rerender(args, name))
+            sys.stdout.write("\n".join(scripts))
+            cmd = "sbatch" if spec.scheduler.kind == "slurm" else "qsub"
+            print(f"# dry run: {len(scripts)} job array script(s); would prepare the trials "
+                  f"under {sweep_path_of(spec)} and run `{cmd}` on each", file=sys.stderr)
+        return 0
+    sweep = run_spec(spec, rerender=_rerender(args, name), local=local,
+                     follow=local or args.follow, retry_failed=args.retry_failed)
+    if local or args.follow:
+        return print_results(sweep.path, final=True)
+    return 0
+
+
+def _print_plan(spec: Any) -> None:
+    """A local sweep's trials (``--dry-run``): index and config."""
+    from . import search
+    from ._sweep import SweepDir, trial_id
+    from .tuner import _space_of, sweep_path_of
+
+    sweep = SweepDir(sweep_path_of(spec))
+    if sweep.exists():
+        trials = [(t["index"], t["config"]) for t in sweep.read()["trials"]]
+    else:
+        seed = spec.sweep.get("seed", 0)
+        trials = list(enumerate(search.expand(_space_of(spec), spec.sweep.get("num_samples", 1),
+                                              seed)))
+    for i, config in trials:
+        print(f"{trial_id(i)}  {config.get('train_loop_config', config)}")
+    print(f"# dry run: {len(trials)} trials would run here under {sweep.path}"
+          + ("" if sweep.exists() or "seed" in spec.sweep else
+             " (random values shown with seed 0; a run records its own seed)"), file=sys.stderr)
+
+
+def print_results(path: str, final: bool = False) -> int:
+    """``hpctrain results SWEEP_DIR``: every trial ranked by the sweep's metric (best
+    first), then those without it; the best trial's config. Returns 0, or 1 when
+    ``final`` and a trial did not finish."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .._internal.progress import user_metrics
+    from .result_grid import ResultGrid
+
+    grid = ResultGrid.from_path(path)
+    metric, mode = grid._metric, grid._mode
+    ranked = grid.ranked() if metric and mode else []
+    rest = [r for r in grid if r not in ranked]
+    console = Console()
+    console.print(f"[bold]{os.path.basename(grid.experiment_path)}[/bold]  {len(grid)} trials: "
+                  f"{grid.num_terminated} finished, {grid.num_errors} failed, "
+                  f"{len(grid.unfinished)} unfinished"
+                  + (f"  ranked by {metric} ({mode})" if metric else ""))
+    console.print(f"path: {grid.experiment_path}")
+    keys: list = []
+    for r in grid:
+        for k in _config_of(r):
+            if k not in keys:
+                keys.append(k)
+    others: list = []
+    for r in grid:
+        for k in user_metrics(r.metrics or {}):
+            if k != metric and k not in others:
+                others.append(k)
+    t = Table(title_justify="left")
+    t.add_column("rank", justify="right")
+    t.add_column("trial")
+    t.add_column("status")
+    if metric:
+        t.add_column(metric, justify="right")
+    for k in keys:
+        t.add_column(k, justify="right")
+    for k in others[:4]:
+        t.add_column(k, justify="right")
+    for n, r in enumerate(ranked + rest, 1):
+        m = r.metrics or {}
+        cfg = _config_of(r)
+        row = [str(n) if r in ranked else "-", r.trial_id, r.status]
+        if metric:
+            row.append(_short(m.get(metric, "-")))
+        row += [_short(cfg.get(k, "")) for k in keys]
+        row += [_short(m.get(k, "-")) for k in others[:4]]
+        t.add_row(*row)
+    console.print(t)
+    if ranked:
+        console.print(f"best: {ranked[0].trial_id}  config {ranked[0].config}")
+    for r in grid:
+        if r.error is not None:
+            console.print(f"[red]{r.trial_id} failed[/red]: {os.path.join(r.path, 'error.txt')}")
+    return 1 if final and (grid.num_errors or grid.unfinished) else 0
+
+
+def _config_of(result: Any) -> dict:
+    from .._internal.storage import flatten
+
+    config = result.config or {}
+    return flatten(config.get("train_loop_config", config) if isinstance(config, dict) else {})
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)

@@ -1,0 +1,371 @@
+"""``Tuner`` and ``TuneConfig`` (Ray Tune 2's names), and the TOML route (``hpctrain sweep``).
+
+A sweep is a directory of trials, each a normal hpctrain run with its own run directory
+(see :mod:`._sweep`). Locally the trials run here; with a Slurm or PBS scheduler they run
+as job arrays, one array task per trial, and ``fit()`` follows them to the end.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Dict, List, Optional
+
+from ..config import RunConfig, default_storage_path
+from ..errors import ConfigError
+from . import search
+from ._sweep import (SweepDir, local_concurrency, open_manifest, run_local, submit_arrays,
+                     to_run, train_loop_config, trial_id)
+from .result_grid import ResultGrid
+
+
+@dataclass
+class TuneConfig:
+    """``metric``/``mode``: how ``ResultGrid.get_best_result()`` ranks trials (by default).
+    ``num_samples``: how many times the grid is repeated (each repeat samples the random
+    domains anew). ``max_concurrent_trials``: at most this many trials at once (the
+    ``%K`` of a Slurm array; locally also bounded by the cores). ``seed``: the sampling
+    seed (default: a fresh one, recorded in the sweep's manifest)."""
+
+    metric: Optional[str] = None
+    mode: Optional[str] = None
+    num_samples: int = 1
+    max_concurrent_trials: Optional[int] = None
+    seed: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.mode is not None and self.mode not in ("min", "max"):
+            raise ConfigError(f'tune_config.mode: expected "min" or "max", got {self.mode!r}')
+        if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) \
+                or self.num_samples < 1:
+            raise ConfigError(f"tune_config.num_samples: expected an integer ≥ 1, got "
+                              f"{self.num_samples!r}")
+        m = self.max_concurrent_trials
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ConfigError(f"tune_config.max_concurrent_trials: expected an integer ≥ 1 "
+                              f"or None, got {m!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or
+                                      not isinstance(self.seed, int) or self.seed < 0):
+            raise ConfigError(f"tune_config.seed: expected an integer ≥ 0, got {self.seed!r}")
+
+    def settings(self) -> Dict[str, Any]:
+        return {"metric": self.metric, "mode": self.mode,
+                "max_concurrent_trials": self.max_concurrent_trials}
+
+
+def _trainer_classes():
+    from ..trainer import DataParallelTrainer
+
+    return DataParallelTrainer
+
+
+class Tuner:
+    """Runs one trial per config of ``param_space`` and returns a :class:`ResultGrid`.
+
+    ``trainable``: a trainer (``TorchTrainer(...)``; ``param_space={"train_loop_config":
+    {...}}`` is merged over its ``train_loop_config``), a training function (run as a
+    1-worker ``TorchTrainer``; the space is its config), or the seed-era
+    ``Trainer.to_tune_trainable(train_func)``. ``run_config``: the sweep's name and
+    storage path (default: the trainer's); trials go to ``<storage>/<name>/trial_NNNNN``.
+    Running a sweep again with the same name continues it: finished trials are kept,
+    the others run (from their latest checkpoint)."""
+
+    def __init__(self, trainable: Any = None, *, param_space: Optional[Dict[str, Any]] = None,
+                 tune_config: Optional[TuneConfig] = None,
+                 run_config: Optional[RunConfig] = None):
+        self.tune_config = tune_config or TuneConfig()
+        if not isinstance(self.tune_config, TuneConfig):
+            raise ConfigError(f"tune_config: expected a TuneConfig, got "
+                              f"{type(self.tune_config).__name__}")
+        self.param_space = dict(param_space or {})
+        self._trainer, self._shape = _as_trainer(trainable, self.param_space)
+        self.run_config = run_config
+        self._restored = False
+        self._retry_failed = False
+        name = (run_config.name if run_config and run_config.name else
+                self._trainer.run_config.name) or \
+            f"{getattr(trainable, '__name__', type(trainable).__name__)}_" \
+            f"{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+        storage = (run_config.storage_path if run_config and run_config.storage_path else
+                   self._trainer.run_config.storage_path) or default_storage_path()
+        self._path = os.path.join(os.path.abspath(os.path.expandvars(os.path.expanduser(
+            storage))), name)
+
+    @property
+    def experiment_path(self) -> str:
+        return self._path
+
+    # -- restore ---------------------------------------------------------------------------
+    @classmethod
+    def can_restore(cls, path: str | os.PathLike) -> bool:
+        return SweepDir.is_sweep(path)
+
+    @classmethod
+    def restore(cls, path: str | os.PathLike, trainable: Any, *,
+                resume_errored: bool = False) -> "Tuner":
+        """Continue the sweep at ``path``: its trials keep their configs; ``fit()`` runs the
+        ones that did not finish (and the errored ones with ``resume_errored``)."""
+        sweep = SweepDir(path)
+        if not sweep.exists():
+            raise FileNotFoundError(f"{sweep.path} is not a sweep directory (no sweep.json)")
+        m = sweep.read()
+        tuner = cls(trainable, param_space=None, tune_config=TuneConfig(
+            metric=m.get("metric"), mode=m.get("mode"),
+            max_concurrent_trials=m.get("max_concurrent_trials")),
+            run_config=RunConfig(name=sweep.name, storage_path=os.path.dirname(sweep.path)))
+        tuner._restored = True
+        tuner._retry_failed = resume_errored
+        return tuner
+
+    # -- fit ---------------------------------------------------------------------------------
+    def _manifest(self, sweep: SweepDir) -> Dict[str, Any]:
+        if self._restored:
+            return sweep.read()
+        tc = self.tune_config
+        space = self.param_space
+        return open_manifest(
+            sweep, space=space,
+            expand_fn=lambda seed: search.expand(space, tc.num_samples, seed),
+            fingerprint=search.fingerprint(space, tc.num_samples),
+            num_samples=tc.num_samples, seed=tc.seed, tune=tc.settings(), shape=self._shape,
+            space_tables=search.to_tables(space))
+
+    def _trial_trainer(self, sweep: SweepDir, index: int, config: Dict[str, Any]):
+        base = self._trainer
+        t = copy.copy(base)
+        t.train_loop_config = train_loop_config(base.train_loop_config, config, self._shape)
+        t.run_config = replace(base.run_config, name=trial_id(index),
+                               storage_path=sweep.path, verbose=0)
+        t._run_path = sweep.trial_path(index)
+        t._spec = None
+        return t
+
+    def fit(self) -> ResultGrid:
+        """Run (or submit and follow) every trial that did not finish; return the
+        ResultGrid. A trial that fails is in ``ResultGrid.errors``; fit() itself raises
+        only for bad input. Ctrl-C stops local trials (batch jobs: detaches)."""
+        sweep = SweepDir(self._path)
+        fresh = not os.path.exists(sweep.path)
+        m = self._manifest(sweep)
+        configs = {t["index"]: t["config"] for t in m["trials"]}
+        indices = to_run(sweep, m, retry_failed=self._retry_failed)
+        verbose = (self.run_config or self._trainer.run_config).verbose
+        make = lambda i: self._trial_trainer(sweep, i, configs[i])  # noqa: E731
+        spec = self._trainer.job_spec()
+        if spec.scheduler.kind == "local" or self._trainer._local_only:
+            s = self._trainer.scaling_config
+            n = local_concurrency(s.num_workers, s.cpus_per_worker,
+                                  self.tune_config.max_concurrent_trials)
+            if verbose >= 1:
+                print(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} "
+                      f"trials to run here, {n} at a time ({sweep.path})", flush=True)
+            run_local(sweep, indices, make, concurrency=n, verbose=verbose)
+        elif indices:
+            from ._sweep import follow
+
+            base = copy.deepcopy(spec)
+            base.run.name, base.run.storage_path = sweep.name, os.path.dirname(sweep.path)
+
+            def prepare(i: int) -> None:
+                _prepare_batch_trial(make(i), sweep)
+
+            with _removed_on_failure(sweep, fresh):
+                arrays = submit_arrays(sweep, base, indices, prepare_trial=prepare,
+                                       max_concurrent=self.tune_config.max_concurrent_trials,
+                                       rerender="(submitted from Python: hpctrain.tune.Tuner)")
+            if verbose >= 1:
+                print(f"[hpctrain] sweep {sweep.name}: submitted {len(indices)} trials as "
+                      + ", ".join(f"{a['scheduler']} job array {a['job_id']}" for a in arrays)
+                      + f" ({sweep.path})", flush=True)
+            follow(sweep, verbose=verbose)
+        sweep.refresh()
+        return ResultGrid.from_path(sweep.path)
+
+    def get_results(self) -> ResultGrid:
+        return ResultGrid.from_path(self._path)
+
+
+@contextlib.contextmanager
+def _removed_on_failure(sweep: SweepDir, fresh: bool):
+    """A sweep directory this submission created is removed again when the submission
+    fails (a refused array: nothing is left behind)."""
+    try:
+        yield
+    except BaseException:
+        if fresh:
+            import shutil
+
+            shutil.rmtree(sweep.path, ignore_errors=True)
+        raise
+
+
+def _prepare_batch_trial(trainer: Any, sweep: SweepDir) -> None:
+    """A trial's run directory for a batch job: payload, spec.toml and its own job.sh
+    (the trial alone: what a resubmission after a stop submits)."""
+    from .._internal.fsutil import atomic_write_bytes
+    from .._internal.storage import RunDir
+    from ..schedulers import BatchRequest
+
+    run = RunDir(trainer.run_path)
+    os.makedirs(run.internal_dir, exist_ok=True)
+    with run.exclusive():
+        trainer._prepare_run()
+        script = BatchRequest(trainer.job_spec(), run.path,
+                              rerender=f"(a trial of the sweep {sweep.path})").materialize()
+        atomic_write_bytes(run.job_script, script.encode(), sync=False)
+        os.chmod(run.job_script, 0o755)
+
+
+def _as_trainer(trainable: Any, param_space: Dict[str, Any]):
+    """``(trainer, config shape)`` for what a Tuner was given."""
+    from .legacy import LegacyTrainable
+
+    DataParallelTrainer = _trainer_classes()
+    if isinstance(trainable, DataParallelTrainer):
+        extra = [k for k in param_space if k != "train_loop_config"]
+        if extra:
+            raise ConfigError(f"param_space: {', '.join(repr(k) for k in extra)} cannot be "
+                              "tuned here; expected only \"train_loop_config\"",
+                              hint="put the values to search in param_space="
+                                   "{\"train_loop_config\": {...}}")
+        if not isinstance(param_space.get("train_loop_config", {}), dict):
+            raise ConfigError("param_space.train_loop_config: expected a dict")
+        return trainable, "train_loop_config"
+    if isinstance(trainable, LegacyTrainable):
+        return trainable.trainer(), "flat"
+    if callable(trainable):
+        from .. import ScalingConfig
+        from ..torch import TorchTrainer
+
+        return TorchTrainer(trainable, scaling_config=ScalingConfig(num_workers=1),
+                            run_config=RunConfig()), "flat"
+    raise ConfigError(f"trainable: expected a trainer (e.g. TorchTrainer(...)), a training "
+                      f"function or Trainer.to_tune_trainable(...), got "
+                      f"{type(trainable).__name__}")
+
+
+# --------------------------------------------------------------------------- TOML
+def _space_of(spec: Any) -> Dict[str, Any]:
+    from ..spec import _Ctx
+
+    ctx = _Ctx(spec.source, spec.origins)
+    return {"train_loop_config": search.from_tables(
+        spec.sweep.get("param_space", {}), "sweep.param_space", ctx.error)}
+
+
+def manifest_from_spec(sweep: SweepDir, spec: Any) -> Dict[str, Any]:
+    """Create (or check and open) the manifest of the sweep a spec's ``[sweep]`` describes;
+    the seed it used is written into ``spec.sweep``."""
+    sw = spec.sweep
+    space = _space_of(spec)
+    n = sw.get("num_samples", 1)
+    m = open_manifest(sweep, space=space, expand_fn=lambda seed: search.expand(space, n, seed),
+                      fingerprint=search.fingerprint(space, n), num_samples=n,
+                      seed=sw.get("seed"),
+                      tune={"metric": sw.get("metric"), "mode": sw.get("mode"),
+                            "max_concurrent_trials": sw.get("max_concurrent_trials")},
+                      shape="train_loop_config", space_tables=search.to_tables(space),
+                      where="sweep.param_space", file=spec.source)
+    spec.sweep["seed"] = m["seed"]
+    return m
+
+
+def sweep_path_of(spec: Any) -> str:
+    """``<storage_path>/<run.name>`` (a fresh timestamped name when none is given)."""
+    storage = os.path.expandvars(os.path.expanduser(spec.run.storage_path or
+                                                    default_storage_path()))
+    if spec.run.name is None:
+        spec.run.name = f"sweep_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid() % 10000:04d}"
+    return os.path.join(os.path.abspath(storage), spec.run.name)
+
+
+def _spec_trainer(spec: Any, sweep: SweepDir, index: int, config: Dict[str, Any],
+                  local: bool):
+    from ..trainer import trainer_from_spec
+    from ._batch import trial_spec
+
+    one = trial_spec(spec, sweep, index, config)
+    one.run.verbose = 0
+    trainer = trainer_from_spec(one)
+    trainer._run_path = sweep.trial_path(index)
+    trainer._local_only = local
+    return trainer
+
+
+def render_from_spec(spec: Any, rerender: str) -> List[str]:
+    """``hpctrain sweep --dry-run``: the array scripts a submission would submit (every
+    trial of a new sweep, or the unfinished ones of an existing one); writes nothing."""
+    from ._sweep import array_ranges, max_array_size, render_array, split_arrays
+
+    sweep = SweepDir(sweep_path_of(spec))
+    if sweep.exists():
+        m = sweep.read()
+        spec.sweep["seed"] = m["seed"]
+        indices = to_run(sweep, m)
+    else:
+        if spec.sweep.get("seed") is None:
+            import secrets
+
+            spec.sweep["seed"] = secrets.randbelow(2 ** 31)
+        indices = list(range(search.count(_space_of(spec), spec.sweep.get("num_samples", 1))))
+    chunks = split_arrays(indices, max_array_size(spec))
+    out = []
+    for c, (offset, tasks) in enumerate(chunks):
+        trials = [offset + t for t in tasks]
+        label = (f"{sweep.name} (a sweep; this job array runs trials {array_ranges(trials)}"
+                 + (f", array {c + 1} of {len(chunks)}" if len(chunks) > 1 else "") + ")")
+        out.append(render_array(spec, sweep.path, offset, tasks,
+                                max_concurrent=spec.sweep.get("max_concurrent_trials"),
+                                rerender=rerender, label=label))
+    return out
+
+
+def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
+             retry_failed: bool = False, verbose: int = 1) -> SweepDir:
+    """``hpctrain sweep job.toml``: run the spec's sweep here (``local``) or submit it as job
+    arrays (and follow it with ``follow``). Returns the sweep directory."""
+    from ._sweep import follow as follow_sweep
+
+    sweep = SweepDir(sweep_path_of(spec))
+    fresh = not os.path.exists(sweep.path)
+    m = manifest_from_spec(sweep, spec)
+    configs = {t["index"]: t["config"] for t in m["trials"]}
+    indices = to_run(sweep, m, retry_failed=retry_failed)
+    if local or spec.scheduler.kind == "local":
+        s = spec.scaling
+        n = local_concurrency(s.num_workers, s.cpus_per_worker,
+                              spec.sweep.get("max_concurrent_trials"))
+        if verbose:
+            print(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} trials to "
+                  f"run here, {n} at a time ({sweep.path})", flush=True)
+        run_local(sweep, indices, lambda i: _spec_trainer(spec, sweep, i, configs[i], True),
+                  concurrency=n, verbose=verbose)
+        return sweep
+    if not indices:
+        if verbose:
+            print(f"[hpctrain] sweep {sweep.name}: every trial has finished; nothing to submit")
+        return sweep
+
+    def prepare(i: int) -> None:
+        _prepare_batch_trial(_spec_trainer(spec, sweep, i, configs[i], False), sweep)
+
+    with _removed_on_failure(sweep, fresh):
+        arrays = submit_arrays(sweep, spec, indices, prepare_trial=prepare,
+                               max_concurrent=spec.sweep.get("max_concurrent_trials"),
+                               rerender=rerender)
+    for a in arrays:
+        print(f"submitted {a['scheduler']} job array {a['job_id']} (trials "
+              f"{array_ranges_of(a)})")
+    print(f"sweep directory: {sweep.path}")
+    print(f"  hpctrain results {sweep.path}")
+    if follow:
+        follow_sweep(sweep, verbose=verbose)
+    return sweep
+
+
+def array_ranges_of(record: Dict[str, Any]) -> str:
+    from ._sweep import array_ranges
+
+    return array_ranges(record["trials"])
