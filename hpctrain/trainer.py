@@ -7,6 +7,7 @@ returns the :class:`~hpctrain.Result` read back from the run directory.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from typing import Any, Callable, Dict, Optional
@@ -21,6 +22,7 @@ from .errors import ConfigError, TrainingFailedError, TrainingStoppedError
 from .result import Result
 
 SCHEDULERS = ("local", "slurm", "pbs")
+_LOCAL_RUNS = itertools.count()
 
 
 class DataParallelTrainer:
@@ -236,7 +238,9 @@ class DataParallelTrainer:
         from ._internal.recovery import EARLY, after_stop, supervisor_signals
         from ._internal.supervisor import PREEMPTED
 
-        job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        # unique per fit(), also for trials side by side in one process (a sweep): the
+        # job id seeds the derived rendezvous ports of MPI-launched ranks
+        job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_LOCAL_RUNS)}"
         fc = self.run_config.failure_config
         sup = Supervisor(
             run, launcher=launcher, num_workers=self.scaling_config.num_workers,

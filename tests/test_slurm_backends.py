@@ -24,7 +24,7 @@ def cluster():
     start_cluster()
 
 
-def job_file(tmp_path, storage, name, backend, launcher=None):
+def job_file(tmp_path, storage, name, backend, launcher=None, options=""):
     path = tmp_path / f"{name}.toml"
     path.write_text(f"""
 site = "test-cluster"
@@ -39,6 +39,7 @@ num_nodes = 2
 workers_per_node = 1
 [failure]
 max_failures = 1
+{options}
 [scheduler]
 time = "00:05:00"
 {f'launcher = "{launcher}"' if launcher else ""}
@@ -60,12 +61,15 @@ sleep = 0.01
     ("mpi-srun", "mpi", None, "--ntasks-per-node=1 --mpi=pmix"),
     ("mpi-mpirun", "mpi", "mpirun", "mpirun -np 2"),
     ("horovod", "horovod", None, "srun --kill-on-bad-exit=1"),
+    ("horovod-mpi", "horovod", None, "--mpi=pmix"),
     ("tensorflow", "tensorflow", None, "srun --kill-on-bad-exit=1"),
-], ids=["mpi-srun-pmix", "mpi-mpirun", "horovod-gloo-srun", "tensorflow-srun"])
+], ids=["mpi-srun-pmix", "mpi-mpirun", "horovod-gloo-srun", "horovod-mpi-srun-pmix",
+        "tensorflow-srun"])
 def test_two_nodes_exact_collectives_and_a_crashed_rank_recovered(
         name, backend, launcher, command, tmp_path, storage):
     # (the [env] lets mpirun start ranks as root, as the tests run; it is not needed elsewhere)
-    job = job_file(tmp_path, storage, name, backend, launcher)
+    options = '[horovod]\ncontroller = "mpi"' if name == "horovod-mpi" else ""
+    job = job_file(tmp_path, storage, name, backend, launcher, options)
     p = hpctrain_cli("submit", job, "--follow", timeout=400)
     assert "run FINISHED" in p.stdout, p.stdout + p.stderr
     run = os.path.join(storage, name)
@@ -88,7 +92,9 @@ def test_two_nodes_exact_collectives_and_a_crashed_rank_recovered(
         assert idents[0]["tf_config"]["cluster"] == idents[1]["tf_config"]["cluster"]
         hosts = [w.split(":")[0] for w in idents[0]["tf_config"]["cluster"]["worker"]]
         assert hosts == ["n1", "n2"]
-    if backend == "horovod":
+    if name == "horovod-mpi":
+        assert {i["horovod"]["HOROVOD_CONTROLLER"] for i in idents} == {"mpi"}
+    elif backend == "horovod":
         assert [i["horovod"]["HOROVOD_HOSTNAME"] for i in idents] == ["n1", "n2"]
         assert [i["horovod"]["HOROVOD_CROSS_RANK"] for i in idents] == ["0", "1"]
         assert {i["horovod"]["HOROVOD_CONTROLLER"] for i in idents} == {"gloo"}

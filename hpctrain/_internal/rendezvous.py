@@ -11,11 +11,19 @@ keeps the connection for the attempt. Two operations:
 * :meth:`TcpGroup.allreduce_max` — the element-wise max of a few integers
   (``report()``'s agreement, the :class:`~hpctrain._internal.session.Coordinator` API).
 
-A rank that dies closes its socket: the others get :class:`ConnectionError` at their next
-operation instead of hanging, and the supervisor restarts the attempt.
+A rank that dies closes its socket: a rank waiting in one of these operations gets
+:class:`ConnectionError` instead of hanging (a rank blocked inside the framework's own
+collective is ended by the supervisor or by ``srun --kill-on-bad-exit``), and the
+supervisor restarts the attempt.
 
-Messages are a 4-byte big-endian length and UTF-8 JSON. Single-rank groups never open a
-socket.
+Joining is checked: each rank sends a token (job id, attempt, run directory) and waits for
+rank 0's acknowledgement, so a rank that reached another job's group (two jobs whose
+derived ports collide on a shared node) or its own socket (a connect that raced rank 0's
+listen in the ephemeral range) is refused and retries, and a connection that says nothing
+is dropped after ``HELLO_TIMEOUT_S``.
+
+Messages are a 4-byte big-endian length and UTF-8 JSON (at most ``MAX_MESSAGE`` bytes).
+Single-rank groups never open a socket.
 """
 from __future__ import annotations
 
@@ -28,6 +36,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from .session import Coordinator
 
 _LEN = struct.Struct(">I")
+HELLO_TIMEOUT_S = 10.0
+MAX_MESSAGE = 64 << 20
 
 
 class TcpGroup(Coordinator):
@@ -38,8 +48,10 @@ class TcpGroup(Coordinator):
     writing a large checkpoint keeps the others waiting that long at most)."""
 
     def __init__(self, *, rank: int, world_size: int, addr: str, port: int,
-                 timeout_s: float = 1800.0, connect_timeout_s: float = 300.0):
+                 timeout_s: float = 1800.0, connect_timeout_s: float = 300.0,
+                 token: str = ""):
         self.rank = rank
+        self.token = token
         self.world_size = world_size
         self.timeout_s = timeout_s
         self._peers: Dict[int, socket.socket] = {}
@@ -53,15 +65,17 @@ class TcpGroup(Coordinator):
 
     # -- set-up ----------------------------------------------------------------------------
     def _serve(self, addr: str, port: int, connect_timeout_s: float) -> None:
-        family = socket.AF_INET6 if ":" in _resolve(addr) else socket.AF_INET
         try:
-            server = socket.create_server(("", port), family=family, backlog=self.world_size)
+            if socket.has_dualstack_ipv6():  # IPv4 and IPv6 peers alike
+                server = socket.create_server(("", port), family=socket.AF_INET6,
+                                              dualstack_ipv6=True, backlog=self.world_size)
+            else:
+                server = socket.create_server(("", port), backlog=self.world_size)
         except OSError as e:
             raise OSError(
                 f"rank 0 cannot listen on port {port} for the other ranks ({e}).\n"
                 "HINT: another process holds that port; set MASTER_PORT to a free port, or "
                 "leave it unset so that hpctrain derives one per job") from e
-        server.settimeout(connect_timeout_s)
         deadline = time.monotonic() + connect_timeout_s
         try:
             while len(self._peers) < self.world_size - 1:
@@ -73,10 +87,21 @@ class TcpGroup(Coordinator):
                     raise TimeoutError(
                         f"ranks {missing} did not connect to rank 0 at port {port} within "
                         f"{connect_timeout_s:.0f} s") from None
+                conn.settimeout(HELLO_TIMEOUT_S)
+                try:
+                    hello = _recv(conn)
+                    peer = int(hello["rank"])
+                    ok = (hello.get("token") == self.token and 0 < peer < self.world_size
+                          and peer not in self._peers)
+                except (OSError, ValueError, KeyError, TypeError):
+                    ok = False
+                if not ok:  # not one of ours (another job, a port scanner, a duplicate)
+                    conn.close()
+                    continue
+                _send(conn, {"ok": True})
                 conn.settimeout(self.timeout_s)
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                hello = _recv(conn)
-                self._peers[int(hello["rank"])] = conn
+                self._peers[peer] = conn
         finally:
             server.close()
 
@@ -84,19 +109,26 @@ class TcpGroup(Coordinator):
         deadline = time.monotonic() + connect_timeout_s
         delay = 0.02
         while True:
+            conn = None
             try:
-                conn = socket.create_connection((addr, port), timeout=5.0)
+                conn = socket.create_connection((addr, port), timeout=HELLO_TIMEOUT_S)
+                if conn.getsockname() == conn.getpeername():
+                    raise ConnectionError("connected to itself (rank 0 was not listening yet)")
+                _send(conn, {"rank": self.rank, "token": self.token})
+                if _recv(conn, who="rank 0").get("ok") is not True:
+                    raise ConnectionError("rank 0 did not acknowledge")
                 break
-            except OSError as e:
+            except (OSError, ValueError) as e:
+                if conn is not None:
+                    conn.close()
                 if time.monotonic() > deadline:
                     raise TimeoutError(
-                        f"rank {self.rank} could not reach rank 0 at {addr}:{port} within "
-                        f"{connect_timeout_s:.0f} s ({e})") from None
+                        f"rank {self.rank} could not join rank 0's group at {addr}:{port} "
+                        f"within {connect_timeout_s:.0f} s ({e})") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
         conn.settimeout(self.timeout_s)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        _send(conn, {"rank": self.rank})
         self._hub = conn
 
     # -- operations ------------------------------------------------------------------------
@@ -142,6 +174,8 @@ def _send(conn: socket.socket, value: Any) -> None:
 
 def _recv(conn: socket.socket, who: str = "a rank") -> Any:
     (size,) = _LEN.unpack(_read(conn, _LEN.size, who))
+    if size > MAX_MESSAGE:
+        raise ValueError(f"{who} sent a {size}-byte message: not hpctrain's group protocol")
     return json.loads(_read(conn, size, who))
 
 
@@ -160,9 +194,29 @@ def _read(conn: socket.socket, n: int, who: str) -> bytes:
     return b"".join(chunks)
 
 
-def free_port(host: str = "") -> int:
-    """A TCP port that was free on this host a moment ago (the kernel's choice)."""
-    family = socket.AF_INET6 if host and ":" in _resolve(host) else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
+def group_token(info) -> str:
+    """What every rank of one attempt of one run has in common (and no other job has)."""
+    import os
+
+    return "/".join((info.job_id, os.environ.get("HPCTRAIN_ATTEMPT", ""),
+                     os.environ.get("HPCTRAIN_RUN_DIR", ""), str(info.world_size)))
+
+
+def reserve_port(key: str, *, tries: int = 64) -> int:
+    """A port that is free on this host now, outside the kernel's ephemeral range (so no
+    outgoing connection is handed it before the framework binds it), chosen by hashing
+    ``key`` (as :func:`~hpctrain.cluster_env.derive_port`) and probing the next
+    candidates when one is taken; the kernel's choice as a last resort."""
+    from ..cluster_env import derive_port
+
+    for i in range(tries):
+        port = derive_port(key, step=str(i))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         return s.getsockname()[1]

@@ -30,7 +30,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..checkpoint import Checkpoint
 from ..cluster_env import WorkerInfo
 from ..config import CheckpointConfig
-from .commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
+from .commit import (_is_staged, digest_shard, new_staging_dir, publish, stage_shard,
+                     staged_iterations)
 from .fsutil import Background, json_default
 from .storage import ResultWriter, RunDir, autofilled
 
@@ -133,7 +134,9 @@ class Session:
         rank = self.info.world_rank
         files: List[str] = []
         if checkpoint is not None and self.checkpoint_ranks == "rank0" and rank != 0:
-            if getattr(checkpoint, "_temporary", False):
+            # dropped: clean up what hpctrain owns (a temporary or a staging directory)
+            if getattr(checkpoint, "_temporary", False) or _is_staged(
+                    self.run, os.path.abspath(checkpoint.path)):
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
             checkpoint = None
         if checkpoint is not None:

@@ -2,6 +2,8 @@
 
 * Ranks started by ``mpirun``/``mpiexec`` (``info.launcher`` is ``openmpi``, ``pmi`` or
   ``pals``) and a Horovod built with MPI: ``HOROVOD_CONTROLLER=mpi``; MPI knows the ranks.
+  ``HorovodConfig(controller="mpi")`` also accepts ranks from ``srun --mpi=pmix`` (which
+  hpctrain's srun launcher then uses).
 * Otherwise (the local launcher, ``srun``): the Gloo controller, with the rendezvous that
   ``horovodrun`` would provide. Rank 0 starts Horovod's own ``RendezvousServer`` (an HTTP
   key-value store, in threads of the rank-0 process), gives it the host/slot plan built
@@ -113,14 +115,14 @@ class HorovodBackend(Backend):
         self.controller = "gloo"
 
     def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
-        from .._internal.rendezvous import TcpGroup
+        from .._internal.rendezvous import TcpGroup, group_token
         from .tensorflow import worker_address
 
         cfg: HorovodConfig = self.config
-        mpi_launched = info.launcher in MPI_LAUNCHERS
+        mpi_launched = mpi_launched_here(info.launcher, os.environ)
         self.controller = cfg.controller
-        if self.controller == "auto":
-            self.controller = "mpi" if mpi_launched and _mpi_built() else "gloo"
+        if self.controller == "auto":  # MPI only for ranks from mpirun/mpiexec
+            self.controller = "mpi" if info.launcher in MPI_LAUNCHERS and _mpi_built() else "gloo"
         if self.controller == "mpi" and not mpi_launched and info.world_size > 1:
             raise RuntimeError(
                 f"HorovodConfig(controller=\"mpi\") but the ranks were started by "
@@ -128,7 +130,7 @@ class HorovodBackend(Backend):
                 "\"mpirun\", or controller=\"gloo\" (hpctrain then provides the rendezvous)")
         self._group = TcpGroup(rank=info.world_rank, world_size=info.world_size,
                                addr=info.master_addr, port=info.master_port,
-                               timeout_s=cfg.timeout_s)
+                               timeout_s=cfg.timeout_s, token=group_token(info))
         if self.controller == "mpi":
             os.environ.update(HOROVOD_CONTROLLER="mpi", HOROVOD_CPU_OPERATIONS="mpi")
             return
@@ -145,7 +147,12 @@ class HorovodBackend(Backend):
                    HOROVOD_GLOO_RENDEZVOUS_PORT=str(port))
         os.environ.update(env)
         os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(cfg.timeout_s))
-        iface = interface_for(_resolve(rendezvous_addr))
+        # the interface this rank reaches the other nodes by (rank 0's own host may resolve
+        # to a loopback address, e.g. Debian's 127.0.1.1 line: look past it to a peer)
+        peer = info.master_addr
+        if info.node_rank == 0 and len(info.hosts) > 1:
+            peer = info.hosts[1]
+        iface = interface_for(_resolve(peer)) if host != "localhost" else interface_for("127.0.0.1")
         if iface and "HOROVOD_GLOO_IFACE" not in os.environ:
             os.environ["HOROVOD_GLOO_IFACE"] = iface
 
@@ -175,6 +182,21 @@ class HorovodBackend(Backend):
             self._group.close()
         if self._server is not None:
             self._server.stop()
+
+
+def mpi_launched_here(launcher: str, env) -> bool:
+    """True when this rank was started as part of one MPI job: by mpirun/mpiexec (the
+    launcher detected from the environment), or by ``srun --mpi=pmix|pmi2`` (Slurm sets
+    ``SLURM_MPI_TYPE``; PMIx sets ``PMIX_RANK``).
+
+    >>> mpi_launched_here("openmpi", {}), mpi_launched_here("slurm", {"PMIX_RANK": "0"})
+    (True, True)
+    >>> mpi_launched_here("slurm", {"SLURM_MPI_TYPE": "none"}), mpi_launched_here("local", {})
+    (False, False)
+    """
+    if launcher in MPI_LAUNCHERS:
+        return True
+    return "PMIX_RANK" in env or env.get("SLURM_MPI_TYPE", "none") not in ("", "none")
 
 
 def _mpi_built() -> bool:

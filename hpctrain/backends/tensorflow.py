@@ -1,7 +1,8 @@
 """TensorFlow backend: a ``TF_CONFIG`` per worker for ``MultiWorkerMirroredStrategy``.
 
-Before the training function runs, every rank binds a port the kernel hands out on its own
-host (so it cannot collide with another job on the node), the ranks exchange their
+Before the training function runs, every rank picks a port that is free on its own host
+(below the kernel's ephemeral range, hashed from the job, attempt and rank, probed by
+binding it: :func:`~hpctrain._internal.rendezvous.reserve_port`), the ranks exchange their
 ``host:port`` over hpctrain's TCP group (:mod:`hpctrain._internal.rendezvous`, rank 0 at
 ``master_addr:master_port``), and each sets
 
@@ -86,7 +87,7 @@ class TensorflowBackend(Backend):
         self._group = None
 
     def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
-        from .._internal.rendezvous import TcpGroup, free_port
+        from .._internal.rendezvous import TcpGroup, group_token, reserve_port
 
         cfg: TensorflowConfig = self.config
         if cfg.legacy_keras:
@@ -94,9 +95,10 @@ class TensorflowBackend(Backend):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         self._group = TcpGroup(rank=info.world_rank, world_size=info.world_size,
                                addr=info.master_addr, port=info.master_port,
-                               timeout_s=cfg.timeout_s)
+                               timeout_s=cfg.timeout_s, token=group_token(info))
         host = worker_address(info)
-        workers = self._group.allgather(f"{host}:{free_port(host)}")
+        port = reserve_port(f"tf/{group_token(info)}/{info.world_rank}")
+        workers = self._group.allgather(f"{host}:{port}")
         os.environ["TF_CONFIG"] = json.dumps(tf_config(workers, info.world_rank))
 
     def coordinator(self, info: WorkerInfo):
