@@ -121,7 +121,9 @@ def _parser() -> argparse.ArgumentParser:
                                      "run under <storage_path>/<run.name>/trial_NNNNN. "
                                      "Locally the trials run here; with a Slurm or PBS "
                                      "scheduler they are submitted as job arrays. Running "
-                                     "it again runs only the trials that did not finish.")
+                                     "it again runs only the trials that did not finish. "
+                                     "Locally the warning signal (USR1) stops the running "
+                                     "trials at a checkpoint: exit code 75.")
     _add_spec_args(swp)
     swp.add_argument("--dry-run", action="store_true",
                      help="print the job array script(s) (locally: the trials); create "
@@ -439,7 +441,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.command is None:
         parser.print_help()
         sys.exit(2)
-    if args.command == "run":  # a warning while starting must not kill it
+    if args.command in ("run", "sweep"):  # a warning while starting must not kill it
         from ._internal.recovery import catch_early_warnings
 
         catch_early_warnings()

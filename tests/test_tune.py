@@ -3,13 +3,15 @@ trials run here as real 1-worker runs; job array scripts are rendered, run by ba
 an array task runs (the task's index in its environment), and handed to the fake qsub."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 import tune_workloads
-from helpers import cli
+from helpers import cli, needs_mpirun
 from hpctrain import RunConfig, ScalingConfig, TrainingFailedError, tune
 from hpctrain.errors import ConfigError
 from hpctrain.spec import load_job_spec
@@ -326,3 +328,228 @@ def test_docstring_examples_of_the_sweep_helpers(name):
 
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+# --------------------------------------------------------------------------- review fixes
+def trial_state(sweep, i):
+    with open(os.path.join(sweep, f"trial_{i:05d}", "state.json")) as f:
+        return json.load(f)
+
+
+def starts(sweep, i):
+    path = os.path.join(sweep, f"trial_{i:05d}", "starts.log")
+    return open(path).read().splitlines() if os.path.exists(path) else []
+
+
+@needs_mpirun
+def test_hpctrain_sweep_runs_the_other_backends_too(tmp_path, storage):
+    job = sweep_file(tmp_path, storage, "mpisweep", function="mpi_size")
+    text = open(job).read().replace("[job]\n", '[job]\nbackend = "mpi"\n')
+    open(job, "w").write(text.replace("num_workers = 1", "num_workers = 2")
+                         .replace("[1, 2, 3]", "[1, 2]"))
+    p = cli("sweep", job)
+    assert "trial_00001 FINISHED" in p.stderr
+    grid = tune.ResultGrid.from_path(os.path.join(storage, "mpisweep"))
+    assert [(r.metrics["output"], r.metrics["size"]) for r in grid] == [(1, 2), (2, 2)]
+    assert grid.get_best_result().config == {"train_loop_config": {"input": 2}}
+
+
+def test_the_warning_signal_stops_a_local_sweep_cleanly_and_a_rerun_continues_it(
+        tmp_path, storage):
+    """`hpctrain sweep` inside a batch job (--signal=B:USR1@120): SIGUSR1 stops the running
+    trials at a checkpoint (exit 75, like `hpctrain run`) instead of killing the sweep."""
+    from hpctrain._internal.commit import verify_checkpoint
+    from hpctrain._internal.storage import RunDir
+
+    gate = tmp_path / "gate"
+    job = sweep_file(tmp_path, storage, "warned", function="gated",
+                     extra_config=f'gated = [2, 3]\ngate = "{gate}"',
+                     sweep="max_concurrent_trials = 2")
+    sweep = os.path.join(storage, "warned")
+    proc = subprocess.Popen([sys.executable, "-m", "hpctrain.cli", "sweep", job],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # trial 0 (input 1) finishes; trials 1 and 2 wait for the gate, side by side
+        deadline = time.monotonic() + 90
+        while not (starts(sweep, 1) and starts(sweep, 2) and os.path.exists(
+                os.path.join(sweep, "trial_00000", "state.json"))
+                and trial_state(sweep, 0)["status"] == "FINISHED"):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 75, out + err
+    assert "stopped (signal SIGUSR1): 2 trial(s) did not finish" in err
+    for i in (1, 2):
+        state = trial_state(sweep, i)
+        assert state["status"] == "STOPPED", state
+        latest = RunDir(os.path.join(sweep, f"trial_0000{i}")).latest_checkpoint()
+        assert latest is not None and verify_checkpoint(latest.path) == []
+        assert open(os.path.join(latest.path, "waited")).read() == "1"
+    manifest = json.load(open(os.path.join(sweep, "sweep.json")))
+    assert [t["status"] for t in manifest["trials"]] == ["FINISHED", "STOPPED", "STOPPED"]
+    # again, the gate open: the stopped trials resume from their checkpoints, the finished
+    # one is not run again
+    gate.write_text("open")
+    again = cli("sweep", job)
+    assert "2 of 3 trials to run here" in again.stdout
+    grid = tune.ResultGrid.from_path(sweep)
+    assert [r.status for r in grid] == ["FINISHED"] * 3
+    assert [r.metrics["output"] for r in grid] == [1, 2, 3]
+    assert [len(starts(sweep, i)) for i in range(3)] == [1, 2, 2]
+    for i in (1, 2):
+        second = attempts(os.path.join(sweep, f"trial_0000{i}"))[-1]
+        assert second["resumed_from"] and os.path.basename(second["resumed_from"]) \
+            .startswith("checkpoint_")
+
+
+def test_search_space_values_json_cannot_hold_are_refused_before_anything_is_made(
+        tmp_path, storage):
+    trainer = TorchTrainer(tune_workloads.docs_example,
+                           scaling_config=ScalingConfig(num_workers=1),
+                           run_config=RunConfig(name="objects", storage_path=storage))
+    space = {"train_loop_config": {"num_epochs": 1, "act": tune.grid_search([max, min])}}
+    with pytest.raises(ConfigError) as info:
+        tune.Tuner(trainer, param_space=space).fit()
+    assert str(info.value).startswith(
+        "param_space.train_loop_config.act.grid_search[0]: expected a JSON value (number, "
+        "string, boolean, list or table of those), got builtin_function_or_method "
+        "<built-in function max>")
+    assert 'HINT: sweep.json records every trial\'s config' in str(info.value)
+    with pytest.raises(ConfigError, match=r"param_space.train_loop_config.model: expected a "
+                                          r"JSON value .* got object <object object"):
+        tune.Tuner(trainer, param_space={"train_loop_config": {"model": object()}}).fit()
+    # a TOML date is not JSON either
+    job = tmp_path / "dated.toml"
+    job.write_text(f'[job]\nentrypoint = "{WORKLOADS}:docs_example"\n[run]\n'
+                   f'storage_path = "{storage}"\n[sweep.param_space]\nday = 2024-05-01\n')
+    p = cli("sweep", str(job), check=False)
+    assert p.returncode == 2 and f"{job}: sweep.param_space.day: expected a JSON value" \
+        in p.stderr, p.stderr
+    assert os.listdir(storage) == []
+
+
+def test_pbs_rerun_runs_only_its_trials_and_a_trial_in_its_own_job_is_not_submitted_twice(
+        tmp_path, storage, monkeypatch):
+    from hpctrain._internal.recovery import requeue
+    from hpctrain._internal.storage import RunDir
+    from hpctrain.schedulers import get_scheduler
+
+    pbs = fakepbs.FakePbs.install(tmp_path / "pbs_state", monkeypatch,
+                                  clear=("PBS_", "SLURM_", "OMPI_", "PMI_", "PALS_"))
+    job = sweep_file(tmp_path, storage, "gaps", site="generic-pbs", function="fails_on",
+                     extra_config="bad = 2", sweep="seed = 5",
+                     scheduler='[scheduler]\nqueue = "workq"\nlauncher = "local"\n')
+    sweep = os.path.join(storage, "gaps")
+    assert "submitted pbs job array 1[].pbshost (trials 0-2)" in cli("sweep", job).stdout
+    # subjob 1: trial 1 (input 2) fails
+    pbs.run("1[].pbshost", hosts=[os.uname().nodename],
+            extra_env={"PBS_ARRAY_INDEX": "1", "PBS_JOBID": "1[1].pbshost"})
+    assert trial_state(sweep, 1)["status"] == "FAILED"
+    # again: trials 0 and 2 only, but `-J` takes no list, so the array is 0-2 and its
+    # subjob 1 ends at once: the failed trial is not run again without --retry-failed
+    out = cli("sweep", job).stdout
+    assert "submitted pbs job array 2[].pbshost (trials 0,2)" in out
+    script = pbs.submission("2[].pbshost")["script"].decode()
+    assert "\n#PBS -J 0-2\n" in script and '\ncase " 0 2 " in *" $HPCTRAIN_TRIAL_INDEX "' \
+        in script
+    gap = pbs.run("2[].pbshost", hosts=[os.uname().nodename],
+                  extra_env={"PBS_ARRAY_INDEX": "1", "PBS_JOBID": "2[1].pbshost"})
+    assert gap.returncode == 0 and "trial 1 is not run by this array" in gap.stdout
+    assert trial_state(sweep, 1)["status"] == "FAILED"
+    assert len(trial_state(sweep, 1)["attempts"]) == 1
+    assert not any("2[1]" in f for f in os.listdir(os.path.join(sweep, "trial_00001", "logs")))
+    # trial 0 stopped in subjob 2[0] and resubmits itself (what the batch step does after
+    # a clean stop): PBS takes no dependency on one subjob, so its job.sh goes without one
+    run = RunDir(os.path.join(sweep, "trial_00000"))
+    with run.update_state() as s:
+        s["status"] = "REQUEUED"
+    assert requeue(run, get_scheduler("pbs"), "2[0].pbshost") == "3.pbshost"
+    assert pbs.jobs()["3.pbshost"]["job_state"] == "Q"
+    assert "depend" not in pbs.jobs()["3.pbshost"]
+    assert trial_state(sweep, 0)["submissions"][-1]["job_id"] == "3.pbshost"
+    # while that job is queued the sweep is not submitted again (trial 0 would run twice)
+    arrays = json.load(open(os.path.join(sweep, "sweep.json")))["arrays"]
+    p = cli("sweep", job, check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "still has trial_00000's own job 3.pbshost queued or running" in p.stderr
+    assert "HINT: wait for it (hpctrain sweep ... --follow), cancel it (qdel 3.pbshost)" \
+        in p.stderr
+    assert sorted(pbs.jobs()) == ["1[].pbshost", "2[].pbshost", "3.pbshost"]
+    assert json.load(open(os.path.join(sweep, "sweep.json")))["arrays"] == arrays
+    # the trial's own job runs it to the end
+    done = pbs.run("3.pbshost", hosts=[os.uname().nodename])
+    assert done.returncode == 0, done.stdout + done.stderr
+    grid = tune.ResultGrid.from_path(sweep)
+    assert [r.status for r in grid] == ["FINISHED", "FAILED", "PENDING"]
+    assert grid[0].metrics["output"] == 1
+
+
+def test_a_failed_second_array_keeps_the_sweep_the_first_one_needs(tmp_path, storage,
+                                                                  monkeypatch):
+    pbs = fakepbs.FakePbs.install(tmp_path / "pbs_state", monkeypatch,
+                                  clear=("PBS_", "SLURM_", "OMPI_", "PMI_", "PALS_"))
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "small-pbs.toml").write_text('[site]\nscheduler = "pbs"\n[limits]\n'
+                                          'max_array_size = 2\n[scheduler]\nlauncher = "local"\n')
+    monkeypatch.setenv("HPCTRAIN_SITE_PATH", str(sites))
+    # qsub takes the first array and refuses the next job (the user's queue limit)
+    refusing = tmp_path / "refusing-bin"
+    refusing.mkdir()
+    (refusing / "qsub").write_text(
+        f'#!/bin/sh\nif [ -e "{tmp_path}/one" ]; then\n'
+        "  echo 'qsub: would exceed the queue per-user limit' >&2; exit 38\nfi\n"
+        f'touch "{tmp_path}/one"\nexec {HERE}/fake_pbs/qsub "$@"\n')
+    (refusing / "qsub").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{refusing}{os.pathsep}{os.environ['PATH']}")
+    job = sweep_file(tmp_path, storage, "half", site="small-pbs", sweep="seed = 5",
+                     scheduler='[scheduler]\nqueue = "workq"\n')
+    p = cli("sweep", job, check=False)
+    assert p.returncode == 2 and "qsub refused the job" in p.stderr, p.stdout + p.stderr
+    assert "the submission failed after 1 job array(s) (1[].pbshost, trials 0-1) were " \
+           "submitted; they run. The sweep directory is kept" in p.stderr
+    assert list(pbs.jobs()) == ["1[].pbshost"]
+    sweep = os.path.join(storage, "half")
+    manifest = json.load(open(os.path.join(sweep, "sweep.json")))
+    assert [a["job_id"] for a in manifest["arrays"]] == ["1[].pbshost"]
+    assert [t.get("job_id") for t in manifest["trials"]] == ["1[0].pbshost", "1[1].pbshost",
+                                                             None]
+    # a queued task of the array finds its trial's payload and runs it
+    proc = pbs.run("1[].pbshost", hosts=[os.uname().nodename],
+                   extra_env={"PBS_ARRAY_INDEX": "1", "PBS_JOBID": "1[1].pbshost"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert trial_state(sweep, 1)["status"] == "FINISHED"
+
+
+def test_array_tasks_run_their_trial_when_the_manifest_lock_is_busy(tmp_path, storage,
+                                                                   monkeypatch):
+    """A thousand tasks starting at once on a slow file system: a task that cannot have
+    sweep.json's lock in time still runs its trial (its state.json is the truth)."""
+    from filelock import FileLock
+
+    from hpctrain._internal.batch import _run
+    from hpctrain._internal.recovery import PendingStop
+    from hpctrain._internal.storage import RunDir
+    from hpctrain.tune import _batch
+    from hpctrain.tune._sweep import SweepDir
+    from hpctrain.tune.tuner import manifest_from_spec
+
+    job = sweep_file(tmp_path, storage, "busy", site="test-cluster", sweep="seed = 5",
+                     scheduler='[scheduler]\nlauncher = "local"\n')
+    spec = load_job_spec(job)
+    sweep = SweepDir(os.path.join(storage, "busy"))
+    manifest_from_spec(sweep, spec)
+    monkeypatch.setattr(_batch, "MANIFEST_WAIT_S", 0.2)
+    run = RunDir(sweep.trial_path(2))
+    with FileLock(sweep.manifest_file + ".lock"):  # another task holds it throughout
+        code = _batch.run_trial(run, spec, 2, lambda one, script: _run(
+            run, one, PendingStop(), script))
+    assert code == 0
+    assert run.read_state()["status"] == "FINISHED"
+    assert [r.status for r in tune.ResultGrid.from_path(sweep.path)] == \
+        ["PENDING", "PENDING", "FINISHED"]
+    assert sweep.read()["trials"][2]["status"] == "PENDING"  # not recorded there: no harm
+    assert sweep.refresh()[2] == "FINISHED"  # the driver's next look records it

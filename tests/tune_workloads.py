@@ -50,3 +50,11 @@ def tune_function(config):
 
     tune.report({"score": config["a"] * 10})
     tune.report(score=config["a"] * 10 + config["b"])
+
+
+def mpi_size(config):
+    """The docs example under the mpi backend, also reporting the MPI world's size."""
+    from mpi4py import MPI
+
+    for _ in range(config["num_epochs"]):
+        hpctrain.report({"output": config["input"], "size": MPI.COMM_WORLD.Get_size()})

@@ -69,12 +69,55 @@ def catch_early_warnings() -> None:
                           f"signal SIG{name} (while starting)"))
 
 
+class ThreadedRuns:
+    """The supervisors of runs in threads other than the main one (a local sweep's
+    trials), where no signal handler can be installed: the main thread's handler hands
+    the warning to every one of them with :meth:`request_stop`, also to one that
+    registers afterwards (until :meth:`reset`)."""
+
+    def __init__(self) -> None:
+        self._sups: list = []
+        self._lock = threading.Lock()
+        self.reason: Optional[str] = None
+
+    def add(self, sup: Any) -> None:
+        with self._lock:
+            self._sups.append(sup)
+        reason = self.reason  # read after adding: a warning now reaches it one way or both
+        if reason is not None:
+            sup.request_stop(reason)
+
+    def discard(self, sup: Any) -> None:
+        with self._lock:
+            self._sups = [s for s in self._sups if s is not sup]
+
+    def request_stop(self, reason: str) -> None:
+        """Signal-handler safe: sets attributes, takes no lock."""
+        if self.reason is None:
+            self.reason = reason
+        for sup in tuple(self._sups):
+            sup.request_stop(reason)
+
+    def reset(self) -> None:
+        self.reason = None
+
+
+#: Runs in worker threads of this process (see :class:`ThreadedRuns`).
+THREADED = ThreadedRuns()
+
+
 @contextlib.contextmanager
 def supervisor_signals(sup: Any, warning_signal: str = "USR1") -> Iterator[None]:
-    """Install the handlers for the duration of a run (main thread only); ``sup`` is a
-    :class:`Supervisor` or a :class:`PendingStop`."""
+    """Install the handlers for the duration of a run (main thread only; in another
+    thread the supervisor is registered in :data:`THREADED` instead, for the main
+    thread's handler to reach it); ``sup`` is a :class:`Supervisor` or a
+    :class:`PendingStop`."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        THREADED.add(sup)
+        try:
+            yield
+        finally:
+            THREADED.discard(sup)
         return
     warning = int(getattr(signal, "SIG" + warning_signal))
 

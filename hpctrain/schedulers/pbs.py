@@ -9,8 +9,9 @@ Directive keys: one starting with ``-`` is an option as written (``"-r" = "y"`` 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 from ..units import format_pbs_memory, format_pbs_walltime, parse_memory
 from .base import BatchRequest, JobState, Scheduler, check_directive, job_name, merge_directives
@@ -54,6 +55,16 @@ def pbs_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
         ("-j", "oe"),
         ("depend", f"afterany:{sched.after}" if sched.after else None),
     ]
+
+
+def is_subjob(job_id: str) -> bool:
+    """True for one subjob of an array (``12[3].server``), not the array (``12[].server``)
+    or a job.
+
+    >>> is_subjob("12[3].pbshost"), is_subjob("12[].pbshost"), is_subjob("12.pbshost")
+    (True, False, False)
+    """
+    return re.match(r"^\d+\[\d+\]", job_id) is not None
 
 
 class PbsScheduler(Scheduler):
@@ -114,14 +125,22 @@ class PbsScheduler(Scheduler):
     def cancel(self, job_id: str) -> None:
         subprocess.run(["qdel", job_id], check=True, capture_output=True, text=True)
 
-    def resubmit(self, script_path: str, *, after: str) -> str:
-        """``qsub -W depend=afterany:<this job> job.sh`` (``qrerun`` is for operators):
-        the new job waits until this one ended. The command-line ``-W depend`` takes
-        precedence over a ``#PBS -W depend`` in the script."""
+    def requeue(self, job_id: str, script_path: str) -> str:
+        """``qsub -W depend=afterany:<this job> job.sh``; from one subjob of an array (a
+        sweep's trial) ``qsub job.sh`` without a dependency: PBS takes none on a single
+        subjob (only on a whole array, ``<seq>[]``, which would wait for every other
+        trial). The job that continues the run waits for the run directory's lock, which
+        this one has let go of."""
+        return self.resubmit(script_path, after=None if is_subjob(job_id) else job_id)
+
+    def resubmit(self, script_path: str, *, after: Optional[str]) -> str:
+        """``qsub -W depend=afterany:<after> job.sh`` (``qrerun`` is for operators): the new
+        job waits until that one ended (``after`` None: no dependency). The command-line
+        ``-W depend`` takes precedence over a ``#PBS -W depend`` in the script."""
         from .pbs_submitit import parse_qsub_output
 
-        p = subprocess.run(["qsub", "-W", f"depend=afterany:{after}", script_path],
-                           capture_output=True, text=True)
+        depend = ["-W", f"depend=afterany:{after}"] if after else []
+        p = subprocess.run(["qsub", *depend, script_path], capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"qsub refused the resubmission: {p.stderr.strip()}")
         return parse_qsub_output(p.stdout)

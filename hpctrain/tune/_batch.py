@@ -17,8 +17,26 @@ from .._internal.storage import RunDir
 from ._sweep import RUNNING, SweepDir, trial_id
 
 
+#: How long an array task waits for the manifest's lock before it goes on without
+#: updating it (a thousand tasks starting at once on a slow file system queue for it).
+MANIFEST_WAIT_S = 10.0
+
+
 def _log(msg: str) -> None:
     print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+
+
+def note_trial(sweep: SweepDir, index: int, **fields: Any) -> None:
+    """Record the trial's status in the manifest, best effort: the trial's state.json is
+    the truth, and the driver (``--follow``, ``hpctrain results``) refreshes the manifest
+    from it, so a lock not had in time or a file system error only warns."""
+    from filelock import Timeout
+
+    try:
+        sweep.set_trial(index, timeout=MANIFEST_WAIT_S, **fields)
+    except (Timeout, OSError) as e:
+        _log(f"WARNING: {trial_id(index)}'s status was not recorded in {sweep.manifest_file} "
+             f"({type(e).__name__}: {e}); its state.json has it")
 
 
 def trial_spec(spec: Any, sweep: SweepDir, index: int, config: dict) -> Any:
@@ -83,8 +101,8 @@ def run_trial(run: RunDir, spec: Any, index: int,
     job = os.environ.get("SLURM_ARRAY_JOB_ID")
     task = os.environ.get("SLURM_ARRAY_TASK_ID")
     job_id = f"{job}_{task}" if job and task else os.environ.get("PBS_JOBID", "")
-    sweep.set_trial(index, status=RUNNING, job_id=job_id)
+    note_trial(sweep, index, status=RUNNING, job_id=job_id)
     try:
         return run_batch(one, None)
     finally:
-        sweep.set_trial(index, status=sweep.trial_status(index))
+        note_trial(sweep, index, status=sweep.trial_status(index))

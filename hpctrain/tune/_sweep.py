@@ -68,17 +68,18 @@ class SweepDir:
         return read_json(self.manifest_file, default={}) or {}
 
     @contextlib.contextmanager
-    def update(self) -> Iterator[Dict[str, Any]]:
-        """Read, modify, write the manifest atomically under ``sweep.json.lock``."""
+    def update(self, timeout: float = 60) -> Iterator[Dict[str, Any]]:
+        """Read, modify, write the manifest atomically under ``sweep.json.lock`` (waiting
+        at most ``timeout`` s for it: :class:`filelock.Timeout`)."""
         os.makedirs(self.path, exist_ok=True)
-        with FileLock(self.manifest_file + ".lock", timeout=60):
+        with FileLock(self.manifest_file + ".lock", timeout=timeout):
             data = self.read()
             yield data
             data["updated"] = time.time()
             atomic_write_json(self.manifest_file, data)
 
-    def set_trial(self, index: int, **fields: Any) -> None:
-        with self.update() as m:
+    def set_trial(self, index: int, timeout: float = 60, **fields: Any) -> None:
+        with self.update(timeout) as m:
             m["trials"][index].update(fields)
 
     def trial_status(self, index: int, manifest: Optional[Dict[str, Any]] = None) -> str:
@@ -110,7 +111,9 @@ def open_manifest(sweep: SweepDir, *, space: Dict[str, Any], expand_fn: Callable
     """The sweep's manifest: created with every trial's config (sampled with ``seed``, a
     fresh one recorded when None), or the existing one, whose trials are kept as they
     are (a re-run sees the same configs). A different search space in an existing sweep
-    directory is refused."""
+    directory is refused, and so is a value JSON cannot hold (sweep.json records every
+    config: a function or an object would come back as its repr)."""
+    check_json(space_tables, where, file)
     if sweep.exists():
         m = sweep.read()
         if m.get("fingerprint") != fingerprint or (seed is not None and m.get("seed") != seed):
@@ -131,7 +134,39 @@ def open_manifest(sweep: SweepDir, *, space: Dict[str, Any], expand_fn: Callable
                   "trials": [{"index": i, "trial_id": trial_id(i), "config": c,
                               "status": PENDING} for i, c in enumerate(configs)],
                   "arrays": []})
-        return dict(m)
+    return sweep.read()  # as every later run sees it (tuples are lists in JSON)
+
+
+def check_json(value: Any, key: str, file: Optional[str] = None) -> None:
+    """Refuse what JSON cannot hold as it is: only None, booleans, numbers, strings, lists
+    (tuples) and tables with string keys.
+
+    >>> check_json({"lr": [0.1, 0.2], "opt": "adam"}, "param_space")
+    >>> check_json({"act": {"grid_search": [max]}}, "param_space")
+    Traceback (most recent call last):
+    ...
+    hpctrain.errors.ConfigError: param_space.act.grid_search[0]: expected a JSON value ...
+    HINT: ...
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_json(v, f"{key}[{i}]", file)
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ConfigError(f"{key}: expected string keys (JSON), got {k!r}", file=file,
+                                  hint="sweep.json records every trial's config as JSON")
+            check_json(v, f"{key}.{k}", file)
+        return
+    raise ConfigError(
+        f"{key}: expected a JSON value (number, string, boolean, list or table of those), "
+        f"got {type(value).__name__} {value!r}", file=file,
+        hint="sweep.json records every trial's config, and a re-run or Tuner.restore reads "
+             "it back: search over names or numbers and look the object up in the training "
+             "function (e.g. tune.choice([\"adam\", \"sgd\"]))")
 
 
 def to_run(sweep: SweepDir, manifest: Dict[str, Any], retry_failed: bool = False) -> List[int]:
@@ -156,15 +191,21 @@ class _Interrupted(Exception):
 
 
 def local_concurrency(num_workers: int, cpus_per_worker: Optional[int],
-                      max_concurrent: Optional[int]) -> int:
+                      max_concurrent: Optional[int], gpus_per_worker: int = 0) -> int:
     """How many trials run side by side here: as many as the cores hold (each trial
-    needs ``num_workers`` × ``cpus_per_worker`` cores), at most ``max_concurrent``.
+    needs ``num_workers`` × ``cpus_per_worker`` cores), at most ``max_concurrent``; one
+    at a time when the workers use GPUs (each trial's ranks bind to GPUs by their local
+    rank, from GPU 0: trials side by side would share those).
 
     >>> local_concurrency(1, None, None) >= 1
     True
     >>> local_concurrency(64, None, None)
     1
+    >>> local_concurrency(1, None, 8, gpus_per_worker=1)
+    1
     """
+    if gpus_per_worker:
+        return 1
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -174,15 +215,19 @@ def local_concurrency(num_workers: int, cpus_per_worker: Optional[int],
 
 
 def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[int], Any], *,
-              concurrency: int, verbose: int = 1) -> None:
-    """Run the trials ``indices`` here, ``concurrency`` at a time. Ctrl-C (or SIGTERM)
-    stops every running trial (each resumes from its latest checkpoint when the sweep
-    runs again) and re-raises KeyboardInterrupt."""
+              concurrency: int, verbose: int = 1, warning_signal: str = "USR1") -> bool:
+    """Run the trials ``indices`` here, ``concurrency`` at a time. Ctrl-C (or SIGTERM,
+    SIGHUP) stops every running trial (each resumes from its latest checkpoint when the
+    sweep runs again) and re-raises KeyboardInterrupt. The scheduler's warning
+    (``warning_signal``: a sweep run inside a batch job) stops the running trials cleanly
+    at a checkpoint (STOPPED) and starts no more; returns True then, else False."""
     from concurrent.futures import ThreadPoolExecutor, wait
 
     from .._internal.progress import user_metrics
+    from .._internal.recovery import EARLY, THREADED
 
     stop = threading.Event()
+    warned: List[str] = []  # (a list: the signal handler only appends)
     done = []
     lock = threading.Lock()
 
@@ -191,7 +236,7 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[i
             raise _Interrupted("the sweep was interrupted")
 
     def one(index: int) -> None:
-        if stop.is_set():
+        if stop.is_set() or warned:
             return
         trainer = make_trainer(index)
         run = RunDir(trainer.run_path)
@@ -214,22 +259,39 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[i
                 print(f"[hpctrain] {trial_id(index)} {status} ({len(done)} of {len(indices)})"
                       + (f": {shown}" if shown else ""), file=sys.stderr, flush=True)
 
-    with _terminate_as_interrupt():
-        with ThreadPoolExecutor(max_workers=concurrency,
-                                thread_name_prefix="hpctrain-trial") as pool:
-            futures = [pool.submit(one, i) for i in indices]
-            try:
-                while True:
-                    finished, pending = wait(futures, timeout=0.2)
-                    for f in finished:
-                        if f.exception() is not None:
-                            raise f.exception()
-                    if not pending:
-                        break
-            except BaseException:
-                stop.set()
-                wait(futures)
-                raise
+    def warn(reason: str) -> None:
+        warned.append(reason)
+        THREADED.request_stop(reason)  # each running trial's supervisor: checkpoint, stop
+
+    THREADED.reset()
+    early = EARLY.take()  # a warning while `hpctrain sweep` was starting
+    if early:
+        warn(early)
+    try:
+        with _sweep_signals(warning_signal, warn):
+            with ThreadPoolExecutor(max_workers=concurrency,
+                                    thread_name_prefix="hpctrain-trial") as pool:
+                futures = [pool.submit(one, i) for i in indices]
+                try:
+                    while True:
+                        finished, pending = wait(futures, timeout=0.2)
+                        for f in finished:
+                            if f.exception() is not None:
+                                raise f.exception()
+                        if not pending:
+                            break
+                except BaseException:
+                    stop.set()
+                    wait(futures)
+                    raise
+    finally:
+        THREADED.reset()
+    if warned and verbose >= 1:
+        left = [i for i in indices if sweep.trial_status(i) != FINISHED]
+        print(f"[hpctrain] sweep {sweep.name} stopped ({warned[0]}): {len(left)} trial(s) "
+              "did not finish; running the sweep again continues them from their latest "
+              "checkpoints", file=sys.stderr, flush=True)
+    return bool(warned)
 
 
 def _last_row(run: RunDir) -> Dict[str, Any]:
@@ -240,18 +302,23 @@ def _last_row(run: RunDir) -> Dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM/SIGHUP stop a local sweep like Ctrl-C (main thread only)."""
+def _sweep_signals(warning_signal: str, on_warning: Callable[[str], None]) -> Iterator[None]:
+    """A local sweep's signals (main thread only; the trials' supervisors run in other
+    threads, where none can be installed): the warning signal calls ``on_warning``;
+    SIGTERM/SIGHUP stop the sweep like Ctrl-C, as they stop a single run."""
     import signal
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def handler(signum, frame):
+    def terminate(signum, frame):
         raise KeyboardInterrupt(f"hpctrain got signal {signum}")
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    handlers: Dict[int, Any] = {signal.SIGTERM: terminate, signal.SIGHUP: terminate}
+    handlers[int(getattr(signal, "SIG" + warning_signal))] = \
+        lambda signum, frame: on_warning(f"signal SIG{warning_signal}")
+    old = {s: signal.signal(s, h) for s, h in handlers.items()}
     try:
         yield
     finally:
@@ -320,9 +387,9 @@ def render_array(spec: Any, sweep_path: str, offset: int, tasks: Sequence[int], 
     """The batch script of one job array: task ``t`` runs trial ``offset + t`` of the sweep
     (its run directory ``trial_NNNNN``) with the spec's scaling, scheduler and recovery
     settings. Slurm: ``#SBATCH --array=<tasks>%<max_concurrent>``; PBS: ``#PBS -J lo-hi``
-    (and ``-W max_run_subjobs``; ``-J`` takes no lists, so the finished trials between
-    those of a re-run get a subjob that ends at once), or a plain job for a single trial
-    (PBS arrays need two indices or more)."""
+    (and ``-W max_run_subjobs``; ``-J`` takes no lists, so the subjobs between the trials
+    of a re-run end at once: the script lists its trials), or a plain job for a single
+    trial (PBS arrays need two indices or more)."""
     from ..schedulers import BatchRequest, get_scheduler
 
     kind = spec.scheduler.kind
@@ -357,6 +424,16 @@ def render_array(spec: Any, sweep_path: str, offset: int, tasks: Sequence[int], 
     prelude = [
         f"# this task runs one trial of the sweep: trial_<{offset} + array index>",
         f"HPCTRAIN_TRIAL_INDEX={index}",
+    ]
+    if kind == "pbs" and len(tasks) < max(tasks) - min(tasks) + 1:
+        listed = " ".join(str(offset + t) for t in sorted(tasks))
+        prelude += [
+            "# -J takes no list: the subjobs between this array's trials end here at once",
+            f'case " {listed} " in *" $HPCTRAIN_TRIAL_INDEX "*) ;; *)',
+            '  echo "hpctrain: trial $HPCTRAIN_TRIAL_INDEX is not run by this array"; exit 0 ;;',
+            "esac",
+        ]
+    prelude += [
         f"printf -v HPCTRAIN_TRIAL_DIR '%s/trial_%05d' {shlex.quote(sweep_path)} "
         '"$HPCTRAIN_TRIAL_INDEX"',
     ]
@@ -401,15 +478,31 @@ def array_active(kind: str, job_id: str) -> bool:
         return True
 
 
+def own_job(sweep: SweepDir, index: int) -> Optional[Dict[str, Any]]:
+    """The latest submission of trial ``index`` when it is a job of the trial's own (a
+    resubmission after a stop: PBS), not an array task; else None."""
+    subs = RunDir(sweep.trial_path(index)).read_state().get("submissions") or []
+    return subs[-1] if subs and "array" not in subs[-1] else None
+
+
 def refuse_if_active(sweep: SweepDir, manifest: Dict[str, Any]) -> None:
-    for a in manifest.get("arrays", []):
-        if array_active(a["scheduler"], a["job_id"]):
-            cancel = "scancel" if a["scheduler"] == "slurm" else "qdel"
+    """Refuse a submission while an array of the sweep, or a trial's own job, is queued or
+    running (a trial submitted twice would run in two jobs)."""
+    queued = [(f"job array {a['job_id']}", a["scheduler"], a["job_id"])
+              for a in manifest.get("arrays", [])]
+    for t in manifest.get("trials", []):
+        job = own_job(sweep, t["index"])
+        if job:
+            queued.append((f"{trial_id(t['index'])}'s own job {job['job_id']}",
+                           job["scheduler"], job["job_id"]))
+    for what, kind, job_id in queued:
+        if array_active(kind, job_id):
+            cancel = "scancel" if kind == "slurm" else "qdel"
             raise ConfigError(
-                f"run.name: the sweep {sweep.name!r} still has job array {a['job_id']} "
-                f"queued or running ({sweep.path})",
+                f"run.name: the sweep {sweep.name!r} still has {what} queued or running "
+                f"({sweep.path})",
                 hint=f"wait for it (hpctrain sweep ... --follow), cancel it ({cancel} "
-                     f"{a['job_id']}), or pick another name")
+                     f"{job_id}), or pick another name")
 
 
 def submit_arrays(sweep: SweepDir, spec: Any, indices: Sequence[int], *,
@@ -485,11 +578,10 @@ def active(sweep: SweepDir, manifest: Dict[str, Any], statuses: Dict[int, str]) 
            if a.get("submission", 0) == latest):
         return True
     for i, status in statuses.items():
-        if status != "REQUEUED":
+        if status in (FINISHED, FAILED, "STOPPED"):
             continue
-        subs = RunDir(sweep.trial_path(i)).read_state().get("submissions") or []
-        if subs and "array" not in subs[-1] and array_active(subs[-1]["scheduler"],
-                                                             subs[-1]["job_id"]):
+        job = own_job(sweep, i)  # (REQUEUED, or RUNNING in it)
+        if job and array_active(job["scheduler"], job["job_id"]):
             return True
     return False
 

@@ -41,11 +41,12 @@ def cmd_sweep(args: Any) -> int:
                           hint='add e.g.  [sweep] metric = "loss"  mode = "min"  and  '
                                '[sweep.param_space] lr = {loguniform = [1e-4, 1e-1]}')
     spec.entrypoint.check()  # before anything is created
-    if spec.backend != "torch":
-        raise ConfigError(f"job.backend: the {spec.backend!r} backend is not available in "
-                          "this version yet; expected \"torch\"", file=spec.source)
     name = os.path.basename(sweep_path_of(spec))
     local = spec.scheduler.kind == "local"
+    if local and not args.dry_run:
+        from ..backends import check_installed
+
+        check_installed(spec.backend)  # here, every trial would fail without it
     if args.dry_run:
         if local:
             _print_plan(spec)
@@ -56,10 +57,15 @@ def cmd_sweep(args: Any) -> int:
             print(f"# dry run: {len(scripts)} job array script(s); would prepare the trials "
                   f"under {sweep_path_of(spec)} and run `{cmd}` on each", file=sys.stderr)
         return 0
-    sweep = run_spec(spec, rerender=_rerender(args, name), local=local,
-                     follow=local or args.follow, retry_failed=args.retry_failed)
+    sweep, stopped = run_spec(spec, rerender=_rerender(args, name), local=local,
+                              follow=local or args.follow, retry_failed=args.retry_failed)
     if local or args.follow:
-        return print_results(sweep.path, final=True)
+        code = print_results(sweep.path, final=True)
+        if stopped:  # like `hpctrain run`: stopped cleanly, continue it by running it again
+            from ..cli import EXIT_STOPPED
+
+            return EXIT_STOPPED
+        return code
     return 0
 
 

@@ -11,7 +11,7 @@ import copy
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import RunConfig, default_storage_path
 from ..errors import ConfigError
@@ -145,7 +145,9 @@ class Tuner:
     def fit(self) -> ResultGrid:
         """Run (or submit and follow) every trial that did not finish; return the
         ResultGrid. A trial that fails is in ``ResultGrid.errors``; fit() itself raises
-        only for bad input. Ctrl-C stops local trials (batch jobs: detaches)."""
+        only for bad input. Ctrl-C stops local trials (batch jobs: detaches); the
+        warning signal (``failure_config.warning_signal``, fit() inside a batch job) stops
+        them cleanly at a checkpoint (STOPPED; fit() again continues them)."""
         sweep = SweepDir(self._path)
         fresh = not os.path.exists(sweep.path)
         m = self._manifest(sweep)
@@ -157,11 +159,13 @@ class Tuner:
         if spec.scheduler.kind == "local" or self._trainer._local_only:
             s = self._trainer.scaling_config
             n = local_concurrency(s.num_workers, s.cpus_per_worker,
-                                  self.tune_config.max_concurrent_trials)
+                                  self.tune_config.max_concurrent_trials, s.gpus_each)
             if verbose >= 1:
                 print(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} "
-                      f"trials to run here, {n} at a time ({sweep.path})", flush=True)
-            run_local(sweep, indices, make, concurrency=n, verbose=verbose)
+                      f"trials to run here, {_at_a_time(n, s.gpus_each)} ({sweep.path})",
+                      flush=True)
+            run_local(sweep, indices, make, concurrency=n, verbose=verbose,
+                      warning_signal=self._trainer.run_config.failure_config.warning_signal)
         elif indices:
             from ._sweep import follow
 
@@ -189,15 +193,29 @@ class Tuner:
 
 @contextlib.contextmanager
 def _removed_on_failure(sweep: SweepDir, fresh: bool):
-    """A sweep directory this submission created is removed again when the submission
-    fails (a refused array: nothing is left behind)."""
+    """When the submission fails (an array refused, Ctrl-C): a sweep directory it created
+    is removed again if no array was submitted yet (nothing is left behind); otherwise it
+    stays, for the submitted arrays' tasks, and the user is told what runs and what not."""
+    before = len(sweep.read().get("arrays", []))
     try:
         yield
     except BaseException:
-        if fresh:
+        sent = sweep.read().get("arrays", [])[before:]
+        if fresh and not sent:
             import shutil
 
             shutil.rmtree(sweep.path, ignore_errors=True)
+        elif sent:
+            import sys
+
+            from ._sweep import array_ranges
+
+            trials = [i for a in sent for i in a["trials"]]
+            print(f"[hpctrain] the submission failed after {len(sent)} job array(s) "
+                  f"({', '.join(a['job_id'] for a in sent)}, trials {array_ranges(trials)}) "
+                  f"were submitted; they run. The sweep directory is kept: {sweep.path}\n"
+                  "  the other trials are submitted when the sweep runs again, after those "
+                  "arrays ended", file=sys.stderr, flush=True)
         raise
 
 
@@ -258,7 +276,10 @@ def _space_of(spec: Any) -> Dict[str, Any]:
 def manifest_from_spec(sweep: SweepDir, spec: Any) -> Dict[str, Any]:
     """Create (or check and open) the manifest of the sweep a spec's ``[sweep]`` describes;
     the seed it used is written into ``spec.sweep``."""
+    from ._sweep import check_json
+
     sw = spec.sweep
+    check_json(sw.get("param_space", {}), "sweep.param_space", spec.source)  # (TOML dates)
     space = _space_of(spec)
     n = sw.get("num_samples", 1)
     m = open_manifest(sweep, space=space, expand_fn=lambda seed: search.expand(space, n, seed),
@@ -323,9 +344,10 @@ def render_from_spec(spec: Any, rerender: str) -> List[str]:
 
 
 def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
-             retry_failed: bool = False, verbose: int = 1) -> SweepDir:
+             retry_failed: bool = False, verbose: int = 1) -> Tuple[SweepDir, bool]:
     """``hpctrain sweep job.toml``: run the spec's sweep here (``local``) or submit it as job
-    arrays (and follow it with ``follow``). Returns the sweep directory."""
+    arrays (and follow it with ``follow``). Returns the sweep directory, and True when
+    the local trials were stopped by the warning signal."""
     from ._sweep import follow as follow_sweep
 
     sweep = SweepDir(sweep_path_of(spec))
@@ -336,17 +358,19 @@ def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
     if local or spec.scheduler.kind == "local":
         s = spec.scaling
         n = local_concurrency(s.num_workers, s.cpus_per_worker,
-                              spec.sweep.get("max_concurrent_trials"))
+                              spec.sweep.get("max_concurrent_trials"), s.gpus_each)
         if verbose:
             print(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} trials to "
-                  f"run here, {n} at a time ({sweep.path})", flush=True)
-        run_local(sweep, indices, lambda i: _spec_trainer(spec, sweep, i, configs[i], True),
-                  concurrency=n, verbose=verbose)
-        return sweep
+                  f"run here, {_at_a_time(n, s.gpus_each)} ({sweep.path})", flush=True)
+        stopped = run_local(sweep, indices,
+                            lambda i: _spec_trainer(spec, sweep, i, configs[i], True),
+                            concurrency=n, verbose=verbose,
+                            warning_signal=spec.run.failure_config.warning_signal)
+        return sweep, stopped
     if not indices:
         if verbose:
             print(f"[hpctrain] sweep {sweep.name}: every trial has finished; nothing to submit")
-        return sweep
+        return sweep, False
 
     def prepare(i: int) -> None:
         _prepare_batch_trial(_spec_trainer(spec, sweep, i, configs[i], False), sweep)
@@ -362,7 +386,12 @@ def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
     print(f"  hpctrain results {sweep.path}")
     if follow:
         follow_sweep(sweep, verbose=verbose)
-    return sweep
+    return sweep, False
+
+
+def _at_a_time(n: int, gpus_each: int) -> str:
+    return f"{n} at a time" + (" (their workers use GPUs: one trial at a time)"
+                               if gpus_each and n == 1 else "")
 
 
 def array_ranges_of(record: Dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ commands stand in for OpenPBS 23.06. Their outputs and exit codes reproduce what
 
 * ``qsub`` prints the new job id (``<seq>.<server>``, arrays ``<seq>[].<server>``) on
   stdout; a job with ``-W depend=afterany:<id>`` on an unfinished job is held (``H``);
+  a dependency on one subjob (``<seq>[N]``) is refused, as by OpenPBS (PBSE_IVALREQ);
 * ``qstat -f -F json [-x] <ids>`` prints ``{"timestamp", "pbs_version", "pbs_server",
   "Jobs": {id: {...}}}`` with integer ``Exit_status``/``substate``/``run_count`` and
   objects ``Resource_List``/``Variable_List``; an unknown id prints the header without
@@ -40,6 +41,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 VERSION = "23.06.06"
 PBSE_UNKJOBID = 153  # 15001 & 0xff
 PBSE_HISTJOBID = 35  # 15139 & 0xff
+PBSE_IVALREQ = 156  # 15004 & 0xff
 SUBSTATE = {"Q": 10, "H": 22, "R": 42, "F_OK": 92, "F_FAIL": 93, "F_DELETED": 91}
 
 _WITH_ARG = {"-F", "-W", "-N", "-q", "-A", "-l", "-J", "-o", "-e", "-j", "-r", "-v", "-S", "-a", "-m", "-M", "-P"}
@@ -141,6 +143,11 @@ def qsub(args: Sequence[str]) -> int:
         is_array = "-J" in attrs
         job_id = f"{seq}[].{state['server']}" if is_array else f"{seq}.{state['server']}"
         depend = attrs.get("-W", "")[len("depend="):] if attrs.get("-W", "").startswith("depend=") else ""
+        if "[" in depend and "[]" not in depend:
+            # OpenPBS takes no dependency on one subjob (src/server/req_register.c,
+            # depend_on_que: a job id with [N] is PBSE_IVALREQ, 15004)
+            print("qsub: Invalid request", file=sys.stderr)
+            return PBSE_IVALREQ
         held = bool(depend) and any(
             j.get("job_state") != "F" for jid, j in state["jobs"].items() if depend.endswith(":" + jid))
         cwd = os.getcwd()
