@@ -158,6 +158,7 @@ def test_a_chunk_larger_than_the_window_is_read_in_parts_or_named(tmp_path):
     assert sorted(int(i) for b in got for i in b["y"]) == list(range(1500))
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 def test_loader_processes_make_every_rank_the_batches_of_one_reader(tmp_path):
     torch = pytest.importorskip("torch", reason="hpctrain[torch] is not installed")
     # 4 KiB rows, 64-row chunks (256 KiB), 1 MiB windows: each rank's 750 rows are
