@@ -25,15 +25,18 @@ local and batch runs. The supervisor delivers new reports every 0.1 s and the re
 the attempt ends; how far it got is kept in ``.hpctrain/tracking.json``, so a requeued job
 continues where the previous allocation stopped (a report may be delivered twice if the
 allocation vanished between the two; MLflow and TensorBoard take the later value, W&B
-skips steps it already has). Callbacks are pickled into ``.hpctrain/callbacks.pkl`` for
-the batch step: they must not hold secrets (see below). A callback that raises is
-reported on stderr and switched off; the training goes on.
+skips steps it already has). Callbacks are pickled into ``.hpctrain/callbacks.pkl`` (readable by
+the owner only) for the batch step: they must not hold secrets (see below). A callback
+that raises is reported on stderr and switched off, and so is any trouble of the
+tracking itself (an unreadable ``tracking.json``…): tracking never stops the training.
 
 **Credentials** (``WANDB_API_KEY``, ``MLFLOW_TRACKING_PASSWORD``/``_TOKEN``…) are read
 from the environment of the process that runs the callbacks, at start-up, and never
 written anywhere by hpctrain: not to ``spec.toml``, the batch script, ``callbacks.pkl`` or
-the logs. The callbacks take no key arguments (``api_key=`` is refused); a job file's
-``[env]`` and ``[callbacks]`` refuse literal credentials. Export them in the shell that
+the logs. The callbacks take no key arguments (``api_key=`` is refused), nor a tracking
+URI with user information or a token in it; a job file's ``[env]`` (a credential's
+name, or a ``scheme://user:password@host`` value) and ``[callbacks]`` refuse literal
+credentials. Export them in the shell that
 submits (Slurm passes its environment to the job), or give ``api_key_file`` (W&B) or a
 ``[setup]`` command that sources a file only you can read.
 """
@@ -69,9 +72,21 @@ class RunInfo:
         return os.path.join(self.path, ".hpctrain", f"tracking-{kind}.json")
 
     def load_state(self, kind: str) -> Dict[str, Any]:
+        """What :meth:`save_state` kept; ``{}`` when there is none or it is unreadable
+        (a crash may leave it empty: then a new tracking run starts, with a warning)."""
+        import sys
+
         from ._internal.fsutil import read_json
 
-        return read_json(self.state_file(kind), default={}) or {}
+        try:
+            state = read_json(self.state_file(kind), default={}) or {}
+            if not isinstance(state, dict):
+                raise ValueError("not a JSON object")
+            return state
+        except (OSError, ValueError) as e:
+            print(f"[hpctrain] WARNING: {self.state_file(kind)} is unreadable "
+                  f"({type(e).__name__}: {e}); starting afresh", file=sys.stderr, flush=True)
+            return {}
 
     def save_state(self, kind: str, state: Dict[str, Any]) -> None:
         from ._internal.fsutil import atomic_write_json
@@ -205,16 +220,65 @@ def _refuse_key(cls: str, value: Any, env: str, extra: str = "") -> None:
             hint=f"export {env} in the environment that runs the job{extra}")
 
 
+def uri_secret(uri: str) -> Optional[str]:
+    """What in ``uri`` looks like a credential (user information, a query parameter
+    named like one), or None.
+
+    >>> uri_secret("https://mlflow.example/x?sslmode=require") is None
+    True
+    >>> uri_secret("https://u:pw@mlflow.example"), uri_secret("https://h/?token=abc")
+    ('user information (user:password@host)', "query parameter 'token'")
+    """
+    from urllib.parse import parse_qsl, urlsplit
+
+    parts = urlsplit(uri)
+    if "@" in parts.netloc:
+        return "user information (user:password@host)"
+    for name, _ in parse_qsl(parts.query, keep_blank_values=True):
+        if CREDENTIAL_RE.search(name):
+            return f"query parameter {name!r}"
+    return None
+
+
+def redact_uri(uri: str) -> str:
+    """``uri`` without user information and query string, for what is written to disk.
+
+    >>> redact_uri("https://user:pw@mlflow.example:5000/api?token=abc#f")
+    'https://***@mlflow.example:5000/api'
+    >>> redact_uri("file:///runs/x/mlruns")
+    'file:///runs/x/mlruns'
+    """
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(uri)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+#: MLflow's HTTP client, bounded (unless set in the environment): its defaults retry for
+#: minutes, and the supervisor delivers the reports between its own duties.
+MLFLOW_HTTP_BOUNDS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+                      "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                      "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+
+
 class MLflowLoggerCallback(Callback):
     """MLflow: one MLflow run per hpctrain run (resumed across restarts and requeues),
     ``train_loop_config`` as parameters, every numeric metric with step = the report's
     iteration, status FINISHED / FAILED / KILLED at the end.
 
-    ``tracking_uri``: default ``$MLFLOW_TRACKING_URI``, else a file store in
-    ``<run>/mlruns`` (hpctrain sets ``MLFLOW_ALLOW_FILE_STORE=true`` for file stores,
-    which MLflow 3 otherwise refuses). ``experiment_name``: default ``$MLFLOW_EXPERIMENT_NAME``
-    or ``"hpctrain"``. A server's credentials come from MLflow's own variables
-    (``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``/``_TOKEN``). Needs ``mlflow-skinny``.
+    ``tracking_uri``: default a file store in ``<run>/mlruns`` (hpctrain sets
+    ``MLFLOW_ALLOW_FILE_STORE=true`` for file stores, which MLflow 3 otherwise refuses).
+    ``$MLFLOW_TRACKING_URI`` is *not* used: a server picked up from a compute node's
+    environment could stall the batch step; name a server here to use one. Requests to
+    a server are bounded (2 retries, 20 s timeouts: :data:`MLFLOW_HTTP_BOUNDS`, unless
+    those ``MLFLOW_HTTP_REQUEST_*`` variables are set). ``experiment_name``: default
+    ``$MLFLOW_EXPERIMENT_NAME`` or ``"hpctrain"``. A server's credentials come from
+    MLflow's own variables (``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``/``_TOKEN``),
+    never from the URI (user information or a token in it is refused). Needs
+    ``mlflow-skinny``.
     """
 
     toml_name = "mlflow"
@@ -227,11 +291,13 @@ class MLflowLoggerCallback(Callback):
         if tags is not None and not (isinstance(tags, dict) and all(
                 isinstance(k, str) and isinstance(v, str) for k, v in tags.items())):
             raise ConfigError(f"MLflowLoggerCallback: tags: expected a table of strings, got {tags!r}")
-        if tracking_uri and re.search(r"://[^/@]*:[^/@]*@", tracking_uri):
-            raise ConfigError("MLflowLoggerCallback: tracking_uri: holds a password "
-                              "(user:password@host)",
+        secret = uri_secret(tracking_uri) if tracking_uri else None
+        if secret:
+            raise ConfigError(f"MLflowLoggerCallback: tracking_uri: holds a credential "
+                              f"({secret}): it would be written into the run directory",
                               hint="give the URI without it and export "
-                                   "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD")
+                                   "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD "
+                                   "(or MLFLOW_TRACKING_TOKEN)")
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.tags = dict(tags or {})
@@ -245,13 +311,16 @@ class MLflowLoggerCallback(Callback):
         except ImportError as e:
             raise ImportError("MLflowLoggerCallback needs MLflow: pip install "
                               "'hpctrain[tracking]' (mlflow-skinny)") from e
-        uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or \
-            "file://" + os.path.join(run.path, "mlruns")
+        uri = self.tracking_uri or "file://" + os.path.join(run.path, "mlruns")
         if uri.startswith("file:") or "://" not in uri:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        else:
+            for name, value in MLFLOW_HTTP_BOUNDS.items():
+                os.environ.setdefault(name, value)
         self._client = client = MlflowClient(tracking_uri=uri)
         state = run.load_state("mlflow")
-        if state.get("run_id") and state.get("tracking_uri") == uri:
+        shown = redact_uri(uri)  # what goes to disk
+        if state.get("run_id") and state.get("tracking_uri") == shown:
             self._run_id = state["run_id"]
             client.update_run(self._run_id, status="RUNNING")
             return
@@ -269,7 +338,7 @@ class MLflowLoggerCallback(Callback):
             params = [Param(k, str(v)[:6000]) for k, v in flatten(run.config).items()]
             for i in range(0, len(params), 100):
                 client.log_batch(self._run_id, params=params[i:i + 100])
-        run.save_state("mlflow", {"run_id": self._run_id, "tracking_uri": uri,
+        run.save_state("mlflow", {"run_id": self._run_id, "tracking_uri": shown,
                                   "experiment_id": exp_id})
 
     def on_results(self, results: List[Dict[str, Any]]) -> None:
@@ -302,10 +371,16 @@ class MLflowLoggerCallback(Callback):
 class WandbLoggerCallback(Callback):
     """Weights & Biases, offline by default (compute nodes rarely reach the internet):
     the run is written to ``<run>/wandb/offline-run-*/`` for ``wandb sync`` later. One
-    W&B run per hpctrain run (the same id across requeues: online it is resumed; offline
-    each allocation writes its own ``offline-run-*`` of that id, which ``wandb sync`` joins);
-    ``train_loop_config`` as its config; step = the report's iteration (a report replayed
-    after a restart from an earlier checkpoint is skipped: W&B steps only go up).
+    W&B run per hpctrain run (the same id across requeues): online it is resumed;
+    offline each allocation writes its own ``offline-run-*`` of that id. A plain
+    ``wandb sync`` of them does **not** join them: each one synced replaces the run's
+    history (wandb issues #3841, #5865). Sync the first, then each later one with
+    ``wandb sync --append`` (wandb >= 0.13.10), oldest first; that works because their
+    steps never overlap (below), but it is W&B's narrow, lightly tested path (#5865
+    reports it failing): check the synced run's history, or run online where a node can
+    reach W&B. ``train_loop_config`` as its config; step = the report's iteration (a
+    report replayed after a restart from an earlier checkpoint is skipped: W&B steps only
+    go up).
 
     ``mode``: ``"offline"`` | ``"online"`` | ``"disabled"``. The key for online mode:
     ``$WANDB_API_KEY`` in the job's environment, or ``api_key_file`` (a file only you
@@ -358,7 +433,7 @@ class WandbLoggerCallback(Callback):
             project=self.project or "hpctrain", group=self.group, entity=self.entity,
             name=run.name, id=run_id, mode=self.mode, dir=directory,
             # offline, a later allocation writes another offline-run-* of the same id
-            # (`wandb sync` joins them); online, it resumes the run
+            # (`wandb sync --append` adds it, see the class docstring); online, it resumes
             **({} if self.mode == "offline" else {"resume": "allow"}),
             tags=self.tags or None, config=run.config, settings=wandb.Settings(**settings))
         self._info = run

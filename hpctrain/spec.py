@@ -226,11 +226,21 @@ def _check_env(ctx: _Ctx, table: Any) -> Dict[str, str]:
                             f"export {name} in the shell that submits the job (Slurm passes "
                             "its environment on), or source a file only you can read in "
                             "[setup] commands")
+        m = _URL_USERINFO.match(value)
+        if m and not _ENV_REF.fullmatch(m.group(1)):
+            raise ctx.error(f"env.{name}", "holds a password in a URL (scheme://user:"
+                            "password@host): it would be written into spec.toml and the "
+                            "batch script",
+                            f"export {name} in the shell that submits the job and write "
+                            f'{name} = "${name}", or put a reference in its place: '
+                            '"https://user:${MY_PASSWORD}@host"')
         out[name] = value
     return out
 
 
 _ENV_REF = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)$")
+#: ``scheme://user:password@`` at the start of a value; group 1: the password.
+_URL_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:([^/@\s]*)@")
 
 
 def _is_credential(name: str) -> bool:

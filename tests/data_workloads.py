@@ -57,7 +57,7 @@ def read_shards(config):
         json.dump(out, f)
 
 
-def make_file(path, rows, cols=100, chunk_rows=64):
+def make_file(path, rows, cols=100, chunk_rows=64, compression=None):
     """x[i] = i * 100 + column, y[i] = i; chunked by ``chunk_rows`` rows."""
     import h5py
 
@@ -65,9 +65,16 @@ def make_file(path, rows, cols=100, chunk_rows=64):
     with h5py.File(path, "w") as f:
         x = (np.arange(rows, dtype=np.float32)[:, None] * 100
              + np.arange(cols, dtype=np.float32)[None, :])
-        f.create_dataset("x", data=x, chunks=(chunk_rows, cols))
-        f.create_dataset("y", data=np.arange(rows, dtype=np.int64), chunks=(chunk_rows,))
+        f.create_dataset("x", data=x, chunks=(chunk_rows, cols), compression=compression)
+        f.create_dataset("y", data=np.arange(rows, dtype=np.int64), chunks=(chunk_rows,),
+                         compression=compression)
     return path
+
+
+def x_matches(batch):
+    """The columns of a batch (or a row) stayed aligned: x[i] = y[i] * 100 + column."""
+    x, y = np.asarray(batch["x"]), np.asarray(batch["y"])
+    return bool((x == y[..., None] * 100 + np.arange(x.shape[-1])).all())
 
 
 def tracked(config):

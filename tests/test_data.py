@@ -19,7 +19,8 @@ from hpctrain.torch import TorchTrainer  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 import data_workloads  # noqa: E402
 
-ROWS, COLS = 4096, 256  # 4 MiB of float32 in chunks of 64 rows (64 KiB)
+ROWS, COLS = 4000, 256  # 4 MiB of float32 in chunks of 64 rows (64 KiB); not a multiple
+WINDOW_MB = 1           # 15 chunks: each rank's 1000 rows (16 chunks) are 2 windows
 
 
 @pytest.mark.parametrize("name", ["hpctrain.data.plan", "hpctrain.data.shard",
@@ -37,9 +38,9 @@ def test_four_ranks_read_their_own_quarter_of_an_hdf5_file(tmp_path, storage):
         data_workloads.read_shards, train_loop_config={"batch_size": 100},
         scaling_config=ScalingConfig(num_workers=4),
         run_config=RunConfig(name="shards", storage_path=storage, verbose=0),
-        datasets={"train": f"{train}:x,y",
+        datasets={"train": HDF5Dataset(train, ["x", "y"], window_mb=WINDOW_MB),
                   "val": HDF5Dataset(val, ["x", "y"], shuffle=False),
-                  "files": SequenceDataset(files, shuffle=False)}).fit()
+                  "files": files}).fit()
     out = [json.load(open(os.path.join(result.path, "test-out", f"rank-{r}.json")))
            for r in range(4)]
     size = os.path.getsize(train)
@@ -59,15 +60,17 @@ def test_four_ranks_read_their_own_quarter_of_an_hdf5_file(tmp_path, storage):
         assert sorted(o["epochs"][0]) != sorted(o["epochs"][1])  # and other blocks
         assert o["train_x_matches"] and o["val_x_matches"]
     # the order is a function of the run name and the epoch: this process computes it too
-    source = HDF5Dataset(train, ["x", "y"])
+    source = HDF5Dataset(train, ["x", "y"], window_mb=WINDOW_MB)
+    shard = source.shard(0, 4, run_name="shards")
+    assert len(shard.segments(0)) > shard.window_blocks  # more than one window per rank
     for r in range(4):
         assert source.shard(r, 4, run_name="shards").indices(1).tolist() == out[r]["epochs"][1]
     # evaluation: 1027 rows over 4 ranks, every row exactly once, sizes 257/257/257/256
     assert [len(o["val"]) for o in out] == [257, 257, 257, 256]
     assert [i for o in out for i in o["val"]] == list(range(1027))
-    # a file list: contiguous parts, nothing duplicated or dropped
+    # a plain file list: contiguous parts, nothing duplicated or dropped
     assert [o["files"] for o in out] == [files[0:3], files[3:6], files[6:8], files[8:10]]
-    assert [row["rows"] for row in result.metrics_dataframe.to_dict("records")] == [1024, 1024]
+    assert [row["rows"] for row in result.metrics_dataframe.to_dict("records")] == [1000, 1000]
 
 
 @pytest.mark.parametrize("rows, world", [(10, 4), (4096, 4), (7, 8), (1000, 3)])
@@ -123,6 +126,72 @@ def test_torch_and_tf_adapters_yield_the_shards_rows(tmp_path):
     assert [int(i) for b in tfds for i in b["y"].numpy()] == shard.indices(2).tolist()
     assert [int(i) for b in tfds for i in b["y"].numpy()] == shard.indices(3).tolist()
     assert tfds.element_spec["x"].dtype == tf.float32
+
+
+def test_rows_kept_from_a_shuffled_shard_stay_whole_across_windows(tmp_path):
+    path = data_workloads.make_file(str(tmp_path / "r.h5"), 4000, COLS, chunk_rows=100)
+    shard = HDF5Dataset(path, ["x", "y"], window_mb=1, seed=3).shard(0, 1)
+    assert shard.window_blocks == 10                      # 4 windows of 100 KiB chunks
+    rows = list(shard)                                    # kept while later windows are read
+    assert [int(r["y"]) for r in rows] == shard.indices(0).tolist()
+    assert all(data_workloads.x_matches(r) for r in rows)
+
+
+def test_a_chunk_larger_than_the_window_is_read_in_parts_or_named(tmp_path):
+    # h5py-style big chunks: 3000 rows of 1 KiB in one 3 MiB chunk, a 1 MiB window
+    path = data_workloads.make_file(str(tmp_path / "big.h5"), 3000, COLS, chunk_rows=3000)
+    shard = HDF5Dataset(path, ["x", "y"], window_mb=1, seed=1).shard(0, 1)
+    got = list(shard.iter_batches(128))
+    assert sorted(int(i) for b in got for i in b["y"]) == list(range(3000))
+    assert all(data_workloads.x_matches(b) for b in got)
+    held = sum(buf.nbytes for buf in shard._buffers.values())
+    assert 0 < held <= 1 << 20                            # the window holds what it says
+    # compressed chunks are decompressed whole: cannot be split, said clearly instead
+    gz = data_workloads.make_file(str(tmp_path / "gz.h5"), 3000, COLS, chunk_rows=3000,
+                                  compression="gzip")
+    with pytest.warns(UserWarning) as w:
+        shard = HDF5Dataset(gz, ["x", "y"], window_mb=1).shard(0, 2)
+    (msg,) = [str(x.message) for x in w if "hpctrain.data" in str(x.message)]
+    assert gz in msg and "column 'x' has chunks of shape (3000, 256)" in msg
+    assert "a window is 3 MiB, not window_mb=1" in msg and "h5repack" in msg
+    got = list(shard.iter_batches(128))
+    assert sorted(int(i) for b in got for i in b["y"]) == list(range(1500))
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+def test_loader_processes_make_every_rank_the_batches_of_one_reader(tmp_path):
+    torch = pytest.importorskip("torch", reason="hpctrain[torch] is not installed")
+    # 4 KiB rows, 64-row chunks (256 KiB), 1 MiB windows: each rank's 750 rows are
+    # 3-4 windows, dealt to 3 loader processes
+    path = data_workloads.make_file(str(tmp_path / "d.h5"), 3000, 1024, chunk_rows=64)
+    source = HDF5Dataset(path, ["x", "y"], window_mb=1)
+    for rank in range(4):
+        shard = source.shard(rank, 4, run_name="loader")
+        assert len(shard.segments(0)) > 2 * shard.window_blocks
+        loader = shard.to_torch_dataloader(100, num_workers=3, persistent_workers=True,
+                                           drop_last=rank == 3)
+        for epoch in range(2):
+            got = list(loader)
+            # as many batches as one reader makes (8, or 7 full ones), on every rank
+            assert len(got) == (7 if rank == 3 else 8), (rank, epoch)
+            assert [len(b["y"]) for b in got].count(100) == 7
+            rows = sorted(int(i) for b in got for i in b["y"])
+            if rank == 3:  # drop_last: the epoch's last 50 rows (one short batch) sit out
+                assert len(rows) == 700 and set(rows) < set(shard.indices(epoch).tolist())
+            else:          # this epoch's rows (the persistent processes moved on with it)
+                assert rows == sorted(shard.indices(epoch).tolist())
+            assert all(data_workloads.x_matches(b) for b in got)
+    # a plain DataLoader's processes cannot count epochs: told, or given by set_epoch
+    ds = source.shard(0, 4, run_name="loader").to_torch(100)
+    plain = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    with pytest.raises(RuntimeError, match="to_torch_dataloader"):
+        list(plain)
+    for epoch in (1, 0):
+        ds.set_epoch(epoch)
+        got = sorted(int(i) for b in plain for i in b["y"])
+        assert got == sorted(ds.shard.indices(epoch).tolist())
+    with pytest.raises(RuntimeError, match="epoch 0 was read already"):
+        list(plain)                                        # no silent replay
 
 
 @pytest.mark.parametrize("entry, expected", [

@@ -141,6 +141,8 @@ def test_credentials_are_refused_in_job_files_and_kept_out_of_scripts(tmp_path, 
          ["callbacks.wandb.api_key", "credentials do not go into job files"]),
         ('[callbacks]\nmlflow = { tracking_uri = "https://u:pw@mlflow.example" }\n',
          ["callbacks.mlflow.tracking_uri", "password"]),
+        ('[env]\nMLFLOW_TRACKING_URI = "https://u:pw@mlflow.example"\n',
+         ["env.MLFLOW_TRACKING_URI", "password in a URL", "${MY_PASSWORD}"]),
         ('[callbacks]\ntensorbord = true\n', ["callbacks.tensorbord", "did you mean 'tensorboard'"]),
         ('[callbacks]\ncsv = false\n', ["callbacks.csv", "always written"]),
     ]
@@ -156,6 +158,7 @@ def test_credentials_are_refused_in_job_files_and_kept_out_of_scripts(tmp_path, 
         assert str(job) in err and all(x in err for x in expected), err
     # a reference to the submitter's variable is fine: the secret stays in the environment
     job.write_text(base + '[env]\nWANDB_API_KEY = "$WANDB_API_KEY"\n'
+                   'MLFLOW_TRACKING_URI = "https://me:${MLFLOW_PW}@mlflow.example"\n'
                    '[callbacks]\nwandb = { project = "p", mode = "online" }\ntensorboard = true\n')
     p = subprocess.run([sys.executable, "-m", "hpctrain", "render", str(job)],
                        capture_output=True, text=True, timeout=60,
@@ -300,3 +303,136 @@ def test_a_later_supervisor_delivers_only_the_reports_it_has_not_delivered(tmp_p
     (mrun,) = client.search_runs([client.get_experiment_by_name("e").experiment_id])
     assert mrun.info.status == "FINISHED"
     assert [m.step for m in client.get_metric_history(mrun.info.run_id, "loss")] == [1, 2, 3, 4, 5]
+
+
+class Seen:
+    """A callback recording what it is given (and, in ``on_end``, what state.json says
+    by then)."""
+
+    def __init__(self, run=None):
+        self.rows, self.ends, self.run = [], [], run
+        self.state_at_end = None
+
+    def on_result(self, result):
+        self.rows.append(result["_training_iteration"])
+
+    def on_end(self, status):
+        self.ends.append(status)
+        if self.run is not None:
+            self.state_at_end = self.run.read_state()
+
+
+def _run_with_rows(tmp_path, n):
+    from hpctrain._internal.storage import ResultWriter, RunDir
+
+    run = RunDir(str(tmp_path / "run"))
+    run.create()
+    writer = ResultWriter(run)
+    for it in range(1, n + 1):
+        writer.write({"loss": 1.0 / it, "_training_iteration": it, "_timestamp": it})
+    return run, writer
+
+
+def test_tracking_trouble_never_stops_the_training(tmp_path, capfd):
+    from hpctrain._internal.tracking import TRACKING_FILE, CallbackRunner
+
+    run, writer = _run_with_rows(tmp_path, 2)
+    state = os.path.join(run.internal_dir, TRACKING_FILE)
+    open(state, "w").close()                       # a crash left tracking.json empty
+    seen = Seen()
+    runner = CallbackRunner(run, [seen]).start()
+    runner.tick()
+    assert seen.rows == [1, 2]                     # delivered from the first report
+    os.remove(state)
+    os.mkdir(state)                                # and now it cannot be written at all
+    writer.write({"loss": 0.3, "_training_iteration": 3, "_timestamp": 3})
+    writer.close()
+    runner.tick()
+    runner.end("FINISHED")
+    assert seen.rows == [1, 2, 3] and seen.ends == ["FINISHED"]
+    err = capfd.readouterr().err
+    assert f"{state} is unreadable" in err and f"saving {state} failed" in err
+
+
+def test_the_requeue_comes_before_the_callbacks_end(tmp_path, monkeypatch):
+    """The scheduler's warning window goes to the requeue: by the time the callbacks end
+    (W&B's finish may take long), the next job is already submitted."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "fake_pbs"))
+    import _fakepbs as fakepbs
+
+    from hpctrain._internal.batch import end_allocation
+    from hpctrain._internal.recovery import requeue
+    from hpctrain._internal.tracking import CallbackRunner
+    from hpctrain.schedulers import get_scheduler
+
+    pbs = fakepbs.FakePbs.install(tmp_path / "pbs", monkeypatch,
+                                  clear=("PBS_", "SLURM_", "HPCTRAIN_"))
+    run, writer = _run_with_rows(tmp_path, 1)
+    writer.close()
+    with open(run.job_script, "w") as f:
+        f.write("#!/bin/bash\n#PBS -N requeued\ntrue\n")
+    with run.update_state() as s:
+        s["status"] = "REQUEUED"
+    seen = Seen(run)
+    tracking = CallbackRunner(run, [seen]).start()
+    end_allocation(run, "REQUEUED", tracking,
+                   lambda: requeue(run, get_scheduler("pbs"), "7.pbshost"))
+    (sub,) = seen.state_at_end["submissions"]
+    assert sub["after"] == "7.pbshost" and sub["job_id"] in pbs.jobs()
+    assert seen.rows == [1] and seen.ends == ["REQUEUED"]
+
+
+def test_mlflow_uses_the_run_s_store_and_keeps_credentials_out_of_the_run(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow", reason="hpctrain[tracking] is not installed")
+    from mlflow.tracking import MlflowClient
+
+    from hpctrain._internal.tracking import CALLBACKS_FILE, CallbackRunner, save_callbacks
+
+    # a server in the compute node's environment is not picked up (unreachable here:
+    # it would be retried; with MLflow's default retries, for minutes)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    run, writer = _run_with_rows(tmp_path, 2)
+    writer.close()
+    cb = MLflowLoggerCallback(experiment_name="e")
+    save_callbacks(run, [cb])
+    assert os.stat(os.path.join(run.internal_dir, CALLBACKS_FILE)).st_mode & 0o777 == 0o600
+    CallbackRunner(run, [cb]).start().end("FINISHED")
+    client = MlflowClient(tracking_uri="file://" + os.path.join(run.path, "mlruns"))
+    (mrun,) = client.search_runs([client.get_experiment_by_name("e").experiment_id])
+    assert [m.step for m in client.get_metric_history(mrun.info.run_id, "loss")] == [1, 2]
+
+    # credentials in a tracking URI: refused; had one got in, the run directory keeps none
+    password = "sentinel-uri-password-77"
+    for uri, what in ((f"https://me:{password}@mlflow.example", "user information"),
+                      (f"https://mlflow.example/?token={password}", "query parameter 'token'")):
+        with pytest.raises(ConfigError, match=f"tracking_uri: holds a credential \\({what}"):
+            MLflowLoggerCallback(tracking_uri=uri)
+    other = tmp_path / "other"
+    cb = MLflowLoggerCallback(experiment_name="e")
+    cb.tracking_uri = f"file://me:{password}@localhost{other}/mlruns?token={password}"
+    run2, writer = _run_with_rows(tmp_path / "2", 1)
+    writer.close()
+    CallbackRunner(run2, [cb]).start().end("FINISHED")
+    state = json.load(open(os.path.join(run2.internal_dir, "tracking-mlflow.json")))
+    assert state["tracking_uri"] == f"file://***@localhost{other}/mlruns"
+    assert _files_containing(run2.path, [password]) == []
+    # a corrupt state file: a new MLflow run, with a warning, and the tracking goes on
+    with open(os.path.join(run2.internal_dir, "tracking-mlflow.json"), "w") as f:
+        f.write("{")
+    cb2 = MLflowLoggerCallback(experiment_name="e", tracking_uri=f"file://{other}/mlruns")
+    CallbackRunner(run2, [cb2]).start().end("FINISHED")
+    assert cb2._run_id and cb2._run_id != state["run_id"]
+
+
+def test_a_replayed_iteration_counts_once_with_its_later_value():
+    from hpctrain._internal.report import metric_rows, summarize
+
+    rows = [{"loss": 4.0, "_training_iteration": 1}, {"loss": 3.0, "_training_iteration": 2},
+            {"loss": 9.0, "_training_iteration": 3},   # then a restart from iteration 2
+            {"loss": 2.5, "_training_iteration": 3}, {"loss": 2.0, "_training_iteration": 4}]
+    assert [(it, v) for it, _, v in metric_rows(rows)["loss"]] == \
+        [(1, 4.0), (2, 3.0), (3, 2.5), (4, 2.0)]
+    (s,) = summarize(rows)
+    assert (s.last, s.max, s.max_iter, s.min, s.min_iter) == (2.0, 4.0, 1, 2.0, 4)

@@ -34,7 +34,8 @@ def attempts(run_path):
 def test_ray_docs_example_locally_gives_the_best_config_and_a_rerun_runs_nothing(storage):
     trainer = TorchTrainer(tune_workloads.docs_example,
                            scaling_config=ScalingConfig(num_workers=1),
-                           run_config=RunConfig(name="docs", storage_path=storage))
+                           run_config=RunConfig(name="docs", storage_path=storage,
+                                                callbacks=[tune_workloads.SetupRecorder()]))
     tuner = tune.Tuner(trainer, param_space=DOCS_SPACE,
                        tune_config=tune.TuneConfig(metric="output", mode="max"))
     grid = tuner.fit()
@@ -48,6 +49,8 @@ def test_ray_docs_example_locally_gives_the_best_config_and_a_rerun_runs_nothing
         assert r.path == os.path.join(sweep, f"trial_0000{i}") and r.status == "FINISHED"
         assert r.metrics["output"] == r.config["train_loop_config"]["input"] == i + 1
         assert TorchTrainer.can_restore(r.path)
+        # with callbacks of its own, not shared with the trials beside it
+        assert json.load(open(os.path.join(r.path, "setups.json"))) == [r.path]
     df = grid.get_dataframe()
     assert list(df["config/train_loop_config/input"]) == list(df["output"]) == [1, 2, 3]
     assert list(df["trial_id"]) == ["trial_00000", "trial_00001", "trial_00002"]

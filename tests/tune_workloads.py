@@ -4,6 +4,7 @@ import os
 import time
 
 import hpctrain
+import hpctrain.callbacks
 
 
 def docs_example(config):
@@ -58,3 +59,20 @@ def mpi_size(config):
 
     for _ in range(config["num_epochs"]):
         hpctrain.report({"output": config["input"], "size": MPI.COMM_WORLD.Get_size()})
+
+
+class SetupRecorder(hpctrain.callbacks.Callback):
+    """Writes, when its run ends, every run directory this instance was set up for into
+    that run's ``setups.json``."""
+
+    def __init__(self):
+        self.runs = []
+
+    def setup(self, run):
+        self.runs.append(run.path)
+
+    def on_end(self, status):
+        import json
+
+        with open(os.path.join(self.runs[-1], "setups.json"), "w") as f:
+            json.dump(self.runs, f)

@@ -24,7 +24,7 @@ import shutil
 import signal
 import sys
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 try:
     import tomllib
@@ -173,8 +173,11 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
                     # must not leave state.json saying REQUEUED with nothing queued
                     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
                     status = after_stop(run, sup, fc, can_requeue=info in ("slurm", "pbs"))
-            finally:
+            except BaseException:
                 tracking.end(status)
+                raise
+            end_allocation(run, status, tracking, lambda: requeue(run, get_scheduler(info),
+                                                                  job_id))
     except RunLockedError as e:
         _log(f"{e}\nThis job exits without running anything.")
         return 1
@@ -182,10 +185,26 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
         _log(str(e))
         return 2
     if status == REQUEUED:
-        requeue(run, get_scheduler(info), job_id)
         return 0
     _log(f"run {status}")
     return 0 if status in (FINISHED, STOPPED) else 1
+
+
+def end_allocation(run: RunDir, status: str, tracking, requeue: Callable[[], object]) -> None:
+    """The allocation's end: requeue first (the scheduler's warning window is for the
+    requeue, not for the trackers), then the callbacks' last reports and ``on_end``:
+    with the status the run is left in (STOPPED when the requeue failed). After a Slurm
+    requeue the scheduler may end this process during the callbacks (SIGTERM is blocked
+    here; SIGKILL follows after Slurm's KillWait): what they had not delivered, the next
+    allocation delivers (the offset in ``tracking.json``)."""
+    from .supervisor import REQUEUED
+
+    try:
+        if status == REQUEUED:
+            requeue()
+            status = run.read_state().get("status", status)
+    finally:
+        tracking.end(status)
 
 
 def _timer(scheduler: Optional[str], sched, warning_s: int) -> Optional[float]:

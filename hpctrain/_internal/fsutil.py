@@ -1,6 +1,7 @@
 """Small filesystem helpers: atomic writes, fsync, copying with a content digest."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -35,9 +36,16 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str, data: bytes, *, sync: bool = True) -> None:
-    """Write ``data`` to ``path`` so that readers see the old or the new file, never half."""
+def atomic_write_bytes(path: str, data: bytes, *, sync: bool = True,
+                       mode: Optional[int] = None) -> None:
+    """Write ``data`` to ``path`` so that readers see the old or the new file, never half.
+    ``mode`` (e.g. ``0o600``): the file's permissions from its creation on."""
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    if mode is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+        os.chmod(tmp, mode)  # whatever the umask
     with open(tmp, "wb") as f:
         f.write(data)
         if sync:

@@ -18,9 +18,29 @@ def numeric(v: Any) -> bool:
         isinstance(v, float) and math.isnan(v))
 
 
+def latest_rows(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per iteration (where its latest row is): after a restart from an earlier
+    checkpoint ``result.json`` holds the replayed iterations twice, and the later row
+    (the run that went on) wins.
+
+    >>> [(r["_training_iteration"], r["loss"]) for r in latest_rows([
+    ...     {"loss": 4, "_training_iteration": 1}, {"loss": 3, "_training_iteration": 2},
+    ...     {"loss": 9, "_training_iteration": 3}, {"loss": 2.5, "_training_iteration": 2},
+    ...     {"loss": 2, "_training_iteration": 3}])]
+    [(1, 4), (2, 2.5), (3, 2)]
+    """
+    by_iteration: Dict[Any, Dict[str, Any]] = {}
+    for i, row in enumerate(rows):
+        it = row.get("_training_iteration", i + 1)
+        by_iteration.pop(it, None)  # the later row, at its place in the sequence
+        by_iteration[it] = row
+    return list(by_iteration.values())
+
+
 def metric_rows(rows: List[Dict[str, Any]]) -> Dict[str, List[Tuple[int, float, float]]]:
     """``{metric: [(iteration, timestamp, value), ...]}`` for every numeric user metric
-    (nested dicts flattened with ``/``).
+    (nested dicts flattened with ``/``); an iteration reported twice (a restart from an
+    earlier checkpoint) counts once, with its later row (:func:`latest_rows`).
 
     >>> metric_rows([{"loss": 2.0, "_training_iteration": 1, "_timestamp": 5},
     ...              {"loss": 1.0, "acc": {"top1": 0.5}, "_training_iteration": 2, "_timestamp": 6}])
@@ -29,8 +49,10 @@ def metric_rows(rows: List[Dict[str, Any]]) -> Dict[str, List[Tuple[int, float, 
     from .storage import flatten
 
     out: Dict[str, List[Tuple[int, float, float]]] = {}
-    for i, row in enumerate(rows):
-        it = row.get("_training_iteration", i + 1)
+    rows = [dict(row, _training_iteration=row.get("_training_iteration", i + 1))
+            for i, row in enumerate(rows)]
+    for row in latest_rows(rows):
+        it = row["_training_iteration"]
         ts = row.get("_timestamp", 0)
         for k, v in flatten(row).items():
             if k.startswith("_") or k == "checkpoint_dir_name" or not numeric(v):

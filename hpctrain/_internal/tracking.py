@@ -1,7 +1,9 @@
 """Runs the tracking callbacks in the supervisor process (why there: see
 :mod:`hpctrain.callbacks`): follows ``result.json`` from where the previous supervisor of
 this run stopped, hands new reports to each callback, and remembers the offset in
-``.hpctrain/tracking.json``. A callback that raises is reported and switched off."""
+``.hpctrain/tracking.json``. A callback that raises is reported and switched off; a
+problem of the runner itself (an unreadable or corrupt ``tracking.json``, a full disk) is
+reported and the training goes on: tracking never stops a run."""
 from __future__ import annotations
 
 import os
@@ -25,10 +27,11 @@ def _log(msg: str) -> None:
 
 
 def save_callbacks(run: RunDir, callbacks: List[Any]) -> None:
-    """Keep the run's callbacks for the batch step (and ``Trainer.restore``)."""
+    """Keep the run's callbacks for the batch step (and ``Trainer.restore``): readable by
+    the owner only (a callback's options may name a server)."""
     path = os.path.join(run.internal_dir, CALLBACKS_FILE)
     if callbacks:
-        atomic_write_bytes(path, cloudpickle.dumps(list(callbacks)), sync=False)
+        atomic_write_bytes(path, cloudpickle.dumps(list(callbacks)), sync=False, mode=0o600)
     elif os.path.exists(path):
         os.remove(path)
 
@@ -91,6 +94,7 @@ class CallbackRunner:
         self._saved_at = 0.0
         self._dirty = False
         self._ended = False
+        self._warned: set = set()
 
     def _call(self, cb: Any, method: str, *args: Any) -> None:
         fn = getattr(cb, method, None)
@@ -104,15 +108,39 @@ class CallbackRunner:
                  "switched off for the rest of this run\n" + traceback.format_exc().rstrip())
             self.callbacks = [c for c in self.callbacks if c is not cb]
 
+    def _warn_once(self, what: str, e: BaseException) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            _log(f"WARNING: tracking: {what} failed ({type(e).__name__}: {e}); the "
+                 "training goes on")
+
+    def _read_state(self) -> Dict[str, Any]:
+        """What the previous supervisor saved; nothing when it is missing or unreadable
+        (a crash may leave it empty): then every report is delivered again."""
+        try:
+            state = read_json(self._state_file, default={}) or {}
+            if not isinstance(state, dict) or not isinstance(state.get("offset", 0), int):
+                raise ValueError(f"not a tracking state: {state!r}"[:200])
+            return state
+        except Exception as e:  # noqa: BLE001 - tracking never stops the training
+            _log(f"WARNING: {self._state_file} is unreadable ({type(e).__name__}: {e}); "
+                 "the callbacks get every report from the first one")
+            return {}
+
     def start(self) -> "CallbackRunner":
         if not self.callbacks:
             return self
-        from ..callbacks import RunInfo
+        try:
+            from ..callbacks import RunInfo
 
-        state = read_json(self._state_file, default={}) or {}
-        self._tail._offset = int(state.get("offset", 0))
-        info = RunInfo(path=self.run.path, name=self.run.name, config=_config(self.run),
-                       resumed=bool(state))
+            state = self._read_state()
+            self._tail._offset = state.get("offset", 0)
+            info = RunInfo(path=self.run.path, name=self.run.name, config=_config(self.run),
+                           resumed=bool(state))
+        except Exception as e:  # noqa: BLE001 - tracking never stops the training
+            self._warn_once("starting the callbacks", e)
+            self.callbacks = []
+            return self
         for cb in list(self.callbacks):
             self._call(cb, "setup", info)
         return self
@@ -120,7 +148,11 @@ class CallbackRunner:
     def tick(self) -> None:
         if not self.callbacks:
             return
-        rows = self._tail.poll()
+        try:
+            rows = self._tail.poll()
+        except Exception as e:  # noqa: BLE001 - e.g. result.json on a failing filesystem
+            self._warn_once("reading result.json", e)
+            return
         if rows:
             for cb in list(self.callbacks):
                 if hasattr(cb, "on_results"):
@@ -133,9 +165,13 @@ class CallbackRunner:
             self._save()
 
     def _save(self) -> None:
-        done = self._tail._offset - len(self._tail._partial.encode())  # whole lines only
-        atomic_write_json(self._state_file, {"offset": done}, sync=False)
-        self._saved_at, self._dirty = time.time(), False
+        self._saved_at = time.time()
+        try:
+            done = self._tail._offset - len(self._tail._partial.encode())  # whole lines only
+            atomic_write_json(self._state_file, {"offset": done}, sync=False)
+            self._dirty = False
+        except Exception as e:  # noqa: BLE001 - retried at the next save
+            self._warn_once(f"saving {self._state_file}", e)
 
     def end(self, status: str) -> None:
         """Deliver what is left, then ``on_end(status)`` (once)."""

@@ -37,54 +37,23 @@ def to_tensors(batch: Any, device: Any = None) -> Any:
 
 
 def torch_dataset(shard, batch_size: int, drop_last: bool):
-    torch = _need("torch", "hpctrain[torch]")
+    _need("torch", "hpctrain[torch]")
+    from ._torch import ShardIterableDataset
 
-    class ShardIterableDataset(torch.utils.data.IterableDataset):
-        """This rank's batches; each iteration is the next epoch of the shard."""
-
-        def __init__(self) -> None:
-            self.shard = shard
-            self.loader_epoch = None  # set by the loader (in its process) before workers start
-
-        def __iter__(self):
-            from .shard import batches
-
-            epoch, self.loader_epoch = self.loader_epoch, None
-            if epoch is None:
-                epoch = self.shard._take_epoch(None)
-            info = torch.utils.data.get_worker_info()
-            part, parts = (info.id, info.num_workers) if info is not None else (0, 1)
-            windows = self.shard._windows(epoch, part, parts)
-            for batch in batches(windows, batch_size, drop_last):
-                yield _cpu_tensors(torch, self.shard._out(batch))
-
-    return ShardIterableDataset()
-
-
-def _cpu_tensors(torch, out: Any) -> Any:
-    if isinstance(out, dict):
-        return {k: _cpu_tensors(torch, v) for k, v in out.items()}
-    return torch.from_numpy(out) if isinstance(out, np.ndarray) else out
+    return ShardIterableDataset(shard, batch_size, drop_last)
 
 
 def torch_dataloader(shard, batch_size: int, drop_last: bool, loader_kwargs: Dict[str, Any]):
-    torch = _need("torch", "hpctrain[torch]")
+    _need("torch", "hpctrain[torch]")
+    from ._torch import ShardDataLoader, ShardIterableDataset
+
     for bad in ("batch_size", "shuffle", "sampler", "batch_sampler"):
         if bad in loader_kwargs:
             raise TypeError(f"to_torch_dataloader: {bad}= is the shard's to set "
                             "(batch_size as the first argument; shuffling in the dataset "
                             "config)")
-    dataset = torch_dataset(shard, batch_size, drop_last)
-
-    class ShardDataLoader(torch.utils.data.DataLoader):
-        """Each ``iter()`` is the next epoch, chosen here (in the training process) so
-        that the loader's worker processes agree on it."""
-
-        def __iter__(self):
-            self.dataset.loader_epoch = self.dataset.shard._take_epoch(None)
-            return super().__iter__()
-
-    return ShardDataLoader(dataset, batch_size=None, **loader_kwargs)
+    return ShardDataLoader(ShardIterableDataset(shard, batch_size, drop_last),
+                           batch_size=None, **loader_kwargs)
 
 
 def tf_dataset(shard, batch_size: int, drop_last: bool):

@@ -3,12 +3,14 @@
 A shard opens the file lazily (once per process, so it survives a ``fork`` into a
 DataLoader worker), with HDF5 file locking off (many Lustre/GPFS mounts refuse
 ``flock``; the file is only read) and a chunk cache large enough for a chunk shared by
-two blocks. Blocks are the dataset's chunks (whole-chunk reads); a window is read with
-one ``read_direct`` per block and column into one buffer.
+two blocks. Blocks are the dataset's chunks (whole-chunk reads; :func:`block_rows`:
+uncompressed chunks larger than the window are read in parts); a window is read with
+one low-level read per block and column into one buffer, reused for the next window.
 """
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -178,6 +180,48 @@ class HDF5Dataset:
         return f"HDF5Dataset({self.to_toml()!r})"
 
 
+def block_rows(chunks: Dict[str, Tuple[int, ...]], row_bytes: int, filtered: bool,
+               window_bytes: int) -> int:
+    """Rows of one block: the longest chunk (in rows) of the columns, so that a block is
+    read in whole chunks; about 1 MiB for unchunked data. Where that is more than the
+    window and nothing is compressed (a part of a plain chunk is read directly), an
+    eighth of the window, so that a window still mixes rows of 8 places of the file.
+    Compressed chunks are decompressed whole: a block is never less than a chunk.
+
+    >>> block_rows({"x": (64, 256)}, 1024, False, 64 << 20)        # 64 KiB chunks
+    64
+    >>> block_rows({"x": (100_000, 3, 224, 224)}, 150_528, False, 64 << 20)  # 14 GiB
+    55
+    >>> block_rows({"x": (100_000, 3, 224, 224)}, 150_528, True, 64 << 20)   # compressed
+    100000
+    >>> block_rows({}, 1000, False, 64 << 20)                      # contiguous: ~1 MiB
+    1048
+    """
+    row_bytes = max(1, row_bytes)
+    rows = max(c[0] for c in chunks.values()) if chunks else \
+        max(1, CONTIGUOUS_BLOCK_BYTES // row_bytes)
+    if rows * row_bytes > window_bytes and not filtered:
+        rows = min(rows, max(1, window_bytes // 8 // row_bytes))
+    return rows
+
+
+def _too_big(source: "HDF5Dataset", chunks: Dict[str, Tuple[int, ...]], row_bytes: int,
+             rows: int, filtered: bool) -> str:
+    mib = rows * row_bytes / (1 << 20)
+    longest = max(chunks, key=lambda c: chunks[c][0]) if chunks else None
+    if longest is not None and filtered:
+        why = (f"column {longest!r} has chunks of shape {chunks[longest]} and the file "
+               f"is compressed: HDF5 decompresses a chunk whole, so a rank reads and "
+               f"holds {chunks[longest][0]} rows of every column ({row_bytes} bytes a "
+               "row) at a time, plus two chunks in HDF5's chunk cache")
+    else:
+        why = f"one row of the columns is {row_bytes} bytes"
+    return (f"hpctrain.data: {source.path}: {why}; a window is {mib:.0f} MiB, not "
+            f"window_mb={source.window_mb}. Rechunk the file with fewer rows per chunk, "
+            f"e.g. h5repack -l {longest or 'DATASET'}:CHUNK=<rows>x... in.h5 out.h5 "
+            "(h5py's chunks=True picks chunks for writing, not for reading rows)")
+
+
 class HDF5Shard(DatasetShard):
     """This rank's rows of an :class:`HDF5Dataset`; batches are ``{column: ndarray}``."""
 
@@ -189,17 +233,19 @@ class HDF5Shard(DatasetShard):
             self._specs: Dict[str, Tuple[np.dtype, Tuple[int, ...]]] = {
                 c: (d.dtype, d.shape[1:]) for c, d in zip(self.columns, dsets)}
             row_bytes = sum(d.dtype.itemsize * int(np.prod(d.shape[1:])) for d in dsets)
-            chunked = [d.chunks[0] for d in dsets if d.chunks]
+            chunks = {c: tuple(d.chunks) for c, d in zip(self.columns, dsets) if d.chunks}
             chunk_bytes = max([d.dtype.itemsize * int(np.prod(d.chunks)) for d in dsets
                                if d.chunks] or [0])
             filtered = any(d.id.get_create_plist().get_nfilters() for d in dsets)
         super().__init__(rank=rank, world_size=world_size, num_rows=num_rows,
                          shuffle=source.shuffle, seed=seed, remainder=source.remainder)
         self.path = source.path
-        self.block_rows = max(chunked) if chunked else max(
-            1, CONTIGUOUS_BLOCK_BYTES // max(1, row_bytes))
-        self.window_blocks = max(1, (source.window_mb << 20) //
-                                 max(1, self.block_rows * row_bytes))
+        window_bytes = source.window_mb << 20
+        self.block_rows = block_rows(chunks, row_bytes, filtered, window_bytes)
+        self.window_blocks = max(1, window_bytes // max(1, self.block_rows * row_bytes))
+        if rank == 0 and self.block_rows * row_bytes > 2 * window_bytes:
+            warnings.warn(_too_big(source, chunks, row_bytes, self.block_rows, filtered),
+                          stacklevel=3)
         # No chunk cache for plain chunks: HDF5 then reads them straight into our
         # buffers (a cached chunk is copied twice) and each epoch reads each of its
         # chunks once anyway. Compressed chunks must be decompressed whole: a cache of

@@ -171,3 +171,67 @@ def shard_indices(num_rows: int, rank: int, world_size: int, *, epoch: int = 0,
                                   shuffle=shuffle)
         parts.append(rows if perm is None else rows[perm])
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def cut(segments: List[Segment], size: int) -> List[List[Segment]]:
+    """``segments`` cut into consecutive groups of ``size`` rows (the last may be short).
+
+    >>> cut([(0, 5), (10, 12)], 3)
+    [[(0, 3)], [(3, 5), (10, 11)], [(11, 12)]]
+    """
+    out: List[List[Segment]] = []
+    group: List[Segment] = []
+    have = 0
+    for a, b in segments:
+        while a < b:
+            take = min(b - a, size - have)
+            group.append((a, a + take))
+            have += take
+            a += take
+            if have == size:
+                out.append(group)
+                group, have = [], 0
+    if group:
+        out.append(group)
+    return out
+
+
+def deal(units: List[List[Segment]], parts: int, batch_size: int
+         ) -> Tuple[List[List[Tuple[int, List[Segment]]]], List[List[Segment]]]:
+    """Deal an epoch's reads (``units``: lists of segments, read one at a time) to
+    ``parts`` loader processes so that together they make as many batches as one reader
+    would, each batch made by one process: process ``p`` gets units ``p, p + parts, …``
+    less its last ``rows % batch_size`` rows in file order (which would make it a short
+    batch of its own); those *tails* of all processes, in process order, are cut into
+    the *tail batches*, the ``j``-th for process ``j % parts`` (at most one each).
+
+    Returns ``(own, tails)``: ``own[p]`` is ``[(unit number, segments), …]``,
+    ``tails[j]`` the segments of tail batch ``j``. Nothing is read.
+
+    >>> own, tails = deal([[(0, 5)], [(5, 10)], [(10, 13)]], 2, 4)
+    >>> own                  # process 0: 8 rows (2 batches); process 1: 4 of its 5 rows
+    [[(0, [(0, 5)]), (2, [(10, 13)])], [(1, [(5, 9)])]]
+    >>> tails                # ceil(13 / 4) = 4 batches in all: 2 + 1 + this one
+    [[(9, 10)]]
+    """
+    own: List[List[Tuple[int, List[Segment]]]] = []
+    tail_rows: List[Segment] = []
+    for p in range(parts):
+        mine = [(i, list(units[i])) for i in range(p, len(units), parts)]
+        left = sum(b - a for _, segs in mine for a, b in segs) % batch_size
+        tail: List[Segment] = []
+        while left:
+            _, segs = mine[-1]
+            a, b = segs[-1]
+            take = min(left, b - a)
+            tail.insert(0, (b - take, b))
+            left -= take
+            if take == b - a:
+                segs.pop()
+            else:
+                segs[-1] = (a, b - take)
+            if not segs:
+                mine.pop()
+        own.append(mine)
+        tail_rows += tail
+    return own, cut(tail_rows, batch_size)

@@ -16,10 +16,18 @@ from .shard import DatasetShard
 
 class SequenceDataset:
     """A sequence (list, tuple, NumPy array) to be sharded over the ranks; options as
-    for :class:`~hpctrain.data.HDF5Dataset`. A plain list given in ``datasets=`` means
-    ``SequenceDataset(items)``."""
+    for :class:`~hpctrain.data.HDF5Dataset`, except that ``shuffle`` defaults to False,
+    as for :func:`shard_list`: every item exactly once per epoch, in contiguous parts
+    that differ by at most one item (a list of files is never silently cut short).
+    ``shuffle=True``: a new order each epoch and equal parts (``remainder="drop"``: the
+    ``len(items) % world_size`` last items of each epoch's order sit it out). A plain
+    list given in ``datasets=`` means ``SequenceDataset(items)``.
 
-    def __init__(self, items: Sequence[Any], *, shuffle: bool = True,
+    >>> [SequenceDataset(list("abcde")).shard(r, 2).indices().tolist() for r in range(2)]
+    [[0, 1, 2], [3, 4]]
+    """
+
+    def __init__(self, items: Sequence[Any], *, shuffle: bool = False,
                  seed: Optional[int] = None, remainder: Optional[str] = None):
         if isinstance(items, (str, bytes)) or not hasattr(items, "__len__") or \
                 not hasattr(items, "__getitem__"):

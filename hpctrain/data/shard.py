@@ -36,6 +36,17 @@ def _take(rows: Any, idx: Any) -> Any:
     return [rows[i] for i in idx]
 
 
+def _row(rows: Any, j: int) -> Any:
+    """Row ``j`` of a column, copied out of the window's buffer (NumPy: a row of a 2-D
+    array is a view).
+
+    >>> buf = np.zeros((2, 3)); row = _row(buf, 0); buf[0] = 7; row.tolist()
+    [0.0, 0.0, 0.0]
+    """
+    row = rows[j]
+    return row.copy() if isinstance(row, np.ndarray) else row
+
+
 def _slice(window: Window, a: int, b: int) -> Dict[str, Any]:
     """Rows ``a:b`` of a window in its order: a view when unpermuted, else gathered."""
     data, perm = window
@@ -156,21 +167,45 @@ class DatasetShard:
         rows are gathered out of it batch by batch)."""
         return self._read(segments)
 
-    def _windows(self, epoch: int, part: int = 0, parts: int = 1) -> Iterator[Window]:
+    def _units(self, epoch: int) -> List[Tuple[List[plan.Segment], Optional[int]]]:
+        """An epoch's reads in order: ``(segments, window number)`` (shuffled: the
+        window's rows are mixed with that window's permutation) or ``(segments, None)``
+        (in file order: read piece by piece, batches are views)."""
         segs = self.segments(epoch)
-        if not self.shuffle:  # in file order: read piece by piece, batches are views
-            for i, piece in enumerate(self._in_order_pieces(segs)):
-                if i % parts == part:
-                    yield self._read(piece), None
-            return
+        if not self.shuffle:
+            return [(piece, None) for piece in self._in_order_pieces(segs)]
         groups = plan.windows(segs, self.window_blocks or len(segs) or 1)
-        for w, group in enumerate(groups):
-            if w % parts != part:
+        return [(group, w) for w, group in enumerate(groups)]
+
+    def _read_unit(self, epoch: int, segments: List[plan.Segment],
+                   window: Optional[int]) -> Window:
+        if window is None:
+            return self._read(segments), None
+        rows = sum(b - a for a, b in segments)
+        perm = plan.window_permutation(rows, epoch=epoch, seed=self.seed, rank=self.rank,
+                                       window=window, shuffle=True)
+        return self._read_into(segments), perm
+
+    def _windows(self, epoch: int) -> Iterator[Window]:
+        for segments, window in self._units(epoch):
+            yield self._read_unit(epoch, segments, window)
+
+    def _worker_windows(self, epoch: int, part: int, parts: int, batch_size: int,
+                        drop_last: bool) -> Iterator[Window]:
+        """What loader process ``part`` of ``parts`` reads (:func:`plan.deal`): its
+        windows, cut to whole batches, then at most one batch of the processes' tails.
+        Together the processes make exactly the batches of :meth:`iter_batches` (as
+        many, of the same rows; the order within the epoch is theirs)."""
+        units = self._units(epoch)
+        own, tails = plan.deal([segs for segs, _ in units], parts, batch_size)
+        for i, segments in own[part]:
+            yield self._read_unit(epoch, segments, units[i][1])
+        for j in range(part, len(tails), parts):
+            rows = sum(b - a for a, b in tails[j])
+            if drop_last and rows < batch_size:
                 continue
-            rows = sum(b - a for a, b in group)
-            perm = plan.window_permutation(rows, epoch=epoch, seed=self.seed, rank=self.rank,
-                                           window=w, shuffle=True)
-            yield self._read_into(group), perm
+            # a window number no window of the epoch has
+            yield self._read_unit(epoch, tails[j], len(units) + j if self.shuffle else None)
 
     def _out(self, batch: Dict[str, Any]) -> Any:
         return batch
@@ -187,13 +222,14 @@ class DatasetShard:
         return (self._out(b) for b in out)
 
     def iter_rows(self, *, epoch: Optional[int] = None) -> Iterator[Any]:
-        """One epoch of this rank's rows, one at a time."""
+        """One epoch of this rank's rows, one at a time; each row is its own copy (the
+        shard reuses its window buffer: rows kept by the caller must not change)."""
         epoch = self._take_epoch(epoch)
         for data, perm in self._windows(epoch):
             n = len(next(iter(data.values())))
             for i in range(n):
                 j = i if perm is None else perm[i]
-                yield self._out({k: v[j] for k, v in data.items()})
+                yield self._out({k: _row(v, j) for k, v in data.items()})
 
     def __iter__(self) -> Iterator[Any]:
         return self.iter_rows()
@@ -209,9 +245,11 @@ class DatasetShard:
             yield to_tensors(batch, device)
 
     def to_torch(self, batch_size: int = 256, *, drop_last: bool = False):
-        """A ``torch.utils.data.IterableDataset`` of this rank's batches (of tensors);
-        each iteration is the next epoch. Use it with ``DataLoader(ds, batch_size=None)``
-        or :meth:`to_torch_dataloader`."""
+        """A ``torch.utils.data.IterableDataset`` of this rank's batches (of CPU
+        tensors); each iteration in this process is the next epoch. For loader processes
+        use :meth:`to_torch_dataloader`: a plain ``DataLoader(ds, num_workers=N)`` cannot
+        tell its processes the epoch (each would count on its own copy and replay the
+        same one), so it needs ``ds.set_epoch(epoch)`` before every epoch, or it raises."""
         from .adapters import torch_dataset
 
         return torch_dataset(self, batch_size, drop_last)
@@ -219,8 +257,13 @@ class DatasetShard:
     def to_torch_dataloader(self, batch_size: int = 256, *, drop_last: bool = False,
                             **loader_kwargs: Any):
         """A ``torch.utils.data.DataLoader`` over :meth:`to_torch`: each ``for batch in
-        loader`` is the next epoch. ``num_workers > 0`` splits the windows among the
-        loader's processes (the order is then theirs, still the same on every run)."""
+        loader`` is the next epoch (``persistent_workers=True`` too; ``shard.set_epoch``
+        before it works as for :meth:`iter_batches`). ``num_workers > 0`` deals the
+        windows to the loader's processes: they read about ``1/num_workers`` each and
+        make exactly the batches of :meth:`iter_batches` — as many (so every rank makes
+        the same number of steps), of the same rows, in their own order (the same on
+        every run). ``drop_last``: leave out the epoch's last, short batch (one per
+        rank and epoch, never one per loader process)."""
         from .adapters import torch_dataloader
 
         return torch_dataloader(self, batch_size, drop_last, loader_kwargs)

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Tuple
 
+import cloudpickle
+
 from ..config import RunConfig, default_storage_path
 from ..errors import ConfigError
 from . import search
@@ -136,8 +138,11 @@ class Tuner:
         base = self._trainer
         t = copy.copy(base)
         t.train_loop_config = train_loop_config(base.train_loop_config, config, self._shape)
+        # each trial its own callbacks: trials side by side must not share a writer
+        # or a tracking run (a pickle round trip, as a batch trial gets them)
+        callbacks = cloudpickle.loads(cloudpickle.dumps(list(base.run_config.callbacks or [])))
         t.run_config = replace(base.run_config, name=trial_id(index),
-                               storage_path=sweep.path, verbose=0)
+                               storage_path=sweep.path, verbose=0, callbacks=callbacks)
         t._run_path = sweep.trial_path(index)
         t._spec = None
         return t
