@@ -60,7 +60,8 @@ class WorkerPayload:
     datasets: Dict[str, Any] = field(default_factory=dict)
 
     def save(self, run: RunDir) -> None:
-        atomic_write_bytes(run.payload_file, cloudpickle.dumps(self))
+        # 0600: train_loop_config may hold what only the user should read
+        atomic_write_bytes(run.payload_file, cloudpickle.dumps(self), mode=0o600)
 
     @staticmethod
     def load(run: RunDir) -> "WorkerPayload":
