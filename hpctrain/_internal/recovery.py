@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from .storage import RunDir
 from .supervisor import REQUEUED, STOPPED, Supervisor
@@ -119,16 +119,24 @@ def supervisor_signals(sup: Any, warning_signal: str = "USR1") -> Iterator[None]
         finally:
             THREADED.discard(sup)
         return
-    warning = int(getattr(signal, "SIG" + warning_signal))
+    with stop_signals(warning_signal, sup.request_stop):
+        yield
 
+
+@contextlib.contextmanager
+def stop_signals(warning_signal: str, on_warning: Callable[[str], None]) -> Iterator[None]:
+    """The main thread's handlers while runs go on: SIGTERM/SIGHUP raise
+    KeyboardInterrupt (the ranks run in their own sessions and would not get them), the
+    warning signal calls ``on_warning("signal SIG<name>")``; the old handlers come back
+    afterwards."""
     def terminate(signum, frame):
         raise KeyboardInterrupt(f"hpctrain got signal {signum}")
 
     def warn(signum, frame):
-        sup.request_stop(f"signal SIG{warning_signal}")
+        on_warning(f"signal SIG{warning_signal}")
 
     handlers = {sig: terminate for sig in (signal.SIGTERM, signal.SIGHUP)}
-    handlers[warning] = warn
+    handlers[int(getattr(signal, "SIG" + warning_signal))] = warn
     old = {sig: signal.signal(sig, h) for sig, h in handlers.items()}
     try:
         yield

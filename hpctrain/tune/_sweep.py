@@ -306,24 +306,13 @@ def _sweep_signals(warning_signal: str, on_warning: Callable[[str], None]) -> It
     """A local sweep's signals (main thread only; the trials' supervisors run in other
     threads, where none can be installed): the warning signal calls ``on_warning``;
     SIGTERM/SIGHUP stop the sweep like Ctrl-C, as they stop a single run."""
-    import signal
+    from .._internal.recovery import stop_signals
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def terminate(signum, frame):
-        raise KeyboardInterrupt(f"hpctrain got signal {signum}")
-
-    handlers: Dict[int, Any] = {signal.SIGTERM: terminate, signal.SIGHUP: terminate}
-    handlers[int(getattr(signal, "SIG" + warning_signal))] = \
-        lambda signum, frame: on_warning(f"signal SIG{warning_signal}")
-    old = {s: signal.signal(s, h) for s, h in handlers.items()}
-    try:
+    with stop_signals(warning_signal, on_warning):
         yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 # --------------------------------------------------------------------------- job arrays
@@ -505,6 +494,21 @@ def refuse_if_active(sweep: SweepDir, manifest: Dict[str, Any]) -> None:
                      f"{job_id}), or pick another name")
 
 
+def render_arrays(spec: Any, sweep: "SweepDir", chunks: List[Tuple[int, List[int]]], *,
+                  max_concurrent: Optional[int], rerender: str) -> List[str]:
+    """The job array script of each ``(offset, tasks)`` chunk of
+    :func:`split_arrays`, labelled with the trials it runs."""
+    scripts = []
+    for c, (offset, tasks) in enumerate(chunks):
+        trials = [offset + t for t in tasks]
+        label = (f"{sweep.name} (a sweep; this job array runs trials {array_ranges(trials)}"
+                 + (f", array {c + 1} of {len(chunks)}" if len(chunks) > 1 else "") + ")")
+        scripts.append(render_array(spec, sweep.path, offset, tasks,
+                                    max_concurrent=max_concurrent, rerender=rerender,
+                                    label=label))
+    return scripts
+
+
 def submit_arrays(sweep: SweepDir, spec: Any, indices: Sequence[int], *,
                   prepare_trial: Callable[[int], None], max_concurrent: Optional[int],
                   rerender: str) -> List[Dict[str, Any]]:
@@ -522,14 +526,8 @@ def submit_arrays(sweep: SweepDir, spec: Any, indices: Sequence[int], *,
     manifest = sweep.read()
     submission = len({a.get("submission", 0) for a in manifest.get("arrays", [])})
     chunks = split_arrays(indices, max_array_size(spec))
-    scripts = []
-    for c, (offset, tasks) in enumerate(chunks):
-        trials = [offset + t for t in tasks]
-        label = (f"{sweep.name} (a sweep; this job array runs trials {array_ranges(trials)}"
-                 + (f", array {c + 1} of {len(chunks)}" if len(chunks) > 1 else "") + ")")
-        scripts.append(render_array(spec, sweep.path, offset, tasks,
-                                    max_concurrent=max_concurrent, rerender=rerender,
-                                    label=label))
+    scripts = render_arrays(spec, sweep, chunks, max_concurrent=max_concurrent,
+                            rerender=rerender)
     scheduler.check_available()
     refuse_if_active(sweep, manifest)
     for i in indices:

@@ -323,7 +323,7 @@ def _spec_trainer(spec: Any, sweep: SweepDir, index: int, config: Dict[str, Any]
 def render_from_spec(spec: Any, rerender: str) -> List[str]:
     """``hpctrain sweep --dry-run``: the array scripts a submission would submit (every
     trial of a new sweep, or the unfinished ones of an existing one); writes nothing."""
-    from ._sweep import array_ranges, max_array_size, render_array, split_arrays
+    from ._sweep import max_array_size, render_arrays, split_arrays
 
     sweep = SweepDir(sweep_path_of(spec))
     if sweep.exists():
@@ -336,16 +336,9 @@ def render_from_spec(spec: Any, rerender: str) -> List[str]:
 
             spec.sweep["seed"] = secrets.randbelow(2 ** 31)
         indices = list(range(search.count(_space_of(spec), spec.sweep.get("num_samples", 1))))
-    chunks = split_arrays(indices, max_array_size(spec))
-    out = []
-    for c, (offset, tasks) in enumerate(chunks):
-        trials = [offset + t for t in tasks]
-        label = (f"{sweep.name} (a sweep; this job array runs trials {array_ranges(trials)}"
-                 + (f", array {c + 1} of {len(chunks)}" if len(chunks) > 1 else "") + ")")
-        out.append(render_array(spec, sweep.path, offset, tasks,
-                                max_concurrent=spec.sweep.get("max_concurrent_trials"),
-                                rerender=rerender, label=label))
-    return out
+    return render_arrays(spec, sweep, split_arrays(indices, max_array_size(spec)),
+                         max_concurrent=spec.sweep.get("max_concurrent_trials"),
+                         rerender=rerender)
 
 
 def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
