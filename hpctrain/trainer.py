@@ -29,7 +29,22 @@ class DataParallelTrainer:
     """Runs ``train_loop_per_worker`` on ``scaling_config.num_workers`` ranks."""
 
     _backend_name = "torch"
+    #: the backend's config dataclass (TorchConfig, …), set by each framework's trainer
     _backend_config_cls: Any = None
+
+    @classmethod
+    def _backend_config(cls, value: Any, keyword: str) -> Any:
+        """``value`` for the trainer's ``<framework>_config=`` keyword: a
+        ``_backend_config_cls`` instance, or its defaults for None; anything else is
+        refused, naming the keyword."""
+        expected = cls._backend_config_cls
+        if value is None:
+            return expected()
+        if not isinstance(value, expected):
+            name = expected.__name__
+            article = "an" if name[:1] in "AEIOU" or name.startswith("MPI") else "a"
+            raise ConfigError(f"{keyword}: expected {article} {name}, got {type(value).__name__}")
+        return value
 
     def __init__(self, train_loop_per_worker: Callable, *,
                  train_loop_config: Optional[Dict[str, Any]] = None,
@@ -404,22 +419,21 @@ def trainer_from_spec(spec) -> DataParallelTrainer:
     spec.entrypoint.check()
     import importlib
 
-    module, trainer_name, config_name, keyword = _TRAINERS[spec.backend]
-    mod = importlib.import_module(module)
-    trainer = getattr(mod, trainer_name)(
+    module, trainer_name, keyword = _TRAINERS[spec.backend]
+    cls = getattr(importlib.import_module(module), trainer_name)
+    trainer = cls(
         spec.entrypoint, train_loop_config=dict(spec.config),
-        **{keyword: getattr(mod, config_name)(**spec.backend_options)},
+        **{keyword: cls._backend_config_cls(**spec.backend_options)},
         scaling_config=spec.scaling, run_config=spec.run, scheduler=spec.scheduler,
         site=spec.site, datasets=spec.datasets)
     trainer._spec = spec
     return trainer
 
 
-#: job.backend → (module, trainer class, backend config class, the trainer's keyword for it)
+#: job.backend → (module, trainer class, the trainer's keyword for its backend config)
 _TRAINERS = {
-    "torch": ("hpctrain.torch", "TorchTrainer", "TorchConfig", "torch_config"),
-    "tensorflow": ("hpctrain.tensorflow", "TensorflowTrainer", "TensorflowConfig",
-                   "tensorflow_config"),
-    "horovod": ("hpctrain.horovod", "HorovodTrainer", "HorovodConfig", "horovod_config"),
-    "mpi": ("hpctrain.mpi", "MPITrainer", "MPIConfig", "mpi_config"),
+    "torch": ("hpctrain.torch", "TorchTrainer", "torch_config"),
+    "tensorflow": ("hpctrain.tensorflow", "TensorflowTrainer", "tensorflow_config"),
+    "horovod": ("hpctrain.horovod", "HorovodTrainer", "horovod_config"),
+    "mpi": ("hpctrain.mpi", "MPITrainer", "mpi_config"),
 }

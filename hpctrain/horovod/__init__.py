@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from ..backends.horovod import HorovodConfig
-from ..errors import ConfigError
 from ..trainer import DataParallelTrainer
 
 __all__ = ["HorovodTrainer", "HorovodConfig"]
@@ -30,11 +29,9 @@ class HorovodTrainer(DataParallelTrainer):
     """Ray Train's HorovodTrainer (PyTorch training functions)."""
 
     _backend_name = "horovod"
+    _backend_config_cls = HorovodConfig
 
     def __init__(self, train_loop_per_worker, *, train_loop_config: Optional[Dict[str, Any]] = None,
                  horovod_config: Optional[HorovodConfig] = None, **kwargs):
-        if horovod_config is not None and not isinstance(horovod_config, HorovodConfig):
-            raise ConfigError(f"horovod_config: expected a HorovodConfig, got "
-                              f"{type(horovod_config).__name__}")
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
-                         backend_config=horovod_config or HorovodConfig(), **kwargs)
+                         backend_config=self._backend_config(horovod_config, "horovod_config"), **kwargs)

@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from ..backends.mpi import MPIConfig
-from ..errors import ConfigError
 from ..trainer import DataParallelTrainer
 
 __all__ = ["MPITrainer", "MPIConfig"]
@@ -33,10 +32,9 @@ class MPITrainer(DataParallelTrainer):
     """A training function on every rank of one MPI job (mpi4py ``COMM_WORLD``)."""
 
     _backend_name = "mpi"
+    _backend_config_cls = MPIConfig
 
     def __init__(self, train_loop_per_worker, *, train_loop_config: Optional[Dict[str, Any]] = None,
                  mpi_config: Optional[MPIConfig] = None, **kwargs):
-        if mpi_config is not None and not isinstance(mpi_config, MPIConfig):
-            raise ConfigError(f"mpi_config: expected an MPIConfig, got {type(mpi_config).__name__}")
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
-                         backend_config=mpi_config or MPIConfig(), **kwargs)
+                         backend_config=self._backend_config(mpi_config, "mpi_config"), **kwargs)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from ..backends.tensorflow import TensorflowConfig
-from ..errors import ConfigError
 from ..trainer import DataParallelTrainer
 
 __all__ = ["TensorflowTrainer", "TensorflowConfig", "prepare_dataset_shard"]
@@ -20,14 +19,12 @@ class TensorflowTrainer(DataParallelTrainer):
     """Ray Train's TensorflowTrainer: one ``TF_CONFIG`` worker per rank."""
 
     _backend_name = "tensorflow"
+    _backend_config_cls = TensorflowConfig
 
     def __init__(self, train_loop_per_worker, *, train_loop_config: Optional[Dict[str, Any]] = None,
                  tensorflow_config: Optional[TensorflowConfig] = None, **kwargs):
-        if tensorflow_config is not None and not isinstance(tensorflow_config, TensorflowConfig):
-            raise ConfigError("tensorflow_config: expected a TensorflowConfig, got "
-                              f"{type(tensorflow_config).__name__}")
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
-                         backend_config=tensorflow_config or TensorflowConfig(), **kwargs)
+                         backend_config=self._backend_config(tensorflow_config, "tensorflow_config"), **kwargs)
 
 
 def prepare_dataset_shard(tf_dataset_shard):

@@ -20,15 +20,12 @@ class TorchTrainer(DataParallelTrainer):
     """Ray Train's TorchTrainer: ``torch_config`` picks NCCL/Gloo and the timeout."""
 
     _backend_name = "torch"
+    _backend_config_cls = TorchConfig
 
     def __init__(self, train_loop_per_worker, *, train_loop_config: Optional[Dict[str, Any]] = None,
                  torch_config: Optional[TorchConfig] = None, **kwargs):
-        if torch_config is not None and not isinstance(torch_config, TorchConfig):
-            from ..errors import ConfigError
-
-            raise ConfigError(f"torch_config: expected a TorchConfig, got {type(torch_config).__name__}")
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
-                         backend_config=torch_config or TorchConfig(), **kwargs)
+                         backend_config=self._backend_config(torch_config, "torch_config"), **kwargs)
 
 
 def _session():
