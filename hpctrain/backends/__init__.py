@@ -9,7 +9,7 @@ agree across ranks, and tears down afterwards. Backends are imported lazily, so 
 backend         set-up                                 report()'s agreement      launcher
 =============== ====================================== ========================= ==========
 ``torch``       ``init_process_group`` (NCCL/Gloo)     a Gloo group              any
-``tensorflow``  ``TF_CONFIG`` (ports from the kernel)  hpctrain's TCP group      any
+``tensorflow``  ``TF_CONFIG`` (free ports, probed)     hpctrain's TCP group      any
 ``horovod``     MPI controller, or Gloo + rendezvous   hpctrain's TCP group      any
 ``mpi``         mpi4py ``COMM_WORLD``                  a duplicate of COMM_WORLD an MPI one
 =============== ====================================== ========================= ==========
