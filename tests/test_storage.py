@@ -76,3 +76,113 @@ def test_half_written_checkpoint_is_invisible_and_cleaned(tmp_path):
     assert run.list_checkpoints() == [] and run.next_checkpoint_index() == 0
     assert run.clean_incomplete() == [".tmp_checkpoint_i000000003"]
     assert os.listdir(run.checkpoints_dir) == []
+
+
+def _fill(directory):
+    """Write zeros into ``directory/filler`` until the filesystem is full."""
+    with open(os.path.join(directory, "filler"), "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        except OSError as e:
+            assert e.errno == 28  # ENOSPC
+    return os.path.join(directory, "filler")
+
+
+FULL = ("This checkpoint is discarded; the last committed one is untouched.\n"
+        "HINT: the filesystem (or your quota) is full")
+
+
+@pytest.mark.parametrize("instant", ["new-staging-directory", "existing-staging-directory"])
+def test_a_disk_full_at_any_staging_step_is_the_checkpoint_error_with_its_hint(
+        small_disk, tmp_path, instant):
+    """CI once saw a raw ENOSPC: the copies fitted exactly and the manifest written after
+    them did not. Every write of a shard — the staging directory, the copies, the
+    manifest — fails as one CheckpointError that says what to do, and leaves nothing of
+    this rank behind. An empty file needs no data block on tmpfs, so with the disk full
+    the copy succeeds and the manifest (written last) is what fails."""
+    from hpctrain import Checkpoint, CheckpointConfig
+    from hpctrain._internal.commit import publish, stage_shard
+    from hpctrain.errors import CheckpointError
+
+    run = RunDir(os.path.join(small_disk, "run"))
+    run.create()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"x" * 1000)
+    stage_shard(run, 1, 0, Checkpoint(str(src)), sync=True)
+    first, _ = publish(run, 1, 0, metrics={"m": 1}, world_size=1,
+                       config=CheckpointConfig(), started=0)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "w.bin").write_bytes(b"")
+    if instant == "existing-staging-directory":
+        os.makedirs(run.staging_tmp(2))  # the directory exists: only the manifest is left
+    filler = _fill(small_disk)
+    with pytest.raises(CheckpointError) as info:
+        stage_shard(run, 2, 1, Checkpoint(str(empty)), sync=True)
+    assert "rank 1: writing the checkpoint of report 2" in str(info.value)
+    assert "No space left on device" in str(info.value) and FULL in str(info.value)
+    if os.path.isdir(run.staging_tmp(2)):
+        assert os.listdir(run.staging_tmp(2)) == []  # its copy was freed
+    os.remove(filler)
+    assert [r.path for r in run.list_checkpoints()] == [os.path.join(run.checkpoints_dir, first)]
+    assert verify_checkpoint(run.latest_checkpoint().path) == []
+
+
+def test_a_disk_full_when_rank0_publishes_discards_that_checkpoint_clearly(small_disk, tmp_path):
+    """Rank 0's metadata write is the last write before the commit: a full disk there is
+    the same CheckpointError, the staged directory is removed (its room freed) and the
+    previous checkpoint stays the latest."""
+    from hpctrain import Checkpoint, CheckpointConfig
+    from hpctrain._internal.commit import publish, stage_shard
+    from hpctrain.errors import CheckpointError
+
+    run = RunDir(os.path.join(small_disk, "run"))
+    run.create()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"x" * 1000)
+    stage_shard(run, 1, 0, Checkpoint(str(src)), sync=True)
+    first, _ = publish(run, 1, 0, metrics={"m": 1}, world_size=1,
+                       config=CheckpointConfig(), started=0)
+    stage_shard(run, 2, 0, Checkpoint(str(src)), sync=True)
+    _fill(small_disk)
+    with pytest.raises(CheckpointError) as info:
+        publish(run, 2, 1, metrics={"m": 2}, world_size=1, config=CheckpointConfig(), started=0)
+    assert "report 2" in str(info.value) and FULL in str(info.value)
+    assert not os.path.exists(run.staging_tmp(2))
+    assert [os.path.basename(r.path) for r in run.list_checkpoints()] == [first]
+    assert run.latest_checkpoint().metrics == {"m": 1}
+    assert verify_checkpoint(run.latest_checkpoint().path) == []
+
+
+def test_a_disk_full_when_recording_metrics_is_a_clear_error_and_leaves_no_half_line(
+        small_disk):
+    """result.json and progress.csv get a report's line both or neither, never half of
+    one, and a full disk says what to do."""
+    from hpctrain._internal.storage import ResultWriter
+    from hpctrain.errors import CheckpointError
+
+    run = RunDir(os.path.join(small_disk, "run"))
+    run.create()
+    writer = ResultWriter(run)
+    writer.write({"loss": 1.0, "_training_iteration": 1})
+    filler = _fill(small_disk)
+    with pytest.raises(CheckpointError) as info:
+        for it in range(2, 2000):  # until a line needs a new block
+            writer.write({"loss": 0.5, "blob": "x" * 100, "_training_iteration": it})
+    assert f"in {run.result_file} failed: No space left on device" in str(info.value)
+    assert "Its metrics are not recorded; committed checkpoints are untouched.\nHINT: the " \
+        "filesystem (or your quota) is full" in str(info.value)
+    lost = int(str(info.value).split("recording report ")[1].split()[0])
+    os.remove(filler)
+    writer.write({"loss": 0.25, "_training_iteration": lost})  # the same report, again
+    writer.close()
+    rows = read_results(run.result_file)
+    assert [r["_training_iteration"] for r in rows] == list(range(1, lost + 1))
+    with open(run.progress_file) as f:
+        lines = f.read().splitlines()
+    assert lines[0] == "loss,_training_iteration" and len(lines) == lost + 1
+    assert lines[-1] == f"0.25,{lost}"

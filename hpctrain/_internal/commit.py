@@ -19,7 +19,6 @@ supervisor removes before the next attempt: the previous checkpoint stays the la
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
@@ -30,8 +29,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..checkpoint import INTERNAL_PREFIX, METADATA_FILE, Checkpoint
 from ..config import CheckpointConfig
 from ..errors import CheckpointError
-from .fsutil import (DIGEST_ALGO, atomic_write_json, file_digest, fsync_path, json_default,
-                     read_json, rename_aside, walk_files)
+from .fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, disk_full, file_digest,
+                     fsync_path, json_default, read_json, rename_aside, walk_files)
 from .storage import (SHARD_MANIFEST, TMP_PREFIX, RunDir, checkpoint_dir_name,
                       checkpoints_to_delete)
 
@@ -44,12 +43,16 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     if not os.path.isdir(src):
         raise CheckpointError(f"rank {rank}: checkpoint directory {src} does not exist")
     tmp = run.staging_tmp(iteration)
-    os.makedirs(tmp, exist_ok=True)
     move = _is_staged(run, src)
     files: Dict[str, Dict[str, Any]] = {}
     flushes = []  # fsyncs run beside the copies, several at once: the disk merges them
     rel = ""
+    manifest = {"rank": rank, "moved": move, "algo": DIGEST_ALGO, "files": files}
+    manifest_path = os.path.join(tmp, SHARD_MANIFEST.format(rank=rank))
     try:
+        # everything up to the manifest, which is written last, can meet a full disk:
+        # the directory, each copy, the fsyncs, the manifest itself
+        os.makedirs(tmp, exist_ok=True)
         for rel in walk_files(src):
             if os.path.basename(rel).startswith(INTERNAL_PREFIX):
                 continue  # metadata of a checkpoint handed back in (e.g. get_checkpoint())
@@ -67,33 +70,33 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
                 flushes.append(_flusher().submit(fsync_path, d))
         for f in flushes:
             f.result()
+        if move:
+            shutil.rmtree(src, ignore_errors=True)
+        if sync:
+            for d in {os.path.dirname(os.path.join(tmp, rel)) for rel in files} | {tmp}:
+                fsync_path(d)
+        atomic_write_json(manifest_path, manifest, sync=sync)
     except OSError as e:
-        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
-        if full and not move:
+        if disk_full(e) and not move:
             # this rank's copies are useless now: free their room (for the error record,
             # state.json and the next attempt); names are this rank's own
             for done in [*files, rel]:
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(tmp, done))
-        hint = ("\nHINT: the filesystem (or your quota) is full: free space, keep fewer "
-                "checkpoints (CheckpointConfig(num_to_keep=...)), then resume the run "
-                "(Trainer.restore(path), or submit it again)" if full else "")
-        raise CheckpointError(
-            f"rank {rank}: writing the checkpoint of report {iteration} to {tmp} failed: "
-            f"{e.strerror or e}. This checkpoint is discarded; the last committed one is "
-            f"untouched.{hint}"
-        ) from e
+        raise _write_failed(rank, iteration, tmp, e) from e
     finally:
         for f in flushes:
             f.cancel()
-    if move:
-        shutil.rmtree(src, ignore_errors=True)
-    if sync:
-        for d in {os.path.dirname(os.path.join(tmp, rel)) for rel in files} | {tmp}:
-            fsync_path(d)
-    manifest = {"rank": rank, "moved": move, "algo": DIGEST_ALGO, "files": files}
-    atomic_write_json(os.path.join(tmp, SHARD_MANIFEST.format(rank=rank)), manifest, sync=sync)
     return manifest
+
+
+def _write_failed(rank: int, iteration: int, tmp: str, e: OSError) -> CheckpointError:
+    """The error for a checkpoint that could not be written (a full disk gets a HINT)."""
+    hint = FULL_DISK_HINT if disk_full(e) else ""
+    return CheckpointError(
+        f"rank {rank}: writing the checkpoint of report {iteration} to {tmp} failed: "
+        f"{e.strerror or e}. This checkpoint is discarded; the last committed one is "
+        f"untouched.{hint}")
 
 
 def _copy_file(src: str, dst: str) -> None:
@@ -198,7 +201,12 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
         "files": files,
         "manifest_sha256": manifest_sum,
     }
-    atomic_write_json(os.path.join(tmp, METADATA_FILE), meta, sync=config.sync_to_disk)
+    try:
+        atomic_write_json(os.path.join(tmp, METADATA_FILE), meta, sync=config.sync_to_disk)
+    except OSError as e:
+        if disk_full(e):
+            shutil.rmtree(tmp, ignore_errors=True)  # never published: free its room
+        raise _write_failed(0, iteration, tmp, e) from e
     name = checkpoint_dir_name(index)
     final = os.path.join(run.checkpoints_dir, name)
     os.rename(tmp, final)

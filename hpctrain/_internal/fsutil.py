@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -36,22 +37,38 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
+FULL_DISK_HINT = ("\nHINT: the filesystem (or your quota) is full: free space, keep fewer "
+                  "checkpoints (CheckpointConfig(num_to_keep=...)), then resume the run "
+                  "(Trainer.restore(path), or submit it again)")
+
+
+def disk_full(e: OSError) -> bool:
+    """True for the errors of a full filesystem or an exhausted quota."""
+    return e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def atomic_write_bytes(path: str, data: bytes, *, sync: bool = True,
                        mode: Optional[int] = None) -> None:
     """Write ``data`` to ``path`` so that readers see the old or the new file, never half.
     ``mode`` (e.g. ``0o600``): the file's permissions from its creation on."""
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    if mode is not None:
-        with contextlib.suppress(FileNotFoundError):
+    try:
+        if mode is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+            os.chmod(tmp, mode)  # whatever the umask
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # e.g. a full disk: leave no half-written temporary behind (it holds the room)
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
-        os.chmod(tmp, mode)  # whatever the umask
-    with open(tmp, "wb") as f:
-        f.write(data)
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+        raise
     if sync:
         fsync_path(os.path.dirname(os.path.abspath(path)))
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
+import io
 import json
 import os
 import re
@@ -26,8 +28,9 @@ from typing import Any, Dict, Iterator, List, Optional
 from filelock import FileLock, Timeout
 
 from ..checkpoint import METADATA_FILE, Checkpoint
-from ..errors import RunLockedError
-from .fsutil import atomic_write_json, json_default, read_json, remove_tree
+from ..errors import CheckpointError, RunLockedError
+from .fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
+                     read_json, remove_tree)
 
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{6,})$")
 TMP_PREFIX = ".tmp_checkpoint_i"  # + the report (iteration) that handed it in
@@ -234,33 +237,51 @@ def flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
 
 class ResultWriter:
     """Appends one JSON line per report to result.json and a row to progress.csv.
-    Rank 0 only. Each line goes out in one ``write`` of a complete line (line-buffered
-    files), so a reader (``hpctrain status``, the progress display) never sees half a
-    record. The CSV columns are those of the first report (Ray does the same); later
-    keys are in result.json."""
+    Rank 0 only. Each line goes out in one ``write`` of a complete line, so a reader
+    (``hpctrain status``, the progress display) never sees half a record; a write that
+    meets a full disk is taken back off the file and raised as a :class:`CheckpointError`
+    with a HINT. The CSV columns are those of the first report (Ray does the same);
+    later keys are in result.json."""
 
     def __init__(self, run: RunDir):
-        self._json = open(run.result_file, "a", buffering=1)
-        self._csv_file = open(run.progress_file, "a", newline="", buffering=1)
-        fields = _read_csv_header(run.progress_file)
-        self._csv: Optional[csv.DictWriter] = None if not fields else self._writer(fields)
-
-    def _writer(self, fields: List[str]) -> csv.DictWriter:
-        return csv.DictWriter(self._csv_file, fields, extrasaction="ignore", lineterminator="\n")
+        self._paths = (run.result_file, run.progress_file)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        self._json = os.open(run.result_file, flags, 0o644)
+        self._csv_fd = os.open(run.progress_file, flags, 0o644)
+        self._fields = _read_csv_header(run.progress_file)
 
     def write(self, row: Dict[str, Any]) -> None:
-        self._json.write(json.dumps(row, default=json_default) + "\n")
         flat = flatten(row)
-        if self._csv is None:
-            self._csv = self._writer(list(flat))
-            self._csv.writeheader()
-        self._csv.writerow({k: (json.dumps(v, default=json_default)
-                                if isinstance(v, (list, dict)) else v) for k, v in flat.items()})
+        header = self._fields is None
+        fields = list(flat) if header else self._fields
+        buf = io.StringIO()
+        out = csv.DictWriter(buf, fields, extrasaction="ignore", lineterminator="\n")
+        if header:
+            out.writeheader()
+        out.writerow({k: (json.dumps(v, default=json_default)
+                          if isinstance(v, (list, dict)) else v) for k, v in flat.items()})
+        lines = ((self._json, json.dumps(row, default=json_default) + "\n"),
+                 (self._csv_fd, buf.getvalue()))
+        sizes = [os.fstat(fd).st_size for fd, _ in lines]
+        try:
+            for fd, data in lines:
+                raw = data.encode()
+                if os.write(fd, raw) != len(raw):  # cut short: the disk is full
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as e:
+            for (fd, _), size in zip(lines, sizes):  # both files, or neither
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+            raise CheckpointError(
+                f"recording report {row.get('_training_iteration')} in {self._paths[0]} "
+                f"failed: {e.strerror or e}. Its metrics are not recorded; committed "
+                f"checkpoints are untouched.{FULL_DISK_HINT if disk_full(e) else ''}") from e
+        self._fields = fields
 
     def close(self) -> None:
-        for f in (self._json, self._csv_file):
-            with contextlib.suppress(Exception):
-                f.close()
+        for fd in (self._json, self._csv_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _read_csv_header(path: str) -> Optional[List[str]]:
