@@ -18,7 +18,13 @@ bash scripts/install-horovod.sh
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 echo "== running the test suite"
 set +e
-python3 -m pytest -q -p no:cacheprovider "$@"
+# two pytest workers (pytest-xdist): the tests that use the Slurm cluster run one after
+# another on one of them (tests/conftest.py groups them), the rest on the other; most of
+# a cluster test's time is spent waiting for Slurm, not on the CPU.
+# HPCTRAIN_TEST_WORKERS=0 runs everything in one process, in file order.
+workers="${HPCTRAIN_TEST_WORKERS:-2}"
+if [ "$workers" = 0 ]; then parallel=(); else parallel=(-n "$workers" --dist loadgroup); fi
+python3 -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@"
 code=$?
 set -e
 if [ "$code" -eq 5 ]; then

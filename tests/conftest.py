@@ -3,6 +3,19 @@ import subprocess
 
 import pytest
 
+# Files whose tests submit to the one test Slurm cluster (scripts/slurm-cluster.sh). Under
+# pytest-xdist (scripts/test.sh runs ``-n 2 --dist loadgroup``) they all go to one worker,
+# one after another, as they assume a cluster nobody else is using; the other tests share
+# the second worker's time with them.
+CLUSTER_FILES = {"test_slurm_env.py", "test_slurm_jobs.py", "test_slurm_recovery.py",
+                 "test_slurm_backends.py", "test_tune_slurm.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in CLUSTER_FILES:
+            item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
+
 # Workers inherit these: keep CPU runs small and quiet on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")

@@ -127,7 +127,9 @@ def assert_chain_is_lossless(run, preempted, ranks=4, deadline_stops_allowed=Fal
 
 
 WARNINGS = 20
-RANDOM_CONFIG = {"steps": 1500, "sleep": 0.02, "every": 0}
+# paced while the warnings come (each lands 0-4 s into an attempt, mid-training more
+# often than not); the attempt after the last warning trains the rest unpaced
+RANDOM_CONFIG = {"steps": 1500, "sleep": 0.02, "every": 0, "sleep_attempts": WARNINGS}
 
 
 @pytest.mark.timeout(900)

@@ -261,7 +261,9 @@ def on_demand(config):
     (``should_checkpoint()``) and, with ``every`` > 0, every ``every`` steps. Each rank
     records where each attempt started (``starts-rank-R.txt``) and the steps at which it
     saw the warning (``warned-rank-R.txt``). ``ignore_warning`` makes it a loop that does
-    not checkpoint on demand (it is then stopped at the deadline)."""
+    not checkpoint on demand (it is then stopped at the deadline). With ``sleep_attempts``
+    only the first that many attempts sleep ``sleep`` per step (the last one then runs
+    the remaining steps at full speed)."""
     import time
 
     ctx = hpctrain.get_context()
@@ -273,7 +275,8 @@ def on_demand(config):
     every = config.get("every", 0)
     for step in range(start, config["steps"]):
         loss = _train_step(model, opt, step, rank)
-        time.sleep(config.get("sleep", 0.0))
+        if ctx.get_attempt() <= config.get("sleep_attempts", ctx.get_attempt()):
+            time.sleep(config.get("sleep", 0.0))
         warned = ctx.should_checkpoint() and not config.get("ignore_warning")
         if warned:
             with open(_out(f"warned-rank-{rank}.txt"), "a") as f:
