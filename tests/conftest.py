@@ -11,10 +11,13 @@ CLUSTER_FILES = {"test_slurm_env.py", "test_slurm_jobs.py", "test_slurm_recovery
                  "test_slurm_backends.py", "test_tune_slurm.py"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.name in CLUSTER_FILES:
-            item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
+    cluster = [item for item in items if item.path.name in CLUSTER_FILES]
+    for item in cluster:
+        item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
+    # the longest piece of work first, so that the rest can run beside it
+    items[:] = cluster + [item for item in items if item.path.name not in CLUSTER_FILES]
 
 # Workers inherit these: keep CPU runs small and quiet on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
