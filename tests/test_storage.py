@@ -3,7 +3,9 @@ import os
 
 import pytest
 
-from hpctrain._internal.commit import verify_checkpoint
+from hpctrain import Checkpoint, CheckpointConfig
+from hpctrain._internal.commit import publish, stage_shard, verify_checkpoint
+from hpctrain.errors import CheckpointError
 from hpctrain._internal.storage import (CheckpointRecord, ResultTail, RunDir,
                                         checkpoints_to_delete, flatten, read_results)
 
@@ -90,6 +92,19 @@ def _fill(directory):
     return os.path.join(directory, "filler")
 
 
+def _run_with_one_checkpoint(disk, tmp_path):
+    """A run on ``disk`` with one committed checkpoint (of ``src``, 1000 bytes)."""
+    run = RunDir(os.path.join(disk, "run"))
+    run.create()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"x" * 1000)
+    stage_shard(run, 1, 0, Checkpoint(str(src)), sync=True)
+    first, _ = publish(run, 1, 0, metrics={"m": 1}, world_size=1,
+                       config=CheckpointConfig(), started=0)
+    return run, src, first
+
+
 FULL = ("This checkpoint is discarded; the last committed one is untouched.\n"
         "HINT: the filesystem (or your quota) is full")
 
@@ -102,18 +117,7 @@ def test_a_disk_full_at_any_staging_step_is_the_checkpoint_error_with_its_hint(
     manifest — fails as one CheckpointError that says what to do, and leaves nothing of
     this rank behind. An empty file needs no data block on tmpfs, so with the disk full
     the copy succeeds and the manifest (written last) is what fails."""
-    from hpctrain import Checkpoint, CheckpointConfig
-    from hpctrain._internal.commit import publish, stage_shard
-    from hpctrain.errors import CheckpointError
-
-    run = RunDir(os.path.join(small_disk, "run"))
-    run.create()
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "w.bin").write_bytes(b"x" * 1000)
-    stage_shard(run, 1, 0, Checkpoint(str(src)), sync=True)
-    first, _ = publish(run, 1, 0, metrics={"m": 1}, world_size=1,
-                       config=CheckpointConfig(), started=0)
+    run, src, first = _run_with_one_checkpoint(small_disk, tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "w.bin").write_bytes(b"")
@@ -135,18 +139,7 @@ def test_a_disk_full_when_rank0_publishes_discards_that_checkpoint_clearly(small
     """Rank 0's metadata write is the last write before the commit: a full disk there is
     the same CheckpointError, the staged directory is removed (its room freed) and the
     previous checkpoint stays the latest."""
-    from hpctrain import Checkpoint, CheckpointConfig
-    from hpctrain._internal.commit import publish, stage_shard
-    from hpctrain.errors import CheckpointError
-
-    run = RunDir(os.path.join(small_disk, "run"))
-    run.create()
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "w.bin").write_bytes(b"x" * 1000)
-    stage_shard(run, 1, 0, Checkpoint(str(src)), sync=True)
-    first, _ = publish(run, 1, 0, metrics={"m": 1}, world_size=1,
-                       config=CheckpointConfig(), started=0)
+    run, src, first = _run_with_one_checkpoint(small_disk, tmp_path)
     stage_shard(run, 2, 0, Checkpoint(str(src)), sync=True)
     _fill(small_disk)
     with pytest.raises(CheckpointError) as info:
