@@ -3,6 +3,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -54,3 +55,17 @@ def assert_full_disk_failure(error, run_path):
     assert committed and all(c.startswith("checkpoint_") for c in committed)
     for name in committed:
         assert verify_checkpoint(os.path.join(run_path, "checkpoints", name)) == []
+
+
+def wait_for(predicate, timeout, what, *, proc=None, poll_s=0.1):
+    """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds (a
+    bound on waiting, not a speed check), or at once if ``proc`` (a Popen) has exited,
+    with its output."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"{what}: the process exited {proc.returncode} first:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(poll_s)

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ import pytest
 import backend_workloads as bw
 from hpctrain import FailureConfig, Result, RunConfig, ScalingConfig
 from hpctrain._internal.commit import verify_checkpoint
+from helpers import wait_for
 
 pytestmark = pytest.mark.slow
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,11 +94,9 @@ def test_collectives_ranks_a_crashed_rank_and_the_warning(backend, options, work
     job = job_file(tmp_path, storage, backend, options, workers, config, max_failures=1)
     run = os.path.join(storage, "loop")
     p = run_cli(job)
-    deadline = time.monotonic() + 150
-    while not (len(lines(run, "starts-rank-0.jsonl")) == 2
-               and len(lines(run, "sums-rank-0.jsonl")) >= 10):
-        assert time.monotonic() < deadline and p.poll() is None, p.communicate()
-        time.sleep(0.05)
+    wait_for(lambda: len(lines(run, "starts-rank-0.jsonl")) == 2
+             and len(lines(run, "sums-rank-0.jsonl")) >= 10, 150,
+             "the second attempt's first 10 sums", proc=p, poll_s=0.05)
     p.send_signal(signal.SIGUSR1)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 75, err

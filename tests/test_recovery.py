@@ -19,7 +19,7 @@ from hpctrain._internal.commit import verify_checkpoint
 from hpctrain._internal.recovery import MAX_IDLE_ALLOCATIONS, after_stop
 from hpctrain._internal.storage import RunDir
 from hpctrain.torch import TorchTrainer
-from helpers import assert_same_state, final_state
+from helpers import assert_same_state, final_state, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = {"steps": 120, "sleep": 0.03, "every": 0}
@@ -62,14 +62,6 @@ def reports(run):
 def state_of(run):
     with open(os.path.join(run, "state.json")) as f:
         return json.load(f)
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def reference(storage, config):

@@ -17,7 +17,7 @@ from hpctrain._internal.commit import verify_checkpoint
 from hpctrain._internal.storage import RunDir
 from hpctrain.result import Result
 from hpctrain.torch import TorchTrainer
-from helpers import assert_full_disk_failure, assert_same_state, final_state
+from helpers import assert_full_disk_failure, assert_same_state, final_state, wait_for
 from helpers import cli as hpctrain_cli
 from slurm import HoldReleaser, squeue_state, start_cluster, wait_gone
 
@@ -84,14 +84,6 @@ def lines(run, prefix, ranks):
         with open(path) as f:
             out[r] = [line.split() for line in f.read().splitlines()]
     return out
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def assert_chain_is_lossless(run, preempted, ranks=4, deadline_stops_allowed=False):

@@ -6,12 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 import tune_workloads
-from helpers import cli, needs_mpirun
+from helpers import cli, needs_mpirun, wait_for
 from hpctrain import RunConfig, ScalingConfig, TrainingFailedError, tune
 from hpctrain.errors import ConfigError
 from hpctrain.spec import load_job_spec
@@ -373,12 +372,10 @@ def test_the_warning_signal_stops_a_local_sweep_cleanly_and_a_rerun_continues_it
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # trial 0 (input 1) finishes; trials 1 and 2 wait for the gate, side by side
-        deadline = time.monotonic() + 90
-        while not (starts(sweep, 1) and starts(sweep, 2) and os.path.exists(
-                os.path.join(sweep, "trial_00000", "state.json"))
-                and trial_state(sweep, 0)["status"] == "FINISHED"):
-            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-            time.sleep(0.2)
+        wait_for(lambda: starts(sweep, 1) and starts(sweep, 2) and os.path.exists(
+                     os.path.join(sweep, "trial_00000", "state.json"))
+                 and trial_state(sweep, 0)["status"] == "FINISHED", 90,
+                 "trial 0 to finish and trials 1 and 2 to start", proc=proc, poll_s=0.2)
         proc.send_signal(signal.SIGUSR1)
         out, err = proc.communicate(timeout=90)
     finally:

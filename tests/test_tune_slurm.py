@@ -4,12 +4,11 @@ cancelled midway, then resumed without running its finished trials again."""
 import json
 import os
 import subprocess
-import time
 
 import pytest
 
 import tune_workloads
-from helpers import cli
+from helpers import cli, wait_for
 from hpctrain import RunConfig, ScalingConfig, tune
 from hpctrain.torch import TorchTrainer
 from slurm import HoldReleaser, start_cluster, wait_gone
@@ -50,14 +49,6 @@ def test_ray_docs_example_as_a_slurm_array(storage):
         assert s["status"] == "FINISHED" and s["job_ids"] == [f"{array['job_id']}_{i}"]
         assert os.path.exists(os.path.join(r.path, "logs", f"slurm-{array['job_id']}_{i}.out"))
         assert manifest["trials"][i]["status"] == "FINISHED"
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.3)
 
 
 def starts(run_path):
