@@ -1,11 +1,19 @@
 """Ray Train 1.x's API, as a thin adapter over hpctrain's runtime.
 
-Seed-era scripts run after changing their imports::
+``hpctrain.train`` is ``ray.train`` with its imports changed, for Ray Train 2.x programs
+(``train.report(metrics, checkpoint=...)``, ``train.get_context()``, ``train.ScalingConfig``:
+the same objects as in :mod:`hpctrain`) and for seed-era 1.x scripts alike::
 
+    import ray.train.torch                   ->  import hpctrain.train.torch
     from ray import train                    ->  from hpctrain import train
     from ray.train import Trainer, ...       ->  from hpctrain.train import Trainer, ...
     from ray.train.callbacks import ...      ->  from hpctrain.train.callbacks import ...
-    from ray.train.torch import ...          ->  from hpctrain.torch import ...
+    from ray.train.torch import ...          ->  from hpctrain.train.torch import ...
+    from ray.train.tensorflow[.keras] import ... -> from hpctrain.train.tensorflow[.keras] import ...
+    from ray.train.horovod import ...        ->  from hpctrain.train.horovod import ...
+
+The submodules re-export :mod:`hpctrain.torch`, :mod:`hpctrain.tensorflow` and
+:mod:`hpctrain.horovod`. The rest of this page is about the 1.x API.
 
 ```python
 from hpctrain import train
@@ -61,10 +69,8 @@ import logging
 import numbers
 import os
 import queue
-import sys
 import threading
 import time
-import types
 import warnings
 from dataclasses import dataclass
 from datetime import datetime
@@ -73,23 +79,28 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 import cloudpickle
 
-from . import get_checkpoint, get_context, report as _hpctrain_report
-from . import torch as _hpctrain_torch
-from .checkpoint import DICT_FILE, Checkpoint
-from .config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
-                     default_storage_path)
-from .errors import ConfigError, TrainingFailedError
-from ._internal.fsutil import atomic_write_bytes, json_default, remove_tree
-from ._internal.session import current_session
-from ._internal.storage import ResultTail, RunDir, checkpoints_to_delete
-from .trainer import result_or_raise
+from .. import get_checkpoint, get_context, report as _hpctrain_report
+from ..checkpoint import DICT_FILE, Checkpoint
+from ..config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
+                      default_storage_path)
+from ..errors import ConfigError, TrainingFailedError
+from ..result import Result
+from .._internal.fsutil import atomic_write_bytes, json_default, remove_tree
+from .._internal.session import current_session
+from .._internal.storage import ResultTail, RunDir, checkpoints_to_delete
+from ..trainer import result_or_raise
 
-TorchConfig = _hpctrain_torch.TorchConfig
+from ..backends.torch import TorchConfig  # noqa: E402 (Ray 1.x: ray.train.TorchConfig)
 
 __all__ = [
+    # Ray Train 2.x (``ray.train``): the same objects as ``hpctrain``'s
+    "report", "get_checkpoint", "get_context", "get_dataset_shard", "Checkpoint",
+    "ScalingConfig", "RunConfig", "CheckpointConfig", "FailureConfig", "Result",
+    "TrainingFailedError",
+    # Ray Train 1.x
     "Trainer", "TrainingIterator", "TrainingCallback", "JsonLoggerCallback", "PrintCallback",
-    "CheckpointStrategy", "TorchConfig", "report", "save_checkpoint", "load_checkpoint",
-    "world_rank", "local_rank", "world_size", "get_dataset_shard", "TrainingFailedError",
+    "CheckpointStrategy", "TorchConfig", "save_checkpoint", "load_checkpoint",
+    "world_rank", "local_rank", "world_size",
 ]
 
 logger = logging.getLogger(__name__)
@@ -267,14 +278,23 @@ def _worker_state() -> Optional[_WorkerState]:
     return _WORKER
 
 
-def report(**kwargs) -> None:
-    """Report the keyword arguments as this iteration's results. Every worker must call
-    it the same number of times; ``_timestamp``, ``_time_this_iter_s`` and
-    ``_training_iteration`` are filled in."""
+def report(metrics: Optional[Dict[str, Any]] = None, *, checkpoint: Optional[Checkpoint] = None,
+           **kwargs: Any) -> None:
+    """Report this iteration's results; every worker must call it the same number of times.
+
+    Both of Ray's forms: Ray 2's ``train.report({"loss": x}, checkpoint=ckpt)`` is
+    :func:`hpctrain.report`; Ray 1's ``train.report(loss=x)`` reports the keyword
+    arguments (``_timestamp``, ``_time_this_iter_s`` and ``_training_iteration`` are filled
+    in, and a 1.x ``Trainer`` hands every worker's dict to its callbacks)."""
+    if metrics is not None and kwargs:
+        raise TypeError("report() takes a metrics dict (Ray 2) or keyword arguments (Ray 1), "
+                        "not both")
+    if metrics is not None and not isinstance(metrics, dict):
+        raise TypeError(f"report(): metrics must be a dict, got {type(metrics).__name__}")
     if current_session() is None:
         _warn_session_misuse("report")
         return
-    _hpctrain_report(dict(kwargs))
+    _hpctrain_report(dict(metrics if metrics is not None else kwargs), checkpoint=checkpoint)
 
 
 def save_checkpoint(**kwargs) -> None:
@@ -828,7 +848,7 @@ class Trainer:
         """A trainable for ``hpctrain.tune.run`` (or a ``Tuner``): each trial runs
         ``train_func(config)`` on this trainer's workers, as ``run()`` would; its
         ``train.report()`` results are what the sweep ranks."""
-        from .tune.legacy import LegacyTrainable
+        from ..tune.legacy import LegacyTrainable
 
         return LegacyTrainable(self, train_func, dataset)
 
@@ -837,13 +857,3 @@ class Trainer:
                                   "a training function and use Trainer.run().")
 
 
-# ``from hpctrain.train.callbacks import JsonLoggerCallback`` and
-# ``from hpctrain.train.torch import prepare_model`` work as their ``ray.train`` twins.
-callbacks = types.ModuleType(f"{__name__}.callbacks", "Ray Train 1.x's callbacks.")
-for _cls in (TrainingCallback, JsonLoggerCallback, PrintCallback):
-    setattr(callbacks, _cls.__name__, _cls)
-callbacks.__all__ = ["TrainingCallback", "JsonLoggerCallback", "PrintCallback"]
-sys.modules.setdefault(callbacks.__name__, callbacks)
-torch = _hpctrain_torch
-sys.modules.setdefault(f"{__name__}.torch", _hpctrain_torch)
-del _cls
