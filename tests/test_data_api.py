@@ -1,6 +1,8 @@
 """Ray Data's names on hpctrain's shards: DataConfig(datasets_to_split) and the trainers'
 dataset_config= (and [data] in a job file), iter_batches(prefetch_batches=),
 iter_torch_batches(dtypes=, device=, collate_fn=) and iter_tf_batches."""
+import doctest
+import importlib
 import json
 import os
 import subprocess
@@ -31,6 +33,11 @@ def _same_batches(a, b):
     for x, y in zip(a, b):
         assert x.keys() == y.keys()
         assert all(np.array_equal(x[k], y[k]) for k in x)
+
+
+@pytest.mark.parametrize("name", ["hpctrain.data.prefetch", "hpctrain.config"])
+def test_docstring_examples(name):
+    assert doctest.testmod(importlib.import_module(name)).failed == 0
 
 
 # -- DataConfig ------------------------------------------------------------------------
