@@ -268,6 +268,8 @@ def _check_datasets(ctx: _Ctx, table: Any, base_for: Callable[[str], str]) -> Di
     out = {}
     for name, value in table.items():
         key = f"datasets.{name}"
+        if name in SECTIONS["data"]:
+            raise ctx.error(key, f"{name!r} is not a dataset", f"{name!r} belongs in [data]")
         try:
             out[name] = as_dataset(value, key, base_dir=base_for(key))
         except ConfigError as e:
@@ -323,6 +325,9 @@ def _check_value(ctx: _Ctx, key: str, kind: str, value: Any) -> Any:
         hint = None
         if kind == "str" and not isinstance(value, (dict, list)):
             hint = f"quote it: {key.split('.')[-1]} = \"{value}\""
+        elif kind == "split":
+            hint = ('e.g. datasets_to_split = ["train"]: "train" is split over the ranks, '
+                    "the other datasets are read whole by every rank")
         raise ctx.error(key, f"expected {_EXPECTED[kind]}, got {_show(value)} ({_kind(value)})",
                         hint)
     if kind in ("walltime", "memory"):

@@ -65,8 +65,9 @@ def test_datasets_to_split_splits_train_and_gives_every_rank_all_of_val(tmp_path
             f'[datasets]\ntrain = "train.h5:x,y"\nval = "val.h5:x,y"\n'
             f'[data]\ndatasets_to_split = ["train"]\n')
         spec = load_job_spec(str(job))
-        assert 'datasets_to_split = [\n    "train",\n]' in spec.to_toml() or \
-            'datasets_to_split = ["train"]' in spec.to_toml()
+        again = tmp_path / "again.toml"                   # the resolved spec keeps it
+        again.write_text(spec.to_toml())
+        assert load_job_spec(str(again)).data_config == DataConfig(["train"])
         trainer = trainer_from_spec(spec)
     result = trainer.fit()
     out = [json.load(open(os.path.join(result.path, "test-out", f"rank-{r}.json")))
@@ -99,16 +100,21 @@ def test_datasets_to_split_defaults_to_all_and_refuses_what_it_cannot_mean(tmp_p
     ('["trian"]', "data.datasets_to_split: no dataset named 'trian' (this run has 'train')"),
     ('"some"', "data.datasets_to_split: expected \"all\" or an array of dataset names"),
     ("[1]", "data.datasets_to_split[0]: expected a string"),
+    ("in [datasets]", "datasets.datasets_to_split: 'datasets_to_split' is not a dataset"),
 ])
 def test_bad_datasets_to_split_in_a_job_file_is_named(tmp_path, value, expected):
     from hpctrain.spec import load_job_spec
 
     data_workloads.make_file(str(tmp_path / "d.h5"), 10, 2)
     job = tmp_path / "job.toml"
-    job.write_text(f'[datasets]\ntrain = "d.h5:x,y"\n[data]\ndatasets_to_split = {value}\n')
+    data = f"[data]\ndatasets_to_split = {value}"
+    if value == "in [datasets]":                          # [data]'s key written in [datasets]
+        data = 'datasets_to_split = ["train"]'
+    job.write_text(f'[datasets]\ntrain = "d.h5:x,y"\n{data}\n')
     with pytest.raises(ConfigError) as e:
         load_job_spec(str(job))
     assert str(job) in str(e.value) and expected in str(e.value), str(e.value)
+    assert "HINT:" in str(e.value) or "[0]" in expected
 
 
 # -- prefetch_batches --------------------------------------------------------------------
