@@ -239,7 +239,8 @@ def main(argv=None) -> int:
                       f"{m[SHARD] / m[RAW_NOCACHE]:.2f}x")
         p = measure_prefetch(path, repeats, args.prefetch_batch_size,
                              args.window_mb or DEFAULT_WINDOW_MB, args.prefetch)
-        print(f"prefetch: the whole file as one shuffled shard, {p['batches']} batches, each followed by a "
+        print(f"prefetch: the whole file as one shuffled shard, {p['batches']} batches, each "
+              f"followed by a "
               f"{p['step_s'] * 1e3:.1f} ms step (as long as reading a batch): "
               f"prefetch_batches=0 {p['off']:.2f} s/epoch, ={args.prefetch} "
               f"{p['on']:.2f} s/epoch: {p['off'] / p['on']:.2f}x faster (at most 2x)")

@@ -78,6 +78,9 @@ def test_datasets_to_split_splits_train_and_gives_every_rank_all_of_val(tmp_path
     assert sorted(halves[0] + halves[1]) == list(range(1000))   # together: all of train
     for o in out:                                         # every rank: all of val
         assert sorted(o["val"]) == list(range(301))
+    # a restored run splits the same datasets
+    restored = hpctrain.torch.TorchTrainer.restore(result.path)
+    assert restored.dataset_config == DataConfig(["train"])
 
 
 def test_datasets_to_split_defaults_to_all_and_refuses_what_it_cannot_mean(tmp_path):
