@@ -343,3 +343,57 @@ def _check_int(key: str, value: Any, minimum: int) -> None:
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if value < minimum:
         raise ConfigError(f"{key}: expected an integer ≥ {minimum}, got {value}")
+
+
+class DataConfig:
+    """Which of the trainer's ``datasets`` are split over the ranks (Ray Train's
+    ``ray.train.DataConfig``): ``datasets_to_split="all"`` (the default: every rank reads
+    its own part of every dataset) or a list of names; the datasets not listed are given
+    whole to every rank (e.g. a validation set each rank evaluates in full). Pass it as
+    the trainer's ``dataset_config=``, or in a job file::
+
+        [data]
+        datasets_to_split = ["train"]
+
+    A name that is not one of the trainer's datasets is an error (Ray ignores it: a typo
+    would give every rank the whole training set).
+
+    >>> DataConfig(datasets_to_split=["train"]).splits("val")
+    False
+    """
+
+    def __init__(self, datasets_to_split: Union[str, List[str]] = "all"):
+        if isinstance(datasets_to_split, tuple):
+            datasets_to_split = list(datasets_to_split)
+        if not (datasets_to_split == "all" or (
+                isinstance(datasets_to_split, list)
+                and all(isinstance(n, str) and n for n in datasets_to_split))):
+            raise ConfigError(
+                "dataset_config.datasets_to_split: expected \"all\" or a list of dataset "
+                f"names, got {datasets_to_split!r}",
+                hint='e.g. DataConfig(datasets_to_split=["train"]): "train" is split over '
+                     "the ranks, the other datasets are given whole to every rank")
+        self.datasets_to_split: Union[str, List[str]] = datasets_to_split
+
+    def splits(self, name: str) -> bool:
+        """Whether dataset ``name`` is split over the ranks (else every rank reads it whole)."""
+        return self.datasets_to_split == "all" or name in self.datasets_to_split
+
+    def check_names(self, names: List[str], key: str = "dataset_config.datasets_to_split",
+                    file: Optional[str] = None) -> None:
+        """A ConfigError naming ``key`` for a listed name that is not among ``names``."""
+        if self.datasets_to_split == "all":
+            return
+        for name in self.datasets_to_split:
+            if name not in names:
+                have = ", ".join(repr(n) for n in names) or "none"
+                raise ConfigError(f"{key}: no dataset named {name!r} (this run has {have})",
+                                  file=file, hint="list names given in datasets= (or the "
+                                  "job file's [datasets]), or \"all\"")
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, DataConfig) and \
+            self.datasets_to_split == other.datasets_to_split
+
+    def __repr__(self) -> str:
+        return f"DataConfig(datasets_to_split={self.datasets_to_split!r})"

@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - Python < 3.11
 
 import tomli_w
 
-from .config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
+from .config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
                      SchedulerConfig, SetupConfig)
 from .errors import ConfigError
 
@@ -57,6 +57,7 @@ _EXPECTED = {
     "walltime": 'a walltime string such as "02:00:00"',
     "callback": "true, false or a table of options",
     "memory": 'a memory size such as "4G"',
+    "split": '"all" or an array of dataset names',
 }
 
 #: Allowed keys per section; ``None`` marks a free-form table ([config], [env]).
@@ -87,6 +88,8 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
     "config": None,
     # name = "file.h5:col1,col2" or a table (hpctrain.data.as_dataset checks each entry)
     "datasets": None,
+    # which [datasets] are split over the ranks (hpctrain.DataConfig); the others whole
+    "data": {"datasets_to_split": "split"},
     # tracking callbacks: name = true | false | { option = value } (hpctrain.callbacks)
     "callbacks": {"json": "callback", "csv": "callback", "tensorboard": "callback",
                   "mlflow": "callback", "wandb": "callback"},
@@ -149,6 +152,8 @@ def _matches(kind: str, value: Any) -> bool:
         return True  # hpctrain.units explains what is wrong
     if kind == "strlist":
         return isinstance(value, list)
+    if kind == "split":
+        return value == "all" or isinstance(value, list)
     if kind == "space":
         return isinstance(value, dict)
     if kind == "int":
@@ -263,11 +268,24 @@ def _check_datasets(ctx: _Ctx, table: Any, base_for: Callable[[str], str]) -> Di
     out = {}
     for name, value in table.items():
         key = f"datasets.{name}"
+        if name in SECTIONS["data"]:
+            raise ctx.error(key, f"{name!r} is not a dataset", f"{name!r} belongs in [data]")
         try:
             out[name] = as_dataset(value, key, base_dir=base_for(key))
         except ConfigError as e:
             raise ctx.reraise(e) from None
     return out
+
+
+def _check_data_config(ctx: _Ctx, table: Dict[str, Any], datasets: Dict[str, Any]) -> DataConfig:
+    """``[data]``: ``datasets_to_split`` names datasets of ``[datasets]`` (or is "all")."""
+    key = "data.datasets_to_split"
+    try:
+        config = DataConfig(table.get("datasets_to_split", "all"))
+        config.check_names(list(datasets), key=key)
+    except ConfigError as e:
+        raise ctx.error(key, e.message.split(": ", 1)[1], e.hint) from None
+    return config
 
 
 def _check_callbacks(ctx: _Ctx, table: Dict[str, Any]) -> List[Any]:
@@ -307,6 +325,9 @@ def _check_value(ctx: _Ctx, key: str, kind: str, value: Any) -> Any:
         hint = None
         if kind == "str" and not isinstance(value, (dict, list)):
             hint = f"quote it: {key.split('.')[-1]} = \"{value}\""
+        elif kind == "split":
+            hint = ('e.g. datasets_to_split = ["train"]: "train" is split over the ranks, '
+                    "the other datasets are read whole by every rank")
         raise ctx.error(key, f"expected {_EXPECTED[kind]}, got {_show(value)} ({_kind(value)})",
                         hint)
     if kind in ("walltime", "memory"):
@@ -317,7 +338,9 @@ def _check_value(ctx: _Ctx, key: str, kind: str, value: Any) -> Any:
         except UnitError as e:
             raise ctx.error(key, str(e), e.hint) from None
         return value
-    if kind == "strlist":
+    if kind == "split" and value == "all":
+        return value
+    if kind in ("strlist", "split"):
         for i, item in enumerate(value):
             if not isinstance(item, str):
                 raise ctx.error(f"{key}[{i}]", f"expected a string, got {_show(item)} "
@@ -567,6 +590,8 @@ class JobSpec:
     site: Optional[str] = None
     #: name → hpctrain.data.HDF5Dataset / SequenceDataset (``[datasets]``, ``datasets=``)
     datasets: Dict[str, Any] = field(default_factory=dict)
+    #: Which datasets are split over the ranks (``[data]``, ``dataset_config=``)
+    data_config: DataConfig = field(default_factory=DataConfig)
     #: The ``[sweep]`` table (``hpctrain sweep``), validated; empty for a single run.
     sweep: Dict[str, Any] = field(default_factory=dict)
     source: Optional[str] = field(default=None, compare=False)
@@ -619,6 +644,8 @@ class JobSpec:
             "config": self.config,
             "datasets": {k: v.to_toml() for k, v in (self.datasets or {}).items()
                          if v.to_toml() is not None},
+            "data": {"datasets_to_split": self.data_config.datasets_to_split}
+            if self.data_config.datasets_to_split != "all" else {},
             self.backend: self.backend_options,
             "sweep": self.sweep,
         }
@@ -633,7 +660,7 @@ class JobSpec:
             from .callbacks import to_toml as callbacks_toml
 
             out["callbacks"] = callbacks_toml(r.callbacks)
-        for name in ("config", "env", "setup", "scheduler", "datasets", "callbacks",
+        for name in ("config", "env", "setup", "scheduler", "datasets", "data", "callbacks",
                      self.backend, "sweep"):
             if not out.get(name):
                 out.pop(name, None)
@@ -731,11 +758,14 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
                         " is set (trials are ranked by a metric, \"min\" or \"max\")",
                         'e.g. metric = "loss" and mode = "min"')
     backend = job.get("backend", "torch")
+    datasets = _check_datasets(ctx, data.get("datasets", {}), base_for)
+    data_config = _check_data_config(ctx, _check_table(ctx, "data", data.get("data", {})),
+                                     datasets)
     return _build(ctx, JobSpec, entrypoint=entrypoint, backend=backend, scaling=scaling,
                   run=run_config, config=copy.deepcopy(dict(data.get("config", {}))),
                   backend_options=backend_tables.get(backend, {}), scheduler=scheduler,
                   setup=setup, env=dict(data.get("env", {})), site=data.get("site"),
-                  datasets=_check_datasets(ctx, data.get("datasets", {}), base_for),
+                  datasets=datasets, data_config=data_config,
                   sweep=sweep, source=file, origins=dict(ctx.origins))
 
 

@@ -17,7 +17,7 @@ from ._internal.storage import RunDir
 from ._internal.supervisor import FAILED, FINISHED, INTERRUPTED, STOPPED, Supervisor
 from ._internal.worker import WorkerPayload
 from .checkpoint import Checkpoint
-from .config import RunConfig, ScalingConfig, default_storage_path
+from .config import DataConfig, RunConfig, ScalingConfig, default_storage_path
 from .errors import ConfigError, TrainingFailedError, TrainingStoppedError
 from .result import Result
 
@@ -53,6 +53,7 @@ class DataParallelTrainer:
                  run_config: Optional[RunConfig] = None,
                  resume_from_checkpoint: Optional[Checkpoint] = None,
                  datasets: Optional[Dict[str, Any]] = None,
+                 dataset_config: Optional[DataConfig] = None,
                  scheduler: Any = None, site: Optional[str] = None):
         if not callable(train_loop_per_worker) and not hasattr(train_loop_per_worker, "resolve"):
             raise TypeError("train_loop_per_worker must be a function, got "
@@ -73,6 +74,14 @@ class DataParallelTrainer:
             from .data import as_datasets
 
             self.datasets = as_datasets(datasets)
+        if dataset_config is None:
+            dataset_config = DataConfig()
+        elif not isinstance(dataset_config, DataConfig):
+            raise ConfigError("dataset_config: expected a hpctrain.DataConfig, got "
+                              f"{type(dataset_config).__name__}",
+                              hint='e.g. dataset_config=DataConfig(datasets_to_split=["train"])')
+        dataset_config.check_names(list(self.datasets))
+        self.dataset_config = dataset_config
         from .config import SchedulerConfig
 
         if scheduler is None:
@@ -160,7 +169,8 @@ class DataParallelTrainer:
             backend=self._backend_name, scaling=self.scaling_config, run=self.run_config,
             config=dict(self.train_loop_config or {}),
             backend_options=backend_options(self.backend_config),
-            scheduler=self.scheduler, site=self.site, datasets=dict(self.datasets))
+            scheduler=self.scheduler, site=self.site, datasets=dict(self.datasets),
+            data_config=self.dataset_config)
 
     def _prepare_run(self) -> RunDir:
         run = RunDir(self.run_path)
@@ -183,6 +193,7 @@ class DataParallelTrainer:
             per_rank_results=self._per_rank_results,
             keep_return_values=self._keep_return_values,
             datasets=self.datasets,
+            datasets_to_split=self.dataset_config.datasets_to_split,
         ).save(run)
         from ._internal.tracking import save_callbacks
 
@@ -311,7 +322,9 @@ class DataParallelTrainer:
                                  checkpoint_config=payload.checkpoint_config,
                                  failure_config=_failure_config(state),
                                  callbacks=_saved_callbacks(run)),
-            datasets=payload.datasets, **_batch_settings(run, scheduler))
+            datasets=payload.datasets,
+            dataset_config=DataConfig(payload.datasets_to_split),
+            **_batch_settings(run, scheduler))
         trainer._run_path = run.path
         if scheduler is None:
             trainer._spec_layer = _setup_and_env(run)
@@ -425,7 +438,7 @@ def trainer_from_spec(spec) -> DataParallelTrainer:
         spec.entrypoint, train_loop_config=dict(spec.config),
         **{keyword: cls._backend_config_cls(**spec.backend_options)},
         scaling_config=spec.scaling, run_config=spec.run, scheduler=spec.scheduler,
-        site=spec.site, datasets=spec.datasets)
+        site=spec.site, datasets=spec.datasets, dataset_config=spec.data_config)
     trainer._spec = spec
     return trainer
 

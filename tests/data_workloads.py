@@ -90,3 +90,14 @@ def tracked(config):
             ckpt = hpctrain.Checkpoint.from_directory(d)
         hpctrain.report({"loss": 1.0 / (epoch + 1), "acc": epoch / 10,
                          "nested": {"m": epoch * 2}, "note": "text"}, checkpoint=ckpt)
+
+
+def read_split_and_whole(config):
+    """One epoch of "train" and of "val" (row ids ``y``), into test-out/rank-R.json."""
+    ctx = hpctrain.get_context()
+    out = {name: [int(i) for b in hpctrain.get_dataset_shard(name).iter_batches(64)
+                  for i in b["y"]] for name in ("train", "val")}
+    d = os.path.join(ctx.get_run_dir(), "test-out")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"rank-{ctx.get_world_rank()}.json"), "w") as f:
+        json.dump(out, f)

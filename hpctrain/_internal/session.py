@@ -82,7 +82,8 @@ class Session:
                  resume_checkpoint: Optional[str], start_iteration: int,
                  next_checkpoint_index: int, use_gpu: bool = False,
                  per_rank_results: bool = False, attempt: int = 1,
-                 datasets: Optional[Dict[str, Any]] = None, checkpoint_ranks: str = "all"):
+                 datasets: Optional[Dict[str, Any]] = None, checkpoint_ranks: str = "all",
+                 datasets_to_split: Any = "all"):
         self.info = info
         self.run = run
         self.coordinator = coordinator
@@ -94,6 +95,7 @@ class Session:
         self.use_gpu = use_gpu
         self.attempt = attempt
         self.datasets = datasets or {}
+        self.datasets_to_split = datasets_to_split
         # "all": every rank's checkpoint files are kept (sharded checkpoints); "rank0":
         # replicas hand in the same model (TensorFlow's MultiWorkerMirroredStrategy saves
         # on every worker), rank 0's copy is the checkpoint and the others' are dropped
@@ -213,7 +215,8 @@ class Session:
     # -- datasets -------------------------------------------------------------------
     def get_dataset_shard(self, name: str):
         """This rank's :class:`~hpctrain.data.DatasetShard` of ``datasets[name]`` (one
-        per name and process: its epoch counter carries over between calls)."""
+        per name and process: its epoch counter carries over between calls); the whole
+        dataset when ``DataConfig.datasets_to_split`` leaves ``name`` out."""
         if name not in self._shards:
             if name not in self.datasets:
                 from ..errors import ConfigError
@@ -226,8 +229,9 @@ class Session:
             from ..data import as_dataset
 
             source = as_dataset(self.datasets[name], f"datasets.{name}")
-            self._shards[name] = source.shard(self.info.world_rank, self.info.world_size,
-                                              run_name=self.run_name)
+            split = self.datasets_to_split == "all" or name in self.datasets_to_split
+            rank, world_size = (self.info.world_rank, self.info.world_size) if split else (0, 1)
+            self._shards[name] = source.shard(rank, world_size, run_name=self.run_name)
         return self._shards[name]
 
     # -- checkpoints ----------------------------------------------------------------

@@ -58,6 +58,9 @@ class WorkerPayload:
     per_rank_results: bool = False      # the seed-era API wants every rank's metrics
     keep_return_values: bool = False    # the seed-era run() returns them
     datasets: Dict[str, Any] = field(default_factory=dict)
+    #: DataConfig.datasets_to_split: "all" or the names split over the ranks (the others
+    #: are read whole by every rank)
+    datasets_to_split: Any = "all"
 
     def save(self, run: RunDir) -> None:
         # 0600: train_loop_config may hold what only the user should read
@@ -112,6 +115,7 @@ def run_worker(run_dir: str) -> int:
             next_checkpoint_index=int(os.environ.get(ENV_CKPT_INDEX, "0")),
             use_gpu=payload.scaling.use_gpu, per_rank_results=payload.per_rank_results,
             attempt=attempt, datasets=payload.datasets,
+            datasets_to_split=payload.datasets_to_split,
             checkpoint_ranks=backend.checkpoint_ranks)
         set_session(session)
         if rank == 0:

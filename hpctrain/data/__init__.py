@@ -15,6 +15,9 @@ def train_func(config):
 ```
 Job files: ``[datasets]`` with ``train = "/lustre/data/train.h5:images,labels"`` or
 ``val = { path = "val.h5", keys = ["images", "labels"], shuffle = false }``.
+``dataset_config=hpctrain.DataConfig(datasets_to_split=["train"])`` (``[data]
+datasets_to_split``) splits only "train"; the other datasets are read whole by every rank.
+Batches are read ahead on a background thread (``prefetch_batches``, :mod:`.prefetch`).
 
 The plan (who reads which rows, shuffling, rows that do not divide by the world size)
 is in :mod:`hpctrain.data.plan`; the shard's API in :class:`DatasetShard`.

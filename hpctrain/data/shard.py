@@ -13,7 +13,34 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import ConfigError
 from . import plan
+from .prefetch import check_prefetch, prefetch
+
+#: ``batch_format`` values of Ray's ``iter_batches`` that a shard makes (NumPy batches).
+BATCH_FORMATS = ("default", "numpy")
+
+
+def _check_ray_options(batch_format: Optional[str],
+                       local_shuffle_buffer_size: Optional[int]) -> None:
+    """Ray Data arguments a shard takes only in the form it supports."""
+    if batch_format not in BATCH_FORMATS:
+        raise ConfigError(f"batch_format: expected \"default\" or \"numpy\" (NumPy "
+                          f"batches), got {batch_format!r}",
+                          hint="make a pandas DataFrame or Arrow table from the NumPy "
+                               "batch in the loop if you need one")
+    if local_shuffle_buffer_size is not None:
+        raise ConfigError("local_shuffle_buffer_size: a shard has no local shuffle buffer; "
+                          "it shuffles its rows itself, anew each epoch",
+                          hint="shuffling is the dataset's: HDF5Dataset(..., shuffle=True) "
+                               "(the default) mixes window_mb of rows at a time; leave "
+                               "local_shuffle_buffer_size out")
+
+
+def _first_next(make: Any) -> Iterator[Any]:
+    """``make()``'s items, with ``make`` called at the first ``next``: the pass (and
+    its epoch) starts when the loop does."""
+    yield from make()
 
 
 def _concat(pieces: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -211,15 +238,23 @@ class DatasetShard:
         return batch
 
     def iter_batches(self, batch_size: int = 256, *, epoch: Optional[int] = None,
-                     drop_last: bool = False) -> Iterator[Any]:
+                     drop_last: bool = False, prefetch_batches: int = 1,
+                     batch_format: Optional[str] = "default",
+                     local_shuffle_buffer_size: Optional[int] = None,
+                     local_shuffle_seed: Optional[int] = None) -> Iterator[Any]:
         """One epoch of this rank's rows in batches of ``batch_size`` (``{column: numpy
         array}`` for HDF5; a slice of the sequence otherwise). ``epoch``: default the
-        next one (see :attr:`epoch`)."""
+        next one (see :attr:`epoch`). ``prefetch_batches``: batches read ahead on a
+        background thread (:mod:`.prefetch`; 0: none), the same batches in the same
+        order. Stopping early (``break``) stops the thread; an iterator kept in a
+        variable stops it at ``close()`` or when it is dropped."""
+        _check_ray_options(batch_format, local_shuffle_buffer_size)
+        check_prefetch(prefetch_batches)
         epoch = self._take_epoch(epoch)
         out = batches(self._windows(epoch), batch_size, drop_last)
-        if type(self)._out is DatasetShard._out:
-            return out
-        return (self._out(b) for b in out)
+        if type(self)._out is not DatasetShard._out:
+            out = (self._out(b) for b in out)
+        return prefetch(out, prefetch_batches)
 
     def iter_rows(self, *, epoch: Optional[int] = None) -> Iterator[Any]:
         """One epoch of this rank's rows, one at a time; each row is its own copy (the
@@ -236,13 +271,44 @@ class DatasetShard:
 
     # -- framework adapters -----------------------------------------------------------
     def iter_torch_batches(self, batch_size: int = 256, *, epoch: Optional[int] = None,
-                           drop_last: bool = False, device: Any = None) -> Iterator[Any]:
-        """Like :meth:`iter_batches`, with torch tensors (on ``device``; default: this
-        rank's, ``hpctrain.torch.get_device()``)."""
-        from .adapters import to_tensors
+                           drop_last: bool = False, device: Any = "auto",
+                           dtypes: Any = None, collate_fn: Any = None,
+                           prefetch_batches: int = 1,
+                           local_shuffle_buffer_size: Optional[int] = None,
+                           local_shuffle_seed: Optional[int] = None) -> Iterator[Any]:
+        """Like :meth:`iter_batches`, with torch tensors (Ray's ``iter_torch_batches``).
+        ``dtypes``: a ``torch.dtype`` for every column, or ``{column: dtype}`` (columns
+        left out keep theirs). ``device``: ``"auto"`` (this rank's device,
+        ``hpctrain.torch.get_device()``, in a training function; the CPU outside one),
+        ``"cpu"``, ``"cuda:0"``… ``collate_fn``: makes the batch from the NumPy one
+        instead (not with ``dtypes``/``device``; tensors it returns go to this rank's
+        device). Conversion and the move to the device happen on the prefetch thread."""
+        from .adapters import torch_converter
 
-        for batch in self.iter_batches(batch_size, epoch=epoch, drop_last=drop_last):
-            yield to_tensors(batch, device)
+        _check_ray_options("default", local_shuffle_buffer_size)
+        check_prefetch(prefetch_batches)
+        convert = torch_converter(self.columns, dtypes, device, collate_fn)
+        return _first_next(lambda: prefetch(
+            map(convert, self.iter_batches(batch_size, epoch=epoch, drop_last=drop_last,
+                                           prefetch_batches=0)), prefetch_batches))
+
+    def iter_tf_batches(self, batch_size: int = 256, *, epoch: Optional[int] = None,
+                        drop_last: bool = False, dtypes: Any = None,
+                        prefetch_batches: int = 1,
+                        local_shuffle_buffer_size: Optional[int] = None,
+                        local_shuffle_seed: Optional[int] = None) -> Iterator[Any]:
+        """Like :meth:`iter_batches`, with TensorFlow tensors (Ray's ``iter_tf_batches``):
+        ``{column: tf.Tensor}`` (a plain sequence: one tensor). ``dtypes``: a
+        ``tf.DType`` for every column or ``{column: dtype}``. For ``model.fit`` use
+        :meth:`to_tf` (a ``tf.data.Dataset``)."""
+        from .adapters import tf_converter
+
+        _check_ray_options("default", local_shuffle_buffer_size)
+        check_prefetch(prefetch_batches)
+        convert = tf_converter(self.columns, dtypes)
+        return _first_next(lambda: prefetch(
+            map(convert, self.iter_batches(batch_size, epoch=epoch, drop_last=drop_last,
+                                           prefetch_batches=0)), prefetch_batches))
 
     def to_torch(self, batch_size: int = 256, *, drop_last: bool = False):
         """A ``torch.utils.data.IterableDataset`` of this rank's batches (of CPU

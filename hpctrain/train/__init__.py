@@ -81,7 +81,7 @@ import cloudpickle
 
 from .. import get_checkpoint, get_context, report as _hpctrain_report
 from ..checkpoint import DICT_FILE, Checkpoint
-from ..config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
+from ..config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
                       default_storage_path)
 from ..errors import ConfigError, TrainingFailedError
 from ..result import Result
@@ -95,7 +95,7 @@ from ..backends.torch import TorchConfig  # noqa: E402 (Ray 1.x: ray.train.Torch
 __all__ = [
     # Ray Train 2.x (``ray.train``): the same objects as ``hpctrain``'s
     "report", "get_checkpoint", "get_context", "get_dataset_shard", "Checkpoint",
-    "ScalingConfig", "RunConfig", "CheckpointConfig", "FailureConfig", "Result",
+    "ScalingConfig", "RunConfig", "CheckpointConfig", "FailureConfig", "DataConfig", "Result",
     "TrainingFailedError",
     # Ray Train 1.x
     "Trainer", "TrainingIterator", "TrainingCallback", "JsonLoggerCallback", "PrintCallback",
