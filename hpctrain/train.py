@@ -76,7 +76,7 @@ import cloudpickle
 from . import get_checkpoint, get_context, report as _hpctrain_report
 from . import torch as _hpctrain_torch
 from .checkpoint import DICT_FILE, Checkpoint
-from .config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
+from .config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, SyncConfig,
                      default_storage_path)
 from .errors import ConfigError, TrainingFailedError
 from ._internal.fsutil import atomic_write_bytes, json_default, remove_tree
@@ -90,6 +90,7 @@ __all__ = [
     "Trainer", "TrainingIterator", "TrainingCallback", "JsonLoggerCallback", "PrintCallback",
     "CheckpointStrategy", "TorchConfig", "report", "save_checkpoint", "load_checkpoint",
     "world_rank", "local_rank", "world_size", "get_dataset_shard", "TrainingFailedError",
+    "SyncConfig", "TBXLoggerCallback",
 ]
 
 logger = logging.getLogger(__name__)

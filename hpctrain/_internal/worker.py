@@ -58,6 +58,9 @@ class WorkerPayload:
     per_rank_results: bool = False      # the seed-era API wants every rank's metrics
     keep_return_values: bool = False    # the seed-era run() returns them
     datasets: Dict[str, Any] = field(default_factory=dict)
+    metadata: Optional[Dict[str, Any]] = None   # the trainer's metadata= (Ray)
+    # experiment_name, trial_id, trial_name for get_context() (a sweep's trial sets them)
+    trial: Optional[Dict[str, str]] = None
 
     def save(self, run: RunDir) -> None:
         # 0600: train_loop_config may hold what only the user should read
@@ -112,7 +115,10 @@ def run_worker(run_dir: str) -> int:
             next_checkpoint_index=int(os.environ.get(ENV_CKPT_INDEX, "0")),
             use_gpu=payload.scaling.use_gpu, per_rank_results=payload.per_rank_results,
             attempt=attempt, datasets=payload.datasets,
-            checkpoint_ranks=backend.checkpoint_ranks)
+            checkpoint_ranks=backend.checkpoint_ranks,
+            metadata=getattr(payload, "metadata", None),
+            trial=getattr(payload, "trial", None),
+            gpus_per_worker=payload.scaling.gpus_each)
         set_session(session)
         if rank == 0:
             _watch_stop_file(os.path.join(adir, STOP_FILE))
