@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Union
 
 from .errors import ConfigError
@@ -60,6 +60,10 @@ class ScalingConfig:
     trainer_resources: Optional[Dict[str, float]] = None
 
     def __post_init__(self) -> None:
+        if any(_is_search_space(getattr(self, f.name)) for f in fields(self)):
+            # a template for a sweep (Tuner(param_space={"scaling_config": ...})): each
+            # trial's ScalingConfig is made from the resolved values, and checked then
+            return
         _check_int("scaling.num_workers", self.num_workers, minimum=1)
         self._check_trainer_resources()
         if not isinstance(self.use_gpu, bool):
@@ -452,6 +456,14 @@ class SetupConfig:
 
     modules: List[str] = field(default_factory=list)
     commands: List[str] = field(default_factory=list)
+
+
+def _is_search_space(value: Any) -> bool:
+    """A search-space entry (``tune.grid_search([...])``, ``tune.choice([...])``…)."""
+    if isinstance(value, dict) and len(value) == 1 and "grid_search" in value:
+        return True
+    search = __import__("sys").modules.get("hpctrain.tune.search")
+    return search is not None and isinstance(value, search.Domain)
 
 
 def _check_int(key: str, value: Any, minimum: int) -> None:

@@ -105,6 +105,8 @@ def run_worker(run_dir: str) -> int:
         rank = info.world_rank
         _bind_gpus(info)
         payload = WorkerPayload.load(run)
+        # (the batch step sets it for a site's GPU binding; the torch backend reads it)
+        os.environ.setdefault("HPCTRAIN_GPUS_PER_WORKER", str(max(1, payload.scaling.gpus_each)))
         backend = get_backend(payload.backend, payload.backend_config)
         backend.on_start(info, use_gpu=payload.scaling.use_gpu)
         session = Session(
