@@ -74,6 +74,14 @@ def test_accelerator_type_on_pbs_is_refused_with_the_site_resource_as_hint(tmp_p
     assert "-l select=1:ncpus=1:mpiprocs=1:ngpus=1:gpu_type=a100" in _directives(script)
 
 
+def test_accelerator_type_without_gpus_in_a_job_file_names_the_file(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        _render_toml(tmp_path, '[scaling]\naccelerator_type = "a100"\n', "generic-slurm")
+    assert str(info.value).startswith(
+        f"{tmp_path / 'job.toml'}: scaling.accelerator_type: 'a100' is a GPU type, but no "
+        "GPUs are requested\nHINT: set use_gpu=True")
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"accelerator_type": "a100"},
      "scaling.accelerator_type: 'a100' is a GPU type, but no GPUs are requested\n"
