@@ -63,6 +63,7 @@ class ScalingConfig:
         if any(_is_search_space(getattr(self, f.name)) for f in fields(self)):
             # a template for a sweep (Tuner(param_space={"scaling_config": ...})): each
             # trial's ScalingConfig is made from the resolved values, and checked then
+            self._search_space = True
             return
         _check_int("scaling.num_workers", self.num_workers, minimum=1)
         self._check_trainer_resources()

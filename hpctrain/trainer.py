@@ -63,6 +63,12 @@ class DataParallelTrainer:
         if resume_from_checkpoint is not None and not isinstance(resume_from_checkpoint, Checkpoint):
             raise ConfigError("resume_from_checkpoint: expected a hpctrain.Checkpoint, got "
                               f"{type(resume_from_checkpoint).__name__}")
+        if getattr(scaling_config, "_search_space", False):
+            raise ConfigError(
+                "scaling_config: holds a search space (tune.grid_search, tune.choice…), "
+                "which only a Tuner resolves",
+                hint="Tuner(trainer, param_space={\"scaling_config\": ScalingConfig("
+                     "num_workers=tune.grid_search([1, 2]))})")
         self.metadata = _checked_metadata(metadata)
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config

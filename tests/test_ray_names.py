@@ -297,6 +297,11 @@ def test_scaling_sweeps_that_cannot_run_are_refused_before_anything_is_written(s
     assert "param_space.scaling_config: a batch sweep is one job array" in str(info.value)
     assert "HINT: one Tuner per scaling config" in str(info.value)
     assert os.listdir(storage) == []
+    with pytest.raises(ConfigError) as info:
+        TorchTrainer(wl.report_context,
+                     scaling_config=ScalingConfig(num_workers=tune.grid_search([1, 2])))
+    assert "scaling_config: holds a search space (tune.grid_search, tune.choice…), which " \
+           "only a Tuner resolves\nHINT: Tuner(trainer, param_space=" in str(info.value)
     with pytest.raises(ConfigError, match="param_space.scaling_config: unknown field"):
         tune.Tuner(trainer, param_space={"scaling_config": {"num_worker": 2}})
     with pytest.raises(ConfigError, match="expected \"train_loop_config\" and "
