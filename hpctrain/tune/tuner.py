@@ -147,7 +147,7 @@ class Tuner:
                                storage_path=sweep.path, verbose=0, callbacks=callbacks)
         t._run_path = sweep.trial_path(index)
         t._spec = None
-        t._trial = trial_names(sweep, index)
+        t._trial = _trial_context(sweep, index)
         return t
 
     def fit(self) -> ResultGrid:
@@ -380,11 +380,11 @@ def _spec_trainer(spec: Any, sweep: SweepDir, index: int, config: Dict[str, Any]
     trainer = trainer_from_spec(one)
     trainer._run_path = sweep.trial_path(index)
     trainer._local_only = local
-    trainer._trial = trial_names(sweep, index)
+    trainer._trial = _trial_context(sweep, index)
     return trainer
 
 
-def trial_names(sweep: SweepDir, index: int) -> Dict[str, str]:
+def _trial_context(sweep: SweepDir, index: int) -> Dict[str, str]:
     """What a trial's ``get_context()`` says: the sweep's name as the experiment name,
     the trial's id (its directory name, as in ``sweep.json``) as its id and name."""
     return {"experiment_name": sweep.name, "trial_id": trial_id(index),
