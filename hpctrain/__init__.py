@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional
 
 from .checkpoint import Checkpoint
 from .config import (CheckpointConfig, DataConfig, FailureConfig, PbsConfig, RunConfig,
-                     ScalingConfig, SchedulerConfig, SetupConfig, SlurmConfig)
+                     ScalingConfig, SchedulerConfig, SetupConfig, SlurmConfig, SyncConfig)
 from .errors import (CheckpointError, ConfigError, HpctrainError, MissingFrameworkError, RunLockedError,
                      TrainingFailedError, TrainingStoppedError)
 from .result import Result
@@ -29,7 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Checkpoint", "CheckpointConfig", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
-    "SchedulerConfig", "SlurmConfig", "PbsConfig", "SetupConfig", "DataConfig",
+    "SchedulerConfig", "SlurmConfig", "PbsConfig", "SetupConfig", "DataConfig", "SyncConfig",
     "report", "get_checkpoint", "get_context", "get_dataset_shard", "TrainingFailedError",
     "TrainingStoppedError", "ConfigError",
     "CheckpointError", "HpctrainError", "MissingFrameworkError", "RunLockedError", "__version__",

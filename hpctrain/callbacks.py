@@ -149,6 +149,48 @@ class CSVLoggerCallback(Callback):
     toml_name = "csv"
 
 
+class EventFile:
+    """One TensorBoard event file in ``logdir`` (created), written with TensorBoard's
+    record writer to a plain file: its EventFileWriter opens files through tf.io.gfile,
+    which imports TensorFlow wherever it is installed. One file per writing process, as
+    TensorBoard's writers do. Needs the ``tensorboard`` package."""
+
+    def __init__(self, logdir: str):
+        try:
+            from tensorboard.compat.proto.event_pb2 import Event
+            from tensorboard.summary.writer.record_writer import RecordWriter
+        except ImportError as e:
+            raise ImportError("TensorBoard event files need tensorboard: "
+                              "pip install 'hpctrain[tracking]'") from e
+        import socket
+        import time
+
+        os.makedirs(logdir, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
+        self.path = os.path.join(logdir, name)
+        self._records = RecordWriter(open(self.path, "wb"))
+        self._records.write(Event(wall_time=time.time(),
+                                  file_version="brain.Event:2").SerializeToString())
+        self._records.flush()
+
+    def scalars(self, step: int, wall_time: float, values: Dict[str, float]) -> None:
+        """One event holding ``values`` (tag → number) at ``step``."""
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        if values:
+            summary = Summary(value=[Summary.Value(tag=k, simple_value=float(v))
+                                     for k, v in values.items()])
+            self._records.write(Event(wall_time=wall_time, step=step,
+                                      summary=summary).SerializeToString())
+
+    def flush(self) -> None:
+        self._records.flush()
+
+    def close(self) -> None:
+        self._records.close()
+
+
 class TensorBoardLoggerCallback(Callback):
     """TensorBoard event files (scalars: every numeric metric, step = the report's
     ``_training_iteration``) in ``logdir`` (default ``<run>/tensorboard``). Needs the
@@ -164,37 +206,12 @@ class TensorBoardLoggerCallback(Callback):
         self._writer = None
 
     def setup(self, run: RunInfo) -> None:
-        try:
-            from tensorboard.compat.proto.event_pb2 import Event
-            from tensorboard.summary.writer.record_writer import RecordWriter
-        except ImportError as e:
-            raise ImportError("TensorBoardLoggerCallback needs tensorboard: "
-                              "pip install 'hpctrain[tracking]'") from e
-        import socket
-        import time
-
-        path = self.logdir or os.path.join(run.path, "tensorboard")
-        os.makedirs(path, exist_ok=True)
-        # TensorBoard's record format written to a plain file (its EventFileWriter opens
-        # files through tf.io.gfile, which imports TensorFlow wherever it is installed);
-        # one file per supervisor process, as TensorBoard's writers do
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
-        self._writer = RecordWriter(open(os.path.join(path, name), "wb"))
-        self._writer.write(Event(wall_time=time.time(),
-                                 file_version="brain.Event:2").SerializeToString())
-        self._writer.flush()
+        self._writer = EventFile(self.logdir or os.path.join(run.path, "tensorboard"))
 
     def on_results(self, results: List[Dict[str, Any]]) -> None:
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
         for r in results:
-            values = [Summary.Value(tag=k, simple_value=float(v))
-                      for k, v in user_metrics(r).items()]
-            if values:
-                self._writer.write(Event(wall_time=float(r.get("_timestamp", 0)),
-                                         step=int(r.get("_training_iteration", 0)),
-                                         summary=Summary(value=values)).SerializeToString())
+            self._writer.scalars(int(r.get("_training_iteration", 0)),
+                                 float(r.get("_timestamp", 0)), user_metrics(r))
         if results:
             self._writer.flush()
 

@@ -18,6 +18,9 @@ import cloudpickle
 
 DICT_FILE = "dict_checkpoint.pkl"
 METADATA_FILE = ".hpctrain_checkpoint.json"
+#: The user's metadata (``set_metadata``/``get_metadata``), Ray's file name. Not part of
+#: the checkpoint's content record: it may change after the commit, as in Ray.
+USER_METADATA_FILE = ".metadata.json"
 # Files hpctrain writes inside a committed checkpoint; not part of the user's content.
 INTERNAL_PREFIX = ".hpctrain_"
 
@@ -83,8 +86,40 @@ class Checkpoint:
         return dest
 
     def get_metadata(self) -> Dict[str, Any]:
+        """The metadata stored with the checkpoint (Ray 2's contract): what
+        :meth:`set_metadata`/:meth:`update_metadata` wrote, merged at the commit over the
+        trainer's ``metadata=`` (keys set on the checkpoint win). ``{}`` when none."""
+        try:
+            with open(os.path.join(self.path, USER_METADATA_FILE)) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {}
+
+    def set_metadata(self, metadata: Dict[str, Any]) -> None:
+        """Replace the checkpoint's metadata (a JSON-serializable dict). On a committed
+        checkpoint too: the metadata is not part of its content digest."""
+        if not isinstance(metadata, dict):
+            raise TypeError(f"Checkpoint.set_metadata expects a dict, got "
+                            f"{type(metadata).__name__}")
+        from ._internal.fsutil import atomic_write_bytes
+
+        try:
+            data = json.dumps(metadata)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"Checkpoint.set_metadata: the metadata must be "
+                            f"JSON-serializable: {e}") from None
+        atomic_write_bytes(os.path.join(self.path, USER_METADATA_FILE), data.encode(),
+                           sync=False)
+
+    def update_metadata(self, metadata: Dict[str, Any]) -> None:
+        """Merge ``metadata`` into the checkpoint's metadata (its keys replace old ones)."""
+        merged = self.get_metadata()
+        merged.update(metadata)
+        self.set_metadata(merged)
+
+    def commit_record(self) -> Dict[str, Any]:
         """hpctrain's record of a committed checkpoint: index, iteration, metrics, time,
-        ranks, manifest and checksum. ``{}`` for an uncommitted directory."""
+        ranks, file sizes and checksum. ``{}`` for an uncommitted directory."""
         try:
             with open(os.path.join(self.path, METADATA_FILE)) as f:
                 return json.load(f)
@@ -93,7 +128,7 @@ class Checkpoint:
 
     @property
     def metrics(self) -> Dict[str, Any]:
-        return self.get_metadata().get("metrics", {})
+        return self.commit_record().get("metrics", {})
 
     def __repr__(self) -> str:
         return f"Checkpoint(path={self.path!r})"

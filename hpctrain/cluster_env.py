@@ -65,7 +65,7 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import List, NamedTuple, Optional
 
 import hostlist
 
@@ -613,3 +613,46 @@ def gpu_binding(mode: str, *, local_rank: int, local_world_size: int,
     elif mode != "local_rank":
         raise ValueError(f"unknown GPU binding {mode!r}")
     return ",".join(str(d) for d in devices)
+
+
+def visible_gpu_count(value: Optional[str], device_count: int) -> int:
+    """How many GPUs a process sees: the entries of ``CUDA_VISIBLE_DEVICES`` (``value``)
+    when it is set, else what the driver reports (``device_count``). ``""`` and Slurm's
+    ``"NoDevFiles"`` mean none.
+
+    >>> visible_gpu_count("2,3", 8), visible_gpu_count(None, 4), visible_gpu_count("", 4)
+    (2, 4, 0)
+    """
+    if value is None:
+        return device_count
+    value = value.strip()
+    if not value or value == "NoDevFiles":
+        return 0
+    return len([v for v in value.split(",") if v.strip()])
+
+
+def local_gpu_indices(visible: int, *, local_rank: int, local_world_size: int,
+                      gpus_per_worker: int) -> List[int]:
+    """The device indices (``cuda:<i>``) of one rank's GPUs among the ``visible`` ones.
+
+    * The rank sees only its own GPUs (``srun --gpus-per-task``, a site's per-rank
+      binding): ``visible`` ≤ ``gpus_per_worker`` → all of them, ``0 … visible-1``.
+    * The node's GPUs are shared by its ranks (local runs, ``mpiexec``): rank *r* takes
+      ``r·g … r·g+g-1``.
+    * Fewer GPUs than the ranks need: shared round robin (rank *r*'s first GPU is
+      ``r·g mod visible``), as ``get_device`` always did.
+
+    >>> local_gpu_indices(1, local_rank=3, local_world_size=4, gpus_per_worker=1)
+    [0]
+    >>> local_gpu_indices(8, local_rank=1, local_world_size=4, gpus_per_worker=2)
+    [2, 3]
+    """
+    g = max(1, gpus_per_worker)
+    if visible <= 0:
+        return []
+    if visible <= g:
+        return list(range(visible))
+    if visible >= local_world_size * g:
+        return [local_rank * g + i for i in range(g)]
+    return [(local_rank * g + i) % visible for i in range(g)]
+

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Union
 
 from .errors import ConfigError
 
 DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
+#: A GPU type (Slurm GRES type names: ``a100``, ``a100_3g.20gb``, ``h100-80gb``…).
+_GPU_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
 def default_storage_path() -> str:
@@ -28,6 +31,21 @@ class ScalingConfig:
 
     ``num_workers`` is the total number of training processes (ranks). On a cluster they
     are spread over ``num_nodes`` nodes (``workers_per_node`` each) by the launcher.
+
+    Ray's two other fields, adapted to a batch system:
+
+    * ``accelerator_type`` (``"a100"``, ``"h100"``…): the GPU type, part of the GPU request.
+      Slurm: ``#SBATCH --gpus-per-node=a100:4`` (the site's GRES type names; ``sinfo -o
+      "%G"`` lists them). PBS has no standard GPU-type resource (each site defines its
+      own), so a PBS job refuses it: put the site's resource in the select chunk with
+      ``directives={"select:gpu_type": "a100"}``. Needs GPUs (``use_gpu`` or
+      ``gpus_per_worker``). A local run takes the GPUs the machine has.
+    * ``trainer_resources``: what Ray reserves for its training coordinator actor. Here
+      that role is the supervisor (the driver, or the batch step on the allocation's
+      first node), which sleeps beside rank 0 inside the allocation and needs no
+      reservation of its own: validated (a table of resource name → number ≥ 0) and
+      otherwise ignored, with one warning when it asks for anything. Rank 0's node gets
+      more with ``cpus_per_worker``/``mem_per_worker``.
     """
 
     num_workers: int = 1
@@ -38,9 +56,17 @@ class ScalingConfig:
     cpus_per_worker: Optional[int] = None
     gpus_per_worker: Optional[int] = None
     mem_per_worker: Optional[str] = None
+    accelerator_type: Optional[str] = None
+    trainer_resources: Optional[Dict[str, float]] = None
 
     def __post_init__(self) -> None:
+        if any(_is_search_space(getattr(self, f.name)) for f in fields(self)):
+            # a template for a sweep (Tuner(param_space={"scaling_config": ...})): each
+            # trial's ScalingConfig is made from the resolved values, and checked then
+            self._search_space = True
+            return
         _check_int("scaling.num_workers", self.num_workers, minimum=1)
+        self._check_trainer_resources()
         if not isinstance(self.use_gpu, bool):
             raise ConfigError(f"scaling.use_gpu: expected true or false, got {self.use_gpu!r}")
         for key in ("num_nodes", "workers_per_node", "cpus_per_worker"):
@@ -72,6 +98,44 @@ class ScalingConfig:
             raise ConfigError(
                 f"scaling: num_workers={self.num_workers} is not a multiple of "
                 f"workers_per_node={self.workers_per_node}")
+        self._check_accelerator_type()
+
+    def _check_accelerator_type(self) -> None:
+        t = self.accelerator_type
+        if t is None:
+            return
+        if not isinstance(t, str) or not _GPU_TYPE.match(t):
+            raise ConfigError(
+                f"scaling.accelerator_type: expected a GPU type name (letters, digits, "
+                f"\".\", \"_\", \"-\"), got {t!r}",
+                hint="the names the site gives its GPUs, e.g. \"a100\" (sinfo -o \"%G\" "
+                     "lists Slurm's)")
+        if self.gpus_each == 0:
+            raise ConfigError(
+                f"scaling.accelerator_type: {t!r} is a GPU type, but no GPUs are requested",
+                hint="set use_gpu=True (or gpus_per_worker); to pick nodes by another "
+                     "feature use scheduler.constraint")
+
+    def _check_trainer_resources(self) -> None:
+        res = self.trainer_resources
+        if res is None:
+            return
+        if not isinstance(res, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                and v >= 0 for k, v in res.items()):
+            raise ConfigError(
+                f"scaling.trainer_resources: expected a table of resource name → number ≥ 0 "
+                f"(e.g. {{\"CPU\": 1}}), got {res!r}",
+                hint="it is Ray's reservation for its coordinator actor; hpctrain's supervisor "
+                     "needs none (leave it out)")
+        if any(v > 0 for v in res.values()):
+            import warnings
+
+            warnings.warn(
+                f"ScalingConfig(trainer_resources={res!r}) is ignored: hpctrain's supervisor "
+                "runs inside the allocation beside rank 0 and reserves nothing of its own; "
+                "give rank 0's node more with cpus_per_worker or mem_per_worker",
+                UserWarning, stacklevel=3)
 
     @property
     def nodes(self) -> int:
@@ -216,6 +280,55 @@ class FailureConfig:
         return int(getattr(signal, "SIG" + self.warning_signal))
 
 
+_SYNC_GONE = {
+    "upload_dir": "give RunConfig(storage_path=...) instead",
+    "syncer": "storage is the shared filesystem here: there is nothing to sync with",
+    "sync_on_checkpoint": "remove it (checkpoints are written to storage directly)",
+}
+
+
+@dataclass
+class SyncConfig:
+    """Ray's ``SyncConfig``, accepted so that Ray scripts run unchanged. Ray uploads a
+    trial's directory from the nodes to ``storage_path``; here every rank writes the run
+    directory on the shared filesystem directly, so there is never anything to sync and
+    each field is a no-op (validated, recorded, otherwise unused):
+
+    * ``sync_period`` (s, default 300): Ray's minimum time between two uploads.
+    * ``sync_timeout`` (s, default 1800): how long Ray lets one upload run.
+    * ``sync_artifacts`` (default False): Ray uploads the files a trial wrote into its
+      trial directory; here they are in the run directory already
+      (``get_context().get_trial_dir()``).
+    * ``sync_artifacts_on_checkpoint`` (default True): Ray uploads them at each checkpoint.
+
+    Ray's removed fields (``upload_dir``, ``syncer``, ``sync_on_checkpoint``) are refused,
+    as Ray 2.10+ refuses them; unknown ones are a ``TypeError`` (a dataclass).
+    """
+
+    sync_period: int = 300
+    sync_timeout: int = 1800
+    sync_artifacts: bool = False
+    sync_artifacts_on_checkpoint: bool = True
+    upload_dir: Any = None
+    syncer: Any = None
+    sync_on_checkpoint: Any = None
+
+    def __post_init__(self) -> None:
+        for key in ("sync_period", "sync_timeout"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ConfigError(f"sync_config.{key}: expected a number of seconds ≥ 0, "
+                                  f"got {v!r}")
+        for key in ("sync_artifacts", "sync_artifacts_on_checkpoint"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"sync_config.{key}: expected true or false, got "
+                                  f"{getattr(self, key)!r}")
+        for key, hint in _SYNC_GONE.items():
+            if getattr(self, key) is not None:
+                raise ConfigError(f"sync_config.{key}: removed from Ray's SyncConfig (Ray 2.10 "
+                                  "refuses it too)", hint=hint)
+
+
 @dataclass
 class RunConfig:
     """Where the run directory goes and how the run behaves.
@@ -230,8 +343,16 @@ class RunConfig:
     failure_config: FailureConfig = field(default_factory=FailureConfig)
     verbose: int = 1
     callbacks: List[Any] = field(default_factory=list)
+    #: Ray's upload settings: a no-op here (storage is shared); see :class:`SyncConfig`.
+    sync_config: Optional[SyncConfig] = None
 
     def __post_init__(self) -> None:
+        if self.sync_config is None:
+            self.sync_config = SyncConfig()
+        if not isinstance(self.sync_config, SyncConfig):
+            raise ConfigError(f"run.sync_config: expected a SyncConfig, got "
+                              f"{type(self.sync_config).__name__}",
+                              hint="from hpctrain import SyncConfig")
         if self.checkpoint_config is None:
             self.checkpoint_config = CheckpointConfig()
         if self.failure_config is None:
@@ -336,6 +457,14 @@ class SetupConfig:
 
     modules: List[str] = field(default_factory=list)
     commands: List[str] = field(default_factory=list)
+
+
+def _is_search_space(value: Any) -> bool:
+    """A search-space entry (``tune.grid_search([...])``, ``tune.choice([...])``…)."""
+    if isinstance(value, dict) and len(value) == 1 and "grid_search" in value:
+        return True
+    search = __import__("sys").modules.get("hpctrain.tune.search")
+    return search is not None and isinstance(value, search.Domain)
 
 
 def _check_int(key: str, value: Any, minimum: int) -> None:

@@ -69,6 +69,7 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
         "num_workers": "int", "use_gpu": "bool", "num_nodes": "int",
         "workers_per_node": "int", "resources_per_worker": "numbers",
         "cpus_per_worker": "int", "gpus_per_worker": "int", "mem_per_worker": "memory",
+        "accelerator_type": "str",
     },
     "run": {"name": "str", "storage_path": "str", "verbose": "int"},
     "checkpoint": {
@@ -651,7 +652,7 @@ class JobSpec:
         }
         if self.scaling.mem_per_worker is not None:
             data["scaling"]["mem_per_worker"] = self.scaling.mem_per_worker
-        for key in ("cpus_per_worker", "gpus_per_worker"):
+        for key in ("cpus_per_worker", "gpus_per_worker", "accelerator_type"):
             data["scaling"][key] = getattr(self.scaling, key)
         out = _tomlable(data)
         if self.site:

@@ -54,7 +54,8 @@ class DataParallelTrainer:
                  resume_from_checkpoint: Optional[Checkpoint] = None,
                  datasets: Optional[Dict[str, Any]] = None,
                  dataset_config: Optional[DataConfig] = None,
-                 scheduler: Any = None, site: Optional[str] = None):
+                 scheduler: Any = None, site: Optional[str] = None,
+                 metadata: Optional[Dict[str, Any]] = None):
         if not callable(train_loop_per_worker) and not hasattr(train_loop_per_worker, "resolve"):
             raise TypeError("train_loop_per_worker must be a function, got "
                             f"{type(train_loop_per_worker).__name__}")
@@ -63,6 +64,13 @@ class DataParallelTrainer:
         if resume_from_checkpoint is not None and not isinstance(resume_from_checkpoint, Checkpoint):
             raise ConfigError("resume_from_checkpoint: expected a hpctrain.Checkpoint, got "
                               f"{type(resume_from_checkpoint).__name__}")
+        if getattr(scaling_config, "_search_space", False):
+            raise ConfigError(
+                "scaling_config: holds a search space (tune.grid_search, tune.choice…), "
+                "which only a Tuner resolves",
+                hint="Tuner(trainer, param_space={\"scaling_config\": ScalingConfig("
+                     "num_workers=tune.grid_search([1, 2]))})")
+        self.metadata = _checked_metadata(metadata)
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.backend_config = backend_config
@@ -105,6 +113,8 @@ class DataParallelTrainer:
         self._run_path: Optional[str] = None
         self._echo_worker_output: Optional[bool] = None  # None: when verbose >= 1
         self._first_checkpoint_index = 0  # the seed-era API numbers from 1, as Ray 1.x did
+        # a sweep's trial: experiment_name, trial_id, trial_name for get_context()
+        self._trial: Optional[Dict[str, str]] = None
 
     # -- the run directory ---------------------------------------------------------------
     @property
@@ -194,6 +204,8 @@ class DataParallelTrainer:
             keep_return_values=self._keep_return_values,
             datasets=self.datasets,
             datasets_to_split=self.dataset_config.datasets_to_split,
+            metadata=self.metadata,
+            trial={"trainer": type(self).__name__, **(self._trial or {})},
         ).save(run)
         from ._internal.tracking import save_callbacks
 
@@ -322,15 +334,35 @@ class DataParallelTrainer:
                                  checkpoint_config=payload.checkpoint_config,
                                  failure_config=_failure_config(state),
                                  callbacks=_saved_callbacks(run)),
-            datasets=payload.datasets,
+            datasets=payload.datasets, metadata=getattr(payload, "metadata", None),
             dataset_config=DataConfig(payload.datasets_to_split),
             **_batch_settings(run, scheduler))
         trainer._run_path = run.path
+        trainer._trial = {k: v for k, v in (getattr(payload, "trial", None) or {}).items()
+                          if k != "trainer"} or None
         if scheduler is None:
             trainer._spec_layer = _setup_and_env(run)
         trainer._per_rank_results = payload.per_rank_results
         trainer._keep_return_values = payload.keep_return_values
         return trainer
+
+
+def _checked_metadata(metadata: Any) -> Dict[str, Any]:
+    """The trainer's ``metadata=`` (Ray: a JSON-serializable dict, made available as
+    ``get_context().get_metadata()`` and in every reported checkpoint's
+    ``get_metadata()``), as JSON gives it back."""
+    import json
+
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise ConfigError(f"metadata: expected a dict, got {type(metadata).__name__}")
+    try:
+        return json.loads(json.dumps(metadata))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"metadata: expected a JSON-serializable dict: {e}",
+                          hint="it is stored in each checkpoint's .metadata.json: use "
+                               "numbers, strings, booleans, lists and dicts") from None
 
 
 def driver_pythonpath() -> Dict[str, str]:

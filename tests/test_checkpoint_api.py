@@ -22,7 +22,7 @@ def test_directory_checkpoint(tmp_path):
     ck = Checkpoint.from_directory(d)
     with ck.as_directory() as path:
         assert open(os.path.join(path, "model.pt"), "rb").read() == b"abc"
-    assert ck.get_metadata()["iteration"] == 4 and ck.metrics == {"loss": 0.5}
+    assert ck.commit_record()["iteration"] == 4 and ck.metrics == {"loss": 0.5}
     out = ck.to_directory(tmp_path / "out")
     assert sorted(os.listdir(out)) == ["model.pt", "sub"]  # hpctrain's metadata left behind
     assert ck == Checkpoint(str(d)) and len({ck, Checkpoint(str(d))}) == 1

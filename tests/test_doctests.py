@@ -6,7 +6,8 @@ import pytest
 
 MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.schedulers.slurm",
            "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units",
-           "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod"]
+           "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod",
+           "hpctrain._internal.commit", "hpctrain._internal.session"]
 
 
 @pytest.mark.parametrize("name", MODULES)

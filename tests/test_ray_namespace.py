@@ -81,7 +81,7 @@ def test_the_2x_names_are_hpctrains_own_objects():
     import hpctrain.train.torch
 
     for name in ("report", "get_checkpoint", "get_context", "Checkpoint", "ScalingConfig",
-                 "RunConfig", "CheckpointConfig", "FailureConfig", "DataConfig", "Result",
+                 "RunConfig", "CheckpointConfig", "FailureConfig", "DataConfig", "SyncConfig", "Result",
                  "TrainingFailedError"):
         assert name in train.__all__, name
         if name != "report":  # train.report takes Ray 1.x's keyword form too

@@ -201,7 +201,7 @@ def test_distributed_checkpoint_holds_every_ranks_shard(storage, staged):
     for r in (0, 1):
         data = open(os.path.join(ck.path, f"shard-{r}.bin"), "rb").read()
         assert data == bytes([r]) * (1000 + r) + bytes([1])
-    meta = ck.get_metadata()
+    meta = ck.commit_record()
     assert meta["ranks"] == [0, 1] and meta["iteration"] == 2 and meta["index"] == 1
     assert set(meta["files"]) == {"shard-0.bin", "shard-1.bin"}
     from hpctrain._internal.commit import verify_checkpoint
@@ -219,7 +219,7 @@ def test_checkpoint_handed_in_by_rank_1_only_is_committed(storage):
     assert names == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
     for i, name in enumerate(names):
         ck = Checkpoint(os.path.join(result.path, "checkpoints", name))
-        assert ck.get_metadata()["ranks"] == [1] and ck.get_metadata()["iteration"] == i + 1
+        assert ck.commit_record()["ranks"] == [1] and ck.commit_record()["iteration"] == i + 1
         assert os.listdir(ck.path).count("shard-1.bin") == 1 and "shard-0.bin" not in os.listdir(ck.path)
 
 

@@ -51,6 +51,25 @@ def test_ray_docs_example_as_a_slurm_array(storage):
         assert manifest["trials"][i]["status"] == "FINISHED"
 
 
+def test_trials_of_a_slurm_array_know_their_names(storage):
+    """get_context() in an array task: the sweep's name, the trial's id and directory,
+    and (scaling_config fixed) the trainer's world size over srun."""
+    import ray_names_workloads
+
+    trainer = TorchTrainer(ray_names_workloads.report_context,
+                           scaling_config=ScalingConfig(num_workers=2),
+                           run_config=RunConfig(name="names", storage_path=storage, verbose=0),
+                           scheduler="slurm", site="test-cluster")
+    grid = tune.Tuner(trainer, param_space={"train_loop_config": {
+        "x": tune.grid_search([1, 2])}}).fit()
+    assert grid.num_errors == 0
+    assert sorted((r.metrics["x"], r.metrics["trial_id"], r.metrics["trial_name"],
+                   r.metrics["experiment_name"], r.metrics["trial_dir"] == r.path,
+                   r.metrics["world_size"]) for r in grid) == [
+        (1, "trial_00000", "trial_00000", "names", True, 2),
+        (2, "trial_00001", "trial_00001", "names", True, 2)]
+
+
 def starts(run_path):
     try:
         return open(os.path.join(run_path, "starts.log")).read().split("\n")[:-1]

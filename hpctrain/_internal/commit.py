@@ -26,7 +26,7 @@ import shutil
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..checkpoint import INTERNAL_PREFIX, METADATA_FILE, Checkpoint
+from ..checkpoint import INTERNAL_PREFIX, METADATA_FILE, USER_METADATA_FILE, Checkpoint
 from ..config import CheckpointConfig
 from ..errors import CheckpointError
 from .fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, disk_full, file_digest,
@@ -47,15 +47,18 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     files: Dict[str, Dict[str, Any]] = {}
     flushes = []  # fsyncs run beside the copies, several at once: the disk merges them
     rel = ""
-    manifest = {"rank": rank, "moved": move, "algo": DIGEST_ALGO, "files": files}
+    manifest = {"rank": rank, "moved": move, "algo": DIGEST_ALGO, "files": files,
+                "metadata": _user_metadata(src, rank)}
     manifest_path = os.path.join(tmp, SHARD_MANIFEST.format(rank=rank))
     try:
         # everything up to the manifest, which is written last, can meet a full disk:
         # the directory, each copy, the fsyncs, the manifest itself
         os.makedirs(tmp, exist_ok=True)
         for rel in walk_files(src):
-            if os.path.basename(rel).startswith(INTERNAL_PREFIX):
-                continue  # metadata of a checkpoint handed back in (e.g. get_checkpoint())
+            if os.path.basename(rel).startswith(INTERNAL_PREFIX) or rel == USER_METADATA_FILE:
+                # metadata of a checkpoint handed back in (e.g. get_checkpoint()); the
+                # user's metadata travels in the manifest and is merged at the commit
+                continue
             s, d = os.path.join(src, rel), os.path.join(tmp, rel)
             os.makedirs(os.path.dirname(d), exist_ok=True)
             if move:
@@ -88,6 +91,33 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
         for f in flushes:
             f.cancel()
     return manifest
+
+
+def _user_metadata(src: str, rank: int) -> Dict[str, Any]:
+    """The ``.metadata.json`` of a checkpoint directory handed in (``set_metadata``)."""
+    path = os.path.join(src, USER_METADATA_FILE)
+    if not os.path.exists(path):
+        return {}
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise CheckpointError(f"rank {rank}: {path} is not a JSON object\nHINT: write it "
+                              "with Checkpoint.set_metadata({...})")
+    return data
+
+
+def merged_metadata(trainer: Optional[Dict[str, Any]], shards: List[Dict[str, Any]]
+                    ) -> Dict[str, Any]:
+    """A commit's metadata: the trainer's ``metadata=`` under what the ranks set on
+    their checkpoints (Ray: keys set on the checkpoint win); a lower rank wins a key.
+
+    >>> merged_metadata({"a": 1, "b": 1}, [{"rank": 0, "metadata": {"b": 2}},
+    ...                                    {"rank": 1, "metadata": {"b": 3, "c": 3}}])
+    {'a': 1, 'b': 2, 'c': 3}
+    """
+    out = dict(trainer or {})
+    for shard in sorted(shards, key=lambda m: -m["rank"]):
+        out.update(shard.get("metadata") or {})
+    return out
 
 
 def _write_failed(rank: int, iteration: int, tmp: str, e: OSError) -> CheckpointError:
@@ -166,14 +196,17 @@ def staged_iterations(run: RunDir, up_to: int) -> List[int]:
 
 def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
             world_size: int, config: CheckpointConfig,
-            started: float) -> Tuple[Optional[str], List[str]]:
+            started: float, metadata: Optional[Dict[str, Any]] = None
+            ) -> Tuple[Optional[str], List[str]]:
     """Rank 0: commit the checkpoint staged at report ``iteration`` as
     ``checkpoint_<index>`` by one rename; apply retention.
 
     Returns the committed directory's name (None if no rank staged a shard) and the
     directories retention dropped, already renamed aside (``.deleting_…``: never read as
     checkpoints, removed by the supervisor if nobody else does) for the caller to delete
-    off the training thread, so their size does not weigh on ``report()``."""
+    off the training thread, so their size does not weigh on ``report()``. ``metadata``:
+    the trainer's, written (under what the ranks set) as the checkpoint's
+    ``.metadata.json`` before the rename."""
     tmp = run.staging_tmp(iteration)
     if not os.path.isdir(tmp):
         return None, []
@@ -201,7 +234,11 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
         "files": files,
         "manifest_sha256": manifest_sum,
     }
+    user = merged_metadata(metadata, shards)
     try:
+        if user:
+            atomic_write_json(os.path.join(tmp, USER_METADATA_FILE), user,
+                              sync=config.sync_to_disk)
         atomic_write_json(os.path.join(tmp, METADATA_FILE), meta, sync=config.sync_to_disk)
     except OSError as e:
         if disk_full(e):

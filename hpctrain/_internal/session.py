@@ -83,7 +83,9 @@ class Session:
                  next_checkpoint_index: int, use_gpu: bool = False,
                  per_rank_results: bool = False, attempt: int = 1,
                  datasets: Optional[Dict[str, Any]] = None, checkpoint_ranks: str = "all",
-                 datasets_to_split: Any = "all"):
+                 datasets_to_split: Any = "all",
+                 metadata: Optional[Dict[str, Any]] = None,
+                 trial: Optional[Dict[str, str]] = None, gpus_per_worker: int = 0):
         self.info = info
         self.run = run
         self.coordinator = coordinator
@@ -96,6 +98,9 @@ class Session:
         self.attempt = attempt
         self.datasets = datasets or {}
         self.datasets_to_split = datasets_to_split
+        self.metadata = dict(metadata or {})
+        self.trial = trial_names(run_name, run.path, trial)
+        self.gpus_per_worker = gpus_per_worker
         # "all": every rank's checkpoint files are kept (sharded checkpoints); "rank0":
         # replicas hand in the same model (TensorFlow's MultiWorkerMirroredStrategy saves
         # on every worker), rank 0's copy is the checkpoint and the others' are dropped
@@ -203,7 +208,7 @@ class Session:
                     name, dropped = publish(
                         self.run, it, self.next_checkpoint_index, metrics=metrics,
                         world_size=self.info.world_size, config=self.checkpoint_config,
-                        started=started)
+                        started=started, metadata=self.metadata)
                     if name:
                         self.next_checkpoint_index += 1
                         published[it] = name
@@ -294,9 +299,29 @@ class TrainContext:
         return self._s.run.path
 
     def get_experiment_name(self) -> str:
-        return self._s.run_name
+        """``RunConfig.name`` (the run directory's name); in a sweep's trial, the
+        sweep's name (the Tuner's ``RunConfig.name``), as in Ray."""
+        return self._s.trial["experiment_name"]
 
-    get_trial_name = get_experiment_name
+    def get_trial_name(self) -> str:
+        """In a sweep: the trial's directory name, ``trial_00007``. Otherwise Ray's form
+        for a plain ``fit()``, ``TorchTrainer_<id>``, stable for the run directory."""
+        return self._s.trial["trial_name"]
+
+    def get_trial_id(self) -> str:
+        """In a sweep: the trial's id in ``sweep.json``, ``trial_00007``. Otherwise Ray's
+        form, ``<5 hex digits>_00000``, derived from the run directory (the same after
+        restarts, requeues and ``restore``)."""
+        return self._s.trial["trial_id"]
+
+    def get_trial_dir(self) -> str:
+        """The run directory (a sweep's trial: ``<sweep>/trial_00007``), on the shared
+        filesystem: files written here stay with the run (Ray's trial directory)."""
+        return self._s.run.path
+
+    def get_metadata(self) -> Dict[str, Any]:
+        """The trainer's ``metadata=`` (Ray's ``TrainContext.get_metadata``)."""
+        return dict(self._s.metadata)
 
     def get_job_id(self) -> str:
         return self._s.info.job_id
@@ -335,6 +360,28 @@ class TrainContext:
         i = self._s.info
         return (f"TrainContext(world_rank={i.world_rank}, local_rank={i.local_rank}, "
                 f"node_rank={i.node_rank}, world_size={i.world_size}, run={self._s.run.path!r})")
+
+
+def trial_names(run_name: str, run_path: str, trial: Optional[Dict[str, str]] = None
+                ) -> Dict[str, str]:
+    """``experiment_name``, ``trial_id`` and ``trial_name`` of a run: a sweep's trial
+    brings its own; a plain run gets Ray's forms, the id derived from the run directory.
+
+    >>> t = trial_names("exp", "/runs/exp", {"trainer": "TorchTrainer"})
+    >>> t["experiment_name"], t["trial_id"], t["trial_name"]
+    ('exp', '6dbbb_00000', 'TorchTrainer_6dbbb_00000')
+    """
+    import hashlib
+
+    trial = dict(trial or {})
+    trainer = trial.pop("trainer", None) or "Trainer"
+    if "trial_id" not in trial:
+        digest = hashlib.sha1(os.path.abspath(run_path).encode()).hexdigest()[:5]
+        trial["trial_id"] = f"{digest}_00000"
+        trial.setdefault("trial_name", f"{trainer}_{trial['trial_id']}")
+    trial.setdefault("trial_name", trial["trial_id"])
+    trial.setdefault("experiment_name", run_name)
+    return trial
 
 
 _SESSION: Optional[Session] = None

@@ -61,6 +61,9 @@ class WorkerPayload:
     #: DataConfig.datasets_to_split: "all" or the names split over the ranks (the others
     #: are read whole by every rank)
     datasets_to_split: Any = "all"
+    metadata: Optional[Dict[str, Any]] = None   # the trainer's metadata= (Ray)
+    # experiment_name, trial_id, trial_name for get_context() (a sweep's trial sets them)
+    trial: Optional[Dict[str, str]] = None
 
     def save(self, run: RunDir) -> None:
         # 0600: train_loop_config may hold what only the user should read
@@ -105,6 +108,8 @@ def run_worker(run_dir: str) -> int:
         rank = info.world_rank
         _bind_gpus(info)
         payload = WorkerPayload.load(run)
+        # (the batch step sets it for a site's GPU binding; the torch backend reads it)
+        os.environ.setdefault("HPCTRAIN_GPUS_PER_WORKER", str(max(1, payload.scaling.gpus_each)))
         backend = get_backend(payload.backend, payload.backend_config)
         backend.on_start(info, use_gpu=payload.scaling.use_gpu)
         session = Session(
@@ -116,7 +121,10 @@ def run_worker(run_dir: str) -> int:
             use_gpu=payload.scaling.use_gpu, per_rank_results=payload.per_rank_results,
             attempt=attempt, datasets=payload.datasets,
             datasets_to_split=payload.datasets_to_split,
-            checkpoint_ranks=backend.checkpoint_ranks)
+            checkpoint_ranks=backend.checkpoint_ranks,
+            metadata=getattr(payload, "metadata", None),
+            trial=getattr(payload, "trial", None),
+            gpus_per_worker=payload.scaling.gpus_each)
         set_session(session)
         if rank == 0:
             _watch_stop_file(os.path.join(adir, STOP_FILE))

@@ -69,7 +69,11 @@ class TorchBackend(Backend):
                 f"{info.hosts[info.node_rank] if info.hosts else 'this host'}.\n"
                 "HINT: request GPUs from the scheduler, or set use_gpu=False.")
         if gpu:
-            torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
+            from ..torch import gpu_indices
+
+            torch.cuda.set_device(gpu_indices(
+                info.local_rank, info.local_world_size,
+                int(os.environ.get("HPCTRAIN_GPUS_PER_WORKER", "1")))[0])
         self.backend_name = cfg.backend or ("nccl" if gpu else "gloo")
         # Code that reads the usual variables (torchrun conventions) sees the same truth.
         os.environ.update(

@@ -32,6 +32,16 @@ def select_chunk(request: BatchRequest) -> str:
     gpus = s.gpus_each * s.per_node
     if gpus:
         chunk += f":ngpus={gpus}"
+    if s.accelerator_type:
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            f"scaling.accelerator_type: {s.accelerator_type!r} cannot be requested from PBS "
+            "as such: PBS has no standard GPU-type resource, each site defines its own",
+            file=spec.where("scaling.accelerator_type"),
+            hint="leave accelerator_type out and name the site's resource in the select "
+                 "chunk, e.g. [scheduler.directives] \"select:gpu_type\" = \"a100\" "
+                 "(NCAR's name; see your site's PBS documentation)")
     if s.mem_per_worker:
         chunk += f":mem={format_pbs_memory(parse_memory(s.mem_per_worker) * s.per_node)}"
     for key, value in spec.scheduler.directives.items():

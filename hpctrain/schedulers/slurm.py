@@ -35,7 +35,9 @@ def slurm_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
         ("nodes", s.nodes),
         ("ntasks-per-node", s.per_node),
         ("cpus-per-task", s.cpus_each),
-        ("gpus-per-node", gpus or None),
+        # --gpus-per-node=[type:]count: the GPU type is part of the request
+        ("gpus-per-node", (f"{s.accelerator_type}:{gpus}" if s.accelerator_type else gpus)
+         if gpus else None),
         ("mem", format_slurm_memory(mem) if mem else None),
         ("time", format_slurm_walltime(sched.walltime_s) if sched.time else None),
         ("partition", sched.partition or sched.queue),

@@ -82,7 +82,7 @@ import cloudpickle
 from .. import get_checkpoint, get_context, report as _hpctrain_report
 from ..checkpoint import DICT_FILE, Checkpoint
 from ..config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
-                      default_storage_path)
+                      SyncConfig, default_storage_path)
 from ..errors import ConfigError, TrainingFailedError
 from ..result import Result
 from .._internal.fsutil import atomic_write_bytes, json_default, remove_tree
@@ -95,12 +95,12 @@ from ..backends.torch import TorchConfig  # noqa: E402 (Ray 1.x: ray.train.Torch
 __all__ = [
     # Ray Train 2.x (``ray.train``): the same objects as ``hpctrain``'s
     "report", "get_checkpoint", "get_context", "get_dataset_shard", "Checkpoint",
-    "ScalingConfig", "RunConfig", "CheckpointConfig", "FailureConfig", "DataConfig", "Result",
-    "TrainingFailedError",
+    "ScalingConfig", "RunConfig", "CheckpointConfig", "FailureConfig", "DataConfig", "SyncConfig",
+    "Result", "TrainingFailedError",
     # Ray Train 1.x
     "Trainer", "TrainingIterator", "TrainingCallback", "JsonLoggerCallback", "PrintCallback",
-    "CheckpointStrategy", "TorchConfig", "save_checkpoint", "load_checkpoint",
-    "world_rank", "local_rank", "world_size",
+    "TBXLoggerCallback", "CheckpointStrategy", "TorchConfig", "save_checkpoint",
+    "load_checkpoint", "world_rank", "local_rank", "world_size",
 ]
 
 logger = logging.getLogger(__name__)
@@ -207,6 +207,56 @@ class JsonLoggerCallback(TrainingCallback):
     def _write(self) -> None:
         atomic_write_bytes(str(self._log_path), json.dumps(self._results, default=json_default)
                            .encode(), sync=False)
+
+
+class TBXLoggerCallback(TrainingCallback):
+    """Ray Train 1.x's TensorBoard logger: one event file in ``logdir`` (default: the
+    run's directory, ``<logdir>/run_001``) with, per ``train.report()``, the numeric
+    values of worker ``worker_to_log``'s results as scalars tagged ``ray/train/<key>``
+    (nested dicts flattened with ``/``), step ``_training_iteration``, as Ray 1.x wrote
+    them; ``_pid``, ``_timestamp`` and ``_time_total_s`` are left out, and so are NaNs.
+    Lists (Ray 1.x: histograms) and other values are skipped. Written with TensorBoard's
+    own record writer (needs ``tensorboard``, not tensorboardX or TensorFlow); the
+    2.x-style :class:`hpctrain.callbacks.TBXLoggerCallback` is the ``RunConfig`` one."""
+
+    IGNORE_KEYS = {"_pid", TIMESTAMP, "_time_total_s"}
+
+    def __init__(self, logdir: Optional[str] = None, worker_to_log: int = 0) -> None:
+        if isinstance(worker_to_log, bool) or not isinstance(worker_to_log, int) \
+                or worker_to_log < 0:
+            raise ValueError(f"worker_to_log: expected a worker index ≥ 0, got "
+                             f"{worker_to_log!r}")
+        self._logdir = logdir
+        self._worker_to_log = worker_to_log
+        self._file = None
+
+    def start_training(self, logdir: str, config: Dict, **info) -> None:
+        from ..callbacks import EventFile
+
+        self.logdir = Path(self._logdir or logdir)
+        self._file = EventFile(str(self.logdir))
+
+    def handle_result(self, results: List[Dict], **info) -> None:
+        import math
+
+        from .._internal.storage import flatten
+
+        if self._worker_to_log >= len(results):
+            raise ValueError(f"worker_to_log={self._worker_to_log}, but the run has "
+                             f"{len(results)} workers")
+        result = dict(results[self._worker_to_log])
+        step = int(result.pop(TRAINING_ITERATION, 0))
+        wall_time = float(result.get(TIMESTAMP) or time.time())
+        values = {f"ray/train/{k}": v for k, v in flatten(result).items()
+                  if k not in self.IGNORE_KEYS and isinstance(v, numbers.Real)
+                  and not math.isnan(v)}
+        self._file.scalars(step, wall_time, values)
+        self._file.flush()
+
+    def finish_training(self, error: bool = False, **info) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 class PrintCallback(TrainingCallback):
@@ -855,5 +905,3 @@ class Trainer:
     def to_worker_group(self, *args, **kwargs):
         raise NotImplementedError("hpctrain has no long-lived worker actors: put the work in "
                                   "a training function and use Trainer.run().")
-
-

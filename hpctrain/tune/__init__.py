@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from ..config import SyncConfig
 from .legacy import ExperimentAnalysis, LegacyTrainable, TuneError, run
 from .result_grid import ResultGrid, TrialResult
 from .search import choice, grid_search, loguniform, randint, uniform
@@ -29,7 +30,7 @@ from .tuner import TuneConfig, Tuner
 
 __all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "grid_search", "choice",
            "uniform", "loguniform", "randint", "run", "report", "ExperimentAnalysis",
-           "LegacyTrainable", "TuneError"]
+           "LegacyTrainable", "TuneError", "SyncConfig"]
 
 
 def report(metrics: Optional[Dict[str, Any]] = None, *, checkpoint: Any = None,

@@ -138,6 +138,8 @@ class Tuner:
         base = self._trainer
         t = copy.copy(base)
         t.train_loop_config = train_loop_config(base.train_loop_config, config, self._shape)
+        if self._shape == "train_loop_config":
+            t.scaling_config = trial_scaling(base.scaling_config, config)
         # each trial its own callbacks: trials side by side must not share a writer
         # or a tracking run (a pickle round trip, as a batch trial gets them)
         callbacks = cloudpickle.loads(cloudpickle.dumps(list(base.run_config.callbacks or [])))
@@ -145,6 +147,7 @@ class Tuner:
                                storage_path=sweep.path, verbose=0, callbacks=callbacks)
         t._run_path = sweep.trial_path(index)
         t._spec = None
+        t._trial = _trial_context(sweep, index)
         return t
 
     def fit(self) -> ResultGrid:
@@ -155,14 +158,22 @@ class Tuner:
         them cleanly at a checkpoint (STOPPED; fit() again continues them)."""
         sweep = SweepDir(self._path)
         fresh = not os.path.exists(sweep.path)
+        spec = self._trainer.job_spec()
+        batch = spec.scheduler.kind != "local" and not self._trainer._local_only
+        if batch and ("scaling_config" in self.param_space or any(
+                "scaling_config" in t["config"] for t in sweep.read().get("trials", []))):
+            raise ConfigError(
+                "param_space.scaling_config: a batch sweep is one job array, whose tasks all "
+                "get the same allocation; its trials cannot differ in scaling",
+                hint="one Tuner per scaling config, or run the sweep inside one allocation "
+                     "(scheduler=\"local\" in a batch job)")
         m = self._manifest(sweep)
         configs = {t["index"]: t["config"] for t in m["trials"]}
         indices = to_run(sweep, m, retry_failed=self._retry_failed)
         verbose = (self.run_config or self._trainer.run_config).verbose
         make = lambda i: self._trial_trainer(sweep, i, configs[i])  # noqa: E731
-        spec = self._trainer.job_spec()
-        if spec.scheduler.kind == "local" or self._trainer._local_only:
-            s = self._trainer.scaling_config
+        if not batch:
+            s = self._largest_scaling(configs)
             n = local_concurrency(s.num_workers, s.cpus_per_worker,
                                   self.tune_config.max_concurrent_trials, s.gpus_each)
             if verbose >= 1:
@@ -191,6 +202,15 @@ class Tuner:
             follow(sweep, verbose=verbose)
         sweep.refresh()
         return ResultGrid.from_path(sweep.path)
+
+    def _largest_scaling(self, configs: Dict[int, Dict[str, Any]]) -> Any:
+        """The ScalingConfig of the trial that needs the most cores (the side-by-side
+        count is made for it)."""
+        if self._shape != "train_loop_config":
+            return self._trainer.scaling_config
+        scalings = [trial_scaling(self._trainer.scaling_config, c) for c in configs.values()]
+        return max(scalings, key=lambda s: (s.num_workers * (s.cpus_each or 1), s.gpus_each),
+                   default=self._trainer.scaling_config)
 
     def get_results(self) -> ResultGrid:
         return ResultGrid.from_path(self._path)
@@ -241,20 +261,63 @@ def _prepare_batch_trial(trainer: Any, sweep: SweepDir) -> None:
         os.chmod(run.job_script, 0o755)
 
 
+#: The trainer's constructor arguments a param_space may hold (Ray merges each key of
+#: the space into the trainer's arguments of that name).
+TUNABLE = ("train_loop_config", "scaling_config")
+
+
+def scaling_space(value: Any) -> Dict[str, Any]:
+    """``param_space["scaling_config"]`` as a table of ScalingConfig fields (what
+    sweep.json records): a ScalingConfig (its fields that differ from the defaults,
+    search domains included) or a dict of fields. Each trial's ScalingConfig is made from
+    its resolved table alone, as Ray does: it replaces the trainer's."""
+    from dataclasses import fields
+
+    from ..config import ScalingConfig
+
+    if isinstance(value, ScalingConfig):
+        return {f.name: getattr(value, f.name) for f in fields(value)
+                if getattr(value, f.name) != f.default}
+    if isinstance(value, dict):
+        known = {f.name for f in fields(ScalingConfig)}
+        unknown = [k for k in value if k not in known]
+        if unknown:
+            raise ConfigError(f"param_space.scaling_config: unknown field(s) "
+                              f"{', '.join(map(repr, unknown))}",
+                              hint="the fields of ScalingConfig: " + ", ".join(sorted(known)))
+        return dict(value)
+    raise ConfigError(f"param_space.scaling_config: expected a ScalingConfig (or a dict of its "
+                      f"fields), got {type(value).__name__}",
+                      hint="param_space={\"scaling_config\": ScalingConfig(num_workers="
+                           "tune.grid_search([1, 2]))}")
+
+
+def trial_scaling(base: Any, config: Dict[str, Any]) -> Any:
+    """A trial's ScalingConfig: made from its resolved ``scaling_config`` table, else the
+    trainer's own."""
+    from ..config import ScalingConfig
+
+    table = config.get("scaling_config")
+    return base if table is None else ScalingConfig(**table)
+
+
 def _as_trainer(trainable: Any, param_space: Dict[str, Any]):
     """``(trainer, config shape)`` for what a Tuner was given."""
     from .legacy import LegacyTrainable
 
     DataParallelTrainer = _trainer_classes()
     if isinstance(trainable, DataParallelTrainer):
-        extra = [k for k in param_space if k != "train_loop_config"]
+        extra = [k for k in param_space if k not in TUNABLE]
         if extra:
             raise ConfigError(f"param_space: {', '.join(repr(k) for k in extra)} cannot be "
-                              "tuned here; expected only \"train_loop_config\"",
+                              "tuned here; expected \"train_loop_config\" and "
+                              "\"scaling_config\"",
                               hint="put the values to search in param_space="
                                    "{\"train_loop_config\": {...}}")
         if not isinstance(param_space.get("train_loop_config", {}), dict):
             raise ConfigError("param_space.train_loop_config: expected a dict")
+        if "scaling_config" in param_space:
+            param_space["scaling_config"] = scaling_space(param_space["scaling_config"])
         return trainable, "train_loop_config"
     if isinstance(trainable, LegacyTrainable):
         return trainable.trainer(), "flat"
@@ -317,7 +380,15 @@ def _spec_trainer(spec: Any, sweep: SweepDir, index: int, config: Dict[str, Any]
     trainer = trainer_from_spec(one)
     trainer._run_path = sweep.trial_path(index)
     trainer._local_only = local
+    trainer._trial = _trial_context(sweep, index)
     return trainer
+
+
+def _trial_context(sweep: SweepDir, index: int) -> Dict[str, str]:
+    """What a trial's ``get_context()`` says: the sweep's name as the experiment name,
+    the trial's id (its directory name, as in ``sweep.json``) as its id and name."""
+    return {"experiment_name": sweep.name, "trial_id": trial_id(index),
+            "trial_name": trial_id(index)}
 
 
 def render_from_spec(spec: Any, rerender: str) -> List[str]:
