@@ -287,3 +287,43 @@ def on_demand(config):
         hpctrain.report({"loss": loss.item(), "step": step}, checkpoint=ckpt)
     if rank == 0:
         torch.save(model.module.state_dict(), _out("final.pt"))
+
+
+def epoch_order(config):
+    """Records the sample indices each rank sees in each epoch (``order-rank-R.jsonl``,
+    one line per epoch and attempt) over a prepared, shuffled DataLoader or a shuffled
+    dataset shard (``source``: "loader" or "shard"), resuming at the epoch after the
+    checkpoint's. ``set_epoch``: "none" (the loop never sets it), "sampler" (Ray's
+    ``train_loader.sampler.set_epoch(epoch)``) or "loader" (``loader.set_epoch``). With
+    ``crash_at`` rank 1 fails after that epoch's pass in the first attempt."""
+    import json
+
+    from torch.utils.data import DataLoader
+
+    from hpctrain.torch import prepare_data_loader
+
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    ck = hpctrain.get_checkpoint()
+    start = ck.to_dict()["epoch"] + 1 if ck else 0
+    if config.get("source") == "shard":
+        shard = hpctrain.get_dataset_shard("train")
+        passes = lambda: (int(v) for batch in shard.iter_batches(3) for v in batch)  # noqa: E731
+    else:
+        loader = prepare_data_loader(DataLoader(list(range(config["n"])), batch_size=3,
+                                                shuffle=True))
+        passes = lambda: (int(v) for batch in loader for v in batch)  # noqa: E731
+    for epoch in range(start, config["epochs"]):
+        if config.get("set_epoch") == "sampler":
+            loader.sampler.set_epoch(epoch)
+        elif config.get("set_epoch") == "loader":
+            loader.set_epoch(epoch)
+        seen = list(passes())
+        with open(_out(f"order-rank-{rank}.jsonl"), "a") as f:
+            f.write(json.dumps({"attempt": ctx.get_attempt(), "epoch": epoch,
+                                "indices": seen}) + "\n")
+        if config.get("crash_at") == epoch and rank == 1 and ctx.get_attempt() == 1:
+            _wait_until_committed(ctx, iteration=epoch)
+            raise RuntimeError(f"injected failure after epoch {epoch}")
+        hpctrain.report({"epoch": epoch},
+                        checkpoint=Checkpoint.from_dict({"epoch": epoch}) if rank == 0 else None)

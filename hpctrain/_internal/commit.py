@@ -165,15 +165,16 @@ def staged_iterations(run: RunDir, up_to: int) -> List[int]:
 
 
 def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
-            world_size: int, config: CheckpointConfig,
-            started: float) -> Tuple[Optional[str], List[str]]:
+            world_size: int, config: CheckpointConfig, started: float,
+            data_epochs: Optional[Dict[str, Any]] = None) -> Tuple[Optional[str], List[str]]:
     """Rank 0: commit the checkpoint staged at report ``iteration`` as
     ``checkpoint_<index>`` by one rename; apply retention.
 
     Returns the committed directory's name (None if no rank staged a shard) and the
     directories retention dropped, already renamed aside (``.deleting_…``: never read as
     checkpoints, removed by the supervisor if nobody else does) for the caller to delete
-    off the training thread, so their size does not weigh on ``report()``."""
+    off the training thread, so their size does not weigh on ``report()``.
+    ``data_epochs``: the epoch each prepared DataLoader and dataset shard resumes at."""
     tmp = run.staging_tmp(iteration)
     if not os.path.isdir(tmp):
         return None, []
@@ -201,6 +202,8 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
         "files": files,
         "manifest_sha256": manifest_sum,
     }
+    if data_epochs:  # where prepared loaders and dataset shards resume (rank 0's)
+        meta["data_epochs"] = data_epochs
     try:
         atomic_write_json(os.path.join(tmp, METADATA_FILE), meta, sync=config.sync_to_disk)
     except OSError as e:
