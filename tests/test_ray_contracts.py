@@ -71,3 +71,71 @@ def test_a_resumed_dataset_shard_reads_every_later_epoch_in_the_uninterrupted_or
         for epoch in range(5):
             assert orders[rank, epoch] == shard.indices(epoch).tolist(), (rank, epoch)
     assert orders[0, 2] != orders[0, 0]
+
+
+# -- the worker's exception around fit() ---------------------------------------------------
+
+def test_a_worker_key_error_is_caught_as_key_error_around_fit(storage):
+    """As Ray's ``RayTaskError(KeyError)``: the error raised by ``fit()`` is a
+    TrainingFailedError and a KeyError, its ``__cause__`` the worker's KeyError object
+    (type and message), unpickled from the run directory (mode 0600); Result.from_path
+    gives the same."""
+    from hpctrain import Result, TrainingFailedError
+
+    with pytest.raises(KeyError) as info:
+        fit(workloads.fail_with, storage, config={"error": "key"}, name="key-error")
+    err = info.value
+    assert isinstance(err, TrainingFailedError) and err.rank == 1
+    assert type(err.__cause__) is KeyError
+    assert err.__cause__.args == ("no such column: 'label'",)
+    assert str(err).startswith("Training failed: rank 1")  # the message, not KeyError's repr
+    assert "KeyError: \"no such column: 'label'\"" in err.worker_traceback
+    assert err.result.error is err and isinstance(err.result.error, KeyError)
+    saved = os.path.join(err.result.path, ".hpctrain", "attempt-001", "error.rank-1.pickle")
+    assert os.stat(saved).st_mode & 0o777 == 0o600
+    again = Result.from_path(err.result.path).error
+    assert isinstance(again, KeyError) and isinstance(again, TrainingFailedError)
+    assert again.__cause__.args == err.__cause__.args
+
+
+def test_an_unpicklable_worker_exception_gives_the_text_traceback(storage):
+    from hpctrain import TrainingFailedError
+    from hpctrain.errors import WorkerTraceback
+
+    with pytest.raises(TrainingFailedError) as info:
+        fit(workloads.fail_with, storage, config={"error": "lock"}, name="lock-error")
+    err = info.value
+    assert type(err) is TrainingFailedError  # no class to derive from: the plain error
+    assert isinstance(err.__cause__, WorkerTraceback)
+    assert "workloads.HoldsALock: the lock was held" in str(err.__cause__)
+    assert str(err.__cause__) == err.worker_traceback
+    assert not os.path.exists(os.path.join(err.result.path, ".hpctrain", "attempt-001",
+                                           "error.rank-1.pickle"))
+
+
+def test_a_script_catches_its_own_exception_class_around_fit(tmp_path):
+    """The exception class is defined in the driver's ``__main__`` (pickled by value to
+    the workers): ``except ColumnMissing`` around ``fit()`` catches it, the very class."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import hpctrain\n"
+        "from hpctrain import ScalingConfig, RunConfig, TrainingFailedError\n"
+        "from hpctrain.torch import TorchTrainer\n"
+        "class ColumnMissing(Exception):\n"
+        "    pass\n"
+        "def train_func(config):\n"
+        "    raise ColumnMissing('label')\n"
+        "if __name__ == '__main__':\n"
+        "    try:\n"
+        "        TorchTrainer(train_func, scaling_config=ScalingConfig(num_workers=1),\n"
+        f"                     run_config=RunConfig(storage_path={str(tmp_path)!r}, verbose=0)).fit()\n"
+        "    except ColumnMissing as e:\n"
+        "        print('CAUGHT', isinstance(e, TrainingFailedError),\n"
+        "              type(e.__cause__) is ColumnMissing, e.__cause__.args)\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       cwd=str(tmp_path), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "CAUGHT True True ('label',)" in p.stdout

@@ -327,3 +327,24 @@ def epoch_order(config):
             raise RuntimeError(f"injected failure after epoch {epoch}")
         hpctrain.report({"epoch": epoch},
                         checkpoint=Checkpoint.from_dict({"epoch": epoch}) if rank == 0 else None)
+
+
+class HoldsALock(Exception):
+    """An exception that cannot be pickled (it holds a lock)."""
+
+    def __init__(self, message):
+        import threading
+
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+def fail_with(config):
+    """Rank 1 raises ``KeyError`` (``error="key"``) or :class:`HoldsALock` after one
+    report; the other ranks wait in the next one until stopped."""
+    hpctrain.report({"ok": 1})
+    if hpctrain.get_context().get_world_rank() == 1:
+        if config["error"] == "key":
+            raise KeyError("no such column: 'label'")
+        raise HoldsALock("the lock was held")
+    hpctrain.report({"ok": 2})
