@@ -139,3 +139,17 @@ def test_a_script_catches_its_own_exception_class_around_fit(tmp_path):
                        cwd=str(tmp_path), timeout=120)
     assert p.returncode == 0, p.stderr
     assert "CAUGHT True True ('label',)" in p.stdout
+
+
+# -- the ranks' environment ----------------------------------------------------------------
+
+def test_every_rank_has_ray_torch_environment_node_rank_included(storage):
+    """Ray's TorchTrainer sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and
+    NODE_RANK in each worker; so does TorchTrainer here (local launcher; srun: the 2x2
+    job in test_slurm_jobs.py)."""
+    result = fit(workloads.deterministic_with_info, storage, config={"epochs": 1})
+    for rank in (0, 1):
+        with open(out(result, f"info-rank-{rank}.json")) as f:
+            env = json.load(f)["env"]
+        assert env == {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                       "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0"}

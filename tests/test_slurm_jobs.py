@@ -87,6 +87,9 @@ def test_submit_2x2_ddp_matches_local_run_and_ranks_are_right(tmp_path, storage,
         i = info[r]
         assert (i["rank"], i["local_rank"], i["node_rank"], i["node"]) == (r, local, node, host)
         assert (i["world_size"], i["local_world_size"]) == (4, 2)
+        # Ray's TorchTrainer environment, NODE_RANK included
+        assert i["env"] == {"RANK": str(r), "LOCAL_RANK": str(local), "WORLD_SIZE": "4",
+                            "LOCAL_WORLD_SIZE": "2", "NODE_RANK": str(node)}
         assert i["master_addr"] == info[0]["node"] == "n1"  # where rank 0 runs
         assert i["cwd"] == str(workdir)  # the job runs where it was submitted from
     assert len({i["master_port"] for i in info.values()}) == 1

@@ -213,6 +213,10 @@ def slow_forever(config):
         time.sleep(0.05)
 
 
+#: What Ray's TorchTrainer sets in every worker's environment.
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
+
+
 def deterministic_with_info(config):
     """``deterministic``, after recording where this rank runs and what it derived."""
     import json
@@ -225,7 +229,8 @@ def deterministic_with_info(config):
             "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
             "master_addr": os.environ.get("MASTER_ADDR"),
             "master_port": os.environ.get("MASTER_PORT"), "cwd": os.getcwd(),
-            "job_id": ctx.get_job_id() if hasattr(ctx, "get_job_id") else None}
+            "job_id": ctx.get_job_id() if hasattr(ctx, "get_job_id") else None,
+            "env": {k: os.environ.get(k) for k in RANK_VARS}}
     with open(_out(f"info-rank-{ctx.get_world_rank()}.json"), "w") as f:
         json.dump(info, f)
     print(f"rank {info['rank']} runs on {info['node']}", flush=True)

@@ -71,12 +71,13 @@ class TorchBackend(Backend):
         if gpu:
             torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
         self.backend_name = cfg.backend or ("nccl" if gpu else "gloo")
-        # Code that reads the usual variables (torchrun conventions) sees the same truth.
+        # Code that reads the usual variables (torchrun conventions, and Ray's
+        # NODE_RANK, set by its TorchTrainer beside them) sees the same truth.
         os.environ.update(
             MASTER_ADDR=info.master_addr, MASTER_PORT=str(info.master_port),
             RANK=str(info.world_rank), WORLD_SIZE=str(info.world_size),
             LOCAL_RANK=str(info.local_rank), LOCAL_WORLD_SIZE=str(info.local_world_size),
-            GROUP_RANK=str(info.node_rank),
+            GROUP_RANK=str(info.node_rank), NODE_RANK=str(info.node_rank),
         )
         dist.init_process_group(
             backend=self.backend_name,
