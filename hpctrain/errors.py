@@ -33,6 +33,21 @@ class RunLockedError(HpctrainError):
     """Another process is running the same run directory."""
 
 
+class RunNotFoundError(HpctrainError, ValueError, FileNotFoundError):
+    """A path given to ``Result.from_path``, ``Trainer.restore`` (or a sweep's
+    ``ResultGrid.from_path``, ``Tuner.restore``) that is missing or is not such a
+    directory. A ValueError (as Ray raises for an invalid restore path) and a
+    FileNotFoundError."""
+
+    def __init__(self, message: str, *, hint: Optional[str] = None):
+        self.message = message
+        self.hint = hint
+        super().__init__(message + (f"\nHINT: {hint}" if hint else ""))
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class CheckpointError(HpctrainError):
     """A checkpoint could not be written or read."""
 

@@ -43,10 +43,12 @@ class Result:
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> "Result":
-        """Rebuild the Result of a run from its directory (finished, failed or running)."""
-        run = RunDir(path)
-        if not run.exists():
-            raise FileNotFoundError(f"{run.path} is not an hpctrain run directory (no state.json)")
+        """Rebuild the Result of a run from its directory (finished, failed or running).
+        A missing path, or one that is not a run directory, raises
+        :class:`~hpctrain.errors.RunNotFoundError` (a ValueError and a FileNotFoundError)."""
+        from ._internal.storage import existing_run
+
+        run = existing_run(path, "Result.from_path")
         rows = read_results(run.result_file)
         records = run.list_checkpoints()
         state = run.read_state()

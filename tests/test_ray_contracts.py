@@ -4,6 +4,7 @@ resume, the worker's exception around ``fit()``, the ranks' environment, ``resto
 processes, real files."""
 import json
 import os
+import re
 
 import pytest
 
@@ -153,3 +154,68 @@ def test_every_rank_has_ray_torch_environment_node_rank_included(storage):
             env = json.load(f)["env"]
         assert env == {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
                        "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0"}
+
+
+# -- restore, can_restore and Result.from_path on a bad directory --------------------------
+
+def _bad_paths(tmp_path):
+    """A missing path, a file, a directory that is no run."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "model.pt").write_bytes(b"x")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    return {"it does not exist": str(tmp_path / "missing"),
+            "it is not a directory": str(a_file),
+            "it is not an hpctrain run directory (no state.json)": str(plain)}
+
+
+def test_result_from_path_on_a_bad_directory_is_a_value_error(tmp_path):
+    from hpctrain import Result
+    from hpctrain.errors import RunNotFoundError
+
+    for why, path in _bad_paths(tmp_path).items():
+        with pytest.raises(ValueError) as info:
+            Result.from_path(path)
+        assert isinstance(info.value, RunNotFoundError) and isinstance(info.value,
+                                                                       FileNotFoundError)
+        assert str(info.value) == (f"Result.from_path: {path}: {why}\nHINT: give a run "
+                                   "directory, <storage_path>/<name> (what Result.path and "
+                                   "`hpctrain status` show)")
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "plain"]  # nothing created
+
+
+def test_restore_refuses_what_can_restore_refuses(tmp_path, storage):
+    """``can_restore`` is False (never an error) where ``restore`` raises a ValueError
+    ("invalid restore path", as Ray's); a TensorFlow run is not restored as a torch one."""
+    from hpctrain.tensorflow import TensorflowTrainer
+    from hpctrain.torch import TorchTrainer
+
+    for why, path in _bad_paths(tmp_path).items():
+        assert not TorchTrainer.can_restore(path)
+        with pytest.raises(ValueError, match="^" + re.escape(
+                f"TorchTrainer.restore: invalid restore path {path}: {why}\nHINT: ")):
+            TorchTrainer.restore(path)
+    result = fit(workloads.return_rank, storage, workers=1, name="done")
+    assert TorchTrainer.can_restore(result.path)
+    os.remove(os.path.join(result.path, ".hpctrain", "payload.pkl"))
+    assert not TorchTrainer.can_restore(result.path)
+    with pytest.raises(ValueError, match="the run directory has no training function"):
+        TorchTrainer.restore(result.path)
+    again = fit(workloads.return_rank, storage, workers=1, name="torch-run")
+    with pytest.raises(ValueError, match=r"is a run of TorchTrainer \(backend 'torch'\), not "
+                                         r"of TensorflowTrainer\nHINT: use TorchTrainer"):
+        TensorflowTrainer.restore(again.path)
+
+
+def test_a_sweep_path_that_is_no_sweep_is_a_value_error(tmp_path):
+    from hpctrain.tune import ResultGrid, Tuner
+
+    missing = str(tmp_path / "missing")
+    with pytest.raises(ValueError, match=re.escape(f"ResultGrid.from_path: {missing}: it "
+                                                   "does not exist\nHINT: give a sweep")):
+        ResultGrid.from_path(missing)
+    assert not Tuner.can_restore(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"Tuner.restore: {tmp_path}: it is not a sweep directory (no sweep.json)")):
+        Tuner.restore(str(tmp_path), workloads.return_rank)
