@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
@@ -17,9 +18,43 @@ DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 
 def default_storage_path() -> str:
     """``$HPCTRAIN_STORAGE_PATH`` or ``~/hpctrain_results`` (Ray's ``~/ray_results``)."""
-    return os.environ.get(DEFAULT_STORAGE_ENV) or os.path.join(
-        os.path.expanduser("~"), "hpctrain_results"
-    )
+    value = os.environ.get(DEFAULT_STORAGE_ENV)
+    if value:
+        return local_storage_path(value, f"${DEFAULT_STORAGE_ENV}")
+    return os.path.join(os.path.expanduser("~"), "hpctrain_results")
+
+
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+STORAGE_URI_HINT = ("use a directory on the shared filesystem every node mounts (e.g. "
+                    "/lustre/$USER/runs or $SCRATCH/runs); a file:///absolute/path URI "
+                    "works too")
+
+
+def local_storage_path(value: str, key: str = "run.storage_path") -> str:
+    """``value`` as a filesystem path: a ``file://`` URI (``file:///abs``, as Ray
+    accepts) becomes its path; any other ``scheme://`` (``s3://``, ``gs://``,
+    ``hdfs://``…) is refused with a ConfigError naming ``key``: only a shared filesystem
+    is supported, and such a string would otherwise become a local ``./s3:/…`` directory.
+
+    >>> local_storage_path("file:///lustre/me/runs"), local_storage_path("/scratch/runs")
+    ('/lustre/me/runs', '/scratch/runs')
+    """
+    m = _URI.match(value)
+    if not m:
+        return value
+    scheme = m.group(1).lower()
+    if scheme == "file":
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(value)
+        if parts.netloc in ("", "localhost") and parts.path.startswith("/"):
+            return unquote(parts.path)
+        raise ConfigError(f"{key}: expected file:///absolute/path, got {value!r}",
+                          hint=STORAGE_URI_HINT)
+    raise ConfigError(f"{key}: expected a path on a shared filesystem, got {value!r}: "
+                      f"{scheme}:// storage (object storage, remote filesystems) is not "
+                      "supported yet", hint=STORAGE_URI_HINT)
 
 
 @dataclass
@@ -232,6 +267,13 @@ class RunConfig:
     callbacks: List[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if isinstance(self.storage_path, os.PathLike):
+            self.storage_path = os.fspath(self.storage_path)
+        if self.storage_path is not None:
+            if not isinstance(self.storage_path, str):
+                raise ConfigError(f"run.storage_path: expected a path, got "
+                                  f"{type(self.storage_path).__name__}")
+            self.storage_path = local_storage_path(self.storage_path)
         if self.checkpoint_config is None:
             self.checkpoint_config = CheckpointConfig()
         if self.failure_config is None:
