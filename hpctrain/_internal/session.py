@@ -260,9 +260,14 @@ class Session:
     def register_epoch_counter(self, loader: Any) -> int:
         """A prepared DataLoader joins the recorded epochs; returns the epoch its first
         pass reads: where the same loader (the same in creation order) of the run that
-        wrote the resumed checkpoint left off, else 0."""
+        wrote the resumed checkpoint left off, else 0. Loaders are matched by the order
+        they are prepared in: a loop that prepares its loaders once, before the epochs,
+        resumes exactly; one that prepares a new loader each epoch starts it at the
+        recorded epoch of the loader prepared at that position."""
+        import weakref
+
         index = len(self._epoch_counters)
-        self._epoch_counters.append(loader)
+        self._epoch_counters.append(weakref.ref(loader))  # a loader gone is not kept alive
         recorded = self.resumed_epochs().get("loaders") or []
         start = recorded[index] if index < len(recorded) else 0
         return start if isinstance(start, int) and start >= 0 else 0
@@ -271,7 +276,8 @@ class Session:
         """Where each prepared loader and dataset shard would resume now (None: none)."""
         if not self._epoch_counters and not self._shards:
             return None
-        return {"loaders": [c.resume_epoch() for c in self._epoch_counters],
+        loaders = [ref() for ref in self._epoch_counters]
+        return {"loaders": [c.resume_epoch() if c is not None else None for c in loaders],
                 "shards": {n: s.resume_epoch() for n, s in self._shards.items()}}
 
     # -- checkpoints ----------------------------------------------------------------

@@ -111,14 +111,18 @@ class _PreparedLoader:
         self._move = move and device.type != "cpu"
         self._next = first_epoch       # the automatic count: the next pass's epoch
         self._requested: Optional[int] = None
+        self._set_on_loader = False
         self._current: Optional[int] = None  # the epoch of the pass being iterated
         sampler = getattr(loader, "sampler", None)
         self._hook = None
         if callable(getattr(sampler, "set_epoch", None)):
-            hook = sampler.__dict__.get("set_epoch")
+            hook = getattr(sampler, "__dict__", {}).get("set_epoch")
             if not isinstance(hook, _SamplerEpochHook):
                 hook = _SamplerEpochHook(sampler.set_epoch)
-                sampler.set_epoch = hook
+                try:
+                    sampler.set_epoch = hook
+                except (AttributeError, TypeError):  # a sampler with __slots__
+                    hook = None
             self._hook = hook
 
     def set_epoch(self, epoch: int) -> None:
@@ -131,6 +135,7 @@ class _PreparedLoader:
         epoch = self._next
         if self._hook is not None and self._hook.requested is not None:
             epoch, self._hook.requested = self._hook.requested, None
+        self._set_on_loader = self._requested is not None
         if self._requested is not None:  # the loader's own set_epoch, called last
             epoch, self._requested = self._requested, None
         self._next = epoch + 1
@@ -144,6 +149,8 @@ class _PreparedLoader:
         epoch = self._take_epoch()
         if self._hook is not None:
             self._hook.original(epoch)
+        elif self._set_on_loader:  # an untracked sampler (__slots__): only when asked here
+            self._loader.sampler.set_epoch(epoch)
         self._current = epoch
         try:
             for batch in self._loader:
