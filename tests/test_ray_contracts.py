@@ -56,6 +56,33 @@ def test_a_resumed_run_reads_every_later_epoch_in_the_uninterrupted_order(storag
     assert straight[0, 0] != straight[0, 1]  # a new order each epoch
 
 
+def test_the_loops_epoch_wins_over_the_prepared_loaders_count():
+    """In one process, the user's own DistributedSampler: each pass reads the epoch the
+    loop set (on the sampler or on the loader), else one more than the previous pass."""
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from hpctrain.torch import prepare_data_loader
+
+    data = list(range(20))
+    sampler = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True)
+    loader = prepare_data_loader(DataLoader(data, batch_size=3, sampler=sampler))
+
+    def one_pass():
+        return [int(v) for batch in loader for v in batch]
+
+    assert one_pass() == _sampler_order(20, 0, 0)      # the count: 0, 1, ...
+    assert one_pass() == _sampler_order(20, 0, 1)
+    loader.sampler.set_epoch(7)                         # Ray's pattern wins
+    assert one_pass() == _sampler_order(20, 0, 7)
+    assert one_pass() == _sampler_order(20, 0, 8)       # and the count goes on from it
+    loader.set_epoch(3)
+    assert one_pass() == _sampler_order(20, 0, 3)
+    loader.sampler.set_epoch(5)                         # the same epoch twice: honoured
+    assert one_pass() == _sampler_order(20, 0, 5)
+    loader.sampler.set_epoch(5)
+    assert one_pass() == _sampler_order(20, 0, 5)
+
+
 def test_a_resumed_dataset_shard_reads_every_later_epoch_in_the_uninterrupted_order(storage):
     """``get_dataset_shard`` over a shuffled dataset, the loop never setting the epoch:
     after the crash and restart, epochs 2, 3, 4 are the shard's plan for those epochs."""
