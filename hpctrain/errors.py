@@ -52,8 +52,9 @@ class CheckpointError(HpctrainError):
     """A checkpoint could not be written or read."""
 
 
-class TrainingFailedError(HpctrainError):
-    """Raised by ``Trainer.fit()`` when a worker failed and no restart was left.
+class TrainingFailedError(HpctrainError, RuntimeError):
+    """Raised by ``Trainer.fit()`` when a worker failed and no restart was left (a
+    RuntimeError, as Ray's ``ray.train.base_trainer.TrainingFailedError``).
 
     ``result`` is the :class:`~hpctrain.Result` of the run (its ``error`` is this
     exception), ``rank`` the first rank that failed, ``worker_traceback`` its traceback.
@@ -91,7 +92,7 @@ class TrainingFailedError(HpctrainError):
         if isinstance(cause, Exception) and not isinstance(cause, TrainingFailedError):
             try:
                 dual = _dual_class(type(cause))
-                err = dual.__new__(dual)
+                err = type(cause).__new__(dual)  # the cause's layout (OSError's…)
             except Exception:  # noqa: BLE001 - a final class, a layout or __new__ conflict
                 err = None
         if err is None:

@@ -114,6 +114,7 @@ def test_a_worker_key_error_is_caught_as_key_error_around_fit(storage):
         fit(workloads.fail_with, storage, config={"error": "key"}, name="key-error")
     err = info.value
     assert isinstance(err, TrainingFailedError) and err.rank == 1
+    assert isinstance(err, RuntimeError)  # Ray's TrainingFailedError is a RuntimeError
     assert type(err.__cause__) is KeyError
     assert err.__cause__.args == ("no such column: 'label'",)
     assert str(err).startswith("Training failed: rank 1")  # the message, not KeyError's repr
