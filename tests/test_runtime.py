@@ -8,8 +8,8 @@ import torch
 
 import hpctrain
 import workloads
-from hpctrain import (Checkpoint, CheckpointConfig, FailureConfig, Result, RunConfig,
-                      ScalingConfig, TrainingFailedError)
+from hpctrain import (Checkpoint, CheckpointConfig, Result, RunConfig, ScalingConfig,
+                      TrainingFailedError)
 from hpctrain.torch import TorchTrainer
 from helpers import assert_full_disk_failure, fit, out
 
