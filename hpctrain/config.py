@@ -20,9 +20,43 @@ _GPU_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 def default_storage_path() -> str:
     """``$HPCTRAIN_STORAGE_PATH`` or ``~/hpctrain_results`` (Ray's ``~/ray_results``)."""
-    return os.environ.get(DEFAULT_STORAGE_ENV) or os.path.join(
-        os.path.expanduser("~"), "hpctrain_results"
-    )
+    value = os.environ.get(DEFAULT_STORAGE_ENV)
+    if value:
+        return local_storage_path(value, f"${DEFAULT_STORAGE_ENV}")
+    return os.path.join(os.path.expanduser("~"), "hpctrain_results")
+
+
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+STORAGE_URI_HINT = ("use a directory on the shared filesystem every node mounts (e.g. "
+                    "/lustre/$USER/runs or $SCRATCH/runs); a file:///absolute/path URI "
+                    "works too")
+
+
+def local_storage_path(value: str, key: str = "run.storage_path") -> str:
+    """``value`` as a filesystem path: a ``file://`` URI (``file:///abs``, as Ray
+    accepts) becomes its path; any other ``scheme://`` (``s3://``, ``gs://``,
+    ``hdfs://``…) is refused with a ConfigError naming ``key``: only a shared filesystem
+    is supported, and such a string would otherwise become a local ``./s3:/…`` directory.
+
+    >>> local_storage_path("file:///lustre/me/runs"), local_storage_path("/scratch/runs")
+    ('/lustre/me/runs', '/scratch/runs')
+    """
+    m = _URI.match(value)
+    if not m:
+        return value
+    scheme = m.group(1).lower()
+    if scheme == "file":
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(value)
+        if parts.netloc in ("", "localhost") and parts.path.startswith("/"):
+            return unquote(parts.path)
+        raise ConfigError(f"{key}: expected file:///absolute/path, got {value!r}",
+                          hint=STORAGE_URI_HINT)
+    raise ConfigError(f"{key}: expected a path on a shared filesystem, got {value!r}: "
+                      f"{scheme}:// storage (object storage, remote filesystems) is not "
+                      "supported yet", hint=STORAGE_URI_HINT)
 
 
 @dataclass
@@ -353,6 +387,13 @@ class RunConfig:
             raise ConfigError(f"run.sync_config: expected a SyncConfig, got "
                               f"{type(self.sync_config).__name__}",
                               hint="from hpctrain import SyncConfig")
+        if isinstance(self.storage_path, os.PathLike):
+            self.storage_path = os.fspath(self.storage_path)
+        if self.storage_path is not None:
+            if not isinstance(self.storage_path, str):
+                raise ConfigError(f"run.storage_path: expected a path, got "
+                                  f"{type(self.storage_path).__name__}")
+            self.storage_path = local_storage_path(self.storage_path)
         if self.checkpoint_config is None:
             self.checkpoint_config = CheckpointConfig()
         if self.failure_config is None:

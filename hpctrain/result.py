@@ -43,10 +43,12 @@ class Result:
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> "Result":
-        """Rebuild the Result of a run from its directory (finished, failed or running)."""
-        run = RunDir(path)
-        if not run.exists():
-            raise FileNotFoundError(f"{run.path} is not an hpctrain run directory (no state.json)")
+        """Rebuild the Result of a run from its directory (finished, failed or running).
+        A missing path, or one that is not a run directory, raises
+        :class:`~hpctrain.errors.RunNotFoundError` (a ValueError and a FileNotFoundError)."""
+        from ._internal.storage import existing_run
+
+        run = existing_run(path, "Result.from_path")
         rows = read_results(run.result_file)
         records = run.list_checkpoints()
         state = run.read_state()
@@ -57,7 +59,8 @@ class Result:
             failed = [a for a in state.get("attempts", []) if a.get("failed_rank") is not None]
             rank = failed[-1]["failed_rank"] if failed else None
             tb = text.split("\n\n", 1)[1] if "\n\n" in text else text
-            error = TrainingFailedError(text, rank=rank, worker_traceback=tb)
+            cause = _worker_exception(run, failed[-1]) if failed else None
+            error = TrainingFailedError.for_cause(text, cause, rank=rank, worker_traceback=tb)
         result = cls(
             metrics=rows[-1] if rows else None,
             checkpoint=records[-1].checkpoint() if records else None,
@@ -74,3 +77,17 @@ class Result:
         shown = {k: v for k, v in (self.metrics or {}).items() if not k.startswith("_")}
         return (f"Result(metrics={shown}, path={self.path!r}, checkpoint={self.checkpoint!r}, "
                 f"status={self.status!r}{', error=' + repr(type(self.error).__name__) if self.error else ''})")
+
+
+def _worker_exception(run: RunDir, attempt: Dict[str, Any]) -> Optional[BaseException]:
+    """The exception object the failed rank of ``attempt`` raised, when it left one
+    (``error.rank-R.pickle``, see the worker) that unpickles here."""
+    from ._internal.fsutil import load_own_pickle
+    from ._internal.worker import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES
+
+    number, rank = attempt.get("attempt"), attempt.get("failed_rank")
+    if not isinstance(number, int) or not isinstance(rank, int):
+        return None
+    exc = load_own_pickle(os.path.join(run.attempt_dir(number), ERROR_PICKLE.format(rank=rank)),
+                          MAX_ERROR_PICKLE_BYTES)
+    return exc if isinstance(exc, BaseException) else None

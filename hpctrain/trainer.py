@@ -306,9 +306,10 @@ class DataParallelTrainer:
     # -- restore ---------------------------------------------------------------------------
     @classmethod
     def can_restore(cls, path: str | os.PathLike) -> bool:
-        """True if ``path`` is a run directory that :meth:`restore` can continue."""
+        """True if ``path`` is a run directory that :meth:`restore` can continue; False
+        (never an error) for anything else, a missing path included."""
         run = RunDir(path)
-        return run.exists() and os.path.exists(run.payload_file)
+        return os.path.isdir(run.path) and run.exists() and os.path.exists(run.payload_file)
 
     @classmethod
     def restore(cls, path: str | os.PathLike, train_loop_per_worker: Optional[Callable] = None,
@@ -316,14 +317,24 @@ class DataParallelTrainer:
                 scheduler: Any = None) -> "DataParallelTrainer":
         """A trainer that continues the run at ``path`` from its latest committed checkpoint.
         The training function and config can be given again (e.g. after a code fix).
+        A path :meth:`can_restore` refuses raises
+        :class:`~hpctrain.errors.RunNotFoundError` (a ValueError, as Ray's "Invalid
+        restore path", and a FileNotFoundError); a run of another framework's trainer a
+        ConfigError naming the trainer to use.
 
         A batch run continues as a batch job with the scheduler, site and directives it
         was submitted with (from its ``spec.toml``); ``scheduler="local"`` continues it on
         this machine instead."""
-        run = RunDir(path)
-        if not cls.can_restore(path):
-            raise FileNotFoundError(f"{run.path} is not a restorable hpctrain run directory")
+        from ._internal.storage import existing_run
+
+        run = existing_run(path, f"{cls.__name__}.restore", restorable=True)
         payload = WorkerPayload.load(run)
+        if cls is not DataParallelTrainer and cls._backend_name != payload.backend:
+            theirs = _TRAINERS.get(payload.backend, ("", "the matching trainer", ""))[1]
+            raise ConfigError(
+                f"{cls.__name__}.restore: {run.path} is a run of {theirs} (backend "
+                f"{payload.backend!r}), not of {cls.__name__}",
+                hint=f"use {theirs}.restore({run.path!r})")
         state = run.read_state()
         trainer = cls.__new__(cls)
         DataParallelTrainer.__init__(

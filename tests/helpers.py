@@ -69,3 +69,22 @@ def wait_for(predicate, timeout, what, *, proc=None, poll_s=0.1):
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(poll_s)
+
+
+def fit(func, storage, *, workers=2, config=None, name=None, ckpt=None, max_failures=0, **kw):
+    """``TorchTrainer(func, ...).fit()`` with ``workers`` ranks under ``storage``."""
+    from hpctrain import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from hpctrain.torch import TorchTrainer
+
+    trainer = TorchTrainer(
+        func, train_loop_config=config or {},
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(name=name, storage_path=storage, verbose=0,
+                             checkpoint_config=ckpt or CheckpointConfig(),
+                             failure_config=FailureConfig(max_failures=max_failures)), **kw)
+    return trainer.fit()
+
+
+def out(result, name):
+    """A file the workloads wrote under the run's ``test-out/``."""
+    return os.path.join(result.path, "test-out", name)

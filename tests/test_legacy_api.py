@@ -190,6 +190,9 @@ def test_a_worker_exception_fails_the_run_naming_its_rank(trainer):
     assert err.rank == 1
     assert "rank 1" in str(err)
     assert "ValueError: boom on purpose" in str(err)
+    # the worker's own exception, as for fit(): `except ValueError` catches it too
+    assert isinstance(err, ValueError) and type(err.__cause__) is ValueError
+    assert str(err.__cause__) == "boom on purpose"
     assert rec.finished == {"error": True}
     assert [[r["step"] for r in it] for it in rec.results] == [[0, 0]]
 

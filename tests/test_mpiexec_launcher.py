@@ -166,7 +166,7 @@ def _fake_launcher(tmp_path):
 def test_launch_strips_torchrun_vars_and_exports_the_rank_log_dir(tmp_path):
     exe = _fake_launcher(tmp_path)
     env = {"PATH": os.environ.get("PATH", ""), "RANK": "3", "LOCAL_RANK": "1",
-           "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+           "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "NODE_RANK": "1",
            "HPCTRAIN_JOB_ID": "j1", "KEEP_ME": "yes"}
     group = MpiexecLauncher(flavor="openmpi", executable=exe).launch(
         command=CMD, env=env, num_workers=2, log_dir=str(tmp_path / "logs"))
@@ -175,7 +175,8 @@ def test_launch_strips_torchrun_vars_and_exports_the_rank_log_dir(tmp_path):
     seen = json.load(open(tmp_path / "seen.json"))
     assert seen["argv"][1:] == ["-np", "2", "-x", "HPCTRAIN_JOB_ID", "-x",
                                 "HPCTRAIN_RANK_LOG_DIR", "-x", "PYTHONUNBUFFERED", *CMD]
-    assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"} & set(seen["env"])
+    assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                "NODE_RANK"} & set(seen["env"])
     assert seen["env"]["HPCTRAIN_RANK_LOG_DIR"] == str(tmp_path / "logs")
     assert seen["env"]["KEEP_ME"] == "yes" and env["RANK"] == "3"  # caller's dict untouched
     assert open(tmp_path / "logs" / "launcher.out").read().startswith(f"[hpctrain] {exe} -np 2")
@@ -346,7 +347,8 @@ def identify_then_train(config):
                    "launcher": derived.launcher, "derived_rank": derived.world_rank,
                    "ompi": {k: v for k, v in os.environ.items()
                             if k.startswith("OMPI_COMM_WORLD_")},
-                   "parent_pid_var": os.environ.get("HPCTRAIN_PARENT_PID")}, f)
+                   "parent_pid_var": os.environ.get("HPCTRAIN_PARENT_PID"),
+                   "env": {k: os.environ.get(k) for k in workloads.RANK_VARS}}, f)
     print(f"hello from world rank {rank} pid {os.getpid()}", flush=True)
     workloads.deterministic(config)
 
@@ -381,6 +383,8 @@ def test_mpirun_training_matches_local_launcher(storage, local_straight):
         assert ident["ompi"]["OMPI_COMM_WORLD_SIZE"] == "2"
         assert ident["ompi"]["OMPI_COMM_WORLD_LOCAL_RANK"] == str(rank)
         assert ident["parent_pid_var"] is None  # set by the local launcher only
+        assert ident["env"] == {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                                "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0"}  # as Ray's
     # per-rank logs written by the ranks themselves, plus mpirun's own
     (job,) = os.listdir(os.path.join(result.path, "logs"))
     logs = os.path.join(result.path, "logs", job)

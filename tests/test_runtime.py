@@ -8,24 +8,10 @@ import torch
 
 import hpctrain
 import workloads
-from hpctrain import (Checkpoint, CheckpointConfig, FailureConfig, Result, RunConfig,
-                      ScalingConfig, TrainingFailedError)
+from hpctrain import (Checkpoint, CheckpointConfig, Result, RunConfig, ScalingConfig,
+                      TrainingFailedError)
 from hpctrain.torch import TorchTrainer
-from helpers import assert_full_disk_failure
-
-
-def fit(func, storage, *, workers=2, config=None, name=None, ckpt=None, max_failures=0, **kw):
-    trainer = TorchTrainer(
-        func, train_loop_config=config or {},
-        scaling_config=ScalingConfig(num_workers=workers),
-        run_config=RunConfig(name=name, storage_path=storage, verbose=0,
-                             checkpoint_config=ckpt or CheckpointConfig(),
-                             failure_config=FailureConfig(max_failures=max_failures)), **kw)
-    return trainer.fit()
-
-
-def out(result, name):
-    return os.path.join(result.path, "test-out", name)
+from helpers import assert_full_disk_failure, fit, out
 
 
 def test_ddp_keeps_replicas_identical(storage):

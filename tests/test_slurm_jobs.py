@@ -87,6 +87,9 @@ def test_submit_2x2_ddp_matches_local_run_and_ranks_are_right(tmp_path, storage,
         i = info[r]
         assert (i["rank"], i["local_rank"], i["node_rank"], i["node"]) == (r, local, node, host)
         assert (i["world_size"], i["local_world_size"]) == (4, 2)
+        # Ray's TorchTrainer environment, NODE_RANK included
+        assert i["env"] == {"RANK": str(r), "LOCAL_RANK": str(local), "WORLD_SIZE": "4",
+                            "LOCAL_WORLD_SIZE": "2", "NODE_RANK": str(node)}
         assert i["master_addr"] == info[0]["node"] == "n1"  # where rank 0 runs
         assert i["cwd"] == str(workdir)  # the job runs where it was submitted from
     assert len({i["master_port"] for i in info.values()}) == 1
@@ -168,13 +171,18 @@ def test_python_api_submits_follows_and_returns_the_result(storage, local_refere
 
 
 def test_failed_rank_reaches_the_caller_with_its_traceback(storage):
-    with pytest.raises(hpctrain.TrainingFailedError) as info:
+    # the worker's ValueError, read back from the run directory by the driver that
+    # follows the job: `except ValueError` around fit() catches it (as Ray's
+    # RayTaskError(ValueError)), and it is a TrainingFailedError
+    with pytest.raises(ValueError) as info:
         TorchTrainer(workloads.fail_on_rank, train_loop_config={"rank": 3},
                      scaling_config=ScalingConfig(num_workers=4, workers_per_node=2),
                      run_config=RunConfig(name="fails", storage_path=storage, verbose=0,
                                           failure_config=FailureConfig(max_failures=0)),
                      scheduler="slurm", site="test-cluster").fit()
-    assert info.value.rank == 3
+    assert isinstance(info.value, hpctrain.TrainingFailedError) and info.value.rank == 3
+    assert type(info.value.__cause__) is ValueError
+    assert info.value.__cause__.args == ("boom on rank 3",)
     assert "rank 3" in open(os.path.join(storage, "fails", "error.txt")).read()
 
 

@@ -124,6 +124,9 @@ def test_storage_path_expands_home_and_vars(tmp_path: Path, monkeypatch) -> None
     assert load_job_spec(path).run.storage_path == str(tmp_path / "home" / "r")
     path = write(tmp_path, MINIMAL + '[run]\nstorage_path = "$SCRATCH_T/runs"\n')
     assert load_job_spec(path).run.storage_path == "/scratch/me/runs"
+    # a file:// URI is its path (Ray accepts file:///abs too)
+    path = write(tmp_path, MINIMAL + '[run]\nstorage_path = "file:///scratch/me/runs"\n')
+    assert load_job_spec(path).run.storage_path == "/scratch/me/runs"
 
 
 def test_missing_entrypoint_allowed_when_not_required(tmp_path: Path) -> None:
@@ -202,6 +205,12 @@ BAD = [
      ["job.toml", "job.entrypoint: expected a string, got 3 (integer)"]),
     ("unset-env-var", MINIMAL + '[run]\nstorage_path = "$HPCTRAIN_SURELY_UNSET_X/r"\n',
      ["job.toml", "run.storage_path: environment variable $HPCTRAIN_SURELY_UNSET_X is not set"]),
+    ("storage-uri", MINIMAL + '[run]\nstorage_path = "s3://bucket/runs"\n',
+     ["job.toml", "run.storage_path: expected a path on a shared filesystem, got "
+                  "'s3://bucket/runs': s3:// storage (object storage, remote filesystems) "
+                  "is not supported yet\nHINT: use a directory on the shared filesystem"]),
+    ("storage-file-uri-with-host", MINIMAL + '[run]\nstorage_path = "file://host/runs"\n',
+     ["job.toml", "run.storage_path: expected file:///absolute/path, got 'file://host/runs'"]),
 ]
 
 

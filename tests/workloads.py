@@ -213,6 +213,10 @@ def slow_forever(config):
         time.sleep(0.05)
 
 
+#: What Ray's TorchTrainer sets in every worker's environment.
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
+
+
 def deterministic_with_info(config):
     """``deterministic``, after recording where this rank runs and what it derived."""
     import json
@@ -225,7 +229,8 @@ def deterministic_with_info(config):
             "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
             "master_addr": os.environ.get("MASTER_ADDR"),
             "master_port": os.environ.get("MASTER_PORT"), "cwd": os.getcwd(),
-            "job_id": ctx.get_job_id() if hasattr(ctx, "get_job_id") else None}
+            "job_id": ctx.get_job_id() if hasattr(ctx, "get_job_id") else None,
+            "env": {k: os.environ.get(k) for k in RANK_VARS}}
     with open(_out(f"info-rank-{ctx.get_world_rank()}.json"), "w") as f:
         json.dump(info, f)
     print(f"rank {info['rank']} runs on {info['node']}", flush=True)
@@ -287,3 +292,64 @@ def on_demand(config):
         hpctrain.report({"loss": loss.item(), "step": step}, checkpoint=ckpt)
     if rank == 0:
         torch.save(model.module.state_dict(), _out("final.pt"))
+
+
+def epoch_order(config):
+    """Records the sample indices each rank sees in each epoch (``order-rank-R.jsonl``,
+    one line per epoch and attempt) over a prepared, shuffled DataLoader or a shuffled
+    dataset shard (``source``: "loader" or "shard"), resuming at the epoch after the
+    checkpoint's. ``set_epoch``: "none" (the loop never sets it), "sampler" (Ray's
+    ``train_loader.sampler.set_epoch(epoch)``) or "loader" (``loader.set_epoch``). With
+    ``crash_at`` rank 1 fails after that epoch's pass in the first attempt."""
+    import json
+
+    from torch.utils.data import DataLoader
+
+    from hpctrain.torch import prepare_data_loader
+
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    ck = hpctrain.get_checkpoint()
+    start = ck.to_dict()["epoch"] + 1 if ck else 0
+    if config.get("source") == "shard":
+        shard = hpctrain.get_dataset_shard("train")
+        passes = lambda: (int(v) for batch in shard.iter_batches(3) for v in batch)  # noqa: E731
+    else:
+        loader = prepare_data_loader(DataLoader(list(range(config["n"])), batch_size=3,
+                                                shuffle=True))
+        passes = lambda: (int(v) for batch in loader for v in batch)  # noqa: E731
+    for epoch in range(start, config["epochs"]):
+        if config.get("set_epoch") == "sampler":
+            loader.sampler.set_epoch(epoch)
+        elif config.get("set_epoch") == "loader":
+            loader.set_epoch(epoch)
+        seen = list(passes())
+        with open(_out(f"order-rank-{rank}.jsonl"), "a") as f:
+            f.write(json.dumps({"attempt": ctx.get_attempt(), "epoch": epoch,
+                                "indices": seen}) + "\n")
+        if config.get("crash_at") == epoch and rank == 1 and ctx.get_attempt() == 1:
+            _wait_until_committed(ctx, iteration=epoch)
+            raise RuntimeError(f"injected failure after epoch {epoch}")
+        hpctrain.report({"epoch": epoch},
+                        checkpoint=Checkpoint.from_dict({"epoch": epoch}) if rank == 0 else None)
+
+
+class HoldsALock(Exception):
+    """An exception that cannot be pickled (it holds a lock)."""
+
+    def __init__(self, message):
+        import threading
+
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+def fail_with(config):
+    """Rank 1 raises ``KeyError`` (``error="key"``) or :class:`HoldsALock` after one
+    report; the other ranks wait in the next one until stopped."""
+    hpctrain.report({"ok": 1})
+    if hpctrain.get_context().get_world_rank() == 1:
+        if config["error"] == "key":
+            raise KeyError("no such column: 'label'")
+        raise HoldsALock("the lock was held")
+    hpctrain.report({"ok": 2})

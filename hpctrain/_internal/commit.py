@@ -195,9 +195,9 @@ def staged_iterations(run: RunDir, up_to: int) -> List[int]:
 
 
 def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
-            world_size: int, config: CheckpointConfig,
-            started: float, metadata: Optional[Dict[str, Any]] = None
-            ) -> Tuple[Optional[str], List[str]]:
+            world_size: int, config: CheckpointConfig, started: float,
+            metadata: Optional[Dict[str, Any]] = None,
+            data_epochs: Optional[Dict[str, Any]] = None) -> Tuple[Optional[str], List[str]]:
     """Rank 0: commit the checkpoint staged at report ``iteration`` as
     ``checkpoint_<index>`` by one rename; apply retention.
 
@@ -206,7 +206,8 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     checkpoints, removed by the supervisor if nobody else does) for the caller to delete
     off the training thread, so their size does not weigh on ``report()``. ``metadata``:
     the trainer's, written (under what the ranks set) as the checkpoint's
-    ``.metadata.json`` before the rename."""
+    ``.metadata.json`` before the rename.
+    ``data_epochs``: the epoch each prepared DataLoader and dataset shard resumes at."""
     tmp = run.staging_tmp(iteration)
     if not os.path.isdir(tmp):
         return None, []
@@ -235,6 +236,8 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
         "manifest_sha256": manifest_sum,
     }
     user = merged_metadata(metadata, shards)
+    if data_epochs:  # where prepared loaders and dataset shards resume (rank 0's)
+        meta["data_epochs"] = data_epochs
     try:
         if user:
             atomic_write_json(os.path.join(tmp, USER_METADATA_FILE), user,

@@ -125,8 +125,13 @@ class Session:
         self._next_agreement = start_iteration + 1
         self._agreed_at, self._agreed_iteration = time.perf_counter(), start_iteration
         self._staged_since_agreement = False
-        self._reports_since_agreement: Dict[int, Tuple[Dict[str, Any], float]] = {}
+        self._reports_since_agreement: Dict[int, Tuple[Dict[str, Any], float,
+                                                       Optional[Dict[str, Any]]]] = {}
         self.last_metrics: Dict[str, Any] = {}
+        # data epochs: prepared loaders (in the order they were made) and dataset shards
+        # record where a resumed run must start them (see data_epochs())
+        self._epoch_counters: List[Any] = []
+        self._resume_epochs: Optional[Dict[str, Any]] = None
 
     # -- reporting ----------------------------------------------------------------
     def report(self, metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None) -> None:
@@ -153,7 +158,8 @@ class Session:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
             self._staged_since_agreement = True
         if rank == 0:
-            self._reports_since_agreement[iteration] = (dict(metrics), started)
+            self._reports_since_agreement[iteration] = (dict(metrics), started,
+                                                        self.data_epochs())
         agreed = iteration >= self._next_agreement
         published = self._agree(iteration, staged_now=bool(files)) if agreed else {}
         name = published.get(iteration)
@@ -204,11 +210,12 @@ class Session:
         if self.info.world_rank == 0:
             if any_ckpt:
                 for it in staged_iterations(self.run, up_to=iteration):
-                    metrics, started = self._reports_since_agreement.get(it, ({}, time.time()))
+                    metrics, started, epochs = self._reports_since_agreement.get(
+                        it, ({}, time.time(), None))
                     name, dropped = publish(
                         self.run, it, self.next_checkpoint_index, metrics=metrics,
                         world_size=self.info.world_size, config=self.checkpoint_config,
-                        started=started, metadata=self.metadata)
+                        started=started, metadata=self.metadata, data_epochs=epochs)
                     if name:
                         self.next_checkpoint_index += 1
                         published[it] = name
@@ -236,8 +243,51 @@ class Session:
             source = as_dataset(self.datasets[name], f"datasets.{name}")
             split = self.datasets_to_split == "all" or name in self.datasets_to_split
             rank, world_size = (self.info.world_rank, self.info.world_size) if split else (0, 1)
-            self._shards[name] = source.shard(rank, world_size, run_name=self.run_name)
+            shard = source.shard(rank, world_size, run_name=self.run_name)
+            start = self.resumed_epochs().get("shards", {}).get(name)
+            if isinstance(start, int) and start >= 0:
+                shard.set_epoch(start)
+            self._shards[name] = shard
         return self._shards[name]
+
+    # -- data epochs across a restart ---------------------------------------------------
+    def resumed_epochs(self) -> Dict[str, Any]:
+        """The data epochs recorded with the checkpoint this run resumes from ({} when
+        it starts afresh, or the checkpoint predates them)."""
+        if self._resume_epochs is None:
+            self._resume_epochs = {}
+            if self.resume_checkpoint:
+                from ..checkpoint import METADATA_FILE
+                from .fsutil import read_json
+
+                meta = read_json(os.path.join(self.resume_checkpoint, METADATA_FILE))
+                epochs = meta.get("data_epochs") if isinstance(meta, dict) else None
+                if isinstance(epochs, dict):
+                    self._resume_epochs = epochs
+        return self._resume_epochs
+
+    def register_epoch_counter(self, loader: Any) -> int:
+        """A prepared DataLoader joins the recorded epochs; returns the epoch its first
+        pass reads: where the same loader (the same in creation order) of the run that
+        wrote the resumed checkpoint left off, else 0. Loaders are matched by the order
+        they are prepared in: a loop that prepares its loaders once, before the epochs,
+        resumes exactly; one that prepares a new loader each epoch starts it at the
+        recorded epoch of the loader prepared at that position."""
+        import weakref
+
+        index = len(self._epoch_counters)
+        self._epoch_counters.append(weakref.ref(loader))  # a loader gone is not kept alive
+        recorded = self.resumed_epochs().get("loaders") or []
+        start = recorded[index] if index < len(recorded) else 0
+        return start if isinstance(start, int) and start >= 0 else 0
+
+    def data_epochs(self) -> Optional[Dict[str, Any]]:
+        """Where each prepared loader and dataset shard would resume now (None: none)."""
+        if not self._epoch_counters and not self._shards:
+            return None
+        loaders = [ref() for ref in self._epoch_counters]
+        return {"loaders": [c.resume_epoch() if c is not None else None for c in loaders],
+                "shards": {n: s.resume_epoch() for n, s in self._shards.items()}}
 
     # -- checkpoints ----------------------------------------------------------------
     def get_checkpoint(self) -> Optional[Checkpoint]:

@@ -28,7 +28,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from filelock import FileLock, Timeout
 
 from ..checkpoint import METADATA_FILE, Checkpoint
-from ..errors import CheckpointError, RunLockedError
+from ..errors import CheckpointError, RunLockedError, RunNotFoundError
 from .fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
                      read_json, remove_tree)
 
@@ -163,6 +163,34 @@ class RunDir:
 
 
 _RUN_LOCKS: Dict[str, FileLock] = {}
+
+
+RUN_DIR_HINT = ("give a run directory, <storage_path>/<name> (what Result.path and "
+                "`hpctrain status` show)")
+
+
+def existing_run(path: str | os.PathLike, caller: str, *,
+                 restorable: bool = False) -> RunDir:
+    """The run directory at ``path``; a :class:`RunNotFoundError` (a ValueError and a
+    FileNotFoundError) naming ``caller`` when ``path`` is missing, not a directory, not
+    a run directory, or (``restorable``) lacks the training function to continue it."""
+    run = RunDir(path)
+    what = f"{caller}: invalid restore path {run.path}" if restorable else \
+        f"{caller}: {run.path}"
+    if not os.path.exists(run.path):
+        raise RunNotFoundError(f"{what}: it does not exist", hint=RUN_DIR_HINT)
+    if not os.path.isdir(run.path):
+        raise RunNotFoundError(f"{what}: it is not a directory", hint=RUN_DIR_HINT)
+    if not run.exists():
+        raise RunNotFoundError(f"{what}: it is not an hpctrain run directory (no state.json)",
+                               hint=RUN_DIR_HINT)
+    if restorable and not os.path.exists(run.payload_file):
+        raise RunNotFoundError(
+            f"{what}: the run directory has no training function to continue "
+            f"({os.path.relpath(run.payload_file, run.path)} is missing)",
+            hint="start a new run; Trainer.can_restore(path) tells whether a directory "
+                 "can be restored")
+    return run
 
 
 @dataclass

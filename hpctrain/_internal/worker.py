@@ -219,6 +219,28 @@ def record_failure(attempt_dir: str, rank: int, exc: BaseException) -> None:
         }, sync=False)
     except OSError:
         pass
+    _save_exception(attempt_dir, rank, exc)
+
+
+#: The worker's exception object, pickled beside ``error.rank-R.json`` (mode 0600): the
+#: driver makes it the ``__cause__`` of the TrainingFailedError raised by ``fit()``.
+ERROR_PICKLE = "error.rank-{rank}.pickle"
+MAX_ERROR_PICKLE_BYTES = 4 << 20
+
+
+def _save_exception(attempt_dir: str, rank: int, exc: BaseException) -> None:
+    """Pickle ``exc`` (cloudpickle: a class defined in the driver's script comes back
+    as that very class) if it unpickles again here; otherwise leave nothing and the
+    driver uses the text traceback."""
+    try:
+        data = cloudpickle.dumps(exc)
+        if len(data) > MAX_ERROR_PICKLE_BYTES or not isinstance(cloudpickle.loads(data),
+                                                                  BaseException):
+            return
+        atomic_write_bytes(os.path.join(attempt_dir, ERROR_PICKLE.format(rank=rank)), data,
+                           sync=False, mode=0o600)
+    except Exception:  # noqa: BLE001 - unpicklable (a lock, a lambda) or a full disk
+        pass
 
 
 def _exit_with_parent() -> None:

@@ -75,12 +75,13 @@ class TorchBackend(Backend):
                 info.local_rank, info.local_world_size,
                 int(os.environ.get("HPCTRAIN_GPUS_PER_WORKER", "1")))[0])
         self.backend_name = cfg.backend or ("nccl" if gpu else "gloo")
-        # Code that reads the usual variables (torchrun conventions) sees the same truth.
+        # Code that reads the usual variables (torchrun conventions, and Ray's
+        # NODE_RANK, set by its TorchTrainer beside them) sees the same truth.
         os.environ.update(
             MASTER_ADDR=info.master_addr, MASTER_PORT=str(info.master_port),
             RANK=str(info.world_rank), WORLD_SIZE=str(info.world_size),
             LOCAL_RANK=str(info.local_rank), LOCAL_WORLD_SIZE=str(info.local_world_size),
-            GROUP_RANK=str(info.node_rank),
+            GROUP_RANK=str(info.node_rank), NODE_RANK=str(info.node_rank),
         )
         dist.init_process_group(
             backend=self.backend_name,

@@ -81,7 +81,10 @@ class ShardIterableDataset(IterableDataset):
                 self.shard.set_epoch(self._epoch)
                 self._epoch = self._shared[0] = -1
             epoch = self.shard._take_epoch(None)
-            windows = self.shard._windows(epoch)
+            yield from self.shard._pass(epoch, (
+                _cpu_tensors(self.shard._out(batch)) for batch in
+                batches(self.shard._windows(epoch), self.batch_size, self.drop_last)))
+            return
         else:
             epoch = self._worker_epoch(info.id)
             windows = self.shard._worker_windows(epoch, info.id, info.num_workers,

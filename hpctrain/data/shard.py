@@ -141,6 +141,7 @@ class DatasetShard:
         self.seed = seed
         self.remainder = remainder or plan.default_remainder(shuffle)
         self._epoch = 0
+        self._current: Optional[int] = None  # the epoch of the pass being iterated
 
     # -- the plan ---------------------------------------------------------------------
     @property
@@ -160,6 +161,20 @@ class DatasetShard:
             epoch = self._epoch
         self._epoch = epoch + 1
         return epoch
+
+    def _pass(self, epoch: int, items: Iterator[Any]) -> Iterator[Any]:
+        """``items``, with ``epoch`` known as the pass in progress while they are read."""
+        self._current = epoch
+        try:
+            yield from items
+        finally:
+            if self._current == epoch:
+                self._current = None
+
+    def resume_epoch(self) -> int:
+        """The epoch a resumed run's first pass reads (recorded with each checkpoint):
+        the pass being iterated, else the next one."""
+        return self._current if self._current is not None else self._epoch
 
     def __len__(self) -> int:
         lo, hi = plan.rank_range(self.num_rows, self.rank, self.world_size, self.remainder)
@@ -254,12 +269,15 @@ class DatasetShard:
         out = batches(self._windows(epoch), batch_size, drop_last)
         if type(self)._out is not DatasetShard._out:
             out = (self._out(b) for b in out)
-        return prefetch(out, prefetch_batches)
+        return self._pass(epoch, prefetch(out, prefetch_batches))
 
     def iter_rows(self, *, epoch: Optional[int] = None) -> Iterator[Any]:
         """One epoch of this rank's rows, one at a time; each row is its own copy (the
         shard reuses its window buffer: rows kept by the caller must not change)."""
         epoch = self._take_epoch(epoch)
+        return self._pass(epoch, self._rows(epoch))
+
+    def _rows(self, epoch: int) -> Iterator[Any]:
         for data, perm in self._windows(epoch):
             n = len(next(iter(data.values())))
             for i in range(n):

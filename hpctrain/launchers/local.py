@@ -1,8 +1,8 @@
 """Local launcher: ``num_workers`` processes on this machine, torchrun-style variables.
 
 Each rank gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
-``GROUP_RANK=0``, ``MASTER_ADDR=127.0.0.1`` and a ``MASTER_PORT`` the kernel just handed
-out (so two local runs never pick the same port). Each rank runs in its own session, so
+``GROUP_RANK=0``, ``NODE_RANK=0`` (Ray's name), ``MASTER_ADDR=127.0.0.1`` and a
+``MASTER_PORT`` the kernel just handed out (so two local runs never pick the same port). Each rank runs in its own session, so
 Ctrl-C reaches the supervisor only, and stopping a rank stops its children too.
 Output (stdout and stderr, merged) goes to ``logs/<job>/rank-R.out`` and to ``on_line``.
 """
@@ -123,7 +123,7 @@ class LocalLauncher(Launcher):
         for rank in range(num_workers):
             wenv = dict(env)
             wenv.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(num_workers),
-                        LOCAL_WORLD_SIZE=str(num_workers), GROUP_RANK="0",
+                        LOCAL_WORLD_SIZE=str(num_workers), GROUP_RANK="0", NODE_RANK="0",
                         MASTER_ADDR=env.get("MASTER_ADDR", "127.0.0.1"), MASTER_PORT=port,
                         PYTHONUNBUFFERED="1", HPCTRAIN_PARENT_PID=str(os.getpid()))
             logs.append(open(os.path.join(log_dir, f"rank-{rank}.out"), "ab"))

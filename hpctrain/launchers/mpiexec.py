@@ -42,7 +42,8 @@ flavor      command                                                      environ
 the banner (:func:`flavor_from_version_text`).
 
 The environment handed to the launcher loses the torchrun variables (``RANK``,
-``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``): they would win
+``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, and Ray's
+``NODE_RANK``): they would win
 over the MPI launcher's own variables in every rank (``cluster_env.detect_launcher``),
 and ranks on the launch node inherit mpirun's environment.
 """
@@ -65,7 +66,8 @@ DEFAULT_EXPORT_PREFIXES = ("HPCTRAIN_", "PYTHON", "MASTER_", "OMP_", "NCCL_", "C
                            "ROCR_", "TORCH_", "GLOO_")
 
 # Set by torchrun-style launchers; they outrank the MPI launcher's own variables.
-_TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+_TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                  "NODE_RANK")
 
 _HINT = ('check the scheduler.launcher setting ("mpiexec" or "mpirun" runs that '
          'executable, "srun" uses Slurm instead) and that the job loads the MPI module '

@@ -100,31 +100,86 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: Optiona
     raise ValueError(f"parallel_strategy: expected \"ddp\", \"fsdp\" or None, got {parallel_strategy!r}")
 
 
-class _PreparedLoader:
-    """A DataLoader whose sampler is a DistributedSampler; calls ``set_epoch`` on every
-    new pass (0, 1, 2, …) unless the loop calls :meth:`set_epoch` itself, and moves
-    batches to the device."""
+class _SamplerEpochHook:
+    """Put on a sampler instance in place of its ``set_epoch``: the loop's own calls
+    (``train_loader.sampler.set_epoch(epoch)``, Ray's documented pattern) are recorded,
+    so that the prepared loader's automatic count never overrides them."""
 
-    def __init__(self, loader, device, move: bool):
+    def __init__(self, original):
+        self.original = original
+        self.requested: Optional[int] = None
+
+    def __call__(self, epoch: int) -> None:
+        self.requested = epoch
+        self.original(epoch)
+
+
+class _PreparedLoader:
+    """A DataLoader whose sampler is a DistributedSampler, and batches moved to the device.
+
+    The sampler's epoch for each pass: the one the loop set for it — on the sampler
+    (``loader.sampler.set_epoch(e)``) or on this loader (``loader.set_epoch(e)``) — and
+    otherwise the automatic count: one more than the previous pass's, from 0. Ray never
+    sets the epoch itself (without ``set_epoch`` every Ray epoch has epoch 0's order);
+    here a loop that forgets gets a new order each pass. After a restart the count goes
+    on where the checkpoint left it: every report records each prepared loader's next
+    epoch (the epoch of a pass still being iterated, else the next pass's) in the
+    checkpoint's metadata, and the loader prepared in the same order by the resumed run
+    starts from it."""
+
+    def __init__(self, loader, device, move: bool, first_epoch: int = 0):
         self._loader = loader
         self._device = device
         self._move = move and device.type != "cpu"
-        self._epoch = 0
-        self._explicit = False
+        self._next = first_epoch       # the automatic count: the next pass's epoch
+        self._requested: Optional[int] = None
+        self._set_on_loader = False
+        self._current: Optional[int] = None  # the epoch of the pass being iterated
+        sampler = getattr(loader, "sampler", None)
+        self._hook = None
+        if callable(getattr(sampler, "set_epoch", None)):
+            hook = getattr(sampler, "__dict__", {}).get("set_epoch")
+            if not isinstance(hook, _SamplerEpochHook):
+                hook = _SamplerEpochHook(sampler.set_epoch)
+                try:
+                    sampler.set_epoch = hook
+                except (AttributeError, TypeError):  # a sampler with __slots__
+                    hook = None
+            self._hook = hook
 
     def set_epoch(self, epoch: int) -> None:
-        self._epoch = epoch
-        self._explicit = True
+        """The next pass reads ``epoch`` (then ``epoch + 1``… unless set again)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"set_epoch: expected an integer >= 0, got {epoch!r}")
+        self._requested = epoch
+
+    def _take_epoch(self) -> int:
+        epoch = self._next
+        if self._hook is not None and self._hook.requested is not None:
+            epoch, self._hook.requested = self._hook.requested, None
+        self._set_on_loader = self._requested is not None
+        if self._requested is not None:  # the loader's own set_epoch, called last
+            epoch, self._requested = self._requested, None
+        self._next = epoch + 1
+        return epoch
+
+    def resume_epoch(self) -> int:
+        """The epoch a resumed run's first pass reads (recorded with each checkpoint)."""
+        return self._current if self._current is not None else self._next
 
     def __iter__(self):
-        sampler = getattr(self._loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(self._epoch)
-        if not self._explicit:
-            self._epoch += 1
-        self._explicit = False
-        for batch in self._loader:
-            yield _to_device(batch, self._device) if self._move else batch
+        epoch = self._take_epoch()
+        if self._hook is not None:
+            self._hook.original(epoch)
+        elif self._set_on_loader:  # an untracked sampler (__slots__): only when asked here
+            self._loader.sampler.set_epoch(epoch)
+        self._current = epoch
+        try:
+            for batch in self._loader:
+                yield _to_device(batch, self._device) if self._move else batch
+        finally:
+            if self._current == epoch:
+                self._current = None
 
     def __len__(self):
         return len(self._loader)
@@ -165,7 +220,16 @@ def prepare_data_loader(data_loader, add_dist_sampler: bool = True, move_to_devi
             generator=data_loader.generator,
             persistent_workers=data_loader.persistent_workers if data_loader.num_workers else False,
         )
-    return _PreparedLoader(loader, get_device(), move_to_device)
+    return _register(_PreparedLoader(loader, get_device(), move_to_device))
+
+
+def _register(loader: "_PreparedLoader") -> "_PreparedLoader":
+    """Let the session record the loader's epoch with each checkpoint, and start it
+    where the checkpoint this run resumes from left it."""
+    s = _session()
+    if s is not None:
+        loader._next = s.register_epoch_counter(loader)
+    return loader
 
 
 def enable_reproducibility(seed: int = 0) -> None:

@@ -74,7 +74,7 @@ class ResultGrid:
         never started included, with their status)."""
         sweep = SweepDir(path)
         if not sweep.exists():
-            raise FileNotFoundError(f"{sweep.path} is not a sweep directory (no sweep.json)")
+            raise _not_a_sweep(sweep.path, "ResultGrid.from_path")
         m = sweep.read()
         results = [TrialResult.for_trial(sweep, t, sweep.trial_status(t["index"], m))
                    for t in m.get("trials", [])]
@@ -178,3 +178,15 @@ class ResultGrid:
 
 
 __all__ = ["ResultGrid", "TrialResult", "PENDING"]
+
+
+def _not_a_sweep(path: str, caller: str) -> Exception:
+    """The error for a path that is not a sweep directory (a ValueError and a
+    FileNotFoundError, as for a run directory)."""
+    from ..errors import RunNotFoundError
+
+    why = ("it does not exist" if not os.path.exists(path) else
+           "it is not a sweep directory (no sweep.json)")
+    return RunNotFoundError(f"{caller}: {path}: {why}",
+                            hint="give a sweep directory, <storage_path>/<name> (what "
+                                 "ResultGrid.experiment_path shows)")

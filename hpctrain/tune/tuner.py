@@ -111,7 +111,9 @@ class Tuner:
         ones that did not finish (and the errored ones with ``resume_errored``)."""
         sweep = SweepDir(path)
         if not sweep.exists():
-            raise FileNotFoundError(f"{sweep.path} is not a sweep directory (no sweep.json)")
+            from .result_grid import _not_a_sweep
+
+            raise _not_a_sweep(sweep.path, "Tuner.restore")
         m = sweep.read()
         tuner = cls(trainable, param_space=None, tune_config=TuneConfig(
             metric=m.get("metric"), mode=m.get("mode"),
