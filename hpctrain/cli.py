@@ -435,6 +435,18 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def _stdout_closed() -> int:
+    """The reader of our output went away (``hpctrain results RUN | head -1``): no
+    traceback, and no second BrokenPipeError when Python flushes stdout at exit (Python's
+    documented recipe, library/signal.html#note-on-sigpipe: point stdout at devnull)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 1
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -451,6 +463,9 @@ def main(argv: Optional[List[str]] = None) -> None:
                "plot": cmd_plot, "sweep": cmd_sweep}[args.command]
     try:
         code = handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not while Python exits
+    except BrokenPipeError:
+        code = _stdout_closed()
     except ConfigError as e:
         print(f"hpctrain: error: {e}", file=sys.stderr)
         code = 2

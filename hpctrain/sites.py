@@ -6,8 +6,10 @@ A site config is a TOML file named ``<name>.toml`` with:
   ``docs`` (the center's job-submission page);
 * ``[limits]``: checked before anything is submitted — ``max_walltime``, ``max_nodes``,
   ``cpus_per_node``, ``gpus_per_node`` (0: CPU-only), ``mem_per_node``,
-  ``required_directives``, ``max_array_size`` (sweeps: larger ones are split); and the
-  same keys per ``[limits.partitions.<name>]`` (Slurm partition or PBS queue),
+  ``required_directives``, ``max_array_size`` (sweeps: larger ones are split),
+  ``min_nodes`` (a smaller request is refused: e.g. a queue that only takes big jobs),
+  ``shared_paths`` (paths every node sees although they look node-local: see
+  :mod:`hpctrain._internal.storage_checks`); and the numeric keys per ``[limits.partitions.<name>]`` (Slurm partition or PBS queue),
   ``[limits.qos.<name>]`` and ``[limits.constraints.<name>]``;
 * any job-spec section (``[scheduler]``, ``[scaling]``, ``[env]``, ``[setup]``, ``[run]``,
   backend sections): a layer under the user's job file.
@@ -31,7 +33,8 @@ PACKAGE_SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sit
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SITE_KEYS = {"name": str, "description": str, "scheduler": str, "docs": str}
-_LIMIT_KEYS = {"max_walltime": "walltime", "max_nodes": "int", "cpus_per_node": "int",
+_LIMIT_KEYS = {"max_walltime": "walltime", "max_nodes": "int", "min_nodes": "int",
+               "cpus_per_node": "int",
                "gpus_per_node": "int", "mem_per_node": "memory",
                # job arrays (sweeps): indices 0 … max_array_size - 1 (Slurm's MaxArraySize,
                # PBS's max_array_size); a larger sweep is split into several arrays
@@ -57,6 +60,8 @@ class Limits:
     qos: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     constraints: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     required_directives: List[str] = field(default_factory=list)
+    #: Paths shared by every node although they look node-local (``[limits] shared_paths``).
+    shared_paths: List[str] = field(default_factory=list)
 
     def effective(self, *, partition: Optional[str], qos: Optional[str],
                   constraint: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, str]]:
@@ -64,7 +69,8 @@ class Limits:
         (``"site"``, ``"partition 'gpu'"``, …).
 
         Per-node sizes: a constraint's beat the partition's, which beat the base.
-        ``max_walltime`` and ``max_nodes``: the smallest of every table that applies.
+        ``max_walltime`` and ``max_nodes``: the smallest of every table that applies;
+        ``min_nodes``: the largest.
         """
         tables = [("site", self.base)]
         if partition in self.partitions:
@@ -80,6 +86,8 @@ class Limits:
                 if key in ("max_walltime", "max_nodes") and key in out:
                     if _limit_value(key, value) >= _limit_value(key, out[key]):
                         continue
+                if key == "min_nodes" and key in out and value <= out[key]:
+                    continue
                 out[key] = value
                 source[key] = where
         return out, source
@@ -199,6 +207,13 @@ def _parse_limits(table: Any, err) -> Limits:
                 if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                     raise err(f"{where}.{k}", "expected an array of directive names")
                 continue
+            if k == "shared_paths" and allow_required:
+                if not isinstance(v, list) or not all(isinstance(x, str) and x.startswith("/")
+                                                      for x in v):
+                    raise err(f"{where}.{k}", f"expected an array of absolute paths, got {v!r}",
+                              'e.g. shared_paths = ["/tmp"] where /tmp is one filesystem '
+                              "for every node")
+                continue
             if k in _SELECTORS and allow_required:
                 continue
             kind = _LIMIT_KEYS.get(k)
@@ -217,7 +232,8 @@ def _parse_limits(table: Any, err) -> Limits:
         return out
 
     limits = Limits(base=one("limits", table, True),
-                    required_directives=list(table.get("required_directives", [])))
+                    required_directives=list(table.get("required_directives", [])),
+                    shared_paths=list(table.get("shared_paths", [])))
     for selector in _SELECTORS:
         group = table.get(selector, {})
         if not isinstance(group, dict):
@@ -278,6 +294,10 @@ def check_limits(spec) -> None:
     if "max_nodes" in limits and limits["max_nodes"] and nodes > limits["max_nodes"]:
         raise fail(nodes_key, f"{nodes} nodes requested, {of('max_nodes')} allows at most "
                    f"{limits['max_nodes']}", "use fewer nodes")
+    if limits.get("min_nodes") and nodes < limits["min_nodes"]:
+        raise fail(nodes_key, f"{nodes} node(s) requested, but {of('min_nodes')} takes jobs "
+                   f"of {limits['min_nodes']} nodes or more",
+                   "ask for more nodes, or pick a queue/partition for small jobs")
     gpus = scaling.gpus_each * per_node
     if "gpus_per_node" in limits:
         have = limits["gpus_per_node"]

@@ -217,6 +217,9 @@ class DataParallelTrainer:
         from .backends import check_installed
 
         check_installed(self._backend_name)  # before anything is written, not after every rank failed
+        from ._internal.storage_checks import ensure_storage_dir
+
+        ensure_storage_dir(os.path.dirname(self.run_path), spec)
         run = RunDir(self.run_path)
         os.makedirs(run.internal_dir, exist_ok=True)
         with run.exclusive():  # refuse a second live run of this directory before touching it

@@ -1,0 +1,142 @@
+"""Everyday operations as a user meets them on the command line (issue 17): bad input
+without tracebacks, user defaults, `hpctrain list`, the shared-filesystem rule, logging,
+resuming a run with a changed spec. Real `hpctrain` processes, real files and pipes."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from helpers import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TRAIN = textwrap.dedent('''
+    import os, tempfile
+    import hpctrain
+    from hpctrain import Checkpoint
+
+    def train(config):
+        start = 0
+        ckpt = hpctrain.get_checkpoint()
+        if ckpt:
+            with ckpt.as_directory() as d:
+                start = int(open(os.path.join(d, "step")).read()) + 1
+        for step in range(start, start + config.get("steps", 2)):
+            with tempfile.TemporaryDirectory() as d:
+                open(os.path.join(d, "step"), "w").write(str(step))
+                hpctrain.report({"loss": 1.0 / (step + 1), "step": step},
+                                checkpoint=Checkpoint.from_directory(d))
+    ''')
+
+
+def job(tmp_path, storage, name="r1", extra="", file="job.toml"):
+    """A one-worker job file (torch backend on CPU) running ``TRAIN``."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    path = tmp_path / file
+    path.write_text(f'[job]\nentrypoint = "train.py:train"\n[run]\nname = "{name}"\n'
+                    f'storage_path = "{storage}"\n[scaling]\nnum_workers = 1\n'
+                    + textwrap.dedent(extra))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """The storage path of one real finished run, ``r1`` (two reports, two checkpoints)."""
+    tmp = tmp_path_factory.mktemp("finished")
+    storage = str(tmp / "runs")
+    cli("run", job(tmp, storage))
+    return storage
+
+
+# --------------------------------------------------------------------------- a. bad input
+def test_a_file_as_storage_path_exits_2_with_a_hint(tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a directory")
+    p = cli("run", job(tmp_path, str(blocker / "runs")), check=False)
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr
+    assert (f"job.toml: run.storage_path: {blocker}/runs cannot hold run directories: "
+            f"{blocker} is a file, not a directory") in p.stderr
+    assert "HINT: give a directory you can write" in p.stderr
+    assert blocker.read_text() == "not a directory"
+
+
+def test_an_uncreatable_storage_path_exits_2_with_a_hint(tmp_path):
+    # /proc refuses new directories even to root: an unwritable place on any machine
+    p = cli("run", job(tmp_path, "/proc/hpctrain-runs"), check=False)
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr
+    assert "run.storage_path: cannot create /proc/hpctrain-runs: " in p.stderr
+    assert "HINT: " in p.stderr
+
+
+def test_the_default_storage_path_is_blamed_when_unusable(tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    body = '[job]\nentrypoint = "train.py:train"\n[scaling]\nnum_workers = 1\n'
+    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "job.toml").write_text(body)
+    env = dict(os.environ, HPCTRAIN_STORAGE_PATH=str(blocker))
+    p = cli("run", str(tmp_path / "job.toml"), check=False, env=env)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert "the default storage path ($HPCTRAIN_STORAGE_PATH" in p.stderr
+    assert f"{blocker} is a file, not a directory" in p.stderr
+
+
+def _into_closed_pipe(*args):
+    """Run ``hpctrain ARGS`` with stdout a real pipe whose reading end is already closed
+    (as after ``| head -1`` has read its line and exited)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-m", "hpctrain.cli", *args], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("command", [["results", "{run}"], ["status", "{run}"],
+                                     ["list", "{storage}"], ["sites"]])
+def test_a_closed_pipe_is_not_a_traceback(finished, command):
+    args = [a.format(run=os.path.join(finished, "r1"), storage=finished) for a in command]
+    p = _into_closed_pipe(*args)
+    assert "BrokenPipeError" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "Exception ignored" not in p.stderr, p.stderr
+    assert p.returncode == 1
+
+
+def test_head_reads_the_first_line_quietly(finished):
+    """The shell pipeline itself: `hpctrain results RUN | head -1`."""
+    p = subprocess.run(f"{sys.executable} -m hpctrain.cli results {finished}/r1 | head -1",
+                       shell=True, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stdout.splitlines()) == 1
+
+
+def test_hpctrain_data_without_numpy_says_what_to_install():
+    code = ("import sys, hpctrain\n"
+            "sys.modules['numpy'] = None  # importing it now fails\n"
+            "try:\n"
+            "    import hpctrain.data\n"
+            "except hpctrain.MissingFrameworkError as e:\n"
+            "    print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "hpctrain.data needs NumPy, which is not importable here" in p.stdout
+    assert "HINT: pip install 'hpctrain[data]' (numpy and h5py)" in p.stdout
+
+
+def test_a_job_with_datasets_without_numpy_exits_2(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    jobfile = tmp_path / "job.toml"
+    jobfile.write_text('[job]\nentrypoint = "train.py:train"\n'
+                       '[datasets]\ntrain = "train.h5:x"\n')
+    code = ("import sys\nsys.modules['numpy'] = None\n"
+            "from hpctrain.cli import main\n"
+            f"main(['validate', {str(jobfile)!r}])\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert "hpctrain.data needs NumPy" in p.stderr and "HINT: pip install" in p.stderr
