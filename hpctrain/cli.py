@@ -352,13 +352,19 @@ def _refuse_sweep(spec) -> None:
 def cmd_sites(args) -> int:
     from .sites import available_sites, load_site, search_path
 
+    from .userconfig import config_path, load_user_defaults
+
+    user = load_user_defaults()
     if args.name:
         site = load_site(args.name)
         with open(site.path) as f:
             sys.stdout.write(f.read())
         print(f"# {site.path}", file=sys.stderr)
+        for key, value, source in _default_rows(user):
+            if key != "site" and source != "hpctrain's default":
+                print(f"# {key} = {value!r} from {source} (over this site's value)",
+                      file=sys.stderr)
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title="hpctrain sites", title_justify="left")
@@ -370,9 +376,41 @@ def cmd_sites(args) -> int:
             t.add_row(name, site.scheduler, site.description, path)
         except ConfigError as e:
             t.add_row(name, "?", f"[red]invalid[/red]: {e}", path)
-    Console().print(t)
+    console = _console()
+    console.print(t)
     print("search path: " + os.pathsep.join(search_path()))
+    d = Table(title="your defaults (a job file's own values and --site/--set win over them)",
+              title_justify="left")
+    for col in ("key", "value", "from"):
+        d.add_column(col)
+    for row in _default_rows(user):
+        d.add_row(*row)
+    console.print(d)
+    path = config_path()
+    print(f"user config: {path}" + ("" if os.path.exists(path) else " (none)"))
     return 0
+
+
+def _console():
+    """A rich console; when piped, wide enough that no path is wrapped."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=500)
+
+
+def _default_rows(user) -> List[tuple]:
+    """``(key, value, where it came from)`` of each user default."""
+    from .config import default_storage_path
+
+    rows = []
+    for key in ("site", "account", "storage_path"):
+        if key in user.values:
+            rows.append((key, user.values[key], user.sources[key]))
+        elif key == "storage_path":
+            rows.append((key, default_storage_path(), "hpctrain's default"))
+        else:
+            rows.append((key, "(none)", "not set"))
+    return rows
 
 
 def cmd_validate(args) -> int:

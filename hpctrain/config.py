@@ -16,8 +16,11 @@ DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 
 
 def default_storage_path() -> str:
-    """``$HPCTRAIN_STORAGE_PATH`` or ``~/hpctrain_results`` (Ray's ``~/ray_results``)."""
-    return os.environ.get(DEFAULT_STORAGE_ENV) or os.path.join(
+    """``$HPCTRAIN_STORAGE_PATH``, the user config's ``storage_path``
+    (:mod:`hpctrain.userconfig`) or ``~/hpctrain_results`` (Ray's ``~/ray_results``)."""
+    from .userconfig import default_storage_path as user_default
+
+    return os.environ.get(DEFAULT_STORAGE_ENV) or user_default() or os.path.join(
         os.path.expanduser("~"), "hpctrain_results"
     )
 

@@ -132,6 +132,9 @@ class DataParallelTrainer:
 
             site = load_site(self.site, key="site", file="TorchTrainer(site=...)")
             layers.append((site.layer, site.path))
+        from .userconfig import load_user_defaults
+
+        layers.extend(load_user_defaults().layer(storage=False))  # the user's account
         if self._spec_layer:
             layers.append((self._spec_layer, os.path.join(self.run_path, "spec.toml")))
         data = spec.to_toml_dict()

@@ -140,3 +140,105 @@ def test_a_job_with_datasets_without_numpy_exits_2(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert "hpctrain.data needs NumPy" in p.stderr and "HINT: pip install" in p.stderr
+
+
+# --------------------------------------------------------------------------- b. user defaults
+def user_env(tmp_path, config: str = None, **variables):
+    """The environment of a user whose ``~/.config/hpctrain/config.toml`` holds ``config``
+    (through XDG_CONFIG_HOME, as the XDG spec says)."""
+    xdg = tmp_path / "xdg"
+    (xdg / "hpctrain").mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        (xdg / "hpctrain" / "config.toml").write_text(textwrap.dedent(config))
+    env = dict(os.environ, XDG_CONFIG_HOME=str(xdg))
+    env.pop("HPCTRAIN_SITE", None)
+    env.pop("HPCTRAIN_STORAGE_PATH", None)
+    env.update(variables)
+    return env, str(xdg / "hpctrain" / "config.toml")
+
+
+def sbatch_lines(script):
+    return [l[len("#SBATCH "):] for l in script.splitlines() if l.startswith("#SBATCH ")]
+
+
+def test_user_config_gives_the_site_and_account_of_a_job_without_them(tmp_path):
+    env, _ = user_env(tmp_path, 'site = "test-cluster"\naccount = "proj42"\n')
+    jobfile = job(tmp_path, str(tmp_path / "runs"))
+    lines = sbatch_lines(cli("render", jobfile, env=env).stdout)
+    assert "--partition=debug" in lines          # test-cluster's partition
+    assert "--account=proj42" in lines
+    # the job file's own account wins; --set wins over both
+    jobfile = job(tmp_path, str(tmp_path / "runs"), extra='[scheduler]\naccount = "mine"\n')
+    assert "--account=mine" in sbatch_lines(cli("render", jobfile, env=env).stdout)
+    out = cli("render", jobfile, "--set", "scheduler.account=cli", env=env).stdout
+    assert "--account=cli" in sbatch_lines(out)
+
+
+def test_site_precedence_cli_then_job_then_variable_then_user_config(tmp_path):
+    env, _ = user_env(tmp_path, 'site = "generic-pbs"\n', HPCTRAIN_SITE="test-cluster")
+    plain = job(tmp_path, str(tmp_path / "runs"))
+    # $HPCTRAIN_SITE beats the user config: a Slurm script
+    assert "#SBATCH --partition=debug" in cli("render", plain, env=env).stdout
+    # the job file's site beats $HPCTRAIN_SITE
+    pbs_job = job(tmp_path, str(tmp_path / "runs"), file="pbs.toml")
+    open(pbs_job, "r+").write('site = "generic-pbs"\n' + open(pbs_job).read())
+    assert "#PBS " in cli("render", pbs_job, env=env).stdout
+    # --site beats everything
+    assert "#SBATCH " in cli("render", pbs_job, "--site", "test-cluster", env=env).stdout
+    # without the variable, the user config's site
+    env.pop("HPCTRAIN_SITE")
+    assert "#PBS " in cli("render", plain, env=env).stdout
+
+
+def test_user_config_storage_path_and_the_variable_over_it(tmp_path):
+    mine = tmp_path / "mine"
+    env, _ = user_env(tmp_path, f'storage_path = "{mine}"\n')
+    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "job.toml").write_text('[job]\nentrypoint = "train.py:train"\n'
+                                       '[run]\nname = "u1"\n')
+    p = cli("run", str(tmp_path / "job.toml"), env=env)
+    assert f"run FINISHED: {mine}/u1" in p.stdout
+    assert os.path.isdir(mine / "u1" / "checkpoints" / "checkpoint_000001")
+    # the run name resolves under it
+    assert "FINISHED" in cli("results", "u1", env=env).stdout
+    env["HPCTRAIN_STORAGE_PATH"] = str(tmp_path / "var")
+    out = cli("validate", str(tmp_path / "job.toml"), env=env).stdout
+    assert "storage_path =" not in out  # the variable is the default: nothing written in the spec
+    assert f"{tmp_path}/var" in cli("sites", env=env).stdout
+
+
+@pytest.mark.parametrize("config, expected", [
+    pytest.param('acount = "p1"\n', ["acount: unknown key in the user config",
+                                     "HINT: did you mean 'account'? valid keys: site, "
+                                     "account, storage_path"], id="unknown-key"),
+    pytest.param('account = 5\n', ["account: expected a non-empty string, got 5 (integer)",
+                                   'HINT: e.g. account = "m1234"'], id="wrong-type"),
+    pytest.param('site = "perlmuter"\n', ["site: unknown site 'perlmuter'",
+                                          "did you mean 'perlmutter'?"], id="unknown-site"),
+    pytest.param('storage_path = "runs"\n', ["storage_path: expected an absolute path"],
+                 id="relative-storage"),
+    pytest.param('site = "x\n', ["invalid TOML at line 1"], id="malformed"),
+])
+def test_a_bad_user_config_is_named_with_its_key(tmp_path, config, expected):
+    env, path = user_env(tmp_path, config)
+    for args in (["render", job(tmp_path, str(tmp_path / "runs"))], ["sites"]):
+        p = cli(*args, env=env, check=False)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert f"hpctrain: error: {path}: " in p.stderr
+        for text in expected:
+            assert text in p.stderr
+
+
+def test_sites_shows_where_each_default_comes_from(tmp_path):
+    env, path = user_env(tmp_path, 'site = "perlmutter"\naccount = "m1234"\n',
+                         HPCTRAIN_SITE="polaris")
+    out = cli("sites", env=env).stdout
+    rows = {l.split("│")[1].strip(): [c.strip() for c in l.split("│")[2:4]]
+            for l in out.splitlines() if l.count("│") == 4}
+    assert rows["site"] == ["polaris", "$HPCTRAIN_SITE"]
+    assert rows["account"] == ["m1234", path]
+    assert rows["storage_path"] == [os.path.expanduser("~/hpctrain_results"),
+                                    "hpctrain's default"]
+    assert f"user config: {path}\n" in out
+    shown = cli("sites", "polaris", env=env)
+    assert f"# account = 'm1234' from {path} (over this site's value)" in shown.stderr
