@@ -243,6 +243,42 @@ def _parse_limits(table: Any, err) -> Limits:
     return limits
 
 
+def derive_nodes(spec) -> None:
+    """Spread a GPU job over as many nodes as its GPUs need: ``num_workers = 8`` with one
+    GPU each on a site whose nodes have 4 GPUs becomes 2 nodes × 4 workers (as Ray places
+    8 one-GPU workers on two 4-GPU machines). Only when the job sets neither
+    ``num_nodes`` nor ``workers_per_node``; a count that does not fill whole nodes, or a
+    worker needing more GPUs than a node has, is an error naming the key."""
+    site: Optional[Site] = spec.site_config
+    scaling = spec.scaling
+    if site is None or spec.scheduler.kind == "local" or scaling.num_nodes or \
+            scaling.workers_per_node or not scaling.gpus_each:
+        return
+    sched = spec.scheduler
+    limits, source = site.limits.effective(partition=sched.partition or sched.queue,
+                                           qos=sched.qos, constraint=sched.constraint)
+    have = limits.get("gpus_per_node")
+    if not have or scaling.gpus_each * scaling.num_workers <= have:
+        return  # CPU-only nodes (check_limits says so) or one node is enough
+    where = source.get("gpus_per_node", "site")
+    of = f"site {site.name!r}" if where == "site" else f"{where} of site {site.name!r}"
+    hint = ("set scaling.num_nodes and scaling.workers_per_node yourself; limits of "
+            f"{of} ({site.path})")
+    if scaling.gpus_each > have:
+        raise ConfigError(f"scaling.gpus_per_worker: each worker asks for "
+                          f"{scaling.gpus_each} GPUs but nodes of {of} have {have}",
+                          file=spec.where("scaling.gpus_per_worker"), hint=hint)
+    fit = have // scaling.gpus_each                    # workers one node can hold
+    nodes = -(-scaling.num_workers // fit)             # the fewest nodes that hold them
+    if scaling.num_workers % nodes:
+        raise ConfigError(
+            f"scaling.num_workers: {scaling.num_workers} workers × {scaling.gpus_each} GPU(s) "
+            f"need {nodes} nodes of {have} GPUs ({of}), but do not spread evenly over "
+            f"{nodes} nodes", file=spec.where("scaling.num_workers"),
+            hint=f"use a multiple of {nodes} workers (up to {nodes * fit}), or " + hint)
+    scaling.workers_per_node = scaling.num_workers // nodes
+
+
 def check_limits(spec) -> None:
     """Refuse a request the site cannot run, before anything is written or submitted:
     a walltime over the limit, too many nodes, GPUs on a CPU partition, more GPUs, CPUs

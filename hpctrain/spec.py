@@ -812,6 +812,9 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
         raise ConfigError('job.entrypoint: missing; expected "module:function" or '
                           '"file.py:function"', file=_Ctx(path, origins).where("job.entrypoint"),
                           hint='add  [job]  entrypoint = "train.py:train_func"')
+    from .sites import derive_nodes
+
+    derive_nodes(spec)
     if check_limits:
         from .sites import check_limits as _check_limits
 

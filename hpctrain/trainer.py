@@ -149,6 +149,10 @@ class DataParallelTrainer:
         resolved = spec_from_dict(merged, file="the trainer's configs", origins=origins)
         resolved.entrypoint = spec.entrypoint
         resolved.site_config = site
+        if site is not None:
+            from .sites import derive_nodes
+
+            derive_nodes(resolved)
         # the Python objects stay authoritative for what the workers run
         resolved.run = self.run_config
         return resolved
