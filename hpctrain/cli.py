@@ -4,14 +4,15 @@
     hpctrain validate job.toml [--site S] [--set ...]          check a job file, run nothing
     hpctrain render job.toml [--site S] [--set ...]            print the batch script
     hpctrain submit job.toml [--site S] [--set ...] [--follow] submit it (Slurm, PBS)
-    hpctrain status RUN [--follow]                             run and job state
+    hpctrain status RUN|SWEEP_DIR [--follow]                   run and job state
     hpctrain logs RUN [--rank R] [--follow]                    a rank's output
     hpctrain cancel RUN                                        cancel the run's job
     hpctrain results RUN                                       metrics, checkpoints, attempts
-    hpctrain plot RUN [RUN...] --metric loss [-o loss.png]     metric curves, runs compared
+    hpctrain plot RUN|SWEEP_DIR... --metric loss [-o loss.png] metric curves, runs compared
     hpctrain sweep job.toml [--site S] [--set ...] [--follow]  a [sweep]: trials here or as job arrays
     hpctrain results SWEEP_DIR                                 the sweep's trials, ranked
-    hpctrain sites [NAME]                                      known site configs
+    hpctrain list [STORAGE_PATH]                               runs and sweeps, with status
+    hpctrain sites [NAME]                                      known site configs, your defaults
 
 RUN is a run directory, or a run name under $HPCTRAIN_STORAGE_PATH (~/hpctrain_results).
 Exit codes: 0 success, 1 the training failed, 2 bad input (nothing was started or
@@ -133,6 +134,14 @@ def _parser() -> argparse.ArgumentParser:
                           "detaches)")
     swp.add_argument("--retry-failed", action="store_true",
                      help="also run again the trials that failed")
+    lst = sub.add_parser("list", help="the runs and sweeps under a storage path",
+                         description="List the runs and sweeps under a storage path, newest "
+                                     "first, with their status and last iteration (a table "
+                                     "on a terminal; tab-separated name, kind, status, "
+                                     "iteration, updated, path when piped).")
+    lst.add_argument("storage", nargs="?", default=None, metavar="STORAGE_PATH",
+                     help="default: $HPCTRAIN_STORAGE_PATH, the user config's storage_path, "
+                          "or ~/hpctrain_results")
     sit = sub.add_parser("sites", help="list the site configs hpctrain knows",
                          description="List site configs (package, /etc/hpctrain/sites, "
                                      "$HPCTRAIN_SITE_PATH), or show one.")
@@ -232,12 +241,37 @@ def _outcome(get_result, run_path: str, lead: str = "") -> int:
     return 0
 
 
+def cmd_list(args) -> int:
+    from ._internal.listing import print_listing
+    from .config import default_storage_path
+
+    storage = os.path.abspath(os.path.expanduser(args.storage or default_storage_path()))
+    return print_listing(storage)
+
+
+def _sweep_status(path: str, follow: bool) -> int:
+    """``hpctrain status SWEEP_DIR``: every trial's status (``--follow``: until the
+    sweep's trials ended)."""
+    from .tune.cli import print_results as print_sweep
+
+    if follow:
+        from .tune._sweep import SweepDir, follow as follow_sweep
+
+        follow_sweep(SweepDir(path))
+        return print_sweep(path, final=True)
+    return print_sweep(path)
+
+
 def cmd_status(args) -> int:
     from ._internal import submission
     from .schedulers import get_scheduler
+    from .tune.cli import sweep_dir_of
 
     from ._internal import report
 
+    sweep = sweep_dir_of(args.run)
+    if sweep is not None:
+        return _sweep_status(sweep, args.follow)
     run = submission.resolve_run(args.run)
     if args.follow:
         if submission.last_job(run) is None and run.exists():  # a run started here
@@ -462,6 +496,7 @@ def cmd_plot(args) -> int:
     from ._internal.report import plot_runs
 
     output = args.output or f"{args.metric[0].replace('/', '_')}.png"
+    args.runs = _runs_of(args.runs)
     drawn = plot_runs(args.runs, args.metric, output, x=args.x)
     for metric, runs in drawn.items():
         print(f"{metric}: {', '.join(runs)}")
@@ -485,6 +520,25 @@ def _stdout_closed() -> int:
     return 1
 
 
+def _runs_of(names: List[str]) -> List[str]:
+    """Run names or directories, each sweep directory among them replaced by its trials'
+    run directories."""
+    from ._internal.storage import RunDir
+    from .tune._sweep import SweepDir
+    from .tune.cli import sweep_dir_of
+
+    out: List[str] = []
+    for name in names:
+        sweep = sweep_dir_of(name)
+        if sweep is None:
+            out.append(name)
+            continue
+        trials = [SweepDir(sweep).trial_path(t["index"])
+                  for t in SweepDir(sweep).read().get("trials", [])]
+        out += [t for t in trials if RunDir(t).exists()]
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -498,7 +552,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     handler = {"run": cmd_run, "validate": cmd_validate, "results": cmd_results,
                "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
                "logs": cmd_logs, "cancel": cmd_cancel, "sites": cmd_sites,
-               "plot": cmd_plot, "sweep": cmd_sweep}[args.command]
+               "plot": cmd_plot, "sweep": cmd_sweep, "list": cmd_list}[args.command]
     try:
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not while Python exits

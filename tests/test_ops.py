@@ -44,10 +44,15 @@ def job(tmp_path, storage, name="r1", extra="", file="job.toml"):
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """The storage path of one real finished run, ``r1`` (two reports, two checkpoints)."""
+    """The storage path of one real finished run, ``r1`` (two reports, two checkpoints),
+    and of a finished sweep ``sw`` of two trials (1 and 2 reports)."""
     tmp = tmp_path_factory.mktemp("finished")
     storage = str(tmp / "runs")
     cli("run", job(tmp, storage))
+    sweep = job(tmp, storage, name="sw", file="sweep.toml", extra=(
+        '[sweep]\nmetric = "loss"\nmode = "min"\nmax_concurrent_trials = 1\n'
+        '[sweep.param_space]\nsteps = {grid_search = [1, 2]}\n'))
+    cli("sweep", sweep)
     return storage
 
 
@@ -242,3 +247,58 @@ def test_sites_shows_where_each_default_comes_from(tmp_path):
     assert f"user config: {path}\n" in out
     shown = cli("sites", "polaris", env=env)
     assert f"# account = 'm1234' from {path} (over this site's value)" in shown.stderr
+
+
+# --------------------------------------------------------------------------- d. list, sweeps
+def test_list_shows_runs_and_sweeps_with_status(finished):
+    p = cli("list", finished)  # stdout is a pipe here: plain, tab-separated
+    rows = [l.split("\t") for l in p.stdout.splitlines()]
+    assert {r[0]: r[1:4] for r in rows} == {"r1": ["run", "FINISHED", "2"],
+                                           "sw": ["sweep", "2 trials: 2 finished", "-"]}
+    assert {r[0]: r[5] for r in rows} == {"r1": os.path.join(finished, "r1"),
+                                          "sw": os.path.join(finished, "sw")}
+
+
+def test_list_on_a_terminal_is_a_table(finished):
+    """Under a pseudo-terminal (as in a shell), a rich table with a title."""
+    import pty
+
+    out = []
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: hpctrain list, its stdout the terminal
+        os.execvpe(sys.executable, [sys.executable, "-m", "hpctrain.cli", "list", finished],
+                   dict(os.environ, COLUMNS="200"))
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out.append(chunk.decode(errors="replace"))
+    os.waitpid(pid, 0)
+    text = "".join(out)
+    assert f"{finished}: 2 runs and sweeps" in text
+    assert "FINISHED" in text and "2 trials: 2 finished" in text and "\t" not in text
+
+
+def test_list_defaults_to_the_default_storage_path(finished, tmp_path):
+    env = dict(os.environ, HPCTRAIN_STORAGE_PATH=finished)
+    names = [l.split("\t")[0] for l in cli("list", env=env).stdout.splitlines()]
+    assert sorted(names) == ["r1", "sw"]
+    p = cli("list", str(tmp_path / "nothing"), check=False)
+    assert p.returncode == 2 and "no such directory" in p.stderr and "HINT: " in p.stderr
+
+
+def test_status_of_a_sweep_directory_lists_its_trials(finished):
+    out = cli("status", os.path.join(finished, "sw")).stdout
+    assert "sw  2 trials: 2 finished, 0 failed, 0 unfinished  ranked by loss (min)" in out
+    assert "trial_00000" in out and "trial_00001" in out
+
+
+def test_plot_of_a_sweep_directory_draws_every_trial(finished, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "loss.png"
+    p = cli("plot", os.path.join(finished, "sw"), "--metric", "loss", "-o", str(out))
+    assert "loss: trial_00000, trial_00001" in p.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
