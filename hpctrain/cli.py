@@ -199,6 +199,9 @@ def cmd_submit(args) -> int:
     trainer.check_datasets()
     rerender = _rerender_command(args, trainer.run_name)
     if args.dry_run:
+        from ._internal.storage_checks import check_shared_storage
+
+        check_shared_storage(spec, trainer.run_path)
         request, script = submission.render(trainer, spec, rerender)
         sys.stdout.write(script)
         cmd = "sbatch" if request.scheduler.name == "slurm" else "qsub"

@@ -302,3 +302,66 @@ def test_plot_of_a_sweep_directory_draws_every_trial(finished, tmp_path):
     p = cli("plot", os.path.join(finished, "sw"), "--metric", "loss", "-o", str(out))
     assert "loss: trial_00000, trial_00001" in p.stdout
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------- e. shared storage
+TWO_NODES = 'num_nodes = 2\nworkers_per_node = 1\n[scheduler]\ntime = "00:05:00"\n'
+
+
+def test_a_multi_node_job_with_storage_under_tmp_is_refused(tmp_path):
+    storage = tmp_path / "runs"
+    jobfile = job(tmp_path, str(storage), extra=TWO_NODES)
+    for extra in ([], ["--dry-run"]):
+        p = cli("submit", jobfile, "--site", "generic-slurm", *extra, check=False)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert (f"job.toml: run.storage_path: a job on 2 nodes needs its run directory on a "
+                f"filesystem every node sees, but {storage}/r1 is not: it is under /tmp, "
+                "which is local to each node") in p.stderr
+        assert "HINT: put run.storage_path on a filesystem every node mounts" in p.stderr
+        assert "list it in [limits] shared_paths of " in p.stderr
+        assert not storage.exists()  # nothing created, nothing submitted
+    # one node: the same storage is fine (the script is printed)
+    p = cli("submit", jobfile, "--site", "generic-slurm", "--dry-run",
+            "--set", "scaling.num_nodes=1")
+    assert p.stdout.startswith("#!/bin/bash")
+
+
+def test_a_site_declares_its_local_looking_paths_shared(tmp_path):
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "tmp-shared.toml").write_text(
+        '[site]\nscheduler = "slurm"\n[limits]\nshared_paths = ["/tmp"]\n')
+    env = dict(os.environ, HPCTRAIN_SITE_PATH=str(sites))
+    jobfile = job(tmp_path, str(tmp_path / "runs"), extra=TWO_NODES)
+    p = cli("submit", jobfile, "--site", "tmp-shared", "--dry-run", env=env)
+    assert "#SBATCH --nodes=2" in p.stdout
+    # the test cluster's site does so for every path (its nodes are one host)
+    p = cli("submit", jobfile, "--site", "test-cluster", "--dry-run")
+    assert "#SBATCH --nodes=2" in p.stdout
+    (sites / "bad.toml").write_text('[site]\nscheduler = "slurm"\n[limits]\nshared_paths = "/tmp"\n')
+    p = cli("submit", jobfile, "--site", "bad", "--dry-run", env=env, check=False)
+    assert p.returncode == 2
+    assert "bad.toml: limits.shared_paths: expected an array of absolute paths, got '/tmp'" \
+        in p.stderr
+
+
+def test_a_tmpfs_outside_tmp_is_found_by_its_filesystem_type(tmp_path):
+    import uuid
+
+    point = f"/srv/hpctrain-tmpfs-{uuid.uuid4().hex[:8]}"
+    os.makedirs(point)
+    try:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", point],
+                                 capture_output=True, text=True)
+        if mounted.returncode != 0:
+            pytest.skip(f"a tmpfs could not be mounted (needs root): {mounted.stderr.strip()}")
+        try:
+            jobfile = job(tmp_path, f"{point}/runs", extra=TWO_NODES)
+            p = cli("submit", jobfile, "--site", "generic-slurm", "--dry-run", check=False)
+            assert p.returncode == 2, p.stderr
+            assert (f"but {point}/runs/r1 is not: it is on a tmpfs filesystem (mounted at "
+                    f"{point}), which is local to each node") in p.stderr
+        finally:
+            subprocess.run(["umount", "-l", point])
+    finally:
+        os.rmdir(point)
