@@ -38,7 +38,10 @@ _LIMIT_KEYS = {"max_walltime": "walltime", "max_nodes": "int", "min_nodes": "int
                "gpus_per_node": "int", "mem_per_node": "memory",
                # job arrays (sweeps): indices 0 … max_array_size - 1 (Slurm's MaxArraySize,
                # PBS's max_array_size); a larger sweep is split into several arrays
-               "max_array_size": "int"}
+               "max_array_size": "int",
+               # the scheduler.account a job must give, e.g. "<project>@h100" (Jean Zay):
+               # <word> stands for letters, digits, '_', '-' and '.'; the rest is literal
+               "account_form": "form"}
 _SELECTORS = ("partitions", "qos", "constraints")
 #: Job-spec sections a site may set (not the entry point, the run's name or its config).
 SITE_SECTIONS = ("scheduler", "scaling", "env", "setup", "run", "checkpoint", "failure",
@@ -223,6 +226,10 @@ def _parse_limits(table: Any, err) -> Limits:
             if kind == "int":
                 if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                     raise err(f"{where}.{k}", f"expected an integer ≥ 0, got {v!r}")
+            elif kind == "form":
+                if not isinstance(v, str) or not v.strip():
+                    raise err(f"{where}.{k}", f"expected a string such as "
+                              f"\"<project>@h100\", got {v!r}")
             else:
                 try:
                     (parse_walltime if kind == "walltime" else parse_memory)(v)
@@ -360,6 +367,9 @@ def check_limits(spec) -> None:
                        f"{per_node} workers × {scaling.mem_per_worker} is more than the "
                        f"{limits['mem_per_node']} of a node of {of('mem_per_node')}",
                        "ask for less memory")
+    form = limits.get("account_form")
+    if form:
+        _check_account(spec, form, of("account_form"), ref)
     for name in lim.required_directives:
         if sched.directives.get(name) in (None, ""):
             raise ConfigError(
@@ -367,3 +377,29 @@ def check_limits(spec) -> None:
                 file=spec.where(f"scheduler.directives.{name}"),
                 hint=f"set it in the job file, e.g. [scheduler.directives] {name} = \"...\" "
                      f"(see {site.docs or site.path})")
+
+
+def account_regex(form: str) -> "re.Pattern[str]":
+    """``"<project>@h100"`` → a pattern matching ``abc@h100``, not ``abc@v100``.
+
+    >>> bool(account_regex("<project>@h100").fullmatch("xyz1@h100"))
+    True
+    >>> bool(account_regex("<project>@h100").fullmatch("xyz1"))
+    False
+    """
+    parts = re.split(r"<[^<>]*>", form)
+    return re.compile(r"[A-Za-z0-9_.-]+".join(re.escape(p) for p in parts))
+
+
+def _check_account(spec, form: str, of: str, ref: str) -> None:
+    account = spec.scheduler.account
+    if account is None:
+        raise ConfigError(f"scheduler.account: {of} requires an account of the form {form}",
+                          file=spec.where("scheduler.account") or spec.source,
+                          hint=f"--set scheduler.account={form}, or account = \"...\" in "
+                               f"your user config (`hpctrain sites` shows it); limits of {ref}")
+    if not account_regex(form).fullmatch(account):
+        raise ConfigError(f"scheduler.account: {account!r} is not of the form {form} that "
+                          f"{of} requires", file=spec.where("scheduler.account"),
+                          hint=f"the project's account for this kind of node, e.g. "
+                               f"{form}; limits of {ref}")

@@ -108,3 +108,89 @@ def test_the_launch_line_comment_is_what_the_batch_step_runs(tmp_path):
     from hpctrain.schedulers import BatchRequest
 
     assert launch_comment(BatchRequest(spec, RUN).materialize()) == [" ".join(argv)]
+
+
+# --------------------------------------------------------------------------- site facts
+def exports(script: str) -> dict:
+    return dict(l[len("export "):].split("=", 1) for l in script.splitlines()
+                if l.startswith("export ") and not l.startswith("export HPCTRAIN_JOB_STARTED"))
+
+
+def test_jean_zay_h100_jobs_get_24_cpus_per_task_and_an_h100_account(tmp_path):
+    body = '[scheduler]\naccount = "abc@h100"\n[scaling]\nnum_workers = 4\nuse_gpu = true\n'
+    script = render(tmp_path, body, site="jean-zay")
+    assert directives(script)[1:5] == ["--nodes=1", "--ntasks-per-node=4",
+                                       "--cpus-per-task=24", "--gpus-per-node=4"]
+    assert "--account=abc@h100" in directives(script)
+    assert "--cpus-per-task=24" in launch_comment(script)[0]
+
+
+@pytest.mark.parametrize("account, message", [
+    (None, "scheduler.account: constraint 'h100' requires an account of the form "
+           "<project>@h100"),
+    ('"abc@v100"', "scheduler.account: 'abc@v100' is not of the form <project>@h100 that "
+                   "constraint 'h100' requires"),
+    ('"abc"', "scheduler.account: 'abc' is not of the form <project>@h100 that "
+              "constraint 'h100' requires"),
+])
+def test_jean_zay_refuses_a_missing_or_wrong_account(tmp_path, account, message):
+    body = ("[scheduler]\n" + (f"account = {account}\n" if account else "")
+            + "[scaling]\nnum_workers = 4\nuse_gpu = true\n")
+    e = config_error(tmp_path, body, site="jean-zay")
+    assert e.message == message
+    assert "jean-zay.toml" in e.hint
+
+
+def test_jean_zay_v100_takes_a_v100_account(tmp_path):
+    body = ('[scheduler]\naccount = "abc@v100"\nconstraint = "v100-32g"\n'
+            '[scaling]\nnum_workers = 4\nuse_gpu = true\ncpus_per_worker = 10\n')
+    assert "--account=abc@v100" in directives(render(tmp_path, body, site="jean-zay"))
+
+
+def test_polaris_prod_refuses_jobs_below_its_node_minimum(tmp_path):
+    body = ('[scheduler]\naccount = "p1"\nqueue = "prod"\n'
+            '[scaling]\nnum_nodes = {n}\nworkers_per_node = 4\n')
+    e = config_error(tmp_path, body.format(n=2), site="polaris")
+    assert e.message == ("scaling.num_nodes: 2 node(s) requested, but partition 'prod' takes "
+                         "jobs of 10 nodes or more")
+    assert e.hint.startswith("ask for more nodes, or pick a queue/partition for small jobs")
+    assert "-l select=10:" in render(tmp_path, body.format(n=10), site="polaris")
+    # the debug queue (the site's default) takes 2
+    assert "-l select=2:" in render(tmp_path, body.format(n=2).replace('queue = "prod"\n', ""),
+                                    site="polaris")
+
+
+def test_juwels_rendezvous_goes_to_the_infiniband_hostname(tmp_path):
+    from hpctrain.cluster_env import worker_info_from_env
+
+    script = render(tmp_path, '[scheduler]\naccount = "p1"\n[scaling]\nnum_workers = 4\n'
+                    'use_gpu = true\n', site="juwels-booster")
+    env = {k: v.strip('"') for k, v in exports(script).items()}
+    assert env["HPCTRAIN_MASTER_ADDR_SUFFIX"] == "i"
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ib0"
+    # what a rank of that job computes from srun's variables and the exported ones
+    slurm = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "jwb[0097,0101]",
+             "SLURM_JOB_NODELIST": "jwb[0097,0101]", "SLURM_NTASKS": "8",
+             "SLURM_STEP_NUM_TASKS": "8", "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+             "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
+             "SLURM_NODEID": "1"}
+    info = worker_info_from_env({**slurm, **env}, hostname="jwb0101")
+    assert info.master_addr == "jwb0097i" and info.hosts == ("jwb0097", "jwb0101")
+    assert worker_info_from_env(slurm, hostname="jwb0101").master_addr == "jwb0097"
+
+
+@pytest.mark.parametrize("body, message", [
+    ('[limits]\nmin_nodes = -1\n', "limits.min_nodes: expected an integer ≥ 0, got -1"),
+    ('[limits]\naccount_form = 3\n', 'limits.account_form: expected a string such as '
+                                     '"<project>@h100", got 3'),
+])
+def test_new_site_keys_are_checked(tmp_path, monkeypatch, body, message):
+    from hpctrain.sites import load_site
+
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "mine.toml").write_text('[site]\nscheduler = "slurm"\n' + body)
+    monkeypatch.setenv("HPCTRAIN_SITE_PATH", str(sites))
+    with pytest.raises(ConfigError) as info:
+        load_site("mine")
+    assert info.value.message == message
