@@ -44,6 +44,12 @@ def _add_spec_args(p: argparse.ArgumentParser, site: bool = True) -> None:
                    help="override a spec value, e.g. --set scaling.num_workers=4 (repeatable)")
 
 
+def _add_force_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="continue an unfinished run of this name even though its scale, "
+                        "backend, datasets or [config] changed")
+
+
 def _add_run_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run directory, or a run name under $HPCTRAIN_STORAGE_PATH")
 
@@ -54,11 +60,17 @@ def _parser() -> argparse.ArgumentParser:
         description="Ray Train's ergonomics on Slurm and PBS clusters. "
                     "Docs: README.md; examples: examples/.")
     p.add_argument("--version", action="version", version=f"hpctrain {__version__}")
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true",
+                      help="only warnings and errors; no progress lines")
+    loud.add_argument("-v", "--verbose", action="count", default=0,
+                      help="more detail (hpctrain's debug messages; per-report progress)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="run a job spec here, with live progress",
                          description="Run the training a job spec describes on this machine "
                                      "(num_workers local processes) and print its result.")
     _add_spec_args(run, site=False)
+    _add_force_arg(run)
     val = sub.add_parser("validate", help="check a job spec; print the resolved spec",
                          description="Check a job spec (types, unknown keys, entry point) and "
                                      "print the resolved spec. Starts nothing.")
@@ -74,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
                                      "run directory, write job.sh and submit it. Prints the "
                                      "job id and the run directory.")
     _add_spec_args(smt)
+    _add_force_arg(smt)
     smt.add_argument("--dry-run", action="store_true",
                      help="print the script and the submit command; submit nothing")
     smt.add_argument("--follow", action="store_true",
@@ -180,6 +193,7 @@ def _batch_trainer(args):
                           hint="give a site (--site NAME, `hpctrain sites` lists them) or "
                                "--set scheduler.kind=slurm; `hpctrain run` runs here")
     trainer = trainer_from_spec(spec)
+    trainer._force_resume = getattr(args, "force", False)
     return spec, trainer
 
 
@@ -213,15 +227,20 @@ def cmd_submit(args) -> int:
     print(f"run directory: {sub.run_path}")
     print(f"  hpctrain status {sub.run_path} --follow")
     if args.follow:
-        return _follow(sub.run_path)
+        return _follow(sub.run_path, _verbosity(args))
     return 0
 
 
-def _follow(run_path: str) -> int:
+def _follow(run_path: str, verbose: int = 1) -> int:
     from ._internal import submission
 
-    status = submission.follow(run_path)
+    status = submission.follow(run_path, verbose=verbose)
     return _outcome(lambda: submission.result_of(run_path, status), run_path)
+
+
+def _verbosity(args) -> int:
+    """RunConfig.verbose for what a command follows: 0 with --quiet, 2 with -v, else 1."""
+    return 0 if getattr(args, "quiet", False) else 2 if getattr(args, "verbose", 0) else 1
 
 
 def _outcome(get_result, run_path: str, lead: str = "") -> int:
@@ -280,7 +299,7 @@ def cmd_status(args) -> int:
         if submission.last_job(run) is None and run.exists():  # a run started here
             status = report.follow_local(run)
             return 0 if status in ("FINISHED", "STOPPED") else 1
-        return _follow(run.path)
+        return _follow(run.path, _verbosity(args))
     state = run.read_state()
     print(f"run {run.name}: {state.get('status', 'UNKNOWN')}  ({run.path})")
     print(f"  attempts {len(state.get('attempts', []))}, failures {state.get('failures', 0)}"
@@ -467,6 +486,9 @@ def cmd_run(args) -> int:
     _refuse_sweep(spec)
     trainer = trainer_from_spec(spec)
     trainer._local_only = True  # `run` runs here, whatever scheduler the spec names
+    if args.quiet or args.verbose:  # what this command prints (RunConfig.verbose)
+        trainer.run_config.verbose = 0 if args.quiet else 2
+    trainer._force_resume = args.force
     return _outcome(trainer.fit, trainer.run_path, lead="\n")
 
 
@@ -548,6 +570,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.command is None:
         parser.print_help()
         sys.exit(2)
+    import logging
+
+    from ._internal.log import configure
+
+    configure(logging.WARNING if args.quiet else
+              logging.DEBUG if args.verbose else logging.INFO)
     if args.command in ("run", "sweep"):  # a warning while starting must not kill it
         from ._internal.recovery import catch_early_warnings
 

@@ -89,6 +89,7 @@ class DataParallelTrainer:
         self.site = site
         self._spec = None  # a JobSpec loaded from TOML (hpctrain submit): used as is
         self._local_only = False  # hpctrain run / the batch step: run here
+        self._force_resume = False  # hpctrain run/submit --force: continue a changed run
         self._spec_layer: Dict[str, Any] = {}  # [setup]/[env] of a restored batch run
         # extension points for the seed-era adapter
         self._per_rank_results = False
@@ -176,6 +177,11 @@ class DataParallelTrainer:
             raise ConfigError(
                 f"run.name: a finished run named {self.run_name!r} already exists at {run.path}",
                 hint="pick another name, or leave run.name unset for a fresh timestamped one")
+        if run.exists() and not self._run_path and not self._force_resume:
+            from ._internal.resume import check_resume
+
+            check_resume(run.path, run.spec_file, self.job_spec().to_toml_dict(),
+                         self.run_name)
         run.create()
         with open(run.spec_file, "w") as f:
             f.write(self.job_spec().to_toml())

@@ -25,6 +25,12 @@ TRAIN = textwrap.dedent('''
             with ckpt.as_directory() as d:
                 start = int(open(os.path.join(d, "step")).read()) + 1
         for step in range(start, start + config.get("steps", 2)):
+            if step == config.get("fail_at"):
+                raise RuntimeError(f"failing at step {step} on purpose")
+            marker = config.get("fail_once_marker")
+            if marker and not os.path.exists(marker):
+                open(marker, "w").close()
+                raise RuntimeError("failing once on purpose")
             with tempfile.TemporaryDirectory() as d:
                 open(os.path.join(d, "step"), "w").write(str(step))
                 hpctrain.report({"loss": 1.0 / (step + 1), "step": step},
@@ -365,3 +371,70 @@ def test_a_tmpfs_outside_tmp_is_found_by_its_filesystem_type(tmp_path):
             subprocess.run(["umount", "-l", point])
     finally:
         os.rmdir(point)
+
+
+# --------------------------------------------------------------------------- g. resume
+def test_continuing_a_run_with_a_changed_scale_or_config_asks_for_force(tmp_path):
+    storage = tmp_path / "runs"
+    jobfile = job(tmp_path, str(storage), name="grow", extra="[config]\nsteps = 3\nfail_at = 1\n")
+    first = cli("run", jobfile, check=False)
+    assert first.returncode == 1  # failed at step 1, with step 0's checkpoint committed
+    spec_before = (storage / "grow" / "spec.toml").read_text()
+    # a routine change (more retries) continues without --force
+    again = cli("run", jobfile, "--set", "failure.max_failures=0", check=False)
+    assert again.returncode == 1 and "different spec" not in again.stderr, again.stderr
+    # the config and the scale changed: refused, each change named, nothing touched
+    p = cli("run", jobfile, "--set", "config.fail_at=-1", "--set", "scaling.num_workers=2",
+            check=False)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert ("run.name: the run 'grow' at " + str(storage / "grow") + " would continue from "
+            "its checkpoints with a different spec (config.fail_at: 1 → -1; "
+            "scaling.num_workers: 1 → 2)") in p.stderr
+    assert "HINT: add --force to continue it so all the same" in p.stderr
+    assert (storage / "grow" / "spec.toml").read_text() == spec_before
+    # --force continues from the committed checkpoint: steps 1, 2, 3 follow step 0
+    forced = cli("run", jobfile, "--set", "config.fail_at=-1", "--force")
+    assert "run FINISHED" in forced.stdout
+    rows = [json.loads(l) for l in open(storage / "grow" / "result.json")]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+
+
+# --------------------------------------------------------------------------- f. logging
+def test_the_cli_shows_hpctrains_notes_and_quiet_hides_them(tmp_path):
+    extra = f'[failure]\nmax_failures = 1\n[config]\nfail_once_marker = "{tmp_path}/m1"\n'
+    p = cli("run", job(tmp_path, str(tmp_path / "runs"), name="loud", extra=extra))
+    assert "[hpctrain] rank 0 failed (" in p.stderr and "restarting the worker group" in p.stderr
+    assert "(rank 0) " in p.stdout + p.stderr  # the ranks' output, echoed (verbose = 1)
+    extra = extra.replace("m1", "m2")
+    q = cli("-q", "run", job(tmp_path, str(tmp_path / "runs"), name="quiet", extra=extra))
+    assert "restarting the worker group" not in q.stderr
+    assert "(rank 0) " not in q.stdout + q.stderr and "iter " not in q.stdout + q.stderr
+    assert "[hpctrain] run FINISHED" in q.stdout  # the outcome is still said
+
+
+def test_as_a_library_hpctrain_logs_through_logging(tmp_path):
+    """Quiet by default (INFO notes stay in the logger); the application turns them on."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    script = textwrap.dedent(f"""
+        import logging, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from train import train
+        from hpctrain import FailureConfig, RunConfig, ScalingConfig
+        from hpctrain.torch import TorchTrainer
+        if sys.argv[1] == "configured":
+            logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+        TorchTrainer(train, train_loop_config={{"fail_once_marker": sys.argv[2]}},
+                     scaling_config=ScalingConfig(num_workers=1),
+                     run_config=RunConfig(name=sys.argv[1], storage_path={str(tmp_path)!r},
+                                          verbose=0,
+                                          failure_config=FailureConfig(max_failures=1))).fit()
+        """)
+    (tmp_path / "lib.py").write_text(script)
+    runs = {}
+    for mode in ("default", "configured"):
+        runs[mode] = subprocess.run([sys.executable, str(tmp_path / "lib.py"), mode,
+                                     str(tmp_path / f"marker-{mode}")], capture_output=True,
+                                    text=True, timeout=180)
+        assert runs[mode].returncode == 0, runs[mode].stderr
+    assert "restarting the worker group" not in runs["default"].stderr
+    assert "hpctrain.supervisor INFO rank 0 failed (" in runs["configured"].stderr
