@@ -438,3 +438,14 @@ def test_as_a_library_hpctrain_logs_through_logging(tmp_path):
         assert runs[mode].returncode == 0, runs[mode].stderr
     assert "restarting the worker group" not in runs["default"].stderr
     assert "hpctrain.supervisor INFO rank 0 failed (" in runs["configured"].stderr
+
+
+def test_a_multi_node_sweep_with_storage_under_tmp_is_refused(tmp_path):
+    storage = tmp_path / "runs"
+    jobfile = job(tmp_path, str(storage), name="sw2", extra=TWO_NODES + (
+        '[sweep]\nmetric = "loss"\nmode = "min"\n'
+        '[sweep.param_space]\nsteps = {grid_search = [1, 2]}\n'))
+    p = cli("sweep", jobfile, "--site", "generic-slurm", check=False)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert f"but {storage}/sw2 is not: it is under /tmp" in p.stderr
+    assert not storage.exists()
