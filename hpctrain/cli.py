@@ -366,27 +366,24 @@ def cmd_logs(args) -> int:
 
 def cmd_cancel(args) -> int:
     from ._internal import submission
-    from .schedulers import get_scheduler
+    from .job import Job
 
     run = submission.resolve_run(args.run)
     job = submission.last_job(run)
     if job is None:
         raise ConfigError(f"{run.path} has no submitted job to cancel")
-    scheduler = get_scheduler(job["scheduler"])
-    js = scheduler.state(job["job_id"])
-    if js.done:
-        print(f"{job['scheduler']} job {job['job_id']} already ended ({js.state}); "
-              "nothing to cancel")
-        return 0
     try:
-        scheduler.cancel(job["job_id"])
+        cancelled = Job(run.path).cancel()
     except subprocess.CalledProcessError as e:
         raise ConfigError(f"cancelling {job['scheduler']} job {job['job_id']} failed: "
                           f"{(e.stderr or '').strip() or e}") from None
-    if run.read_state().get("status") == "REQUEUED":  # a chain that will not go on
-        with run.update_state() as s:
-            s["status"] = "STOPPED"
-            s["stopped_because"] = f"its queued job {job['job_id']} was cancelled"
+    if not cancelled:
+        from .schedulers import get_scheduler
+
+        js = get_scheduler(job["scheduler"]).state(job["job_id"])
+        print(f"{job['scheduler']} job {job['job_id']} already ended ({js.state}); "
+              "nothing to cancel")
+        return 0
     print(f"cancelled {job['scheduler']} job {job['job_id']}; committed checkpoints in "
           f"{run.checkpoints_dir} stay, and submitting the run again resumes it")
     return 0

@@ -240,6 +240,23 @@ class DataParallelTrainer:
             status = self._run_local(run)
         return result_or_raise(run.path, status)
 
+    def submit(self):
+        """Submit the run as a batch job and return at once: a :class:`~hpctrain.job.Job`
+        (``status()``, ``wait()``, ``result()``, ``cancel()``, as submitit's). Needs a
+        Slurm or PBS scheduler (``scheduler=``/``site=``); ``fit()`` submits and waits."""
+        spec = self.job_spec()
+        if spec.scheduler.kind == "local":
+            raise ConfigError("scheduler: submit() needs a batch scheduler, got \"local\"",
+                              hint='give scheduler="slurm"/"pbs" or site="NAME"; fit() runs '
+                                   "a local run here")
+        self.check_datasets()
+        from ._internal import submission
+        from .job import Job
+
+        sub = submission.submit(self, spec, rerender="(submitted from Python; "
+                                "`hpctrain render` renders job files)")
+        return Job(sub.run_path)
+
     def _fit_batch(self, spec) -> Result:
         """Submit the run as a batch job, follow it, return its Result. Ctrl-C detaches
         (the job runs on) and re-raises KeyboardInterrupt."""
