@@ -14,7 +14,9 @@
     hpctrain list [STORAGE_PATH]                               runs and sweeps, with status
     hpctrain sites [NAME]                                      known site configs, your defaults
 
-RUN is a run directory, or a run name under $HPCTRAIN_STORAGE_PATH (~/hpctrain_results).
+RUN is a run directory, or a run name under the default storage path ($HPCTRAIN_STORAGE_PATH,
+the user config's storage_path, ~/hpctrain_results). -q/--quiet and -v/--verbose (before or
+after the command) set how much hpctrain says; your defaults: ~/.config/hpctrain/config.toml.
 Exit codes: 0 success, 1 the training failed, 2 bad input (nothing was started or
 submitted), 75 stopped cleanly after the warning signal (time limit, preemption: continue
 it by running it again), 130 interrupted or detached.
@@ -54,34 +56,44 @@ def _add_run_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run directory, or a run name under $HPCTRAIN_STORAGE_PATH")
 
 
+def _add_loudness(p: argparse.ArgumentParser, default) -> None:
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true",
+                      default=False if default is None else default,
+                      help="only warnings and errors; no progress lines")
+    loud.add_argument("-v", "--verbose", action="count",
+                      default=0 if default is None else default,
+                      help="more detail (hpctrain's debug messages; per-report progress)")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hpctrain",
         description="Ray Train's ergonomics on Slurm and PBS clusters. "
                     "Docs: README.md; examples: examples/.")
     p.add_argument("--version", action="version", version=f"hpctrain {__version__}")
-    loud = p.add_mutually_exclusive_group()
-    loud.add_argument("-q", "--quiet", action="store_true",
-                      help="only warnings and errors; no progress lines")
-    loud.add_argument("-v", "--verbose", action="count", default=0,
-                      help="more detail (hpctrain's debug messages; per-report progress)")
+    _add_loudness(p, None)
+    # the same options after the command (`hpctrain run -q job.toml`); not given there,
+    # they leave the main parser's values alone
+    common = argparse.ArgumentParser(add_help=False)
+    _add_loudness(common, argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser("run", help="run a job spec here, with live progress",
+    run = sub.add_parser("run", parents=[common], help="run a job spec here, with live progress",
                          description="Run the training a job spec describes on this machine "
                                      "(num_workers local processes) and print its result.")
     _add_spec_args(run, site=False)
     _add_force_arg(run)
-    val = sub.add_parser("validate", help="check a job spec; print the resolved spec",
+    val = sub.add_parser("validate", parents=[common], help="check a job spec; print the resolved spec",
                          description="Check a job spec (types, unknown keys, entry point) and "
                                      "print the resolved spec. Starts nothing.")
     _add_spec_args(val)
-    ren = sub.add_parser("render", help="print the batch script of a job spec",
+    ren = sub.add_parser("render", parents=[common], help="print the batch script of a job spec",
                          description="Print the exact batch script `hpctrain submit` would "
                                      "submit (byte for byte, with the same run name). "
                                      "`hpctrain render job.toml > job.sh && sbatch job.sh` "
                                      "works by hand. Submits nothing, creates nothing.")
     _add_spec_args(ren)
-    smt = sub.add_parser("submit", help="submit a job spec to Slurm or PBS",
+    smt = sub.add_parser("submit", parents=[common], help="submit a job spec to Slurm or PBS",
                          description="Check the spec against its site's limits, prepare the "
                                      "run directory, write job.sh and submit it. Prints the "
                                      "job id and the run directory.")
@@ -91,14 +103,14 @@ def _parser() -> argparse.ArgumentParser:
                      help="print the script and the submit command; submit nothing")
     smt.add_argument("--follow", action="store_true",
                      help="show progress until the job ends (Ctrl-C detaches)")
-    sta = sub.add_parser("status", help="state of a run and its batch job",
+    sta = sub.add_parser("status", parents=[common], help="state of a run and its batch job",
                          description="Show a run's state, its jobs and, while it runs, its "
                                      "progress: iteration, elapsed time, pace and latest "
                                      "metrics.")
     _add_run_arg(sta)
     sta.add_argument("--follow", action="store_true",
                      help="show live progress until the run ends (Ctrl-C detaches)")
-    logs = sub.add_parser("logs", help="print a rank's output",
+    logs = sub.add_parser("logs", parents=[common], help="print a rank's output",
                           description="Print the output of one rank of the run's latest job "
                                       "(logs/<job>/rank-R.out).")
     _add_run_arg(logs)
@@ -106,16 +118,16 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("--job", default=None, help="which job id (default: the latest)")
     logs.add_argument("--follow", "-f", action="store_true",
                       help="keep printing new output until the job ends")
-    can = sub.add_parser("cancel", help="cancel the run's batch job",
+    can = sub.add_parser("cancel", parents=[common], help="cancel the run's batch job",
                          description="Cancel the run's latest job (scancel / qdel). "
                                      "Committed checkpoints stay; the run can be resumed.")
     _add_run_arg(can)
-    res = sub.add_parser("results", help="show metrics, checkpoints and attempts of a run",
+    res = sub.add_parser("results", parents=[common], help="show metrics, checkpoints and attempts of a run",
                          description="Show a run's status, the last, smallest and largest "
                                      "value of each metric, its checkpoints with their "
                                      "scores (the best one marked) and its attempts.")
     _add_run_arg(res)
-    plo = sub.add_parser("plot", help="draw metric curves of one or more runs",
+    plo = sub.add_parser("plot", parents=[common], help="draw metric curves of one or more runs",
                          description="Draw the curves of one or more metrics (one panel "
                                      "each), with every given run on the same axes, into "
                                      "a PNG (or .svg/.pdf). Needs matplotlib.")
@@ -128,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     plo.add_argument("--x", choices=("iteration", "time"), default="iteration",
                      help="x axis: report iteration (default) or minutes since the first "
                           "report")
-    swp = sub.add_parser("sweep", help="run a job spec's [sweep]: trials here or as job arrays",
+    swp = sub.add_parser("sweep", parents=[common], help="run a job spec's [sweep]: trials here or as job arrays",
                          description="Run one trial per config of the job file's [sweep] "
                                      "(grid searches crossed, num_samples repeats, random "
                                      "domains sampled with a recorded seed), each a normal "
@@ -147,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
                           "detaches)")
     swp.add_argument("--retry-failed", action="store_true",
                      help="also run again the trials that failed")
-    lst = sub.add_parser("list", help="the runs and sweeps under a storage path",
+    lst = sub.add_parser("list", parents=[common], help="the runs and sweeps under a storage path",
                          description="List the runs and sweeps under a storage path, newest "
                                      "first, with their status and last iteration (a table "
                                      "on a terminal; tab-separated name, kind, status, "
@@ -155,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument("storage", nargs="?", default=None, metavar="STORAGE_PATH",
                      help="default: $HPCTRAIN_STORAGE_PATH, the user config's storage_path, "
                           "or ~/hpctrain_results")
-    sit = sub.add_parser("sites", help="list the site configs hpctrain knows",
+    sit = sub.add_parser("sites", parents=[common], help="list the site configs hpctrain knows",
                          description="List site configs (package, /etc/hpctrain/sites, "
                                      "$HPCTRAIN_SITE_PATH), or show one.")
     sit.add_argument("name", nargs="?", help="show this site's file")

@@ -406,7 +406,7 @@ def test_the_cli_shows_hpctrains_notes_and_quiet_hides_them(tmp_path):
     assert "[hpctrain] rank 0 failed (" in p.stderr and "restarting the worker group" in p.stderr
     assert "(rank 0) " in p.stdout + p.stderr  # the ranks' output, echoed (verbose = 1)
     extra = extra.replace("m1", "m2")
-    q = cli("-q", "run", job(tmp_path, str(tmp_path / "runs"), name="quiet", extra=extra))
+    q = cli("run", "-q", job(tmp_path, str(tmp_path / "runs"), name="quiet", extra=extra))
     assert "restarting the worker group" not in q.stderr
     assert "(rank 0) " not in q.stdout + q.stderr and "iter " not in q.stdout + q.stderr
     assert "[hpctrain] run FINISHED" in q.stdout  # the outcome is still said
