@@ -768,7 +768,8 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     Layers, last wins: hpctrain's defaults < the site config (``site``, else the
     overrides' or the job file's ``site = "..."``, else ``$HPCTRAIN_SITE``, else the user
     config's ``site``) < the user config (account, storage path:
-    :mod:`hpctrain.userconfig`) < the job file < ``overrides`` (``"section.key=value"``). Tables of options (``scheduler.directives``,
+    :mod:`hpctrain.userconfig`) < the job file < ``overrides`` (``"section.key=value"``).
+    Tables of options (``scheduler.directives``,
     ``scaling.resources_per_worker``, ``[env]``, ``[config]``) merge key by key; other
     values, arrays included, are replaced whole. With ``check_limits`` the request is
     checked against the site's limits.
