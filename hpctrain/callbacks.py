@@ -84,8 +84,10 @@ class RunInfo:
                 raise ValueError("not a JSON object")
             return state
         except (OSError, ValueError) as e:
-            print(f"[hpctrain] WARNING: {self.state_file(kind)} is unreadable "
-                  f"({type(e).__name__}: {e}); starting afresh", file=sys.stderr, flush=True)
+            from ._internal.log import get_logger
+
+            get_logger("callbacks").warning(f"WARNING: {self.state_file(kind)} is unreadable "
+                                            f"({type(e).__name__}: {e}); starting afresh")
             return {}
 
     def save_state(self, kind: str, state: Dict[str, Any]) -> None:

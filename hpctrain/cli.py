@@ -4,16 +4,19 @@
     hpctrain validate job.toml [--site S] [--set ...]          check a job file, run nothing
     hpctrain render job.toml [--site S] [--set ...]            print the batch script
     hpctrain submit job.toml [--site S] [--set ...] [--follow] submit it (Slurm, PBS)
-    hpctrain status RUN [--follow]                             run and job state
+    hpctrain status RUN|SWEEP_DIR [--follow]                   run and job state
     hpctrain logs RUN [--rank R] [--follow]                    a rank's output
     hpctrain cancel RUN                                        cancel the run's job
     hpctrain results RUN                                       metrics, checkpoints, attempts
-    hpctrain plot RUN [RUN...] --metric loss [-o loss.png]     metric curves, runs compared
+    hpctrain plot RUN|SWEEP_DIR... --metric loss [-o loss.png] metric curves, runs compared
     hpctrain sweep job.toml [--site S] [--set ...] [--follow]  a [sweep]: trials here or as job arrays
     hpctrain results SWEEP_DIR                                 the sweep's trials, ranked
-    hpctrain sites [NAME]                                      known site configs
+    hpctrain list [STORAGE_PATH]                               runs and sweeps, with status
+    hpctrain sites [NAME]                                      known site configs, your defaults
 
-RUN is a run directory, or a run name under $HPCTRAIN_STORAGE_PATH (~/hpctrain_results).
+RUN is a run directory, or a run name under the default storage path ($HPCTRAIN_STORAGE_PATH,
+the user config's storage_path, ~/hpctrain_results). -q/--quiet and -v/--verbose (before or
+after the command) set how much hpctrain says; your defaults: ~/.config/hpctrain/config.toml.
 Exit codes: 0 success, 1 the training failed, 2 bad input (nothing was started or
 submitted), 75 stopped cleanly after the warning signal (time limit, preemption: continue
 it by running it again), 130 interrupted or detached.
@@ -43,8 +46,24 @@ def _add_spec_args(p: argparse.ArgumentParser, site: bool = True) -> None:
                    help="override a spec value, e.g. --set scaling.num_workers=4 (repeatable)")
 
 
+def _add_force_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="continue an unfinished run of this name even though its scale, "
+                        "backend, datasets or [config] changed")
+
+
 def _add_run_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run directory, or a run name under $HPCTRAIN_STORAGE_PATH")
+
+
+def _add_loudness(p: argparse.ArgumentParser, default) -> None:
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true",
+                      default=False if default is None else default,
+                      help="only warnings and errors; no progress lines")
+    loud.add_argument("-v", "--verbose", action="count",
+                      default=0 if default is None else default,
+                      help="more detail (hpctrain's debug messages; per-report progress)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,38 +72,45 @@ def _parser() -> argparse.ArgumentParser:
         description="Ray Train's ergonomics on Slurm and PBS clusters. "
                     "Docs: README.md; examples: examples/.")
     p.add_argument("--version", action="version", version=f"hpctrain {__version__}")
+    _add_loudness(p, None)
+    # the same options after the command (`hpctrain run -q job.toml`); not given there,
+    # they leave the main parser's values alone
+    common = argparse.ArgumentParser(add_help=False)
+    _add_loudness(common, argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser("run", help="run a job spec here, with live progress",
+    run = sub.add_parser("run", parents=[common], help="run a job spec here, with live progress",
                          description="Run the training a job spec describes on this machine "
                                      "(num_workers local processes) and print its result.")
     _add_spec_args(run, site=False)
-    val = sub.add_parser("validate", help="check a job spec; print the resolved spec",
+    _add_force_arg(run)
+    val = sub.add_parser("validate", parents=[common], help="check a job spec; print the resolved spec",
                          description="Check a job spec (types, unknown keys, entry point) and "
                                      "print the resolved spec. Starts nothing.")
     _add_spec_args(val)
-    ren = sub.add_parser("render", help="print the batch script of a job spec",
+    ren = sub.add_parser("render", parents=[common], help="print the batch script of a job spec",
                          description="Print the exact batch script `hpctrain submit` would "
                                      "submit (byte for byte, with the same run name). "
                                      "`hpctrain render job.toml > job.sh && sbatch job.sh` "
                                      "works by hand. Submits nothing, creates nothing.")
     _add_spec_args(ren)
-    smt = sub.add_parser("submit", help="submit a job spec to Slurm or PBS",
+    smt = sub.add_parser("submit", parents=[common], help="submit a job spec to Slurm or PBS",
                          description="Check the spec against its site's limits, prepare the "
                                      "run directory, write job.sh and submit it. Prints the "
                                      "job id and the run directory.")
     _add_spec_args(smt)
+    _add_force_arg(smt)
     smt.add_argument("--dry-run", action="store_true",
                      help="print the script and the submit command; submit nothing")
     smt.add_argument("--follow", action="store_true",
                      help="show progress until the job ends (Ctrl-C detaches)")
-    sta = sub.add_parser("status", help="state of a run and its batch job",
+    sta = sub.add_parser("status", parents=[common], help="state of a run and its batch job",
                          description="Show a run's state, its jobs and, while it runs, its "
                                      "progress: iteration, elapsed time, pace and latest "
                                      "metrics.")
     _add_run_arg(sta)
     sta.add_argument("--follow", action="store_true",
                      help="show live progress until the run ends (Ctrl-C detaches)")
-    logs = sub.add_parser("logs", help="print a rank's output",
+    logs = sub.add_parser("logs", parents=[common], help="print a rank's output",
                           description="Print the output of one rank of the run's latest job "
                                       "(logs/<job>/rank-R.out).")
     _add_run_arg(logs)
@@ -92,16 +118,16 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("--job", default=None, help="which job id (default: the latest)")
     logs.add_argument("--follow", "-f", action="store_true",
                       help="keep printing new output until the job ends")
-    can = sub.add_parser("cancel", help="cancel the run's batch job",
+    can = sub.add_parser("cancel", parents=[common], help="cancel the run's batch job",
                          description="Cancel the run's latest job (scancel / qdel). "
                                      "Committed checkpoints stay; the run can be resumed.")
     _add_run_arg(can)
-    res = sub.add_parser("results", help="show metrics, checkpoints and attempts of a run",
+    res = sub.add_parser("results", parents=[common], help="show metrics, checkpoints and attempts of a run",
                          description="Show a run's status, the last, smallest and largest "
                                      "value of each metric, its checkpoints with their "
                                      "scores (the best one marked) and its attempts.")
     _add_run_arg(res)
-    plo = sub.add_parser("plot", help="draw metric curves of one or more runs",
+    plo = sub.add_parser("plot", parents=[common], help="draw metric curves of one or more runs",
                          description="Draw the curves of one or more metrics (one panel "
                                      "each), with every given run on the same axes, into "
                                      "a PNG (or .svg/.pdf). Needs matplotlib.")
@@ -114,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     plo.add_argument("--x", choices=("iteration", "time"), default="iteration",
                      help="x axis: report iteration (default) or minutes since the first "
                           "report")
-    swp = sub.add_parser("sweep", help="run a job spec's [sweep]: trials here or as job arrays",
+    swp = sub.add_parser("sweep", parents=[common], help="run a job spec's [sweep]: trials here or as job arrays",
                          description="Run one trial per config of the job file's [sweep] "
                                      "(grid searches crossed, num_samples repeats, random "
                                      "domains sampled with a recorded seed), each a normal "
@@ -133,7 +159,15 @@ def _parser() -> argparse.ArgumentParser:
                           "detaches)")
     swp.add_argument("--retry-failed", action="store_true",
                      help="also run again the trials that failed")
-    sit = sub.add_parser("sites", help="list the site configs hpctrain knows",
+    lst = sub.add_parser("list", parents=[common], help="the runs and sweeps under a storage path",
+                         description="List the runs and sweeps under a storage path, newest "
+                                     "first, with their status and last iteration (a table "
+                                     "on a terminal; tab-separated name, kind, status, "
+                                     "iteration, updated, path when piped).")
+    lst.add_argument("storage", nargs="?", default=None, metavar="STORAGE_PATH",
+                     help="default: $HPCTRAIN_STORAGE_PATH, the user config's storage_path, "
+                          "or ~/hpctrain_results")
+    sit = sub.add_parser("sites", parents=[common], help="list the site configs hpctrain knows",
                          description="List site configs (package, /etc/hpctrain/sites, "
                                      "$HPCTRAIN_SITE_PATH), or show one.")
     sit.add_argument("name", nargs="?", help="show this site's file")
@@ -171,6 +205,7 @@ def _batch_trainer(args):
                           hint="give a site (--site NAME, `hpctrain sites` lists them) or "
                                "--set scheduler.kind=slurm; `hpctrain run` runs here")
     trainer = trainer_from_spec(spec)
+    trainer._force_resume = getattr(args, "force", False)
     return spec, trainer
 
 
@@ -190,6 +225,9 @@ def cmd_submit(args) -> int:
     trainer.check_datasets()
     rerender = _rerender_command(args, trainer.run_name)
     if args.dry_run:
+        from ._internal.storage_checks import check_shared_storage
+
+        check_shared_storage(spec, trainer.run_path)
         request, script = submission.render(trainer, spec, rerender)
         sys.stdout.write(script)
         cmd = "sbatch" if request.scheduler.name == "slurm" else "qsub"
@@ -201,15 +239,20 @@ def cmd_submit(args) -> int:
     print(f"run directory: {sub.run_path}")
     print(f"  hpctrain status {sub.run_path} --follow")
     if args.follow:
-        return _follow(sub.run_path)
+        return _follow(sub.run_path, _verbosity(args))
     return 0
 
 
-def _follow(run_path: str) -> int:
+def _follow(run_path: str, verbose: int = 1) -> int:
     from ._internal import submission
 
-    status = submission.follow(run_path)
+    status = submission.follow(run_path, verbose=verbose)
     return _outcome(lambda: submission.result_of(run_path, status), run_path)
+
+
+def _verbosity(args) -> int:
+    """RunConfig.verbose for what a command follows: 0 with --quiet, 2 with -v, else 1."""
+    return 0 if getattr(args, "quiet", False) else 2 if getattr(args, "verbose", 0) else 1
 
 
 def _outcome(get_result, run_path: str, lead: str = "") -> int:
@@ -232,18 +275,43 @@ def _outcome(get_result, run_path: str, lead: str = "") -> int:
     return 0
 
 
+def cmd_list(args) -> int:
+    from ._internal.listing import print_listing
+    from .config import default_storage_path
+
+    storage = os.path.abspath(os.path.expanduser(args.storage or default_storage_path()))
+    return print_listing(storage)
+
+
+def _sweep_status(path: str, follow: bool) -> int:
+    """``hpctrain status SWEEP_DIR``: every trial's status (``--follow``: until the
+    sweep's trials ended)."""
+    from .tune.cli import print_results as print_sweep
+
+    if follow:
+        from .tune._sweep import SweepDir, follow as follow_sweep
+
+        follow_sweep(SweepDir(path))
+        return print_sweep(path, final=True)
+    return print_sweep(path)
+
+
 def cmd_status(args) -> int:
     from ._internal import submission
     from .schedulers import get_scheduler
+    from .tune.cli import sweep_dir_of
 
     from ._internal import report
 
+    sweep = sweep_dir_of(args.run)
+    if sweep is not None:
+        return _sweep_status(sweep, args.follow)
     run = submission.resolve_run(args.run)
     if args.follow:
         if submission.last_job(run) is None and run.exists():  # a run started here
             status = report.follow_local(run)
             return 0 if status in ("FINISHED", "STOPPED") else 1
-        return _follow(run.path)
+        return _follow(run.path, _verbosity(args))
     state = run.read_state()
     print(f"run {run.name}: {state.get('status', 'UNKNOWN')}  ({run.path})")
     print(f"  attempts {len(state.get('attempts', []))}, failures {state.get('failures', 0)}"
@@ -310,27 +378,24 @@ def cmd_logs(args) -> int:
 
 def cmd_cancel(args) -> int:
     from ._internal import submission
-    from .schedulers import get_scheduler
+    from .job import Job
 
     run = submission.resolve_run(args.run)
     job = submission.last_job(run)
     if job is None:
         raise ConfigError(f"{run.path} has no submitted job to cancel")
-    scheduler = get_scheduler(job["scheduler"])
-    js = scheduler.state(job["job_id"])
-    if js.done:
-        print(f"{job['scheduler']} job {job['job_id']} already ended ({js.state}); "
-              "nothing to cancel")
-        return 0
     try:
-        scheduler.cancel(job["job_id"])
+        cancelled = Job(run.path).cancel()
     except subprocess.CalledProcessError as e:
         raise ConfigError(f"cancelling {job['scheduler']} job {job['job_id']} failed: "
                           f"{(e.stderr or '').strip() or e}") from None
-    if run.read_state().get("status") == "REQUEUED":  # a chain that will not go on
-        with run.update_state() as s:
-            s["status"] = "STOPPED"
-            s["stopped_because"] = f"its queued job {job['job_id']} was cancelled"
+    if not cancelled:
+        from .schedulers import get_scheduler
+
+        js = get_scheduler(job["scheduler"]).state(job["job_id"])
+        print(f"{job['scheduler']} job {job['job_id']} already ended ({js.state}); "
+              "nothing to cancel")
+        return 0
     print(f"cancelled {job['scheduler']} job {job['job_id']}; committed checkpoints in "
           f"{run.checkpoints_dir} stay, and submitting the run again resumes it")
     return 0
@@ -352,13 +417,19 @@ def _refuse_sweep(spec) -> None:
 def cmd_sites(args) -> int:
     from .sites import available_sites, load_site, search_path
 
+    from .userconfig import config_path, load_user_defaults
+
+    user = load_user_defaults()
     if args.name:
         site = load_site(args.name)
         with open(site.path) as f:
             sys.stdout.write(f.read())
         print(f"# {site.path}", file=sys.stderr)
+        for key, value, source in _default_rows(user):
+            if key != "site" and source != "hpctrain's default":
+                print(f"# {key} = {value!r} from {source} (over this site's value)",
+                      file=sys.stderr)
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title="hpctrain sites", title_justify="left")
@@ -370,9 +441,41 @@ def cmd_sites(args) -> int:
             t.add_row(name, site.scheduler, site.description, path)
         except ConfigError as e:
             t.add_row(name, "?", f"[red]invalid[/red]: {e}", path)
-    Console().print(t)
+    console = _console()
+    console.print(t)
     print("search path: " + os.pathsep.join(search_path()))
+    d = Table(title="your defaults (a job file's own values and --site/--set win over them)",
+              title_justify="left")
+    for col in ("key", "value", "from"):
+        d.add_column(col)
+    for row in _default_rows(user):
+        d.add_row(*row)
+    console.print(d)
+    path = config_path()
+    print(f"user config: {path}" + ("" if os.path.exists(path) else " (none)"))
     return 0
+
+
+def _console():
+    """A rich console; when piped, wide enough that no path is wrapped."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=500)
+
+
+def _default_rows(user) -> List[tuple]:
+    """``(key, value, where it came from)`` of each user default."""
+    from .config import default_storage_path
+
+    rows = []
+    for key in ("site", "account", "storage_path"):
+        if key in user.values:
+            rows.append((key, user.values[key], user.sources[key]))
+        elif key == "storage_path":
+            rows.append((key, default_storage_path(), "hpctrain's default"))
+        else:
+            rows.append((key, "(none)", "not set"))
+    return rows
 
 
 def cmd_validate(args) -> int:
@@ -392,6 +495,9 @@ def cmd_run(args) -> int:
     _refuse_sweep(spec)
     trainer = trainer_from_spec(spec)
     trainer._local_only = True  # `run` runs here, whatever scheduler the spec names
+    if args.quiet or args.verbose:  # what this command prints (RunConfig.verbose)
+        trainer.run_config.verbose = 0 if args.quiet else 2
+    trainer._force_resume = args.force
     return _outcome(trainer.fit, trainer.run_path, lead="\n")
 
 
@@ -424,6 +530,7 @@ def cmd_plot(args) -> int:
     from ._internal.report import plot_runs
 
     output = args.output or f"{args.metric[0].replace('/', '_')}.png"
+    args.runs = _runs_of(args.runs)
     drawn = plot_runs(args.runs, args.metric, output, x=args.x)
     for metric, runs in drawn.items():
         print(f"{metric}: {', '.join(runs)}")
@@ -435,12 +542,49 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def _stdout_closed() -> int:
+    """The reader of our output went away (``hpctrain results RUN | head -1``): no
+    traceback, and no second BrokenPipeError when Python flushes stdout at exit (Python's
+    documented recipe, library/signal.html#note-on-sigpipe: point stdout at devnull)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 1
+
+
+def _runs_of(names: List[str]) -> List[str]:
+    """Run names or directories, each sweep directory among them replaced by its trials'
+    run directories."""
+    from ._internal.storage import RunDir
+    from .tune._sweep import SweepDir
+    from .tune.cli import sweep_dir_of
+
+    out: List[str] = []
+    for name in names:
+        sweep = sweep_dir_of(name)
+        if sweep is None:
+            out.append(name)
+            continue
+        trials = [SweepDir(sweep).trial_path(t["index"])
+                  for t in SweepDir(sweep).read().get("trials", [])]
+        out += [t for t in trials if RunDir(t).exists()]
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         sys.exit(2)
+    import logging
+
+    from ._internal.log import configure
+
+    configure(logging.WARNING if args.quiet else
+              logging.DEBUG if args.verbose else logging.INFO)
     if args.command in ("run", "sweep"):  # a warning while starting must not kill it
         from ._internal.recovery import catch_early_warnings
 
@@ -448,9 +592,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     handler = {"run": cmd_run, "validate": cmd_validate, "results": cmd_results,
                "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
                "logs": cmd_logs, "cancel": cmd_cancel, "sites": cmd_sites,
-               "plot": cmd_plot, "sweep": cmd_sweep}[args.command]
+               "plot": cmd_plot, "sweep": cmd_sweep, "list": cmd_list}[args.command]
     try:
         code = handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not while Python exits
+    except BrokenPipeError:
+        code = _stdout_closed()
     except ConfigError as e:
         print(f"hpctrain: error: {e}", file=sys.stderr)
         code = 2

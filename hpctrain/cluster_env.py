@@ -50,7 +50,9 @@ Overrides set by hpctrain's own launcher win where present: ``HPCTRAIN_JOB_ID``,
 ``HPCTRAIN_RESTART_COUNT``, ``HPCTRAIN_HOSTS`` (comma-separated, hostlist syntax
 allowed), ``MASTER_ADDR``, ``MASTER_PORT``.
 
-``master_addr`` is ``MASTER_ADDR`` if set, else the host where world rank 0 runs:
+``master_addr`` is ``MASTER_ADDR`` if set, else the host where world rank 0 runs (with
+``HPCTRAIN_MASTER_ADDR_SUFFIX`` appended, for sites whose interconnect has its own
+hostnames, e.g. JUWELS' ``<host>i``):
 ``hosts[0]`` of the *unsorted* host list (Slurm block and cyclic distributions both
 put task 0 on the step's first node; ``mpirun``/``mpiexec`` fill a PBS nodefile in
 file order), or ``127.0.0.1`` for a run with no allocation. Slurm's ``arbitrary``
@@ -560,7 +562,9 @@ def worker_info_from_env(env: Mapping[str, str] | None = None, *,
     master_addr = _get(env, "MASTER_ADDR")
     if master_addr is None:
         if hosts_known:
-            master_addr = hosts[0]
+            # a site whose fast network has hostnames of its own (JSC: "jwb0001" + "i" is
+            # the InfiniBand name) sets HPCTRAIN_MASTER_ADDR_SUFFIX in its [env]
+            master_addr = hosts[0] + (_get(env, "HPCTRAIN_MASTER_ADDR_SUFFIX") or "")
         elif ranks.world_size > ranks.local_world_size:
             raise ConfigError(f"MASTER_ADDR is not set and the {ranks.world_size} ranks span "
                               f"several nodes with no host list; expected MASTER_ADDR",

@@ -19,10 +19,16 @@ _GPU_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
 def default_storage_path() -> str:
-    """``$HPCTRAIN_STORAGE_PATH`` or ``~/hpctrain_results`` (Ray's ``~/ray_results``)."""
+    """``$HPCTRAIN_STORAGE_PATH``, the user config's ``storage_path``
+    (:mod:`hpctrain.userconfig`) or ``~/hpctrain_results`` (Ray's ``~/ray_results``)."""
+    from .userconfig import default_storage_path as user_default
+
     value = os.environ.get(DEFAULT_STORAGE_ENV)
     if value:
         return local_storage_path(value, f"${DEFAULT_STORAGE_ENV}")
+    value = user_default()
+    if value:
+        return local_storage_path(value, "storage_path (user config)")
     return os.path.join(os.path.expanduser("~"), "hpctrain_results")
 
 

@@ -6,8 +6,10 @@ A site config is a TOML file named ``<name>.toml`` with:
   ``docs`` (the center's job-submission page);
 * ``[limits]``: checked before anything is submitted — ``max_walltime``, ``max_nodes``,
   ``cpus_per_node``, ``gpus_per_node`` (0: CPU-only), ``mem_per_node``,
-  ``required_directives``, ``max_array_size`` (sweeps: larger ones are split); and the
-  same keys per ``[limits.partitions.<name>]`` (Slurm partition or PBS queue),
+  ``required_directives``, ``max_array_size`` (sweeps: larger ones are split),
+  ``min_nodes`` (a smaller request is refused: e.g. a queue that only takes big jobs),
+  ``shared_paths`` (paths every node sees although they look node-local: see
+  :mod:`hpctrain._internal.storage_checks`); and the numeric keys per ``[limits.partitions.<name>]`` (Slurm partition or PBS queue),
   ``[limits.qos.<name>]`` and ``[limits.constraints.<name>]``;
 * any job-spec section (``[scheduler]``, ``[scaling]``, ``[env]``, ``[setup]``, ``[run]``,
   backend sections): a layer under the user's job file.
@@ -31,11 +33,15 @@ PACKAGE_SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sit
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SITE_KEYS = {"name": str, "description": str, "scheduler": str, "docs": str}
-_LIMIT_KEYS = {"max_walltime": "walltime", "max_nodes": "int", "cpus_per_node": "int",
+_LIMIT_KEYS = {"max_walltime": "walltime", "max_nodes": "int", "min_nodes": "int",
+               "cpus_per_node": "int",
                "gpus_per_node": "int", "mem_per_node": "memory",
                # job arrays (sweeps): indices 0 … max_array_size - 1 (Slurm's MaxArraySize,
                # PBS's max_array_size); a larger sweep is split into several arrays
-               "max_array_size": "int"}
+               "max_array_size": "int",
+               # the scheduler.account a job must give, e.g. "<project>@h100" (Jean Zay):
+               # <word> stands for letters, digits, '_', '-' and '.'; the rest is literal
+               "account_form": "form"}
 _SELECTORS = ("partitions", "qos", "constraints")
 #: Job-spec sections a site may set (not the entry point, the run's name or its config).
 SITE_SECTIONS = ("scheduler", "scaling", "env", "setup", "run", "checkpoint", "failure",
@@ -57,6 +63,8 @@ class Limits:
     qos: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     constraints: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     required_directives: List[str] = field(default_factory=list)
+    #: Paths shared by every node although they look node-local (``[limits] shared_paths``).
+    shared_paths: List[str] = field(default_factory=list)
 
     def effective(self, *, partition: Optional[str], qos: Optional[str],
                   constraint: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, str]]:
@@ -64,7 +72,8 @@ class Limits:
         (``"site"``, ``"partition 'gpu'"``, …).
 
         Per-node sizes: a constraint's beat the partition's, which beat the base.
-        ``max_walltime`` and ``max_nodes``: the smallest of every table that applies.
+        ``max_walltime`` and ``max_nodes``: the smallest of every table that applies;
+        ``min_nodes``: the largest.
         """
         tables = [("site", self.base)]
         if partition in self.partitions:
@@ -80,6 +89,8 @@ class Limits:
                 if key in ("max_walltime", "max_nodes") and key in out:
                     if _limit_value(key, value) >= _limit_value(key, out[key]):
                         continue
+                if key == "min_nodes" and key in out and value <= out[key]:
+                    continue
                 out[key] = value
                 source[key] = where
         return out, source
@@ -199,6 +210,13 @@ def _parse_limits(table: Any, err) -> Limits:
                 if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                     raise err(f"{where}.{k}", "expected an array of directive names")
                 continue
+            if k == "shared_paths" and allow_required:
+                if not isinstance(v, list) or not all(isinstance(x, str) and x.startswith("/")
+                                                      for x in v):
+                    raise err(f"{where}.{k}", f"expected an array of absolute paths, got {v!r}",
+                              'e.g. shared_paths = ["/tmp"] where /tmp is one filesystem '
+                              "for every node")
+                continue
             if k in _SELECTORS and allow_required:
                 continue
             kind = _LIMIT_KEYS.get(k)
@@ -208,6 +226,10 @@ def _parse_limits(table: Any, err) -> Limits:
             if kind == "int":
                 if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                     raise err(f"{where}.{k}", f"expected an integer ≥ 0, got {v!r}")
+            elif kind == "form":
+                if not isinstance(v, str) or not v.strip():
+                    raise err(f"{where}.{k}", f"expected a string such as "
+                              f"\"<project>@h100\", got {v!r}")
             else:
                 try:
                     (parse_walltime if kind == "walltime" else parse_memory)(v)
@@ -217,7 +239,8 @@ def _parse_limits(table: Any, err) -> Limits:
         return out
 
     limits = Limits(base=one("limits", table, True),
-                    required_directives=list(table.get("required_directives", [])))
+                    required_directives=list(table.get("required_directives", [])),
+                    shared_paths=list(table.get("shared_paths", [])))
     for selector in _SELECTORS:
         group = table.get(selector, {})
         if not isinstance(group, dict):
@@ -225,6 +248,42 @@ def _parse_limits(table: Any, err) -> Limits:
         setattr(limits, selector, {n: one(f"limits.{selector}.{n}", t, False)
                                    for n, t in group.items()})
     return limits
+
+
+def derive_nodes(spec) -> None:
+    """Spread a GPU job over as many nodes as its GPUs need: ``num_workers = 8`` with one
+    GPU each on a site whose nodes have 4 GPUs becomes 2 nodes × 4 workers (as Ray places
+    8 one-GPU workers on two 4-GPU machines). Only when the job sets neither
+    ``num_nodes`` nor ``workers_per_node``; a count that does not fill whole nodes, or a
+    worker needing more GPUs than a node has, is an error naming the key."""
+    site: Optional[Site] = spec.site_config
+    scaling = spec.scaling
+    if site is None or spec.scheduler.kind == "local" or scaling.num_nodes or \
+            scaling.workers_per_node or not scaling.gpus_each:
+        return
+    sched = spec.scheduler
+    limits, source = site.limits.effective(partition=sched.partition or sched.queue,
+                                           qos=sched.qos, constraint=sched.constraint)
+    have = limits.get("gpus_per_node")
+    if not have or scaling.gpus_each * scaling.num_workers <= have:
+        return  # CPU-only nodes (check_limits says so) or one node is enough
+    where = source.get("gpus_per_node", "site")
+    of = f"site {site.name!r}" if where == "site" else f"{where} of site {site.name!r}"
+    hint = ("set scaling.num_nodes and scaling.workers_per_node yourself; limits of "
+            f"{of} ({site.path})")
+    if scaling.gpus_each > have:
+        raise ConfigError(f"scaling.gpus_per_worker: each worker asks for "
+                          f"{scaling.gpus_each} GPUs but nodes of {of} have {have}",
+                          file=spec.where("scaling.gpus_per_worker"), hint=hint)
+    fit = have // scaling.gpus_each                    # workers one node can hold
+    nodes = -(-scaling.num_workers // fit)             # the fewest nodes that hold them
+    if scaling.num_workers % nodes:
+        raise ConfigError(
+            f"scaling.num_workers: {scaling.num_workers} workers × {scaling.gpus_each} GPU(s) "
+            f"need {nodes} nodes of {have} GPUs ({of}), but do not spread evenly over "
+            f"{nodes} nodes", file=spec.where("scaling.num_workers"),
+            hint=f"use a multiple of {nodes} workers (up to {nodes * fit}), or " + hint)
+    scaling.workers_per_node = scaling.num_workers // nodes
 
 
 def check_limits(spec) -> None:
@@ -278,6 +337,10 @@ def check_limits(spec) -> None:
     if "max_nodes" in limits and limits["max_nodes"] and nodes > limits["max_nodes"]:
         raise fail(nodes_key, f"{nodes} nodes requested, {of('max_nodes')} allows at most "
                    f"{limits['max_nodes']}", "use fewer nodes")
+    if limits.get("min_nodes") and nodes < limits["min_nodes"]:
+        raise fail(nodes_key, f"{nodes} node(s) requested, but {of('min_nodes')} takes jobs "
+                   f"of {limits['min_nodes']} nodes or more",
+                   "ask for more nodes, or pick a queue/partition for small jobs")
     gpus = scaling.gpus_each * per_node
     if "gpus_per_node" in limits:
         have = limits["gpus_per_node"]
@@ -304,6 +367,9 @@ def check_limits(spec) -> None:
                        f"{per_node} workers × {scaling.mem_per_worker} is more than the "
                        f"{limits['mem_per_node']} of a node of {of('mem_per_node')}",
                        "ask for less memory")
+    form = limits.get("account_form")
+    if form:
+        _check_account(spec, form, of("account_form"), ref)
     for name in lim.required_directives:
         if sched.directives.get(name) in (None, ""):
             raise ConfigError(
@@ -311,3 +377,29 @@ def check_limits(spec) -> None:
                 file=spec.where(f"scheduler.directives.{name}"),
                 hint=f"set it in the job file, e.g. [scheduler.directives] {name} = \"...\" "
                      f"(see {site.docs or site.path})")
+
+
+def account_regex(form: str) -> "re.Pattern[str]":
+    """``"<project>@h100"`` → a pattern matching ``abc@h100``, not ``abc@v100``.
+
+    >>> bool(account_regex("<project>@h100").fullmatch("xyz1@h100"))
+    True
+    >>> bool(account_regex("<project>@h100").fullmatch("xyz1"))
+    False
+    """
+    parts = re.split(r"<[^<>]*>", form)
+    return re.compile(r"[A-Za-z0-9_.-]+".join(re.escape(p) for p in parts))
+
+
+def _check_account(spec, form: str, of: str, ref: str) -> None:
+    account = spec.scheduler.account
+    if account is None:
+        raise ConfigError(f"scheduler.account: {of} requires an account of the form {form}",
+                          file=spec.where("scheduler.account") or spec.source,
+                          hint=f"--set scheduler.account={form}, or account = \"...\" in "
+                               f"your user config (`hpctrain sites` shows it); limits of {ref}")
+    if not account_regex(form).fullmatch(account):
+        raise ConfigError(f"scheduler.account: {account!r} is not of the form {form} that "
+                          f"{of} requires", file=spec.where("scheduler.account"),
+                          hint=f"the project's account for this kind of node, e.g. "
+                               f"{form}; limits of {ref}")

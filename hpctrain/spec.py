@@ -797,8 +797,10 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     """Read ``path`` (TOML), layer it, validate it.
 
     Layers, last wins: hpctrain's defaults < the site config (``site``, else the
-    overrides' or the job file's ``site = "..."``) < the job file < ``overrides``
-    (``"section.key=value"``). Tables of options (``scheduler.directives``,
+    overrides' or the job file's ``site = "..."``, else ``$HPCTRAIN_SITE``, else the user
+    config's ``site``) < the user config (account, storage path:
+    :mod:`hpctrain.userconfig`) < the job file < ``overrides`` (``"section.key=value"``).
+    Tables of options (``scheduler.directives``,
     ``scaling.resources_per_worker``, ``[env]``, ``[config]``) merge key by key; other
     values, arrays included, are replaced whole. With ``check_limits`` the request is
     checked against the site's limits.
@@ -807,12 +809,17 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     data = _read_toml(path)
     origins: Dict[str, str] = {}
     over = _apply_overrides({}, overrides, origins, keep_deletes=True)
+    from .userconfig import load_user_defaults
+
+    user = load_user_defaults()
     site_name = site if site is not None else over.get("site", data.get("site"))
+    site_file = ("command line (--site)" if site is not None else
+                 origins.get("site", path))
+    if site_name is None and "site" not in over and user.get("site"):
+        site_name, site_file = user.get("site"), user.sources["site"]
     over.pop("site", None)
     data = {k: v for k, v in data.items() if k != "site"}
     site_key = "site"
-    site_file = ("command line (--site)" if site is not None else
-                 origins.get("site", path))
     layers: List[tuple] = []
     site_config = None
     if site_name is not None:
@@ -823,6 +830,7 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
                               file=site_file, hint="`hpctrain sites` lists them")
         site_config = load_site(site_name, key=site_key, file=site_file)
         layers.append((site_config.layer, site_config.path))
+    layers.extend(user.layer())
     layers.append((data, None))
     layers.append((over, "overrides"))
     merged = _merge_layers(layers, origins, job_file=path)
@@ -836,6 +844,9 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
         raise ConfigError('job.entrypoint: missing; expected "module:function" or '
                           '"file.py:function"', file=_Ctx(path, origins).where("job.entrypoint"),
                           hint='add  [job]  entrypoint = "train.py:train_func"')
+    from .sites import derive_nodes
+
+    derive_nodes(spec)
     if check_limits:
         from .sites import check_limits as _check_limits
 

@@ -106,6 +106,7 @@ class DataParallelTrainer:
         self.site = site
         self._spec = None  # a JobSpec loaded from TOML (hpctrain submit): used as is
         self._local_only = False  # hpctrain run / the batch step: run here
+        self._force_resume = False  # hpctrain run/submit --force: continue a changed run
         self._spec_layer: Dict[str, Any] = {}  # [setup]/[env] of a restored batch run
         # extension points for the seed-era adapter
         self._per_rank_results = False
@@ -151,6 +152,9 @@ class DataParallelTrainer:
 
             site = load_site(self.site, key="site", file="TorchTrainer(site=...)")
             layers.append((site.layer, site.path))
+        from .userconfig import load_user_defaults
+
+        layers.extend(load_user_defaults().layer(storage=False))  # the user's account
         if self._spec_layer:
             layers.append((self._spec_layer, os.path.join(self.run_path, "spec.toml")))
         data = spec.to_toml_dict()
@@ -165,6 +169,10 @@ class DataParallelTrainer:
         resolved = spec_from_dict(merged, file="the trainer's configs", origins=origins)
         resolved.entrypoint = spec.entrypoint
         resolved.site_config = site
+        if site is not None:
+            from .sites import derive_nodes
+
+            derive_nodes(resolved)
         # the Python objects stay authoritative for what the workers run
         resolved.run = self.run_config
         return resolved
@@ -189,6 +197,11 @@ class DataParallelTrainer:
             raise ConfigError(
                 f"run.name: a finished run named {self.run_name!r} already exists at {run.path}",
                 hint="pick another name, or leave run.name unset for a fresh timestamped one")
+        if run.exists() and not self._run_path and not self._force_resume:
+            from ._internal.resume import check_resume
+
+            check_resume(run.path, run.spec_file, self.job_spec().to_toml_dict(),
+                         self.run_name)
         run.create()
         with open(run.spec_file, "w") as f:
             f.write(self.job_spec().to_toml())
@@ -240,12 +253,32 @@ class DataParallelTrainer:
         from .backends import check_installed
 
         check_installed(self._backend_name)  # before anything is written, not after every rank failed
+        from ._internal.storage_checks import ensure_storage_dir
+
+        ensure_storage_dir(os.path.dirname(self.run_path), spec)
         run = RunDir(self.run_path)
         os.makedirs(run.internal_dir, exist_ok=True)
         with run.exclusive():  # refuse a second live run of this directory before touching it
             self._prepare_run()
             status = self._run_local(run)
         return result_or_raise(run.path, status)
+
+    def submit(self):
+        """Submit the run as a batch job and return at once: a :class:`~hpctrain.job.Job`
+        (``status()``, ``wait()``, ``result()``, ``cancel()``, as submitit's). Needs a
+        Slurm or PBS scheduler (``scheduler=``/``site=``); ``fit()`` submits and waits."""
+        spec = self.job_spec()
+        if spec.scheduler.kind == "local":
+            raise ConfigError("scheduler: submit() needs a batch scheduler, got \"local\"",
+                              hint='give scheduler="slurm"/"pbs" or site="NAME"; fit() runs '
+                                   "a local run here")
+        self.check_datasets()
+        from ._internal import submission
+        from .job import Job
+
+        sub = submission.submit(self, spec, rerender="(submitted from Python; "
+                                "`hpctrain render` renders job files)")
+        return Job(sub.run_path)
 
     def _fit_batch(self, spec) -> Result:
         """Submit the run as a batch job, follow it, return its Result. Ctrl-C detaches

@@ -1,5 +1,6 @@
 import os
 import subprocess
+import tempfile
 
 import pytest
 
@@ -8,7 +9,7 @@ import pytest
 # one after another, as they assume a cluster nobody else is using; the other tests share
 # the second worker's time with them.
 CLUSTER_FILES = {"test_slurm_env.py", "test_slurm_jobs.py", "test_slurm_recovery.py",
-                 "test_slurm_backends.py", "test_tune_slurm.py"}
+                 "test_slurm_backends.py", "test_tune_slurm.py", "test_slurm_job_handle.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -18,6 +19,11 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
     # the longest piece of work first, so that the rest can run beside it
     items[:] = cluster + [item for item in items if item.path.name not in CLUSTER_FILES]
+
+# The user's own defaults (hpctrain.userconfig) stay out of the tests: no config file,
+# no default site; tests that need them set their own.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="hpctrain-tests-xdg-")
+os.environ.pop("HPCTRAIN_SITE", None)
 
 # Workers inherit these: keep CPU runs small and quiet on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")

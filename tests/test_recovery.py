@@ -45,8 +45,8 @@ verbose = 0
     return str(path)
 
 
-def start(job, *overrides):
-    sets = [a for o in overrides for a in ("--set", o)]
+def start(job, *overrides, force=False):
+    sets = [a for o in overrides for a in ("--set", o)] + (["--force"] if force else [])
     return subprocess.Popen([sys.executable, "-m", "hpctrain.cli", "run", job, *sets],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -150,7 +150,7 @@ def test_a_loop_that_ignores_the_warning_is_stopped_at_the_deadline(tmp_path, st
     assert stop["time"] == first["warned_at"]
     latest = RunDir(run).latest_checkpoint()
     assert latest.iteration == 100
-    p = start(job, "config.sleep=0.0")
+    p = start(job, "config.sleep=0.0", force=True)  # a changed [config]: said on purpose
     out, err = p.communicate(timeout=180)
     assert p.returncode == 0, err
     state = state_of(run)

@@ -205,11 +205,12 @@ def test_directive_order_is_stable(tmp_path):
                  id="juwels-gres-instead-of-gpus-per-node"),
     # jean-zay's own directive (hint) replaced in place by the job file, then removed
     pytest.param("jean-zay", '[scheduler.directives]\nhint = "multithread"\n',
-                 ["--account=p1", "--constraint=h100", "--signal=B:USR1@120", "--requeue",
-                  "--hint=multithread"],
+                 ["--account=p1@h100", "--constraint=h100", "--signal=B:USR1@120",
+                  "--requeue", "--hint=multithread"],
                  id="jean-zay-hint-replaced"),
     pytest.param("jean-zay", '[scheduler.directives]\nhint = ""\n',
-                 ["--account=p1", "--constraint=h100", "--signal=B:USR1@120", "--requeue"],
+                 ["--account=p1@h100", "--constraint=h100", "--signal=B:USR1@120",
+                  "--requeue"],
                  id="jean-zay-hint-removed"),
     pytest.param("frontier", '[scheduler.directives]\nnetwork = ""\n',
                  ["--partition=batch", "--account=p1", "--signal=B:USR1@120", "--requeue"],
@@ -228,7 +229,7 @@ def test_site_directives_replaced_and_removed_by_the_job(tmp_path, site, job, ex
     use_gpu = true
     [scheduler]
     account = "p1"
-    """ + job
+    """.replace('"p1"', '"p1@h100"' if site == "jean-zay" else '"p1"') + job
     got = directives(render(tmp_path, body, site=site))
     assert got[-len(expected_tail):] == expected_tail
     assert got[:3] == ["--job-name=r1", "--nodes=1", "--ntasks-per-node=4"]
@@ -338,8 +339,8 @@ SITE_REQUESTS = {
     "jean-zay": (
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 4\nuse_gpu = true\n'
         '[scheduler]\naccount = "abc@h100"\ntime = "02:00:00"\n',
-        ["--job-name=r1", "--nodes=1", "--ntasks-per-node=4", "--gpus-per-node=4",
-         "--time=02:00:00", "--account=abc@h100", "--constraint=h100",
+        ["--job-name=r1", "--nodes=1", "--ntasks-per-node=4", "--cpus-per-task=24",
+         "--gpus-per-node=4", "--time=02:00:00", "--account=abc@h100", "--constraint=h100",
          "--signal=B:USR1@120", "--requeue", "--hint=nomultithread"]),
     "juwels-booster": (
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 4\nuse_gpu = true\n'

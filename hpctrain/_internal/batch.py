@@ -75,6 +75,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="a sweep's job array task: run this trial of the sweep in RUN_DIR's "
                         "parent directory")
     args = p.parse_args(argv)
+    from .log import configure
+
+    configure()  # the job's log: the supervisor's notes, as `[hpctrain] ...` lines
 
     from .recovery import PendingStop, supervisor_signals
 

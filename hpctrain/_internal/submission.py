@@ -46,8 +46,12 @@ def submit(trainer: Any, spec: Any, *, rerender: str = "") -> Submission:
     Nothing is created when the script cannot be rendered; a run directory created here
     is removed again when the scheduler refuses the job."""
     request, script = render(trainer, spec, rerender)
+    from .storage_checks import check_shared_storage, ensure_storage_dir
+
+    check_shared_storage(spec, trainer.run_path)
     scheduler = request.scheduler
     scheduler.check_available()
+    ensure_storage_dir(os.path.dirname(trainer.run_path), spec)
     run = RunDir(trainer.run_path)
     fresh = not os.path.exists(run.path)
     os.makedirs(run.internal_dir, exist_ok=True)

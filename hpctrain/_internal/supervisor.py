@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from ..launchers.base import ExitRecord, Launcher, LineSink
+from .log import get_logger
+
+_logger = get_logger("supervisor")
 from .commit import verify_checkpoint
 from .fsutil import read_json
 from .storage import RunDir
@@ -326,4 +329,7 @@ class Supervisor:
             fh.write(text)
 
     def _log(self, msg: str) -> None:
-        print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+        if msg.lower().startswith("warning:"):
+            _logger.warning(msg)
+        else:
+            _logger.info(msg)

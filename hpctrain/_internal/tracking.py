@@ -7,7 +7,6 @@ reported and the training goes on: tracking never stops a run."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 import traceback
 from typing import Any, Dict, List, Optional
@@ -23,7 +22,10 @@ SAVE_EVERY_S = 1.0
 
 
 def _log(msg: str) -> None:
-    print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+    """Trouble with a tracking callback (the training goes on): a warning."""
+    from .log import get_logger
+
+    get_logger("tracking").warning(msg)
 
 
 def save_callbacks(run: RunDir, callbacks: List[Any]) -> None:

@@ -26,9 +26,14 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-import numpy as np
+from ..errors import ConfigError, MissingFrameworkError
 
-from ..errors import ConfigError
+try:
+    import numpy as np
+except ImportError as _e:  # a login node or a TF-only venv without NumPy
+    raise MissingFrameworkError(
+        f"hpctrain.data needs NumPy, which is not importable here ({_e}).\n"
+        "HINT: pip install 'hpctrain[data]' (numpy and h5py)") from None
 from .hdf5 import HDF5Dataset, HDF5Shard
 from .plan import REMAINDERS, shard_indices
 from .sequence import SequenceDataset, SequenceShard, shard_list

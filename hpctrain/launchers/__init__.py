@@ -6,12 +6,13 @@ PALS). The supervisor talks to all of them through :class:`Launcher`.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List
 
 from .base import ExitRecord, Launcher, WorkerGroup
 from .local import LocalLauncher
 
-__all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "launcher_for"]
+__all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "launcher_for",
+           "launch_line", "without_gpu_args"]
 
 NAMES = ("local", "srun", "mpiexec", "mpirun")
 
@@ -27,6 +28,8 @@ def launcher_for(spec: Any, *, here: bool = False) -> Launcher:
     from ..backends import needs_mpi_launcher
 
     sched, scaling = spec.scheduler, spec.scaling
+    launcher_args = without_gpu_args(sched.launcher_args) if not scaling.gpus_each \
+        else list(sched.launcher_args)
     name = "local" if here else sched.launcher_name
     mpi = needs_mpi_launcher(spec.backend, spec.backend_options)
     if name == "local" and mpi:
@@ -36,7 +39,7 @@ def launcher_for(spec: Any, *, here: bool = False) -> Launcher:
     if name == "srun":
         from .srun import SrunLauncher
 
-        extra = tuple(sched.launcher_args)
+        extra = tuple(launcher_args)
         if mpi and not any(a == "--mpi" or a.startswith("--mpi=") for a in extra):
             extra = ("--mpi=pmix",) + extra
         return SrunLauncher(nodes=scaling.nodes, workers_per_node=scaling.per_node,
@@ -52,5 +55,81 @@ def launcher_for(spec: Any, *, here: bool = False) -> Launcher:
             "PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX")
         return MpiexecLauncher(flavor="auto", executable=name,
                                workers_per_node=scaling.per_node,
-                               extra_args=sched.launcher_args, export_prefixes=exports)
+                               extra_args=launcher_args, export_prefixes=exports)
     raise ValueError(f"unknown launcher {name!r}; expected one of: {', '.join(NAMES)}")
+
+
+def _is_gpu_option(arg: str) -> bool:
+    name, _, value = arg.partition("=")
+    return arg.startswith("-") and ("gpu" in name.lower() or (
+        name == "--gres" and value.lower().startswith("gpu")))
+
+
+def without_gpu_args(args) -> list:
+    """A site's launcher arguments without its GPU options, for a job that asks for no
+    GPU (``--gpu-bind=none`` or ``--gpus-per-task 1`` of a GPU site would make srun ask
+    for, or bind, GPUs a CPU node does not have).
+
+    >>> without_gpu_args(["--gpu-bind=none", "--cpu-bind=cores", "--gpus-per-task", "1",
+    ...                   "--gres=gpu:4", "--depth=8"])
+    ['--cpu-bind=cores', '--depth=8']
+    """
+    out, skip_value = [], False
+    for arg in args:
+        if skip_value:
+            skip_value = False
+            if not arg.startswith("-"):
+                continue
+        if _is_gpu_option(arg):
+            skip_value = "=" not in arg  # "--gpu-bind none": its value goes too
+            continue
+        out.append(arg)
+    return out
+
+
+_RUN_DIR = "\0RUN_DIR\0"
+
+
+def launch_line(spec: Any, *, python: str, run_dir: str) -> List[str]:
+    """What each attempt of the batch job runs to start the ranks, as shell text
+    (``hpctrain render`` shows it as a comment): the srun or mpiexec argv. ``run_dir`` is
+    the run directory as the script spells it. For ``mpiexec``, whose dialect is read from
+    ``mpiexec --version`` inside the job, the form of the MPI found here is shown (MPICH's
+    when there is none), and a second line says so."""
+    import shlex
+
+    launcher = launcher_for(spec)
+    command = [python, "-m", "hpctrain._internal.worker", _RUN_DIR]
+    notes: List[str] = []
+    if launcher.name == "srun":
+        from .srun import srun_argv
+
+        argv = srun_argv(nodes=launcher.nodes, workers_per_node=launcher.workers_per_node,
+                         cpus_per_worker=launcher.cpus_per_worker,
+                         gpus_per_worker=launcher.gpus_per_worker,
+                         extra_args=launcher.extra_args, command=command)
+    elif launcher.name == "mpiexec":
+        import shutil
+
+        from .mpiexec import detect_flavor, mpiexec_argv
+
+        flavor = None
+        if shutil.which(launcher.executable):
+            try:
+                flavor = detect_flavor(launcher.executable)
+            except Exception:  # noqa: BLE001 - only a display choice
+                flavor = None
+        notes.append(f"(the {launcher.executable} dialect is read from `"
+                     f"{launcher.executable} --version` in the job; shown: "
+                     + (f"{flavor}, as here" if flavor else "mpich, the MPI of this "
+                        "machine is unknown") + "; Open MPI adds -x NAME per variable)")
+        flavor = flavor or "mpich"
+        argv = mpiexec_argv(flavor, executable=launcher.executable,
+                            num_workers=spec.scaling.num_workers,
+                            workers_per_node=launcher.workers_per_node,
+                            hostfile="$PBS_NODEFILE" if spec.scheduler.kind == "pbs" else None,
+                            extra_args=launcher.extra_args, command=command, env={})
+    else:
+        return [f"{launcher.name}: {spec.scaling.num_workers} local processes"]
+    text = shlex.join(argv).replace(shlex.quote("$PBS_NODEFILE"), '"$PBS_NODEFILE"')
+    return [text.replace(shlex.quote(_RUN_DIR), run_dir).replace(_RUN_DIR, run_dir)] + notes

@@ -94,10 +94,11 @@ class LocalWorkerGroup(WorkerGroup):
 def _drop_log(log, rank: int, err: OSError) -> None:
     """Stop writing a rank's log file (e.g. the disk is full); its output still reaches
     ``on_line``. Returns None, the new log."""
-    import sys
+    from .._internal.log import get_logger
 
-    print(f"[hpctrain] rank {rank}: cannot write its log {log.name} ({err.strerror}); "
-          "further output of this rank is not logged", file=sys.stderr, flush=True)
+    get_logger("launcher").warning(f"rank {rank}: cannot write its log {log.name} "
+                                   f"({err.strerror}); further output of this rank is not "
+                                   "logged")
     try:
         log.close()
     except OSError:

@@ -110,6 +110,10 @@ class Scheduler:
             batch_args="",
         )
         variables.update(overrides)
+        from ..launchers import launch_line
+
+        python = request.python or spec.scheduler.python or sys.executable
+        variables["launch"] = launch_line(spec, python=python, run_dir=variables["run_dir"])
         return _environment().get_template(self.template).render(**variables)
 
     def cd_line(self) -> str:

@@ -95,10 +95,10 @@ class SlurmScheduler(Scheduler):
         if "disabled" not in p.stderr.lower():
             # (a timeout may have requeued it all the same: never start a second chain)
             raise RuntimeError(f"scontrol requeue {job_id} failed: {p.stderr.strip()}")
-        import sys
+        from .._internal.log import get_logger
 
-        print(f"[hpctrain] scontrol requeue {job_id} was refused ({p.stderr.strip()}); "
-              "submitting the job again instead", file=sys.stderr, flush=True)
+        get_logger("slurm").warning(f"scontrol requeue {job_id} was refused "
+                                    f"({p.stderr.strip()}); submitting the job again instead")
         return self.resubmit(script_path, after=job_id)
 
     def resubmit(self, script_path: str, *, after: str) -> str:

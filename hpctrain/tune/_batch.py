@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
 from typing import Any, Callable, Optional
 
 from .._internal.fsutil import atomic_write_bytes
@@ -23,7 +22,9 @@ MANIFEST_WAIT_S = 10.0
 
 
 def _log(msg: str) -> None:
-    print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+    from .._internal.log import get_logger
+
+    get_logger("sweep").info(msg)
 
 
 def note_trial(sweep: SweepDir, index: int, **fields: Any) -> None:

@@ -421,7 +421,12 @@ def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
     the local trials were stopped by the warning signal."""
     from ._sweep import follow as follow_sweep
 
+    from .._internal.storage_checks import check_shared_storage, ensure_storage_dir
+
     sweep = SweepDir(sweep_path_of(spec))
+    if not (local or spec.scheduler.kind == "local"):
+        check_shared_storage(spec, sweep.path)  # every trial's run directory is under it
+    ensure_storage_dir(os.path.dirname(sweep.path), spec)
     fresh = not os.path.exists(sweep.path)
     m = manifest_from_spec(sweep, spec)
     configs = {t["index"]: t["config"] for t in m["trials"]}

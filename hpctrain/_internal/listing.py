@@ -1,0 +1,120 @@
+"""``hpctrain list [STORAGE_PATH]``: the runs and sweeps under a storage path.
+
+One row per run directory (``state.json``) or sweep directory (``sweep.json``) directly
+under the storage path, newest first: name, kind, status (a sweep's: its trials'
+statuses counted), the last reported iteration, when it last changed and its path. Reads
+only: nothing is locked or written, so it is safe beside running jobs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import List, Optional
+
+from ..errors import ConfigError
+from .storage import RunDir
+
+
+@dataclass
+class Entry:
+    name: str
+    kind: str          # "run" or "sweep"
+    status: str
+    iteration: str     # the last reported training iteration ("-" if none)
+    updated: float     # mtime of state.json / sweep.json
+    path: str
+
+
+def _last_iteration(run: RunDir) -> str:
+    """``_training_iteration`` of result.json's last line, reading only its end."""
+    try:
+        with open(run.result_file, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = [l for l in f.read().splitlines() if l.strip()]
+        return str(json.loads(lines[-1]).get("_training_iteration", "-")) if lines else "-"
+    except (OSError, ValueError, IndexError):
+        return "-"
+
+
+def _run_entry(path: str) -> Entry:
+    run = RunDir(path)
+    try:
+        status = run.read_state().get("status", "UNKNOWN")
+    except (OSError, ValueError):
+        status = "UNREADABLE"
+    return Entry(run.name, "run", status, _last_iteration(run),
+                 os.path.getmtime(run.state_file), run.path)
+
+
+def _sweep_entry(path: str) -> Entry:
+    from ..tune._sweep import SweepDir
+
+    sweep = SweepDir(path)
+    manifest = sweep.read()
+    trials = manifest.get("trials", [])
+    counts = Counter(sweep.trial_status(t["index"], manifest) for t in trials)
+    status = f"{len(trials)} trials: " + ", ".join(
+        f"{n} {s.lower()}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return Entry(sweep.name, "sweep", status, "-", os.path.getmtime(sweep.manifest_file),
+                 sweep.path)
+
+
+def list_storage(storage_path: str) -> List[Entry]:
+    """The runs and sweeps directly under ``storage_path``, newest first."""
+    from ..tune._sweep import SweepDir
+
+    if not os.path.isdir(storage_path):
+        raise ConfigError(f"{storage_path}: no such directory",
+                          hint="give a storage path (run.storage_path of your jobs); "
+                               "`hpctrain sites` shows the default one")
+    out: List[Entry] = []
+    for name in sorted(os.listdir(storage_path)):
+        path = os.path.join(storage_path, name)
+        if SweepDir.is_sweep(path):
+            out.append(_sweep_entry(path))
+        elif RunDir(path).exists():
+            out.append(_run_entry(path))
+    out.sort(key=lambda e: e.updated, reverse=True)
+    return out
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def print_listing(storage_path: str, stream=None, plain: Optional[bool] = None) -> int:
+    """A rich table on a terminal; tab-separated lines without a header when piped
+    (``hpctrain list | grep RUNNING``)."""
+    import sys
+
+    stream = stream or sys.stdout
+    entries = list_storage(storage_path)
+    if plain is None:
+        plain = not stream.isatty()
+    if plain:
+        for e in entries:
+            stream.write("\t".join([e.name, e.kind, e.status, e.iteration, _when(e.updated),
+                                    e.path]) + "\n")
+        return 0
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    styles = {"FINISHED": "green", "FAILED": "red", "RUNNING": "cyan", "PENDING": "yellow"}
+    t = Table()  # the heading is a line of its own: a table title wraps at the table's width
+    for col in ("name", "kind", "status", "iteration", "updated"):
+        t.add_column(col, justify="right" if col == "iteration" else "left")
+    for e in entries:
+        style = styles.get(e.status)
+        t.add_row(escape(e.name), e.kind,
+                  f"[{style}]{e.status}[/{style}]" if style else escape(e.status),
+                  e.iteration, _when(e.updated))
+    console = Console(file=stream)
+    console.print(f"{escape(storage_path)}: {len(entries)} runs and sweeps", style="italic",
+                  highlight=False, soft_wrap=True)
+    console.print(t)
+    return 0

@@ -1,0 +1,112 @@
+"""A batch run submitted without waiting for it: ``job = trainer.submit()``.
+
+The handle is the run directory plus its jobs in ``state.json``, so it keeps working
+across requeues (Slurm: the same id; PBS: the next job of the chain), in another
+process (``Job(run_path)``), and after the submitting process has gone. Names follow
+submitit's ``Job`` where they mean the same: ``job_id``, ``done()``, ``wait()``,
+``result()``, ``cancel()``; ``status()`` is the run's status.
+
+    job = TorchTrainer(train_func, ..., scheduler="slurm", site="perlmutter").submit()
+    job.status()          # "PENDING", "RUNNING", "REQUEUED", "FINISHED", "FAILED", …
+    result = job.result() # waits; the Result, or TrainingFailedError as fit() raises it
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Optional
+
+#: Run statuses after which nothing more happens to the run.
+FINAL = ("FINISHED", "FAILED", "STOPPED")
+
+
+class Job:
+    """One submitted batch run (see the module docstring)."""
+
+    def __init__(self, run_path: str | os.PathLike):
+        from ._internal.storage import RunDir
+
+        self._run = RunDir(run_path)
+
+    def __repr__(self) -> str:
+        return f"Job({self.path!r}, job_id={self.job_id!r})"
+
+    @property
+    def path(self) -> str:
+        """The run directory."""
+        return self._run.path
+
+    def _last(self) -> dict:
+        from ._internal.submission import last_job
+
+        job = last_job(self._run)
+        if job is None:
+            from .errors import ConfigError
+
+            raise ConfigError(f"{self.path} has no submitted job",
+                              hint="trainer.submit() or hpctrain submit job.toml")
+        return job
+
+    @property
+    def job_id(self) -> str:
+        """The scheduler's id of the run's latest job."""
+        return self._last()["job_id"]
+
+    def status(self) -> str:
+        """The run's status (``state.json``): PENDING until the job starts, RUNNING,
+        REQUEUED while it waits for its next allocation, then FINISHED, FAILED or
+        STOPPED. ``JOB_<STATE>`` (e.g. ``JOB_CANCELLED``) when the job ended before the
+        run could record an end of its own."""
+        from .schedulers import get_scheduler
+
+        status = self._run.read_state().get("status", "PENDING")
+        if status in FINAL or status == "REQUEUED":
+            return status
+        job = self._last()
+        js = get_scheduler(job["scheduler"]).state(job["job_id"])
+        if js.done:
+            status = self._run.read_state().get("status", "PENDING")  # it may just have ended
+            return status if status in FINAL or status == "REQUEUED" else f"JOB_{js.state}"
+        return status
+
+    def done(self) -> bool:
+        """True once the run ended (or its job ended without it)."""
+        status = self.status()
+        return status in FINAL or status.startswith("JOB_")
+
+    def wait(self, timeout: Optional[float] = None, poll_s: float = 2.0) -> str:
+        """Block until :meth:`done`; return the final status. ``TimeoutError`` after
+        ``timeout`` seconds (the job runs on)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.status()
+            if status in FINAL or status.startswith("JOB_"):
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.job_id} of {self.path} is still {status} after "
+                                   f"{timeout} s; it runs on (Job({self.path!r}).wait() "
+                                   "again, or cancel())")
+            time.sleep(poll_s)
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        """Wait, then the run's :class:`~hpctrain.Result`; raises TrainingFailedError /
+        TrainingStoppedError as ``fit()`` does."""
+        from ._internal.submission import result_of
+
+        return result_of(self.path, self.wait(timeout))
+
+    def cancel(self) -> bool:
+        """Cancel the run's latest job (scancel / qdel); committed checkpoints stay and
+        submitting the run again resumes it. False when the job had already ended."""
+        from .schedulers import get_scheduler
+
+        job = self._last()
+        scheduler = get_scheduler(job["scheduler"])
+        if scheduler.state(job["job_id"]).done:
+            return False
+        scheduler.cancel(job["job_id"])
+        if self._run.read_state().get("status") == "REQUEUED":  # a chain that will not go on
+            with self._run.update_state() as s:
+                s["status"] = "STOPPED"
+                s["stopped_because"] = f"its queued job {job['job_id']} was cancelled"
+        return True
