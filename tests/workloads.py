@@ -144,6 +144,22 @@ def sharded(config):
                         if only is None or only == r else None)
 
 
+def same_names(config):
+    """Every rank saves ``model.pt`` (as Ray's PyTorch quick start does), its own bytes:
+    rank r's are ``bytes([r]) * size`` then the step; ranks 1 and up also save
+    ``extra.bin`` (rank 0 does not), and every rank its own ``shard-<r>.bin``."""
+    ctx = hpctrain.get_context()
+    r = ctx.get_world_rank()
+    size = config.get("size", 1000)
+    for step in range(config.get("steps", 3)):
+        d = ctx.get_checkpoint_staging_dir() if config.get("staged") else tempfile.mkdtemp()
+        names = ["model.pt", f"shard-{r}.bin"] + (["extra.bin"] if r > 0 else [])
+        for name in names:
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(bytes([r]) * size + bytes([step]))
+        hpctrain.report({"step": step}, checkpoint=Checkpoint.from_directory(d))
+
+
 def fail_on_rank(config):
     ctx = hpctrain.get_context()
     hpctrain.report({"ok": 1})

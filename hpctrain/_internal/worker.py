@@ -111,8 +111,7 @@ def run_worker(run_dir: str) -> int:
             start_iteration=int(os.environ.get(ENV_START_ITER, "0")),
             next_checkpoint_index=int(os.environ.get(ENV_CKPT_INDEX, "0")),
             use_gpu=payload.scaling.use_gpu, per_rank_results=payload.per_rank_results,
-            attempt=attempt, datasets=payload.datasets,
-            checkpoint_ranks=backend.checkpoint_ranks)
+            attempt=attempt, datasets=payload.datasets)
         set_session(session)
         if rank == 0:
             _watch_stop_file(os.path.join(adir, STOP_FILE))
