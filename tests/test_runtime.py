@@ -11,7 +11,7 @@ import workloads
 from hpctrain import (Checkpoint, CheckpointConfig, FailureConfig, Result, RunConfig,
                       ScalingConfig, TrainingFailedError)
 from hpctrain.torch import TorchTrainer
-from helpers import assert_full_disk_failure
+from helpers import DUPLICATE_WARNING, assert_full_disk_failure, rank_log
 
 
 def fit(func, storage, *, workers=2, config=None, name=None, ckpt=None, max_failures=0, **kw):
@@ -223,16 +223,6 @@ def test_checkpoint_handed_in_by_rank_1_only_is_committed(storage):
         assert os.listdir(ck.path).count("shard-1.bin") == 1 and "shard-0.bin" not in os.listdir(ck.path)
 
 
-DUPLICATE_WARNING = "several ranks reported checkpoint files with the same names"
-
-
-def rank_log(result, rank):
-    """What rank ``rank`` wrote to its log (stdout and stderr) in the run's one job."""
-    logs = os.path.join(result.path, "logs")
-    (job,) = os.listdir(logs)
-    return open(os.path.join(logs, job, f"rank-{rank}.out")).read()
-
-
 @pytest.mark.parametrize("staged", [False, True], ids=["copied", "staged-rename"])
 def test_ranks_reporting_the_same_names_keep_rank_0s_copy_and_warn_once(storage, staged):
     result = fit(workloads.same_names, storage, workers=3,
@@ -264,18 +254,18 @@ def test_ranks_reporting_the_same_names_keep_rank_0s_copy_and_warn_once(storage,
     leftovers = [e for e in os.listdir(os.path.join(result.path, "checkpoints"))
                  if not e.startswith("checkpoint_") and e != ".staging"]
     assert leftovers == []
-    log = rank_log(result, 0)
+    log = rank_log(result.path, 0)
     assert log.count(DUPLICATE_WARNING) == 1, log
     assert "'model.pt' (ranks 0, 1, 2)" in log
     assert "get_world_rank() == 0" in log
-    assert DUPLICATE_WARNING not in rank_log(result, 1)
+    assert DUPLICATE_WARNING not in rank_log(result.path, 1)
 
 
 def test_a_name_every_rank_reports_is_written_to_storage_once(small_disk):
     # a 20 MiB disk: three ranks' 6 MiB model.pt written three times would need 18 MiB
     # beside the previous checkpoint's 6 MiB; written once, each checkpoint needs 6 MiB
     result = fit(workloads.same_names, small_disk, workers=3,
-                 config={"steps": 3, "size": 6 << 20}, ckpt=CheckpointConfig(num_to_keep=1))
+                 config={"steps": 3, "model_size": 6 << 20}, ckpt=CheckpointConfig(num_to_keep=1))
     assert result.error is None
     ck = result.checkpoint
     assert os.path.basename(ck.path) == "checkpoint_000002"

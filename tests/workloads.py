@@ -146,15 +146,17 @@ def sharded(config):
 
 def same_names(config):
     """Every rank saves ``model.pt`` (as Ray's PyTorch quick start does), its own bytes:
-    rank r's are ``bytes([r]) * size`` then the step; ranks 1 and up also save
-    ``extra.bin`` (rank 0 does not), and every rank its own ``shard-<r>.bin``."""
+    rank r's are ``bytes([r]) * model_size`` then the step; ranks 1 and up also save
+    ``extra.bin`` (rank 0 does not), and every rank its own ``shard-<r>.bin`` (1001 bytes
+    each, rank r's bytes then the step)."""
     ctx = hpctrain.get_context()
     r = ctx.get_world_rank()
-    size = config.get("size", 1000)
+    sizes = {"model.pt": config.get("model_size", 1000), f"shard-{r}.bin": 1000}
+    if r > 0:
+        sizes["extra.bin"] = 1000
     for step in range(config.get("steps", 3)):
         d = ctx.get_checkpoint_staging_dir() if config.get("staged") else tempfile.mkdtemp()
-        names = ["model.pt", f"shard-{r}.bin"] + (["extra.bin"] if r > 0 else [])
-        for name in names:
+        for name, size in sizes.items():
             with open(os.path.join(d, name), "wb") as f:
                 f.write(bytes([r]) * size + bytes([step]))
         hpctrain.report({"step": step}, checkpoint=Checkpoint.from_directory(d))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 import warnings
@@ -246,7 +247,7 @@ class Session:
             "`if hpctrain.get_context().get_world_rank() == 0:` around the save, and "
             "report(metrics, checkpoint=None) on the other ranks. Distinct names per rank "
             "make a sharded checkpoint. (This warning is shown once per run.)",
-            UserWarning, stacklevel=2)
+            UserWarning, stacklevel=_outside_hpctrain())
 
     # -- datasets -------------------------------------------------------------------
     def get_dataset_shard(self, name: str):
@@ -302,6 +303,16 @@ class Session:
             self._writer.close()
         if self._rank_results is not None:
             self._rank_results.close()
+
+
+def _outside_hpctrain() -> int:
+    """The ``stacklevel`` of the nearest caller outside the hpctrain package (the
+    training function's ``report()`` line), for warnings that point at user code."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(2), 2  # stacklevel 1: the function calling warn()
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class TrainContext:
