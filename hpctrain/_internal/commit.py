@@ -62,6 +62,7 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     files: Dict[str, Dict[str, Any]] = {}
     duplicates: List[str] = []  # names rank 0 writes: not written here
     written: List[str] = []     # paths this rank created, for the full-disk clean-up
+    partial = ""                # the one being created
     flushes = []  # fsyncs run beside the copies, several at once: the disk merges them
     manifest = {"rank": rank, "moved": move, "algo": DIGEST_ALGO, "files": files,
                 "duplicates": duplicates}
@@ -82,16 +83,20 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
                 duplicates.append(rel)
                 continue
             s, d = os.path.join(src, rel), os.path.join(tmp, rel)
+            partial = d  # until _place returns: a full disk may leave part of it
             entry: Dict[str, Any] = {}
             try:
                 _place(s, d, move)
             except FileExistsError:
+                partial = ""  # another rank's file: never ours to remove
                 if rank != 0 and rel in _rank0_claims(tmp, wait=False):
                     duplicates.append(rel)  # rank 0 listed it since we looked
                     continue
                 d = os.path.join(aside, rel)  # another rank's: the lowest rank's is kept
+                partial = d
                 _place(s, d, move)
                 entry["aside"] = True
+            partial = ""
             written.append(d)
             files[rel] = {"size": os.path.getsize(d), **entry}
             if move:
@@ -110,7 +115,7 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
         if disk_full(e) and not move:
             # this rank's copies are useless now: free their room (for the error record,
             # state.json and the next attempt); these paths are this rank's own
-            for done in written:
+            for done in written + [partial] if partial else written:
                 with contextlib.suppress(OSError):
                     os.unlink(done)
         raise _write_failed(rank, iteration, tmp, e) from e
