@@ -136,8 +136,7 @@ def sharded(config):
     r = ctx.get_world_rank()
     for step in range(config.get("steps", 2)):
         d = ctx.get_checkpoint_staging_dir() if config.get("staged") else tempfile.mkdtemp()
-        name = "same.bin" if config.get("collide") else f"shard-{r}.bin"
-        with open(os.path.join(d, name), "wb") as f:
+        with open(os.path.join(d, f"shard-{r}.bin"), "wb") as f:
             f.write(bytes([r]) * (1000 + r) + bytes([step]))
         only = config.get("only_rank")
         hpctrain.report({"step": step}, checkpoint=Checkpoint.from_directory(d)
