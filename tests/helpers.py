@@ -1,4 +1,5 @@
 """Small helpers shared by the tests that run whole trainings and the CLI."""
+import json
 import os
 import shutil
 import subprocess
@@ -88,3 +89,55 @@ def fit(func, storage, *, workers=2, config=None, name=None, ckpt=None, max_fail
 def out(result, name):
     """A file the workloads wrote under the run's ``test-out/``."""
     return os.path.join(result.path, "test-out", name)
+
+
+#: The warning hpctrain gives once per run when ranks report the same file names.
+DUPLICATE_WARNING = "several ranks reported checkpoint files with the same names"
+
+
+def rank_log(run_path, rank):
+    """What rank ``rank`` wrote (stdout and stderr) in the run's one job."""
+    logs = os.path.join(run_path, "logs")
+    (job,) = [d for d in os.listdir(logs) if os.path.isdir(os.path.join(logs, d))]
+    with open(os.path.join(logs, job, f"rank-{rank}.out")) as f:
+        return f.read()
+
+
+def assert_quickstart_checkpoints(run_path, *, epochs, world_size, width):
+    """A run of examples/pytorch_quickstart.py (every rank saves model.pt each epoch):
+    each committed checkpoint holds one model.pt, rank 0's — the other ranks never wrote
+    theirs to the run directory — it loads into the ResNet-18, and rank 0's log has the
+    duplicate-name warning exactly once."""
+    import importlib.util
+
+    import torch
+
+    from hpctrain import Checkpoint
+    from hpctrain._internal.commit import verify_checkpoint
+
+    ckdir = os.path.join(run_path, "checkpoints")
+    names = sorted(e for e in os.listdir(ckdir) if e.startswith("checkpoint_"))
+    assert names == [f"checkpoint_{i:06d}" for i in range(epochs)]
+    spec = importlib.util.spec_from_file_location("pytorch_quickstart", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+        "pytorch_quickstart.py"))
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    for name in names:
+        path = os.path.join(ckdir, name)
+        assert [e for e in os.listdir(path) if not e.startswith(".hpctrain_")] == ["model.pt"]
+        meta = Checkpoint(path).commit_record()
+        assert meta["files"] == {"model.pt": {"size": os.path.getsize(
+            os.path.join(path, "model.pt")), "rank": 0}}
+        assert meta["duplicate_files"] == {"model.pt": list(range(world_size))}
+        for r in range(1, world_size):  # handed in, never written: rank 0 had listed it
+            with open(os.path.join(path, f".hpctrain_shard.rank-{r}.json")) as f:
+                shard = json.load(f)
+            assert shard["files"] == {} and shard["duplicates"] == ["model.pt"]
+        assert verify_checkpoint(path) == []
+        model = example.ResNet18(num_classes=10, width=width)
+        model.conv1 = torch.nn.Conv2d(1, width, 7, 2, 3, bias=False)
+        model.load_state_dict(torch.load(os.path.join(path, "model.pt")))  # strict
+    assert rank_log(run_path, 0).count(DUPLICATE_WARNING) == 1
+    for r in range(1, world_size):
+        assert DUPLICATE_WARNING not in rank_log(run_path, r)

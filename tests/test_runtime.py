@@ -11,7 +11,7 @@ import workloads
 from hpctrain import (Checkpoint, CheckpointConfig, Result, RunConfig, ScalingConfig,
                       TrainingFailedError)
 from hpctrain.torch import TorchTrainer
-from helpers import assert_full_disk_failure, fit, out
+from helpers import DUPLICATE_WARNING, assert_full_disk_failure, fit, out, rank_log
 
 
 def test_ddp_keeps_replicas_identical(storage):
@@ -209,11 +209,54 @@ def test_checkpoint_handed_in_by_rank_1_only_is_committed(storage):
         assert os.listdir(ck.path).count("shard-1.bin") == 1 and "shard-0.bin" not in os.listdir(ck.path)
 
 
-def test_two_ranks_writing_the_same_checkpoint_file_is_an_error(storage):
-    with pytest.raises(TrainingFailedError) as info:
-        fit(workloads.sharded, storage, config={"steps": 1, "collide": True})
-    assert "same.bin" in str(info.value) and "distinct names" in str(info.value)
-    assert info.value.result.checkpoint is None
+@pytest.mark.parametrize("staged", [False, True], ids=["copied", "staged-rename"])
+def test_ranks_reporting_the_same_names_keep_rank_0s_copy_and_warn_once(storage, staged):
+    result = fit(workloads.same_names, storage, workers=3,
+                 config={"steps": 3, "staged": staged})
+    names = sorted(e for e in os.listdir(os.path.join(result.path, "checkpoints"))
+                   if e != ".staging")
+    assert names == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
+    from hpctrain._internal.commit import verify_checkpoint
+
+    for step, name in enumerate(names):
+        path = os.path.join(result.path, "checkpoints", name)
+        user_files = sorted(e for e in os.listdir(path) if not e.startswith(".hpctrain_"))
+        assert user_files == ["extra.bin", "model.pt", "shard-0.bin", "shard-1.bin",
+                              "shard-2.bin"]
+        content = {n: open(os.path.join(path, n), "rb").read() for n in user_files}
+        assert content["model.pt"] == bytes([0]) * 1000 + bytes([step])   # rank 0's
+        assert content["extra.bin"] == bytes([1]) * 1000 + bytes([step])  # lowest other
+        for r in (0, 1, 2):
+            assert content[f"shard-{r}.bin"] == bytes([r]) * 1000 + bytes([step])
+        meta = Checkpoint(path).commit_record()
+        assert meta["duplicate_files"] == {"model.pt": [0, 1, 2], "extra.bin": [1, 2]}
+        assert meta["files"]["model.pt"] == {"size": 1001, "rank": 0}
+        assert meta["files"]["extra.bin"] == {"size": 1001, "rank": 1}
+        # who wrote what: ranks 1 and 2 never wrote model.pt (rank 0 had listed it)
+        for r in (1, 2):
+            shard = json.load(open(os.path.join(path, f".hpctrain_shard.rank-{r}.json")))
+            assert shard["duplicates"] == ["model.pt"] and "model.pt" not in shard["files"]
+        assert verify_checkpoint(path) == []
+    leftovers = [e for e in os.listdir(os.path.join(result.path, "checkpoints"))
+                 if not e.startswith("checkpoint_") and e != ".staging"]
+    assert leftovers == []
+    log = rank_log(result.path, 0)
+    assert log.count(DUPLICATE_WARNING) == 1, log
+    assert "'model.pt' (ranks 0, 1, 2)" in log
+    assert "get_world_rank() == 0" in log
+    assert DUPLICATE_WARNING not in rank_log(result.path, 1)
+
+
+def test_a_name_every_rank_reports_is_written_to_storage_once(small_disk):
+    # a 20 MiB disk: three ranks' 6 MiB model.pt written three times would need 18 MiB
+    # beside the previous checkpoint's 6 MiB; written once, each checkpoint needs 6 MiB
+    result = fit(workloads.same_names, small_disk, workers=3,
+                 config={"steps": 3, "model_size": 6 << 20}, ckpt=CheckpointConfig(num_to_keep=1))
+    assert result.error is None
+    ck = result.checkpoint
+    assert os.path.basename(ck.path) == "checkpoint_000002"
+    with open(os.path.join(ck.path, "model.pt"), "rb") as f:
+        assert f.read(1) == bytes([0]) and os.path.getsize(f.name) == (6 << 20) + 1
 
 
 def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(storage):

@@ -13,7 +13,7 @@ import hpctrain
 import workloads
 from hpctrain import FailureConfig, RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
-from helpers import assert_same_state, final_state
+from helpers import assert_quickstart_checkpoints, assert_same_state, final_state
 from helpers import cli as hpctrain_cli
 from slurm import sbatch, start_cluster
 
@@ -317,3 +317,31 @@ def test_restore_of_a_failed_batch_run_resubmits_it_and_resumes(storage, local_r
     assert state["attempts"][-1]["resumed_from"].endswith("checkpoint_000001")
     assert result.status == "FINISHED"
     assert_same_state(final_state(run), local_reference)
+
+
+def test_ray_pytorch_quickstart_on_2_nodes_keeps_one_model_pt_from_rank_0(tmp_path, storage):
+    """examples/pytorch_quickstart.py's train_func (every rank saves model.pt and reports
+    it) as a 2-node job: each checkpoint holds one model.pt, rank 0's, written once."""
+    example = os.path.join(os.path.dirname(HERE), "examples", "pytorch_quickstart.py")
+    job = tmp_path / "quickstart.toml"
+    job.write_text(f"""
+site = "test-cluster"
+[job]
+entrypoint = "{example}:train_func"
+[run]
+name = "quickstart"
+storage_path = "{storage}"
+[scaling]
+num_nodes = 2
+workers_per_node = 1
+[scheduler]
+time = "00:05:00"
+[env]
+QUICKSTART_WIDTH = "8"
+QUICKSTART_SAMPLES = "128"
+QUICKSTART_EPOCHS = "2"
+""")
+    p = hpctrain_cli("submit", str(job), "--follow", cwd=str(tmp_path))
+    assert "run FINISHED" in p.stdout, p.stdout + p.stderr
+    run = os.path.join(storage, "quickstart")
+    assert_quickstart_checkpoints(run, epochs=2, world_size=2, width=8)

@@ -179,3 +179,41 @@ def test_a_disk_full_when_recording_metrics_is_a_clear_error_and_leaves_no_half_
         lines = f.read().splitlines()
     assert lines[0] == "loss,_training_iteration" and len(lines) == lost + 1
     assert lines[-1] == f"0.25,{lost}"
+
+
+def test_same_name_from_a_rank_that_came_first_is_replaced_by_the_lowest_ranks(tmp_path):
+    """Without the agreement that lets rank 0 list its names first (a checkpoint handed in
+    between agreement reports), ranks 2 and 1 may write a name before rank 0 does: the
+    later ones write theirs aside, and the committed checkpoint still holds rank 0's copy
+    (and, for a name rank 0 lacks, rank 1's), with digests that verify."""
+    from hpctrain._internal.commit import digest_shard
+
+    run = RunDir(tmp_path / "run")
+    run.create()
+    manifests = {}
+    for rank in (2, 1, 0):  # the highest rank first
+        src = tmp_path / f"src-{rank}"
+        (src / "sub").mkdir(parents=True)
+        (src / "sub" / "model.pt").write_bytes(bytes([rank]) * (100 + rank))
+        if rank:
+            (src / "extra.bin").write_bytes(bytes([rank]) * 10)
+        manifests[rank] = stage_shard(run, 1, rank, Checkpoint(str(src)), sync=False)
+    assert manifests[2]["files"] == {"sub/model.pt": {"size": 102}, "extra.bin": {"size": 10}}
+    assert manifests[0]["files"] == {"sub/model.pt": {"size": 100, "aside": True}}
+    duplicates = []
+    name, _ = publish(run, 1, 0, metrics={}, world_size=3, config=CheckpointConfig(),
+                      started=0, on_duplicates=duplicates.append)
+    assert duplicates == [{"sub/model.pt": [0, 1, 2], "extra.bin": [1, 2]}]
+    path = os.path.join(run.checkpoints_dir, name)
+    for rank, manifest in manifests.items():  # each rank hashes the copies it wrote
+        digest_shard(run, 1, rank, list(manifest["files"]), name,
+                     [rel for rel, i in manifest["files"].items() if i.get("aside")])
+    assert sorted(e for e in os.listdir(path) if not e.startswith(".hpctrain_")) == [
+        "extra.bin", "sub"]
+    assert os.listdir(os.path.join(path, "sub")) == ["model.pt"]
+    assert open(os.path.join(path, "sub", "model.pt"), "rb").read() == bytes([0]) * 100
+    assert open(os.path.join(path, "extra.bin"), "rb").read() == bytes([1]) * 10
+    meta = Checkpoint(path).commit_record()
+    assert meta["files"] == {"sub/model.pt": {"size": 100, "rank": 0},
+                             "extra.bin": {"size": 10, "rank": 1}}
+    assert verify_checkpoint(path) == []

@@ -136,12 +136,29 @@ def sharded(config):
     r = ctx.get_world_rank()
     for step in range(config.get("steps", 2)):
         d = ctx.get_checkpoint_staging_dir() if config.get("staged") else tempfile.mkdtemp()
-        name = "same.bin" if config.get("collide") else f"shard-{r}.bin"
-        with open(os.path.join(d, name), "wb") as f:
+        with open(os.path.join(d, f"shard-{r}.bin"), "wb") as f:
             f.write(bytes([r]) * (1000 + r) + bytes([step]))
         only = config.get("only_rank")
         hpctrain.report({"step": step}, checkpoint=Checkpoint.from_directory(d)
                         if only is None or only == r else None)
+
+
+def same_names(config):
+    """Every rank saves ``model.pt`` (as Ray's PyTorch quick start does), its own bytes:
+    rank r's are ``bytes([r]) * model_size`` then the step; ranks 1 and up also save
+    ``extra.bin`` (rank 0 does not), and every rank its own ``shard-<r>.bin`` (1001 bytes
+    each, rank r's bytes then the step)."""
+    ctx = hpctrain.get_context()
+    r = ctx.get_world_rank()
+    sizes = {"model.pt": config.get("model_size", 1000), f"shard-{r}.bin": 1000}
+    if r > 0:
+        sizes["extra.bin"] = 1000
+    for step in range(config.get("steps", 3)):
+        d = ctx.get_checkpoint_staging_dir() if config.get("staged") else tempfile.mkdtemp()
+        for name, size in sizes.items():
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(bytes([r]) * size + bytes([step]))
+        hpctrain.report({"step": step}, checkpoint=Checkpoint.from_directory(d))
 
 
 def fail_on_rank(config):

@@ -4,12 +4,16 @@ Protocol for a checkpoint handed in at report (iteration) i (every rank that han
 files runs ``stage_shard``; rank 0 runs ``publish`` after an agreement collective proved
 that every rank finished staging):
 
-1. each rank copies — or, from the staging area on the same filesystem, renames — its
-   files into ``checkpoints/.tmp_checkpoint_i<i>/``, fsyncs them, and writes its
-   manifest ``.hpctrain_shard.rank-R.json`` (file sizes) last;
-2. rank 0 merges the manifests into ``.hpctrain_checkpoint.json`` and renames the
-   directory to ``checkpoints/checkpoint_<k>`` (k: the next index) — the single step that
-   makes it visible;
+1. rank 0 first lists the names it hands in (``.hpctrain_claims.rank-0.json``); each rank
+   then copies — or, from the staging area on the same filesystem, renames — its files
+   into ``checkpoints/.tmp_checkpoint_i<i>/``, fsyncs them, and writes its manifest
+   ``.hpctrain_shard.rank-R.json`` (file sizes) last. A name rank 0 listed is not
+   written again by another rank (DDP replicas that all save ``model.pt``: one write);
+   a name another rank already wrote goes aside, to ``.hpctrain_rank-R/``;
+2. rank 0 merges the manifests into ``.hpctrain_checkpoint.json`` — each name once, from
+   the lowest rank that wrote it (an aside copy replaces the other by one rename) — and
+   renames the directory to ``checkpoints/checkpoint_<k>`` (k: the next index): the
+   single step that makes it visible;
 3. rank 0 applies top-K retention, which never removes the newest checkpoint;
 4. in the background each rank hashes its files into ``.hpctrain_digest.rank-R.json``.
 
@@ -24,7 +28,7 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..checkpoint import INTERNAL_PREFIX, METADATA_FILE, USER_METADATA_FILE, Checkpoint
 from ..config import CheckpointConfig
@@ -35,40 +39,70 @@ from .storage import (SHARD_MANIFEST, TMP_PREFIX, RunDir, checkpoint_dir_name,
                       checkpoints_to_delete)
 
 
+CLAIMS_FILE = f"{INTERNAL_PREFIX}claims.rank-0.json"
+ASIDE_DIR = INTERNAL_PREFIX + "rank-{rank}"
+
+
 def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
-                *, sync: bool) -> Dict[str, Any]:
+                *, sync: bool, announce: bool = False,
+                wait_for_rank0: bool = False) -> Dict[str, Any]:
     """Put this rank's checkpoint files into the temporary directory of the checkpoint
-    handed in at report ``iteration``; return the manifest written for them."""
+    handed in at report ``iteration``; return the manifest written for them.
+
+    Several ranks may hand in the same name (DDP replicas that all save ``model.pt``):
+    the checkpoint keeps one copy, the lowest rank's. Rank 0 (``announce``) lists its
+    names before copying; another rank writes no name on that list (``wait_for_rank0``:
+    rank 0 is known to hand in a checkpoint at this report, so wait for the list). A name
+    already there from another rank is written aside, for ``publish`` to sort out."""
     src = os.path.abspath(checkpoint.path)
     if not os.path.isdir(src):
         raise CheckpointError(f"rank {rank}: checkpoint directory {src} does not exist")
     tmp = run.staging_tmp(iteration)
     move = _is_staged(run, src)
     files: Dict[str, Dict[str, Any]] = {}
+    duplicates: List[str] = []  # names rank 0 writes: not written here
+    written: List[str] = []     # paths this rank created, for the full-disk clean-up
+    partial = ""                # the one being created
     flushes = []  # fsyncs run beside the copies, several at once: the disk merges them
-    rel = ""
     manifest = {"rank": rank, "moved": move, "algo": DIGEST_ALGO, "files": files,
-                "metadata": _user_metadata(src, rank)}
+                "duplicates": duplicates, "metadata": _user_metadata(src, rank)}
     manifest_path = os.path.join(tmp, SHARD_MANIFEST.format(rank=rank))
+    aside = os.path.join(tmp, ASIDE_DIR.format(rank=rank))
     try:
         # everything up to the manifest, which is written last, can meet a full disk:
         # the directory, each copy, the fsyncs, the manifest itself
         os.makedirs(tmp, exist_ok=True)
-        for rel in walk_files(src):
-            if os.path.basename(rel).startswith(INTERNAL_PREFIX) or rel == USER_METADATA_FILE:
-                # metadata of a checkpoint handed back in (e.g. get_checkpoint()); the
-                # user's metadata travels in the manifest and is merged at the commit
+        names = [rel for rel in walk_files(src)
+                 # metadata of a checkpoint handed back in (e.g. get_checkpoint()); the
+                 # user's metadata travels in the manifest and is merged at the commit
+                 if not os.path.basename(rel).startswith(INTERNAL_PREFIX)
+                 and rel != USER_METADATA_FILE]
+        if rank == 0 and announce:
+            atomic_write_json(os.path.join(tmp, CLAIMS_FILE), names, sync=False)
+        rank0_names = set() if rank == 0 else _rank0_claims(tmp, wait=wait_for_rank0)
+        for rel in names:
+            if rel in rank0_names:
+                duplicates.append(rel)
                 continue
             s, d = os.path.join(src, rel), os.path.join(tmp, rel)
-            os.makedirs(os.path.dirname(d), exist_ok=True)
+            partial = d  # until _place returns: a full disk may leave part of it
+            entry: Dict[str, Any] = {}
+            try:
+                _place(s, d, move)
+            except FileExistsError:
+                partial = ""  # another rank's file: never ours to remove
+                if rank != 0 and rel in _rank0_claims(tmp, wait=False):
+                    duplicates.append(rel)  # rank 0 listed it since we looked
+                    continue
+                d = os.path.join(aside, rel)  # another rank's: the lowest rank's is kept
+                partial = d
+                _place(s, d, move)
+                entry["aside"] = True
+            partial = ""
+            written.append(d)
+            files[rel] = {"size": os.path.getsize(d), **entry}
             if move:
-                # link + unlink instead of rename: linking fails atomically if another
-                # rank already put a file of that name here (rename would replace it)
-                _claim(lambda: os.link(s, d), rel, rank)
                 os.unlink(s)
-            else:
-                _claim(lambda: _copy_file(s, d), rel, rank)
-            files[rel] = {"size": os.path.getsize(d)}
             if sync:
                 flushes.append(_flusher().submit(fsync_path, d))
         for f in flushes:
@@ -76,16 +110,16 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
         if move:
             shutil.rmtree(src, ignore_errors=True)
         if sync:
-            for d in {os.path.dirname(os.path.join(tmp, rel)) for rel in files} | {tmp}:
+            for d in {os.path.dirname(p) for p in written} | {tmp}:
                 fsync_path(d)
         atomic_write_json(manifest_path, manifest, sync=sync)
     except OSError as e:
         if disk_full(e) and not move:
             # this rank's copies are useless now: free their room (for the error record,
-            # state.json and the next attempt); names are this rank's own
-            for done in [*files, rel]:
+            # state.json and the next attempt); these paths are this rank's own
+            for done in written + [partial] if partial else written:
                 with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(tmp, done))
+                    os.unlink(done)
         raise _write_failed(rank, iteration, tmp, e) from e
     finally:
         for f in flushes:
@@ -118,6 +152,31 @@ def merged_metadata(trainer: Optional[Dict[str, Any]], shards: List[Dict[str, An
     for shard in sorted(shards, key=lambda m: -m["rank"]):
         out.update(shard.get("metadata") or {})
     return out
+
+
+def _place(src: str, dst: str, move: bool) -> None:
+    """Create ``dst`` with ``src``'s content; FileExistsError if it is there already.
+    A move links (then the caller unlinks ``src``) instead of renaming: linking fails
+    atomically if the name exists, where rename would replace it."""
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if move:
+        os.link(src, dst)
+    else:
+        _copy_file(src, dst)
+
+
+def _rank0_claims(tmp: str, *, wait: bool) -> set:
+    """The names rank 0 hands in at this checkpoint (empty if it has not listed them).
+    With ``wait``, rank 0 is known to be listing them: wait for the list (rank 0 writes
+    it before it copies anything; if rank 0 dies first, the supervisor ends this rank)."""
+    path = os.path.join(tmp, CLAIMS_FILE)
+    pause = 0.0005
+    while True:
+        names = read_json(path)
+        if names is not None or not wait:
+            return set(names or ())
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _write_failed(rank: int, iteration: int, tmp: str, e: OSError) -> CheckpointError:
@@ -162,17 +221,6 @@ def _flusher():
     return _FLUSHER
 
 
-def _claim(create, rel: str, rank: int) -> None:
-    try:
-        create()
-    except FileExistsError:
-        raise CheckpointError(
-            f"rank {rank}: checkpoint file {rel!r} was already written by another rank for "
-            "this checkpoint.\nHINT: when several ranks report a checkpoint, give each rank's "
-            "files distinct names (e.g. f\"shard-{rank}.pt\")."
-        ) from None
-
-
 def _is_staged(run: RunDir, src: str) -> bool:
     """True for directories from ``get_context().get_checkpoint_staging_dir()``: these
     are on the storage filesystem and owned by hpctrain, so they are moved, not copied."""
@@ -197,7 +245,9 @@ def staged_iterations(run: RunDir, up_to: int) -> List[int]:
 def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
             world_size: int, config: CheckpointConfig, started: float,
             metadata: Optional[Dict[str, Any]] = None,
-            data_epochs: Optional[Dict[str, Any]] = None) -> Tuple[Optional[str], List[str]]:
+            data_epochs: Optional[Dict[str, Any]] = None,
+            on_duplicates: Optional[Callable[[Dict[str, List[int]]], None]] = None
+            ) -> Tuple[Optional[str], List[str]]:
     """Rank 0: commit the checkpoint staged at report ``iteration`` as
     ``checkpoint_<index>`` by one rename; apply retention.
 
@@ -207,7 +257,8 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     off the training thread, so their size does not weigh on ``report()``. ``metadata``:
     the trainer's, written (under what the ranks set) as the checkpoint's
     ``.metadata.json`` before the rename.
-    ``data_epochs``: the epoch each prepared DataLoader and dataset shard resumes at."""
+    ``data_epochs``: the epoch each prepared DataLoader and dataset shard resumes at.
+    ``on_duplicates`` gets {name: ranks} when several ranks handed in the same names."""
     tmp = run.staging_tmp(iteration)
     if not os.path.isdir(tmp):
         return None, []
@@ -218,9 +269,7 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
             if m:
                 shards.append(m)
     shards.sort(key=lambda m: m["rank"])
-    files: Dict[str, Any] = {}
-    for s in shards:
-        files.update(s["files"])
+    files, handed_in = _merge_shards(tmp, shards)
     manifest_sum = hashlib.sha256(
         json.dumps({k: v["size"] for k, v in sorted(files.items())}).encode()).hexdigest()
     meta = {
@@ -238,6 +287,11 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     user = merged_metadata(metadata, shards)
     if data_epochs:  # where prepared loaders and dataset shards resume (rank 0's)
         meta["data_epochs"] = data_epochs
+    duplicated = {rel: ranks for rel, ranks in handed_in.items() if len(ranks) > 1}
+    if duplicated:
+        meta["duplicate_files"] = duplicated
+        if on_duplicates is not None:
+            on_duplicates(duplicated)
     try:
         if user:
             atomic_write_json(os.path.join(tmp, USER_METADATA_FILE), user,
@@ -258,28 +312,62 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     return name, [d for d in doomed if d]
 
 
+def _merge_shards(tmp: str, shards: List[Dict[str, Any]]
+                  ) -> Tuple[Dict[str, Any], Dict[str, List[int]]]:
+    """Each name once, the lowest rank's copy (``shards`` sorted by rank): a copy written
+    aside replaces the one in place by one rename; the other copies aside are removed.
+    Returns the files ({name: {"size", "rank"}}) and, for every name, the ranks that
+    handed it in."""
+    files: Dict[str, Any] = {}
+    handed_in: Dict[str, List[int]] = {}
+    for s in shards:
+        rank = s["rank"]
+        for rel in s.get("duplicates", []):
+            handed_in.setdefault(rel, []).append(rank)
+        for rel, info in s["files"].items():
+            handed_in.setdefault(rel, []).append(rank)
+            if rel in files:
+                continue
+            if info.get("aside"):
+                os.replace(os.path.join(tmp, ASIDE_DIR.format(rank=rank), rel),
+                           os.path.join(tmp, rel))
+            files[rel] = {"size": info["size"], "rank": rank}
+    for s in shards:
+        shutil.rmtree(os.path.join(tmp, ASIDE_DIR.format(rank=s["rank"])), ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(tmp, CLAIMS_FILE))
+    return files, {rel: sorted(r) for rel, r in handed_in.items()}
+
+
 def digest_shard(run: RunDir, iteration: int, rank: int, files: List[str],
-                 committed_name: Optional[str] = None) -> None:
+                 committed_name: Optional[str] = None,
+                 aside: Sequence[str] = ()) -> None:
     """Hash this rank's files of the checkpoint handed in at report ``iteration`` into
     ``.hpctrain_digest.rank-R.json`` beside them (run off the training thread).
 
     The files are under the temporary name until rank 0 publishes them and under the
-    committed one after (an open file survives the rename), so both are tried. The
+    committed one after (an open file survives the rename), so both are tried; files
+    written ``aside`` (another rank had the name) are looked for there first. The
     content digest is what lets a restart detect a checkpoint damaged after its commit;
-    computing it here keeps the commit itself at the cost of a copy, or of a rename."""
+    computing it here keeps the commit itself at the cost of a copy, or of a rename.
+    Only the digests of the rank whose copy was kept are read back."""
     tmp = run.staging_tmp(iteration)
+    aside_dir = os.path.join(tmp, ASIDE_DIR.format(rank=rank))
 
-    def candidates():
+    def candidates(rel: str = ""):
+        if rel in aside:
+            yield aside_dir
         if committed_name:
             yield os.path.join(run.checkpoints_dir, committed_name)
-        yield tmp
+        if rel not in aside:
+            yield tmp  # another rank's copy sits there until publish
         found = [r for r in run.list_checkpoints() if r.iteration == iteration]
         if found:
             yield found[-1].path
 
     digests = {}
     for rel in files:
-        for base in candidates():
+        for base in candidates(rel):
             try:
                 digests[rel] = file_digest(os.path.join(base, rel))
                 break
@@ -307,10 +395,13 @@ def verify_checkpoint(path: str) -> List[str]:
     if not isinstance(meta, dict):
         return [f"{path}: no readable {METADATA_FILE}"]
     problems = []
-    late = {}
-    for entry in os.listdir(path):
-        if entry.startswith(f"{INTERNAL_PREFIX}digest"):
-            late.update((read_json(os.path.join(path, entry)) or {}).get("files", {}))
+    late: Dict[Optional[int], Dict[str, str]] = {}  # rank (None: any) -> {name: digest}
+    for entry in sorted(os.listdir(path)):
+        if entry.startswith(f"{INTERNAL_PREFIX}digest.rank-"):
+            digests = (read_json(os.path.join(path, entry)) or {}).get("files", {})
+            rank = entry[len(f"{INTERNAL_PREFIX}digest.rank-"):-len(".json")]
+            late.setdefault(int(rank) if rank.isdigit() else None, {}).update(digests)
+            late.setdefault(None, {}).update(digests)
     for rel, info in meta.get("files", {}).items():
         p = os.path.join(path, rel)
         if not os.path.isfile(p):
@@ -319,7 +410,8 @@ def verify_checkpoint(path: str) -> List[str]:
         if os.path.getsize(p) != info.get("size"):
             problems.append(f"{rel}: size {os.path.getsize(p)} != {info.get('size')}")
             continue
-        digest = info.get("digest") or late.get(rel)
+        # the digest of the copy that was kept: its rank's (older checkpoints: any)
+        digest = info.get("digest") or late.get(info.get("rank"), {}).get(rel)
         if digest and file_digest(p) != digest:
             problems.append(f"{rel}: content digest mismatch")
     return problems

@@ -10,28 +10,32 @@ integers over the job's own communicator), and only at *agreement reports*:
   returns), and every report once a stop was agreed;
 * when reports come faster, every K-th one, K chosen by rank 0 from the observed pace
   (at most ``MAX_GAP``) and carried in the agreement itself, so every rank computes the
-  same schedule; checkpoints handed in between are committed at the next agreement;
+  same schedule; checkpoints handed in between are committed at the next agreement (and
+  the report after one that carried a checkpoint is an agreement report again);
 * and once more when the training function returns.
 
-A rank stages its checkpoint files before it can enter the collective, so a completed
-agreement proves every shard up to that report is complete; rank 0 then publishes them
-(in report order), each by one rename. Every rank learns a stop decision at the same
-report.
+A rank stages the checkpoint files of earlier reports before it can enter the
+collective, so a completed agreement proves those shards complete. When a rank hands in a
+checkpoint at the agreement report itself, the agreement says so (and whether rank 0 is
+one of them, so that the others skip the names rank 0 writes), the ranks stage, and one
+more collective proves this report's shards complete. Rank 0 then publishes them (in
+report order), each by one rename. Every rank learns a stop decision at the same report.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import sys
 import threading
 import time
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..checkpoint import Checkpoint
 from ..cluster_env import WorkerInfo
 from ..config import CheckpointConfig
-from .commit import (_is_staged, digest_shard, new_staging_dir, publish, stage_shard,
-                     staged_iterations)
+from .commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
 from .fsutil import Background, json_default
 from .storage import ResultWriter, RunDir, autofilled
 
@@ -82,7 +86,7 @@ class Session:
                  resume_checkpoint: Optional[str], start_iteration: int,
                  next_checkpoint_index: int, use_gpu: bool = False,
                  per_rank_results: bool = False, attempt: int = 1,
-                 datasets: Optional[Dict[str, Any]] = None, checkpoint_ranks: str = "all",
+                 datasets: Optional[Dict[str, Any]] = None,
                  datasets_to_split: Any = "all",
                  metadata: Optional[Dict[str, Any]] = None,
                  trial: Optional[Dict[str, str]] = None, gpus_per_worker: int = 0):
@@ -101,10 +105,7 @@ class Session:
         self.metadata = dict(metadata or {})
         self.trial = trial_names(run_name, run.path, trial)
         self.gpus_per_worker = gpus_per_worker
-        # "all": every rank's checkpoint files are kept (sharded checkpoints); "rank0":
-        # replicas hand in the same model (TensorFlow's MultiWorkerMirroredStrategy saves
-        # on every worker), rank 0's copy is the checkpoint and the others' are dropped
-        self.checkpoint_ranks = checkpoint_ranks
+        self._warned_duplicates = False  # once per run (attempt), on rank 0
         self._shards: Dict[str, Any] = {}
         self._detailed = os.environ.get(DETAILED_ENV, "0") not in ("", "0", "false", "False")
         self._started = time.time()
@@ -125,6 +126,7 @@ class Session:
         self._next_agreement = start_iteration + 1
         self._agreed_at, self._agreed_iteration = time.perf_counter(), start_iteration
         self._staged_since_agreement = False
+        self._publish_due = False
         self._reports_since_agreement: Dict[int, Tuple[Dict[str, Any], float,
                                                        Optional[Dict[str, Any]]]] = {}
         self.last_metrics: Dict[str, Any] = {}
@@ -145,26 +147,31 @@ class Session:
         iteration = self.iteration + 1
         rank = self.info.world_rank
         files: List[str] = []
-        if checkpoint is not None and self.checkpoint_ranks == "rank0" and rank != 0:
-            # dropped: clean up what hpctrain owns (a temporary or a staging directory)
-            if getattr(checkpoint, "_temporary", False) or _is_staged(
-                    self.run, os.path.abspath(checkpoint.path)):
-                shutil.rmtree(checkpoint.path, ignore_errors=True)
-            checkpoint = None
+        aside: List[str] = []
+        agreed = iteration >= self._next_agreement
+        # at an agreement report the ranks agree before staging (who hands in a
+        # checkpoint now, rank 0 among them?) and prove it staged after
+        ckpt_now, rank0_now = (self._agree_before_staging(iteration, checkpoint is not None)
+                               if agreed else (False, False))
         if checkpoint is not None:
-            files = list(stage_shard(self.run, iteration, rank, checkpoint,
-                                     sync=self.checkpoint_config.sync_to_disk)["files"])
+            manifest = stage_shard(self.run, iteration, rank, checkpoint,
+                                   sync=self.checkpoint_config.sync_to_disk,
+                                   announce=self.info.world_size > 1,
+                                   wait_for_rank0=rank0_now and rank != 0)
+            files = list(manifest["files"])
+            aside = [rel for rel, info in manifest["files"].items() if info.get("aside")]
             if getattr(checkpoint, "_temporary", False):
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
-            self._staged_since_agreement = True
+            if not agreed:
+                self._staged_since_agreement = True
         if rank == 0:
             self._reports_since_agreement[iteration] = (dict(metrics), started,
                                                         self.data_epochs())
-        agreed = iteration >= self._next_agreement
-        published = self._agree(iteration, staged_now=bool(files)) if agreed else {}
+        published = self._publish_agreed(iteration, ckpt_now) if agreed else {}
         name = published.get(iteration)
         if files:  # after the commit, so that hashing never competes with it
-            self._background.submit(digest_shard, self.run, iteration, rank, files, name)
+            self._background.submit(digest_shard, self.run, iteration, rank, files, name,
+                                    aside)
         now = time.perf_counter()
         row = dict(metrics)
         row.update(autofilled(iteration, now - self._last, time.time() - self._started,
@@ -185,37 +192,52 @@ class Session:
             # stop was agreed is committed, so the training can end now and resume later
             raise StopTraining(iteration, name)
 
-    def _agree(self, iteration: int, *, final: bool = False,
-               staged_now: bool = False) -> Dict[int, str]:
+    def _agree_before_staging(self, iteration: int, ckpt_here: bool, *,
+                              final: bool = False) -> Tuple[bool, bool]:
         """One agreement (every rank at the same report): learn whether any rank staged a
-        checkpoint (since the last agreement, and at this very report) or asked to stop,
-        and when the next agreement is; rank 0 publishes the staged checkpoints. Returns
-        {iteration: published checkpoint name}."""
+        checkpoint since the last agreement or hands one in at this very report (rank 0
+        among them?), whether any asked to stop, and when the next agreement is. Returns
+        (a checkpoint is handed in now, rank 0 hands one in now)."""
         gap = 0
         if self.info.world_rank == 0 and not final:
             now = time.perf_counter()
             pace = (now - self._agreed_at) / max(1, iteration - self._agreed_iteration)
             gap = MAX_GAP if pace <= 0 else max(1, min(MAX_GAP, int(AGREE_BUDGET_S / pace)))
+        rank0_here = int(ckpt_here and self.info.world_rank == 0)
         local = [int(self._staged_since_agreement), int(self._stop_requested.is_set()), gap,
-                 int(staged_now)]
-        any_ckpt, stop, gap, ckpt_now = (self.coordinator.allreduce_max(local)
-                                         if self.info.world_size > 1 else local)
+                 int(ckpt_here), rank0_here]
+        any_ckpt, stop, gap, ckpt_now, rank0_now = (
+            self.coordinator.allreduce_max(local) if self.info.world_size > 1 else local)
         self.stop_agreed = self.stop_agreed or bool(stop)
         # a checkpoint of this very report: stopping after it loses no iteration
         self._agreed_checkpoint = bool(ckpt_now)
-        self._next_agreement = iteration + (1 if self.stop_agreed else max(1, gap))
+        # after a checkpoint, agree at the next report too: a loop that checkpoints at
+        # every report then agrees at every one, so that rank 0's names are known
+        # before the other ranks copy (no name is written twice)
+        self._next_agreement = iteration + (
+            1 if self.stop_agreed or any_ckpt or ckpt_now else max(1, gap))
         self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
         self._staged_since_agreement = False
+        self._publish_due = bool(any_ckpt or ckpt_now)
+        return bool(ckpt_now), bool(rank0_now)
+
+    def _publish_agreed(self, iteration: int, ckpt_now: bool) -> Dict[int, str]:
+        """After the agreement and this report's staging: when a rank staged at this
+        report, one more collective proves every rank done; then rank 0 publishes what is
+        staged up to ``iteration``. Returns {iteration: published checkpoint name}."""
+        if ckpt_now and self.info.world_size > 1:
+            self.coordinator.allreduce_max([0])  # every rank staged this report's files
         published: Dict[int, str] = {}
         if self.info.world_rank == 0:
-            if any_ckpt:
+            if self._publish_due:
                 for it in staged_iterations(self.run, up_to=iteration):
                     metrics, started, epochs = self._reports_since_agreement.get(
                         it, ({}, time.time(), None))
                     name, dropped = publish(
                         self.run, it, self.next_checkpoint_index, metrics=metrics,
                         world_size=self.info.world_size, config=self.checkpoint_config,
-                        started=started, metadata=self.metadata, data_epochs=epochs)
+                        started=started, metadata=self.metadata, data_epochs=epochs,
+                        on_duplicates=self._warn_duplicates)
                     if name:
                         self.next_checkpoint_index += 1
                         published[it] = name
@@ -223,6 +245,24 @@ class Session:
                         self._background.submit(shutil.rmtree, path, ignore_errors=True)
             self._reports_since_agreement.clear()
         return published
+
+    def _warn_duplicates(self, duplicated: Dict[str, List[int]]) -> None:
+        """Rank 0, once per run: several ranks handed in the same file names."""
+        if self._warned_duplicates:
+            return
+        self._warned_duplicates = True
+        names = ", ".join(f"{rel!r} (ranks {', '.join(map(str, r))})"
+                          for rel, r in sorted(duplicated.items())[:10])
+        more = f" and {len(duplicated) - 10} more" if len(duplicated) > 10 else ""
+        warnings.warn(
+            f"hpctrain: several ranks reported checkpoint files with the same names: "
+            f"{names}{more}. The checkpoint keeps one copy of each name, rank 0's (or the "
+            "lowest rank's that has it); the other ranks' copies are not kept. Saving on "
+            "rank 0 alone is cheaper: "
+            "`if hpctrain.get_context().get_world_rank() == 0:` around the save, and "
+            "report(metrics, checkpoint=None) on the other ranks. Distinct names per rank "
+            "make a sharded checkpoint. (This warning is shown once per run.)",
+            UserWarning, stacklevel=_outside_hpctrain())
 
     # -- datasets -------------------------------------------------------------------
     def get_dataset_shard(self, name: str):
@@ -316,12 +356,23 @@ class Session:
     def close(self) -> None:
         """End of the training function (every rank): a last agreement commits what was
         staged since the previous one; then wait for background digests and deletions."""
-        self._agree(self.iteration, final=True)
+        self._agree_before_staging(self.iteration, False, final=True)
+        self._publish_agreed(self.iteration, False)
         self._background.drain()
         if self._writer is not None:
             self._writer.close()
         if self._rank_results is not None:
             self._rank_results.close()
+
+
+def _outside_hpctrain() -> int:
+    """The ``stacklevel`` of the nearest caller outside the hpctrain package (the
+    training function's ``report()`` line), for warnings that point at user code."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(2), 2  # stacklevel 1: the function calling warn()
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class TrainContext:

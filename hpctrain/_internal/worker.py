@@ -121,7 +121,6 @@ def run_worker(run_dir: str) -> int:
             use_gpu=payload.scaling.use_gpu, per_rank_results=payload.per_rank_results,
             attempt=attempt, datasets=payload.datasets,
             datasets_to_split=payload.datasets_to_split,
-            checkpoint_ranks=backend.checkpoint_ranks,
             metadata=getattr(payload, "metadata", None),
             trial=getattr(payload, "trial", None),
             gpus_per_worker=payload.scaling.gpus_each)

@@ -10,10 +10,6 @@ from ..cluster_env import WorkerInfo
 class Backend:
     """Set up and tear down one framework inside one worker."""
 
-    #: Whose checkpoint files a report keeps: "all" ranks' (sharded checkpoints, the
-    #: default) or "rank0"'s only (replicated models that every rank must save).
-    checkpoint_ranks = "all"
-
     def __init__(self, config: Any = None):
         self.config = config
 

@@ -78,10 +78,6 @@ def tf_config(workers: List[str], index: int) -> Dict[str, Any]:
 
 
 class TensorflowBackend(Backend):
-    # MultiWorkerMirroredStrategy: every worker must call model.save (non-chief workers to
-    # a directory of their own), and every copy is the same model: rank 0's is kept
-    checkpoint_ranks = "rank0"
-
     def __init__(self, config: TensorflowConfig = None):
         super().__init__(config or TensorflowConfig())
         self._group = None

@@ -14,7 +14,8 @@ in ``metrics``: a list, or a dict ``{reported name: Keras log name}``). On
 whole model saved as ``model.keras`` and ``checkpoint.json`` (``{"epoch": <0-based
 epoch>}``), so that a resumed run can continue with ``initial_epoch = epoch + 1``
 (:func:`load_checkpoint` reads both back). Every rank saves (MultiWorkerMirroredStrategy
-needs every worker in ``model.save``); rank 0's copy is the one kept.
+needs every worker in ``model.save``); only rank 0 hands its copy in, so the model is
+written to the run directory once.
 """
 from __future__ import annotations
 
@@ -96,7 +97,9 @@ class _ReportCheckpointCallback:
             self.model.save(os.path.join(d, MODEL_FILE))
             with open(os.path.join(d, STATE_FILE), "w") as f:
                 json.dump({"epoch": self._epoch}, f)
-            hpctrain.report(metrics, checkpoint=hpctrain.Checkpoint.from_directory(d))
+            rank0 = hpctrain.get_context().get_world_rank() == 0
+            hpctrain.report(metrics, checkpoint=hpctrain.Checkpoint.from_directory(d)
+                            if rank0 else None)
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
