@@ -3,9 +3,10 @@ docs.ray.io/en/latest/train/getting-started-pytorch.html), ported to hpctrain.
 
 The training function is Ray's, step for step: a ResNet-18 with a one-channel first
 convolution, ``prepare_model`` and ``prepare_data_loader``, and on every epoch *every
-rank* saves ``model.pt`` and reports it. Only the imports changed (``ray.train`` is
-``hpctrain``). hpctrain keeps one ``model.pt`` in the checkpoint — rank 0's — writes it
-to the run directory once, and warns once that saving on rank 0 alone is cheaper.
+rank* saves ``model.pt`` and reports it. Only the imports changed: ``ray.train`` is
+``hpctrain.train``, which mirrors its import paths. hpctrain keeps one ``model.pt`` in
+the checkpoint — rank 0's — writes it to the run directory once, and warns once that
+saving on rank 0 alone is cheaper.
 
 Two stand-ins, because this machine has no network and no CPU torchvision:
 ``resnet18`` below is torchvision's ResNet-18 layout written with torch.nn, and
@@ -25,8 +26,7 @@ from torch.nn import CrossEntropyLoss
 from torch.optim import Adam
 from torch.utils.data import DataLoader, TensorDataset
 
-import hpctrain          # was: import ray.train
-import hpctrain.torch    # was: import ray.train.torch
+import hpctrain.train.torch  # was: import ray.train.torch
 
 SAMPLES = int(os.environ.get("QUICKSTART_SAMPLES", "256"))
 EPOCHS = int(os.environ.get("QUICKSTART_EPOCHS", "2"))
@@ -96,7 +96,7 @@ def train_func():
     model.conv1 = torch.nn.Conv2d(1, WIDTH, kernel_size=(7, 7), stride=(2, 2),
                                   padding=(3, 3), bias=False)
     # [1] Prepare model.
-    model = hpctrain.torch.prepare_model(model)
+    model = hpctrain.train.torch.prepare_model(model)
     criterion = CrossEntropyLoss()
     optimizer = Adam(model.parameters(), lr=0.001)
 
@@ -104,11 +104,11 @@ def train_func():
     train_data = FashionMNIST()
     train_loader = DataLoader(train_data, batch_size=BATCH, shuffle=True)
     # [2] Prepare dataloader.
-    train_loader = hpctrain.torch.prepare_data_loader(train_loader)
+    train_loader = hpctrain.train.torch.prepare_data_loader(train_loader)
 
     # Training
     for epoch in range(EPOCHS):
-        if hpctrain.get_context().get_world_size() > 1:
+        if hpctrain.train.get_context().get_world_size() > 1:
             train_loader.sampler.set_epoch(epoch)
 
         for images, labels in train_loader:
@@ -123,9 +123,10 @@ def train_func():
         with tempfile.TemporaryDirectory() as temp_checkpoint_dir:
             torch.save(model.module.state_dict(),
                        os.path.join(temp_checkpoint_dir, "model.pt"))
-            hpctrain.report(metrics,
-                            checkpoint=hpctrain.Checkpoint.from_directory(temp_checkpoint_dir))
-        if hpctrain.get_context().get_world_rank() == 0:
+            hpctrain.train.report(
+                metrics,
+                checkpoint=hpctrain.train.Checkpoint.from_directory(temp_checkpoint_dir))
+        if hpctrain.train.get_context().get_world_rank() == 0:
             print(metrics)
 
 
@@ -136,14 +137,14 @@ if __name__ == "__main__":
     args = ap.parse_args()
 
     # [4] Configure scaling and resource requirements.
-    scaling_config = hpctrain.ScalingConfig(num_workers=args.workers, use_gpu=False)
+    scaling_config = hpctrain.train.ScalingConfig(num_workers=args.workers, use_gpu=False)
 
     # [5] Launch distributed training job.
-    trainer = hpctrain.torch.TorchTrainer(
+    trainer = hpctrain.train.torch.TorchTrainer(
         train_func,
         scaling_config=scaling_config,
         # [5a] On a cluster, the run directory goes on the shared filesystem.
-        run_config=hpctrain.RunConfig(storage_path=args.storage),
+        run_config=hpctrain.train.RunConfig(storage_path=args.storage),
     )
     result = trainer.fit()
 
