@@ -87,3 +87,30 @@ def lightning_deterministic(config):
             trainer.fit(model, train_dataloaders=loader, ckpt_path=path)
     else:
         trainer.fit(model, train_dataloaders=loader)
+
+
+# -------------------------------------------------------------------------- Transformers
+def transformers_resumable(config):
+    """examples/transformers_quickstart.py's training function, with ``step_sleep``
+    seconds added to each step (the weights do not depend on it) so that a test can
+    warn mid-run."""
+    import sys
+
+    import transformers
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "examples"))
+    import transformers_quickstart
+
+    class Slow(transformers.TrainerCallback):
+        def on_step_end(self, *args, **kwargs):
+            time.sleep(config.get("step_sleep", 0.0))
+
+    real_train = transformers.Trainer.train
+
+    def train(self, *args, **kwargs):  # the example's trainer, slowed down
+        self.add_callback(Slow())
+        return real_train(self, *args, **kwargs)
+
+    transformers.Trainer.train = train
+    transformers_quickstart.train_func(config)

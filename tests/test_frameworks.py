@@ -47,12 +47,13 @@ def assert_same_tensors(a, b):
 
 
 # ----------------------------------------------------------------------------- Lightning
-def lightning_job(tmp_path, storage, name, config):
+def job_file(tmp_path, storage, name, function, config):
+    """A job file running ``framework_workloads.<function>`` on 2 workers."""
     path = tmp_path / f"{name}.toml"
     body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
     path.write_text(f"""
 [job]
-entrypoint = "{HERE}/framework_workloads.py:lightning_deterministic"
+entrypoint = "{HERE}/framework_workloads.py:{function}"
 [scaling]
 num_workers = 2
 [run]
@@ -65,9 +66,36 @@ verbose = 0
     return str(path)
 
 
-def hpctrain_run(job):
-    return subprocess.Popen([sys.executable, "-m", "hpctrain.cli", "run", job],
+def hpctrain_run(job, cwd=None):
+    return subprocess.Popen([sys.executable, "-m", "hpctrain.cli", "run", job], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def warn_mid_run_then_resume(job, run, cwd=None):
+    """Start ``job``, send SIGUSR1 to `hpctrain run` after the first report, check that
+    the run stopped cleanly at a committed checkpoint, run the job again to the end.
+    Returns (reports before the stop, the stop checkpoint's name)."""
+    p = hpctrain_run(job, cwd)
+    wait_for(lambda: os.path.exists(os.path.join(run, "result.json")) and len(rows(run)) >= 1,
+             120, "the first report", proc=p)
+    p.send_signal(signal.SIGUSR1)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 75, err
+    with open(os.path.join(run, "state.json")) as f:
+        state = json.load(f)
+    assert state["status"] == "STOPPED"
+    stopped_after, stop_ckpt = len(rows(run)), state["attempts"][-1]["stop_checkpoint"]
+    assert rows(run)[-1]["checkpoint_dir_name"] == stop_ckpt  # stopped right after it
+    p = hpctrain_run(job, cwd)
+    _, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err
+    return stopped_after, stop_ckpt
+
+
+def finish(job, cwd=None):
+    p = hpctrain_run(job, cwd)
+    _, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err
 
 
 def test_lightning_quickstart_example(storage):
@@ -94,20 +122,11 @@ def test_lightning_warning_checkpoints_stops_and_resumes_to_the_same_weights(tmp
     uninterrupted run. Inside fit, the warning and SIGTERM handlers stay hpctrain's and
     the cluster environment is RayLightningEnvironment."""
     config = {"epochs": 5, "samples": 64}
-    job = lightning_job(tmp_path, storage, "warned", dict(config, step_sleep=0.25))
+    job = job_file(tmp_path, storage, "warned", "lightning_deterministic",
+                   dict(config, step_sleep=0.25))
     run = os.path.join(storage, "warned")
-    p = hpctrain_run(job)
-    wait_for(lambda: os.path.exists(os.path.join(run, "result.json")) and len(rows(run)) >= 1,
-             120, "the first epoch", proc=p)
-    p.send_signal(signal.SIGUSR1)
-    out, err = p.communicate(timeout=120)
-    assert p.returncode == 75, err
-    with open(os.path.join(run, "state.json")) as f:
-        state = json.load(f)
-    assert state["status"] == "STOPPED"
-    stopped_after = len(rows(run))
+    stopped_after, stop_ckpt = warn_mid_run_then_resume(job, run)
     assert 1 <= stopped_after < config["epochs"]
-    stop_ckpt = state["attempts"][-1]["stop_checkpoint"]
     assert load_ckpt(os.path.join(run, "checkpoints", stop_ckpt),
                      "checkpoint.ckpt")["epoch"] == stopped_after - 1
     for rank in range(2):
@@ -117,19 +136,12 @@ def test_lightning_warning_checkpoints_stops_and_resumes_to_the_same_weights(tmp
         assert probe["sigterm"] == "SIG_DFL", probe
         assert probe["environment"] == "RayLightningEnvironment"
         assert (probe["global_rank"], probe["world_size"]) == (rank, 2)
-
-    p = hpctrain_run(job)
-    out, err = p.communicate(timeout=180)
-    assert p.returncode == 0, err
     with open(os.path.join(run, "test-out", "resumed-attempt-2")) as f:
         assert f.read().endswith(f"{stop_ckpt}/checkpoint.ckpt")
     reported = rows(run)
     assert [r["epoch"] for r in reported] == list(range(config["epochs"]))  # none lost, none twice
 
-    ref = lightning_job(tmp_path, storage, "ref", config)
-    p = hpctrain_run(ref)
-    _, err = p.communicate(timeout=180)
-    assert p.returncode == 0, err
+    finish(job_file(tmp_path, storage, "ref", "lightning_deterministic", config))
     last = reported[-1]["checkpoint_dir_name"]
     resumed = load_ckpt(os.path.join(run, "checkpoints", last), "checkpoint.ckpt")
     reference = load_ckpt(os.path.join(storage, "ref", "checkpoints", last), "checkpoint.ckpt")
@@ -138,3 +150,58 @@ def test_lightning_warning_checkpoints_stops_and_resumes_to_the_same_weights(tmp
     for a, b in zip(resumed["optimizer_states"][0]["state"].values(),
                     reference["optimizer_states"][0]["state"].values()):
         assert_same_tensors(a, b)
+
+
+# -------------------------------------------------------------------------- Transformers
+def test_transformers_quickstart_example(tmp_path, storage):
+    """examples/transformers_quickstart.py (Ray's Transformers guide, imports, data and
+    model download changed): 2 data-parallel workers (7 steps per epoch for 100 samples
+    of batch 8 per rank), one report per save with the evaluation metrics, and each
+    checkpoint holds the Trainer's whole checkpoint folder, both ranks' RNG states
+    included."""
+    p = subprocess.run([sys.executable, os.path.join(EXAMPLES, "transformers_quickstart.py"),
+                        "--epochs", "2", "--storage", storage, "--name", "tq"],
+                       capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = os.path.join(storage, "tq")
+    reported = rows(run)
+    assert [(r["epoch"], r["step"]) for r in reported] == [(1.0, 7), (2.0, 14)]
+    assert all(0.0 <= r["eval_accuracy"] <= 1.0 and r["eval_loss"] > 0 for r in reported)
+    folder = os.path.join(run, "checkpoints", "checkpoint_000001", "checkpoint")
+    assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json",
+            "rng_state_0.pth", "rng_state_1.pth", "config.json"} <= set(os.listdir(folder))
+    with open(os.path.join(folder, "trainer_state.json")) as f:
+        assert json.load(f)["global_step"] == 14
+    assert "reloaded the model from checkpoint_000001/checkpoint" in p.stdout
+
+
+def test_transformers_warning_checkpoints_stops_and_resumes_to_the_same_weights(
+        tmp_path, storage):
+    """SIGUSR1 during a 4-epoch Trainer run: it stops after the next save; the rerun
+    resumes with ``trainer.train(resume_from_checkpoint=...)`` and ends with the same
+    weights, optimizer and learning-rate scheduler state as an uninterrupted run."""
+    import torch
+    from safetensors.torch import load_file
+
+    config = {"epochs": 4}
+    job = job_file(tmp_path, storage, "warned", "transformers_resumable",
+                   dict(config, step_sleep=0.15))
+    run = os.path.join(storage, "warned")
+    (tmp_path / "a").mkdir()
+    stopped_after, _ = warn_mid_run_then_resume(job, run, cwd=str(tmp_path / "a"))
+    assert 1 <= stopped_after < config["epochs"]
+    assert [r["step"] for r in rows(run)] == [7, 14, 21, 28]
+    (tmp_path / "b").mkdir()
+    finish(job_file(tmp_path, storage, "ref", "transformers_resumable", config),
+           cwd=str(tmp_path / "b"))
+    resumed = os.path.join(run, "checkpoints", "checkpoint_000003", "checkpoint")
+    reference = os.path.join(storage, "ref", "checkpoints", "checkpoint_000003", "checkpoint")
+    assert_same_tensors(load_file(os.path.join(resumed, "model.safetensors")),
+                        load_file(os.path.join(reference, "model.safetensors")))
+    opt_a, opt_b = (torch.load(os.path.join(d, "optimizer.pt"), weights_only=False)
+                    for d in (resumed, reference))
+    for a, b in zip(opt_a["state"].values(), opt_b["state"].values()):
+        assert_same_tensors(a, b)
+    sched_a, sched_b = (torch.load(os.path.join(d, "scheduler.pt"), weights_only=False)
+                        for d in (resumed, reference))
+    assert sched_a == sched_b and sched_a["last_epoch"] == 28
