@@ -205,3 +205,24 @@ def test_transformers_warning_checkpoints_stops_and_resumes_to_the_same_weights(
     sched_a, sched_b = (torch.load(os.path.join(d, "scheduler.pt"), weights_only=False)
                         for d in (resumed, reference))
     assert sched_a == sched_b and sched_a["last_epoch"] == 28
+
+
+# ---------------------------------------------------------------------------- Accelerate
+def test_accelerate_quickstart_example(tmp_path, storage):
+    """examples/accelerate_quickstart.py (Ray's Accelerate example, imports, data and
+    model download changed): ``Accelerator()`` inside the training function sees both
+    hpctrain workers with no configuration, evaluation is gathered across them, and each
+    epoch's checkpoint holds the unwrapped model rank 0 saved."""
+    import torch
+
+    out = run_example("accelerate_quickstart.py", "--epochs", "2", "--storage", storage,
+                      "--name", "aq")
+    run = os.path.join(storage, "aq")
+    reported = rows(run)
+    assert [(r["epoch"], r["num_processes"]) for r in reported] == [(0, 2), (1, 2)]
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in reported)
+    ckpt = os.path.join(run, "checkpoints", "checkpoint_000001")
+    assert sorted(f for f in os.listdir(ckpt) if not f.startswith(".")) == ["ckpt_1.bin"]
+    model = torch.load(os.path.join(ckpt, "ckpt_1.bin"), weights_only=False)
+    assert type(model).__name__ == "BertForSequenceClassification"
+    assert "on 2 processes" in out
