@@ -35,6 +35,7 @@ def lightning_deterministic(config):
     steps (the weights do not depend on it) so that a test can warn mid-run. Records,
     from inside ``fit``, which signal handlers and cluster environment are in force."""
     import lightning.pytorch as pl
+    from lightning.fabric.plugins.environments import SLURMEnvironment
     from torch.utils.data import DataLoader
 
     from hpctrain.lightning import (RayDDPStrategy, RayLightningEnvironment,
@@ -63,7 +64,11 @@ def lightning_deterministic(config):
                            "sigterm": _handler_name(signal.SIGTERM),
                            "environment": type(trainer.strategy.cluster_environment).__name__,
                            "world_size": trainer.world_size, "global_rank": rank,
-                           "slurm_job_id": os.environ.get("SLURM_JOB_ID")}, f)
+                           "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                           # what Lightning would have picked by itself
+                           "slurm_detected": SLURMEnvironment.detect(),
+                           "host": os.environ.get("SLURMD_NODENAME"),
+                           "node_rank": trainer.node_rank}, f)
 
         def on_train_batch_end(self, *args, **kwargs):
             time.sleep(config.get("step_sleep", 0.0))

@@ -226,3 +226,41 @@ def test_accelerate_quickstart_example(tmp_path, storage):
     model = torch.load(os.path.join(ckpt, "ckpt_1.bin"), weights_only=False)
     assert type(model).__name__ == "BertForSequenceClassification"
     assert "on 2 processes" in out
+
+
+# ------------------------------------------------------------------ names and misuse
+def test_ray_import_paths_give_the_same_objects():
+    """``ray.train.lightning`` → ``hpctrain.train.lightning`` and
+    ``ray.train.huggingface.transformers`` → ``hpctrain.train.huggingface.transformers``."""
+    import hpctrain.huggingface.transformers as hf
+    import hpctrain.lightning as hl
+    import hpctrain.train.huggingface.transformers as ray_hf
+    import hpctrain.train.lightning as ray_hl
+
+    assert set(hl.__all__) == {"RayDDPStrategy", "RayFSDPStrategy", "RayDeepSpeedStrategy",
+                               "RayLightningEnvironment", "RayTrainReportCallback",
+                               "prepare_trainer"}
+    assert set(hf.__all__) == {"RayTrainReportCallback", "prepare_trainer"}
+    for module, ray_module in ((hl, ray_hl), (hf, ray_hf)):
+        for name in module.__all__:
+            assert getattr(ray_module, name) is getattr(module, name), name
+    assert hl.RayTrainReportCallback.CHECKPOINT_NAME == "checkpoint.ckpt"
+    assert hf.RayTrainReportCallback.CHECKPOINT_NAME == "checkpoint"
+
+
+def test_lightning_misuse_is_refused_with_a_hint():
+    """Outside a training function, and a Trainer with Lightning's own strategy."""
+    import lightning.pytorch as pl
+
+    import hpctrain.lightning as hl
+
+    with pytest.raises(RuntimeError) as e:
+        hl.RayTrainReportCallback()
+    assert "no hpctrain training session" in str(e.value)
+    assert "HINT: build the Lightning Trainer inside the training function" in str(e.value)
+    trainer = pl.Trainer(strategy="ddp", accelerator="cpu", devices=1, logger=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(RuntimeError) as e:
+        hl.prepare_trainer(trainer)
+    assert "Invalid strategy class" in str(e.value)
+    assert "HINT: pl.Trainer(strategy=hpctrain.lightning.RayDDPStrategy()" in str(e.value)
