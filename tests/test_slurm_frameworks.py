@@ -115,3 +115,45 @@ def test_lightning_warned_on_slurm_requeues_and_resumes_to_the_same_weights(tmp_
     assert a["state_dict"].keys() == b["state_dict"].keys()
     for k in a["state_dict"]:
         assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k
+
+
+EXAMPLES = os.path.join(os.path.dirname(HERE), "examples")
+ACCELERATE_CONFIG = {"lr": 2e-3, "num_epochs": 2, "seed": 42, "train_batch_size": 16,
+                     "eval_batch_size": 32, "train_dataset_size": 256, "eval_dataset_size": 128}
+
+
+@pytest.mark.parametrize("example,config,steps", [
+    ("lightning_quickstart.py", {"epochs": 2, "samples": 512}, [2, 4]),     # 512 / 2 / 128
+    ("transformers_quickstart.py", {"epochs": 2}, [7, 14]),                 # 100 / 2 / 8
+    ("accelerate_quickstart.py", ACCELERATE_CONFIG, None),
+], ids=["lightning", "transformers", "accelerate"])
+def test_quickstart_examples_on_two_nodes(example, config, steps, tmp_path, storage):
+    """Each quick start's ``train_func`` as a 2-node Slurm job (one rank per node):
+    data-parallel across the nodes, one report and one committed checkpoint per epoch."""
+    job = tmp_path / "job.toml"
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
+    job.write_text(f"""
+site = "test-cluster"
+[job]
+entrypoint = "{EXAMPLES}/{example}:train_func"
+[run]
+name = "ex"
+storage_path = "{storage}"
+[scaling]
+num_nodes = 2
+workers_per_node = 1
+[scheduler]
+time = "00:05:00"
+[config]
+{body}
+""")
+    p = hpctrain_cli("submit", str(job), "--follow", timeout=400, cwd=str(tmp_path))
+    assert "run FINISHED" in p.stdout, p.stdout + p.stderr
+    reported = rows(os.path.join(storage, "ex"))
+    assert len(reported) == 2
+    assert [r["checkpoint_dir_name"] for r in reported] == ["checkpoint_000000",
+                                                              "checkpoint_000001"]
+    if steps is not None:
+        assert [r["step"] for r in reported] == steps
+    else:
+        assert [r["num_processes"] for r in reported] == [2, 2]
