@@ -9,8 +9,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 echo "== starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine)"
 bash scripts/slurm-cluster.sh start
 
-echo "== installing hpctrain[torch,tensorflow,mpi,dev] (editable)"
-python3 -m pip install -q -e '.[torch,tensorflow,mpi,dev]'
+echo "== installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,dev] (editable)"
+python3 -m pip install -q -e '.[torch,tensorflow,mpi,lightning,huggingface,dev]'
 
 echo "== Horovod for torch 2.x (scripts/install-horovod.sh: a wheel built once, then cached)"
 bash scripts/install-horovod.sh

@@ -83,6 +83,7 @@ class TorchBackend(Backend):
             LOCAL_RANK=str(info.local_rank), LOCAL_WORLD_SIZE=str(info.local_world_size),
             GROUP_RANK=str(info.node_rank), NODE_RANK=str(info.node_rank),
         )
+        _tell_accelerate(info, gpu)
         dist.init_process_group(
             backend=self.backend_name,
             init_method=f"tcp://{_bracket(info.master_addr)}:{info.master_port}",
@@ -101,6 +102,21 @@ class TorchBackend(Backend):
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _tell_accelerate(info: WorkerInfo, gpu: bool) -> None:
+    """Hugging Face Accelerate (and the transformers ``Trainer``, built on it) reads the
+    ranks from the variables above, but on a CPU-only run it trains data-parallel only
+    when told ``ACCELERATE_USE_CPU`` (else each rank trains alone); its device is this
+    rank's hpctrain device (``ACCELERATE_TORCH_DEVICE``). A value the user set wins."""
+    if gpu:
+        import torch
+
+        os.environ.setdefault("ACCELERATE_TORCH_DEVICE",
+                              f"cuda:{info.local_rank % torch.cuda.device_count()}")
+    else:
+        os.environ.setdefault("ACCELERATE_USE_CPU", "true")
+        os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
 
 
 def _bracket(host: str) -> str:

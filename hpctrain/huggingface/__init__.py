@@ -1,0 +1,1 @@
+"""Hugging Face integrations: :mod:`hpctrain.huggingface.transformers` (``ray.train.huggingface``)."""

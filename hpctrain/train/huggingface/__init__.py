@@ -1,0 +1,1 @@
+"""``ray.train.huggingface``: see :mod:`hpctrain.train.huggingface.transformers`."""

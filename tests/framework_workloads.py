@@ -1,0 +1,121 @@
+"""Training functions for the framework integrations (Lightning, Transformers,
+Accelerate), imported by the worker processes of tests/test_frameworks.py."""
+import json
+import os
+import signal
+import time
+
+import torch
+
+import hpctrain
+
+
+def _out(name):
+    d = os.path.join(hpctrain.get_context().get_run_dir(), "test-out")
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, name)
+
+
+def _handler_name(signum):
+    h = signal.getsignal(signum)
+    return h.name if isinstance(h, signal.Handlers) else getattr(h, "__qualname__", repr(h))
+
+
+def _regression_data(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    y = torch.sin(x.sum(1, keepdim=True))
+    return torch.utils.data.TensorDataset(x, y)
+
+
+# ----------------------------------------------------------------------------- Lightning
+def lightning_deterministic(config):
+    """A small deterministic Lightning fit (no dropout, seeded init and shuffling) with
+    the Ray-style callbacks; resumes from hpctrain's checkpoint. ``step_sleep`` slows the
+    steps (the weights do not depend on it) so that a test can warn mid-run. Records,
+    from inside ``fit``, which signal handlers and cluster environment are in force."""
+    import lightning.pytorch as pl
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+    from torch.utils.data import DataLoader
+
+    from hpctrain.lightning import (RayDDPStrategy, RayLightningEnvironment,
+                                    RayTrainReportCallback, prepare_trainer)
+
+    class Regressor(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                           torch.nn.Linear(16, 1))
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.log("loss", loss, on_step=False, on_epoch=True, sync_dist=True)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=config.get("lr", 0.01))
+
+    class Probe(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            rank = trainer.global_rank
+            with open(_out(f"probe-rank-{rank}.json"), "w") as f:
+                json.dump({"sigusr1": _handler_name(signal.SIGUSR1),
+                           "sigterm": _handler_name(signal.SIGTERM),
+                           "environment": type(trainer.strategy.cluster_environment).__name__,
+                           "world_size": trainer.world_size, "global_rank": rank,
+                           "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                           # what Lightning would have picked by itself
+                           "slurm_detected": SLURMEnvironment.detect(),
+                           "host": os.environ.get("SLURMD_NODENAME"),
+                           "node_rank": trainer.node_rank}, f)
+
+        def on_train_batch_end(self, *args, **kwargs):
+            time.sleep(config.get("step_sleep", 0.0))
+
+    pl.seed_everything(0, verbose=False)
+    model = Regressor()
+    loader = DataLoader(_regression_data(config.get("samples", 64)), batch_size=8, shuffle=True)
+    trainer = pl.Trainer(
+        max_epochs=config["epochs"], devices="auto", accelerator="auto",
+        strategy=RayDDPStrategy(), plugins=[RayLightningEnvironment()],
+        callbacks=[RayTrainReportCallback(), Probe()], enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, logger=False,
+        deterministic=True)
+    trainer = prepare_trainer(trainer)
+    ckpt = hpctrain.get_checkpoint()
+    if ckpt:
+        with ckpt.as_directory() as d:
+            path = os.path.join(d, RayTrainReportCallback.CHECKPOINT_NAME)
+            with open(_out(f"resumed-attempt-{hpctrain.get_context().get_attempt()}"), "w") as f:
+                f.write(path)
+            trainer.fit(model, train_dataloaders=loader, ckpt_path=path)
+    else:
+        trainer.fit(model, train_dataloaders=loader)
+
+
+# -------------------------------------------------------------------------- Transformers
+def transformers_resumable(config):
+    """examples/transformers_quickstart.py's training function, with ``step_sleep``
+    seconds added to each step (the weights do not depend on it) so that a test can
+    warn mid-run."""
+    import sys
+
+    import transformers
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "examples"))
+    import transformers_quickstart
+
+    class Slow(transformers.TrainerCallback):
+        def on_step_end(self, *args, **kwargs):
+            time.sleep(config.get("step_sleep", 0.0))
+
+    real_train = transformers.Trainer.train
+
+    def train(self, *args, **kwargs):  # the example's trainer, slowed down
+        self.add_callback(Slow())
+        return real_train(self, *args, **kwargs)
+
+    transformers.Trainer.train = train
+    transformers_quickstart.train_func(config)

@@ -1,0 +1,266 @@
+"""The framework integrations with real worker processes: PyTorch Lightning
+(hpctrain.lightning), Hugging Face Transformers (hpctrain.huggingface.transformers) and
+Accelerate, each quick start as a user runs it, and a Lightning run warned mid-run that
+resumes to the same weights as an uninterrupted one."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from helpers import wait_for
+
+pytest.importorskip("lightning")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def run_example(name, *args, timeout=240):
+    p = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), *args],
+                       capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def rows(run):
+    with open(os.path.join(run, "result.json")) as f:
+        return [json.loads(line) for line in f]
+
+
+def load_ckpt(checkpoint_dir, name):
+    import torch
+
+    return torch.load(os.path.join(checkpoint_dir, name), weights_only=False,
+                      map_location="cpu")
+
+
+def assert_same_tensors(a, b):
+    import torch
+
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+# ----------------------------------------------------------------------------- Lightning
+def job_file(tmp_path, storage, name, function, config):
+    """A job file running ``framework_workloads.<function>`` on 2 workers."""
+    path = tmp_path / f"{name}.toml"
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
+    path.write_text(f"""
+[job]
+entrypoint = "{HERE}/framework_workloads.py:{function}"
+[scaling]
+num_workers = 2
+[run]
+name = "{name}"
+storage_path = "{storage}"
+verbose = 0
+[config]
+{body}
+""")
+    return str(path)
+
+
+def hpctrain_run(job, cwd=None):
+    return subprocess.Popen([sys.executable, "-m", "hpctrain.cli", "run", job], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def warn_mid_run_then_resume(job, run, cwd=None):
+    """Start ``job``, send SIGUSR1 to `hpctrain run` after the first report, check that
+    the run stopped cleanly at a committed checkpoint, run the job again to the end.
+    Returns (reports before the stop, the stop checkpoint's name)."""
+    p = hpctrain_run(job, cwd)
+    wait_for(lambda: os.path.exists(os.path.join(run, "result.json")) and len(rows(run)) >= 1,
+             120, "the first report", proc=p)
+    p.send_signal(signal.SIGUSR1)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 75, err
+    with open(os.path.join(run, "state.json")) as f:
+        state = json.load(f)
+    assert state["status"] == "STOPPED"
+    stopped_after, stop_ckpt = len(rows(run)), state["attempts"][-1]["stop_checkpoint"]
+    assert rows(run)[-1]["checkpoint_dir_name"] == stop_ckpt  # stopped right after it
+    p = hpctrain_run(job, cwd)
+    _, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err
+    return stopped_after, stop_ckpt
+
+
+def finish(job, cwd=None):
+    p = hpctrain_run(job, cwd)
+    _, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err
+
+
+def test_lightning_quickstart_example(storage):
+    """examples/lightning_quickstart.py (Ray's Lightning guide, imports and data changed):
+    2 workers, 2 epochs; one report per epoch with Lightning's logged loss, and the
+    result's checkpoint is the last epoch's Lightning checkpoint."""
+    out = run_example("lightning_quickstart.py", "--epochs", "2", "--storage", storage,
+                      "--name", "lq")
+    run = os.path.join(storage, "lq")
+    reported = rows(run)
+    assert [r["epoch"] for r in reported] == [0, 1]
+    assert all(r["loss"] > 0 for r in reported)
+    assert [r["checkpoint_dir_name"] for r in reported] == ["checkpoint_000000",
+                                                              "checkpoint_000001"]
+    ckpt = load_ckpt(os.path.join(run, "checkpoints", "checkpoint_000001"), "checkpoint.ckpt")
+    assert ckpt["epoch"] == 1 and ckpt["global_step"] == reported[-1]["step"] > 0
+    assert "reloaded the model from checkpoint_000001/checkpoint.ckpt" in out
+
+
+def test_lightning_warning_checkpoints_stops_and_resumes_to_the_same_weights(tmp_path, storage):
+    """SIGUSR1 to `hpctrain run` during epoch 2 of 5: both ranks stop after that epoch's
+    checkpoint (exit 75, run STOPPED); running the job again resumes with
+    ``trainer.fit(ckpt_path=...)`` and ends with the weights and optimizer state of an
+    uninterrupted run. Inside fit, the warning and SIGTERM handlers stay hpctrain's and
+    the cluster environment is RayLightningEnvironment."""
+    config = {"epochs": 5, "samples": 64}
+    job = job_file(tmp_path, storage, "warned", "lightning_deterministic",
+                   dict(config, step_sleep=0.25))
+    run = os.path.join(storage, "warned")
+    stopped_after, stop_ckpt = warn_mid_run_then_resume(job, run)
+    assert 1 <= stopped_after < config["epochs"]
+    assert load_ckpt(os.path.join(run, "checkpoints", stop_ckpt),
+                     "checkpoint.ckpt")["epoch"] == stopped_after - 1
+    for rank in range(2):
+        with open(os.path.join(run, "test-out", f"probe-rank-{rank}.json")) as f:
+            probe = json.load(f)
+        assert probe["sigusr1"] == "_take_warning_signal.<locals>.handler", probe
+        assert probe["sigterm"] == "SIG_DFL", probe
+        assert probe["environment"] == "RayLightningEnvironment"
+        assert (probe["global_rank"], probe["world_size"]) == (rank, 2)
+    with open(os.path.join(run, "test-out", "resumed-attempt-2")) as f:
+        assert f.read().endswith(f"{stop_ckpt}/checkpoint.ckpt")
+    reported = rows(run)
+    assert [r["epoch"] for r in reported] == list(range(config["epochs"]))  # none lost, none twice
+
+    finish(job_file(tmp_path, storage, "ref", "lightning_deterministic", config))
+    last = reported[-1]["checkpoint_dir_name"]
+    resumed = load_ckpt(os.path.join(run, "checkpoints", last), "checkpoint.ckpt")
+    reference = load_ckpt(os.path.join(storage, "ref", "checkpoints", last), "checkpoint.ckpt")
+    assert resumed["global_step"] == reference["global_step"] == 5 * 4
+    assert_same_tensors(resumed["state_dict"], reference["state_dict"])
+    for a, b in zip(resumed["optimizer_states"][0]["state"].values(),
+                    reference["optimizer_states"][0]["state"].values()):
+        assert_same_tensors(a, b)
+
+
+# -------------------------------------------------------------------------- Transformers
+def test_transformers_quickstart_example(tmp_path, storage):
+    """examples/transformers_quickstart.py (Ray's Transformers guide, imports, data and
+    model download changed): 2 data-parallel workers (7 steps per epoch for 100 samples
+    of batch 8 per rank), one report per save with the evaluation metrics, and each
+    checkpoint holds the Trainer's whole checkpoint folder, both ranks' RNG states
+    included."""
+    p = subprocess.run([sys.executable, os.path.join(EXAMPLES, "transformers_quickstart.py"),
+                        "--epochs", "2", "--storage", storage, "--name", "tq"],
+                       capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = os.path.join(storage, "tq")
+    reported = rows(run)
+    assert [(r["epoch"], r["step"]) for r in reported] == [(1.0, 7), (2.0, 14)]
+    assert all(0.0 <= r["eval_accuracy"] <= 1.0 and r["eval_loss"] > 0 for r in reported)
+    folder = os.path.join(run, "checkpoints", "checkpoint_000001", "checkpoint")
+    assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json",
+            "rng_state_0.pth", "rng_state_1.pth", "config.json"} <= set(os.listdir(folder))
+    with open(os.path.join(folder, "trainer_state.json")) as f:
+        assert json.load(f)["global_step"] == 14
+    assert "reloaded the model from checkpoint_000001/checkpoint" in p.stdout
+
+
+def test_transformers_warning_checkpoints_stops_and_resumes_to_the_same_weights(
+        tmp_path, storage):
+    """SIGUSR1 during a 4-epoch Trainer run: it stops after the next save; the rerun
+    resumes with ``trainer.train(resume_from_checkpoint=...)`` and ends with the same
+    weights, optimizer and learning-rate scheduler state as an uninterrupted run."""
+    import torch
+    from safetensors.torch import load_file
+
+    config = {"epochs": 4}
+    job = job_file(tmp_path, storage, "warned", "transformers_resumable",
+                   dict(config, step_sleep=0.15))
+    run = os.path.join(storage, "warned")
+    (tmp_path / "a").mkdir()
+    stopped_after, _ = warn_mid_run_then_resume(job, run, cwd=str(tmp_path / "a"))
+    assert 1 <= stopped_after < config["epochs"]
+    assert [r["step"] for r in rows(run)] == [7, 14, 21, 28]
+    (tmp_path / "b").mkdir()
+    finish(job_file(tmp_path, storage, "ref", "transformers_resumable", config),
+           cwd=str(tmp_path / "b"))
+    resumed = os.path.join(run, "checkpoints", "checkpoint_000003", "checkpoint")
+    reference = os.path.join(storage, "ref", "checkpoints", "checkpoint_000003", "checkpoint")
+    assert_same_tensors(load_file(os.path.join(resumed, "model.safetensors")),
+                        load_file(os.path.join(reference, "model.safetensors")))
+    opt_a, opt_b = (torch.load(os.path.join(d, "optimizer.pt"), weights_only=False)
+                    for d in (resumed, reference))
+    for a, b in zip(opt_a["state"].values(), opt_b["state"].values()):
+        assert_same_tensors(a, b)
+    sched_a, sched_b = (torch.load(os.path.join(d, "scheduler.pt"), weights_only=False)
+                        for d in (resumed, reference))
+    assert sched_a == sched_b and sched_a["last_epoch"] == 28
+
+
+# ---------------------------------------------------------------------------- Accelerate
+def test_accelerate_quickstart_example(tmp_path, storage):
+    """examples/accelerate_quickstart.py (Ray's Accelerate example, imports, data and
+    model download changed): ``Accelerator()`` inside the training function sees both
+    hpctrain workers with no configuration, evaluation is gathered across them, and each
+    epoch's checkpoint holds the unwrapped model rank 0 saved."""
+    import torch
+
+    out = run_example("accelerate_quickstart.py", "--epochs", "2", "--storage", storage,
+                      "--name", "aq")
+    run = os.path.join(storage, "aq")
+    reported = rows(run)
+    assert [(r["epoch"], r["num_processes"]) for r in reported] == [(0, 2), (1, 2)]
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in reported)
+    ckpt = os.path.join(run, "checkpoints", "checkpoint_000001")
+    assert sorted(f for f in os.listdir(ckpt) if not f.startswith(".")) == ["ckpt_1.bin"]
+    model = torch.load(os.path.join(ckpt, "ckpt_1.bin"), weights_only=False)
+    assert type(model).__name__ == "BertForSequenceClassification"
+    assert "on 2 processes" in out
+
+
+# ------------------------------------------------------------------ names and misuse
+def test_ray_import_paths_give_the_same_objects():
+    """``ray.train.lightning`` → ``hpctrain.train.lightning`` and
+    ``ray.train.huggingface.transformers`` → ``hpctrain.train.huggingface.transformers``."""
+    import hpctrain.huggingface.transformers as hf
+    import hpctrain.lightning as hl
+    import hpctrain.train.huggingface.transformers as ray_hf
+    import hpctrain.train.lightning as ray_hl
+
+    assert set(hl.__all__) == {"RayDDPStrategy", "RayFSDPStrategy", "RayDeepSpeedStrategy",
+                               "RayLightningEnvironment", "RayTrainReportCallback",
+                               "prepare_trainer"}
+    assert set(hf.__all__) == {"RayTrainReportCallback", "prepare_trainer"}
+    for module, ray_module in ((hl, ray_hl), (hf, ray_hf)):
+        for name in module.__all__:
+            assert getattr(ray_module, name) is getattr(module, name), name
+    assert hl.RayTrainReportCallback.CHECKPOINT_NAME == "checkpoint.ckpt"
+    assert hf.RayTrainReportCallback.CHECKPOINT_NAME == "checkpoint"
+
+
+def test_lightning_misuse_is_refused_with_a_hint():
+    """Outside a training function, and a Trainer with Lightning's own strategy."""
+    import lightning.pytorch as pl
+
+    import hpctrain.lightning as hl
+
+    with pytest.raises(RuntimeError) as e:
+        hl.RayTrainReportCallback()
+    assert "no hpctrain training session" in str(e.value)
+    assert "HINT: build the Lightning Trainer inside the training function" in str(e.value)
+    trainer = pl.Trainer(strategy="ddp", accelerator="cpu", devices=1, logger=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(RuntimeError) as e:
+        hl.prepare_trainer(trainer)
+    assert "Invalid strategy class" in str(e.value)
+    assert "HINT: pl.Trainer(strategy=hpctrain.lightning.RayDDPStrategy()" in str(e.value)
