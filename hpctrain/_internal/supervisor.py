@@ -229,6 +229,10 @@ class Supervisor:
                 s["status"] = FINISHED
             return FINISHED
         group.terminate(self.kill_grace_s)
+        # every exit now, not only those seen when the first failure woke us: a rank
+        # killed by a signal is recorded by its own waiter thread, which on a busy node
+        # can run after a peer's "connection closed" exit (the peer would be blamed)
+        failed = [e for e in group.exits() if e.returncode != 0] or failed
         # first free what the failed attempt left half-written (a full disk needs the room
         # for state.json and error.txt)
         self.run.clean_incomplete()
