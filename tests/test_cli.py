@@ -77,7 +77,12 @@ def test_ported_ray_quickstart_example(storage):
 def test_import_and_cli_do_not_import_frameworks():
     code = ("import sys, hpctrain, hpctrain.cli, hpctrain.torch, hpctrain.spec, hpctrain.train\n"
             "import hpctrain.train.torch, hpctrain.train.horovod, hpctrain.train.tensorflow\n"
-            "bad = [m for m in ('torch', 'tensorflow', 'mpi4py', 'horovod') if m in sys.modules]\n"
+            "from hpctrain.xgboost import XGBoostTrainer\n"
+            "from hpctrain.lightgbm import LightGBMTrainer, get_network_params\n"
+            "from hpctrain.train.xgboost import XGBoostTrainer\n"
+            "from hpctrain.train.lightgbm import LightGBMTrainer\n"
+            "bad = [m for m in ('torch', 'tensorflow', 'mpi4py', 'horovod', 'xgboost', "
+            "'lightgbm') if m in sys.modules]\n"
             "print(bad)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr

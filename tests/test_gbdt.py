@@ -1,0 +1,136 @@
+"""XGBoostTrainer and LightGBMTrainer: real XGBoost/LightGBM collectives over 2 local
+worker processes, models compared with one process trained on the same rows."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from gbdt_workloads import LGB_PARAMS, XGB_PARAMS, frame, lgb_train, xgb_train
+
+xgboost = pytest.importorskip("xgboost")
+lightgbm = pytest.importorskip("lightgbm")
+
+from hpctrain import (Checkpoint, ConfigError, FailureConfig, RunConfig,  # noqa: E402
+                      ScalingConfig)
+from hpctrain.lightgbm import LightGBMTrainer  # noqa: E402
+from hpctrain.xgboost import XGBoostTrainer  # noqa: E402
+
+
+def _run(storage, max_failures=0):
+    return RunConfig(storage_path=storage, verbose=0,
+                     failure_config=FailureConfig(max_failures=max_failures))
+
+
+def _files(checkpoint):
+    """The checkpoint's files, hpctrain's own (dot files) left out."""
+    return sorted(f for f in os.listdir(checkpoint.path) if not f.startswith("."))
+
+
+def _starts(result):
+    with open(os.path.join(result.path, "test-out", "starts.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_xgboost_on_two_workers_is_the_single_process_model(storage):
+    """hist over row shards: the quantile sketch and the gradient histograms are
+    all-reduced, so the trees are those of one process on all rows."""
+    df = frame()
+    result = XGBoostTrainer(xgb_train, train_loop_config={"rounds": 6, "frequency": 3},
+                            scaling_config=ScalingConfig(num_workers=2),
+                            datasets={"train": df}, run_config=_run(storage)).fit()
+    assert [s["rows"] for s in _starts(result)] == [1000]  # rank 0 saw its half only
+    assert _files(result.checkpoint) == ["model.ubj"]
+    assert result.checkpoint.path.endswith("checkpoint_000001")  # rounds 3 and 6 only
+    distributed = XGBoostTrainer.get_model(result.checkpoint)
+    x = xgboost.DMatrix(df.drop("y", axis=1))
+    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"]),
+                          num_boost_round=6)
+    assert distributed.num_boosted_rounds() == 6
+    np.testing.assert_allclose(distributed.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+    evals, labelled = {}, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"])
+    xgboost.train(XGB_PARAMS, labelled, num_boost_round=6, evals=[(labelled, "train")],
+                  evals_result=evals)
+    # the reported metric is over all rows (all-reduced), as one process computes it
+    assert result.metrics["train-logloss"] == pytest.approx(evals["train"]["logloss"][-1], rel=1e-5)
+
+
+def test_xgboost_resumes_from_the_last_checkpoint_after_a_crash(storage):
+    """Rank 1 dies after round 5; checkpoints were committed after rounds 2 and 4: the
+    restart loads the 4-tree model and trains trees 5..8, never from 0, and ends with
+    the model of an uninterrupted run."""
+    df = frame()
+    result = XGBoostTrainer(xgb_train, train_loop_config={"rounds": 8, "frequency": 2,
+                                                          "crash_at": 5, "crash_rank": 1},
+                            scaling_config=ScalingConfig(num_workers=2),
+                            datasets={"train": df}, run_config=_run(storage, 1)).fit()
+    assert [(s["attempt"], s["start"]) for s in _starts(result)] == [(1, 0), (2, 4)]
+    model = XGBoostTrainer.get_model(result.checkpoint)
+    assert model.num_boosted_rounds() == 8
+    x = xgboost.DMatrix(df.drop("y", axis=1))
+    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"]),
+                          num_boost_round=8)
+    np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+
+
+def test_lightgbm_on_two_workers_is_the_single_process_model(storage):
+    df = frame(discrete=True)
+    result = LightGBMTrainer(lgb_train, train_loop_config={"rounds": 5},
+                             scaling_config=ScalingConfig(num_workers=2),
+                             datasets={"train": df}, run_config=_run(storage)).fit()
+    assert _files(result.checkpoint) == ["model.txt"]
+    distributed = LightGBMTrainer.get_model(result.checkpoint)
+    x = df.drop("y", axis=1)
+    alone = lightgbm.train(LGB_PARAMS, lightgbm.Dataset(x, label=df["y"]), num_boost_round=5)
+    assert distributed.current_iteration() == 5
+    np.testing.assert_allclose(distributed.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+    assert "train-binary_logloss" in result.metrics
+
+
+def test_params_style_trainers_report_eval_sets_and_resume_to_num_boost_round(storage):
+    """XGBoostTrainer(params=, label_column=, num_boost_round=): every dataset but "train"
+    is an eval set; resume_from_checkpoint continues to num_boost_round trees in all."""
+    df, valid = frame(), frame(400, seed=1)
+    kw = dict(params=XGB_PARAMS, label_column="y", scaling_config=ScalingConfig(num_workers=2),
+              datasets={"train": df, "valid": valid})
+    first = XGBoostTrainer(num_boost_round=3, run_config=_run(storage), **kw).fit()
+    assert {"train-logloss", "valid-logloss"} <= set(first.metrics)
+    assert XGBoostTrainer.get_model(first.checkpoint).num_boosted_rounds() == 3
+    second = XGBoostTrainer(num_boost_round=5, resume_from_checkpoint=first.checkpoint,
+                            run_config=_run(storage), **kw).fit()
+    model = XGBoostTrainer.get_model(second.checkpoint)
+    assert model.num_boosted_rounds() == 5
+    x = xgboost.DMatrix(df.drop("y", axis=1))
+    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"]),
+                          num_boost_round=5)
+    np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+
+    lgb = LightGBMTrainer(params=LGB_PARAMS, label_column="y", num_boost_round=4,
+                          scaling_config=ScalingConfig(num_workers=2),
+                          datasets={"train": frame(discrete=True), "valid": frame(400, 1, True)},
+                          run_config=_run(storage)).fit()
+    assert {"train-binary_logloss", "valid-binary_logloss"} <= set(lgb.metrics)
+    assert LightGBMTrainer.get_model(lgb.checkpoint).current_iteration() == 4
+
+
+def test_bad_gbdt_input_is_refused_with_a_hint(storage, tmp_path):
+    with pytest.raises(ConfigError, match=r'datasets: expected a dict with a "train" dataset, '
+                                          r"got \['valid'\]\nHINT: "):
+        XGBoostTrainer(params={}, label_column="y", datasets={"valid": frame(10)})
+    with pytest.raises(ConfigError, match=r"label_column: expected a column name, got None"):
+        LightGBMTrainer(params={}, datasets={"train": frame(10)})
+    with pytest.raises(TypeError, match="unexpected keyword 'num_boost_rounds'"):
+        XGBoostTrainer(xgb_train, num_boost_rounds=3)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "weights.bin").write_bytes(b"x")
+    with pytest.raises(ConfigError, match=r"get_model: no 'model.ubj' in checkpoint .*ckpt "
+                                          r"\(it holds: weights.bin\)\nHINT: pass filename="):
+        XGBoostTrainer.get_model(Checkpoint.from_directory(str(tmp_path / "ckpt")))
+    # a label column the data lacks: the workers' error names it and the columns
+    from hpctrain.errors import TrainingFailedError
+
+    with pytest.raises(TrainingFailedError) as e:
+        XGBoostTrainer(params=XGB_PARAMS, label_column="label", num_boost_round=2,
+                       datasets={"train": frame(100)}, run_config=_run(storage)).fit()
+    assert ("label_column: no column 'label' in dataset 'train' (its columns: x0, x1, x2, x3, "
+            "x4, y)\nHINT: ") in str(e.value.worker_traceback)
