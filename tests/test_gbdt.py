@@ -2,6 +2,8 @@
 worker processes, models compared with one process trained on the same rows."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,8 +13,8 @@ from gbdt_workloads import LGB_PARAMS, XGB_PARAMS, frame, lgb_train, xgb_train
 xgboost = pytest.importorskip("xgboost")
 lightgbm = pytest.importorskip("lightgbm")
 
-from hpctrain import (Checkpoint, ConfigError, FailureConfig, RunConfig,  # noqa: E402
-                      ScalingConfig)
+from hpctrain import (Checkpoint, ConfigError, FailureConfig, Result,  # noqa: E402
+                      RunConfig, ScalingConfig)
 from hpctrain.lightgbm import LightGBMTrainer  # noqa: E402
 from hpctrain.xgboost import XGBoostTrainer  # noqa: E402
 
@@ -134,3 +136,27 @@ def test_bad_gbdt_input_is_refused_with_a_hint(storage, tmp_path):
                        datasets={"train": frame(100)}, run_config=_run(storage)).fit()
     assert ("label_column: no column 'label' in dataset 'train' (its columns: x0, x1, x2, x3, "
             "x4, y)\nHINT: ") in str(e.value.worker_traceback)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("example,rounds,reports,metric", [
+    ("xgboost_quickstart.py", 10, 11, "validation-rmse"),
+    ("lightgbm_quickstart.py", 100, 100, "eval-multi_error")])
+def test_the_ray_quick_starts_run_with_only_their_imports_changed(tmp_path, example, rounds,
+                                                                   reports, metric):
+    """examples/{xgboost,lightgbm}_quickstart.py: 2 workers, one report per round, the
+    model of the last round in the run's checkpoint. As in Ray, XGBoost's callback hands
+    the end checkpoint in one more report (``after_training``), LightGBM's with the last
+    round's."""
+    env = dict(os.environ, HPCTRAIN_STORAGE_PATH=str(tmp_path))
+    env.pop("OMP_NUM_THREADS", None)  # the backends' share of the cores, as for a user
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", example)], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    (run,) = os.listdir(tmp_path)
+    result = Result.from_path(os.path.join(tmp_path, run))
+    assert f"checkpoint: {result.checkpoint.path}\nrounds: {rounds}, {metric}: " in p.stdout
+    assert len(result.metrics_dataframe) == reports
+    assert metric in result.metrics

@@ -9,8 +9,9 @@ each rank keeps LightGBM's network parameters, as Ray's ``LightGBMConfig`` does:
 :func:`hpctrain.lightgbm.get_network_params` returns them (Ray's
 ``ray.train.lightgbm.get_network_params``). So that Ray's quick start, which never passes
 them, trains one model over all ranks, ``lightgbm.train`` in the worker adds them (and
-``tree_learner="data"``) to the ``params`` of a call whose params set no network of their own
-(``LightGBMConfig(inject_network_params=False)`` turns that off).
+``tree_learner="data"``) to the ``params`` of a call whose params set no network of their own,
+and ``num_threads`` (this rank's share of the node's cores, or ``OMP_NUM_THREADS``) unless
+they set it (``LightGBMConfig(inject_network_params=False)`` turns both off).
 """
 from __future__ import annotations
 
@@ -21,18 +22,20 @@ from typing import Any, Dict, List, Optional
 from ..cluster_env import WorkerInfo
 from ..errors import ConfigError
 from .base import Backend
-from .xgboost import worker_ip
+from .xgboost import cores_per_rank, worker_ip
 
 _NETWORK_KEYS = ("machines", "num_machines", "local_listen_port", "machine_list_filename")
+_THREAD_KEYS = ("num_threads", "num_thread", "nthread", "nthreads", "n_jobs")
 _params: Optional[Dict[str, Any]] = None
+_threads = 0  # the default num_threads of lightgbm.train's params in a worker
 _lock = threading.Lock()
 
 
 @dataclass
 class LightGBMConfig:
-    """``timeout_s``: how long a rank waits for the others (set-up and each agreement; also
-    LightGBM's ``time_out``, in minutes rounded up). ``inject_network_params``: add the
-    network parameters to ``lightgbm.train``'s params when they set none."""
+    """``timeout_s``: how long a rank waits for the others (set-up and each agreement).
+    ``inject_network_params``: add the network parameters (and ``num_threads``: this
+    rank's share of the node's cores) to ``lightgbm.train``'s params when they set none."""
 
     timeout_s: int = 1800
     inject_network_params: bool = True
@@ -45,15 +48,14 @@ class LightGBMConfig:
                               f"{self.inject_network_params!r}")
 
 
-def network_params(machines: List[str], rank: int, timeout_s: int = 1800) -> Dict[str, Any]:
-    """LightGBM's network parameters of ``rank``.
+def network_params(machines: List[str], rank: int) -> Dict[str, Any]:
+    """LightGBM's network parameters of ``rank`` (the three of Ray's).
 
-    >>> network_params(["n1:41000", "n2:41002"], 1)
-    {'num_machines': 2, 'machines': 'n1:41000,n2:41002', 'local_listen_port': 41002, 'time_out': 30}
+    >>> network_params(["10.0.0.1:41000", "10.0.0.2:41002"], 1)
+    {'num_machines': 2, 'machines': '10.0.0.1:41000,10.0.0.2:41002', 'local_listen_port': 41002}
     """
     return {"num_machines": len(machines), "machines": ",".join(machines),
-            "local_listen_port": int(machines[rank].rsplit(":", 1)[1]),
-            "time_out": max(1, -(-timeout_s // 60))}
+            "local_listen_port": int(machines[rank].rsplit(":", 1)[1])}
 
 
 def get_network_params() -> Dict[str, Any]:
@@ -64,8 +66,11 @@ def get_network_params() -> Dict[str, Any]:
 
 def with_network(params: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """``params`` plus this worker's network (and ``tree_learner="data"``) unless they set a
-    network of their own, or there is none (one worker)."""
+    network of their own, or there is none (one worker); and ``num_threads`` = this
+    rank's share of the node's cores unless they set it."""
     params = dict(params or {})
+    if _threads and not any(k in params for k in _THREAD_KEYS):
+        params["num_threads"] = _threads
     net = get_network_params()
     if not net or any(k in params for k in _NETWORK_KEYS):
         return params
@@ -98,7 +103,7 @@ class LightGBMBackend(Backend):
         self._group = None
 
     def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
-        global _params
+        global _params, _threads
         from .._internal.rendezvous import TcpGroup, group_token, reserve_port
 
         cfg: LightGBMConfig = self.config
@@ -110,8 +115,9 @@ class LightGBMBackend(Backend):
         port = reserve_port(f"lightgbm/{group_token(info)}/{info.world_rank}")
         machines = self._group.allgather(f"{worker_ip(info)}:{port}")
         with _lock:
-            _params = network_params(machines, info.world_rank, cfg.timeout_s)
+            _params = network_params(machines, info.world_rank)
         if cfg.inject_network_params:
+            _threads = cores_per_rank(info)
             _patch_train()
 
     def coordinator(self, info: WorkerInfo):
