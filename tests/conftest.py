@@ -8,7 +8,7 @@ import pytest
 # one after another, as they assume a cluster nobody else is using; the other tests share
 # the second worker's time with them.
 CLUSTER_FILES = {"test_slurm_env.py", "test_slurm_jobs.py", "test_slurm_recovery.py",
-                 "test_slurm_backends.py", "test_tune_slurm.py"}
+                 "test_slurm_backends.py", "test_tune_slurm.py", "test_slurm_gbdt.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

@@ -56,7 +56,8 @@ def xgb_train(config):
     start = model.num_boosted_rounds() if model else 0
     if ctx.get_world_rank() == 0:
         _append("starts.jsonl", {"attempt": ctx.get_attempt(), "start": start,
-                                 "rows": int(len(df))})
+                                 "rows": int(len(df)), "hosts": ctx.get_hosts(),
+                                 "node": os.environ.get("SLURMD_NODENAME")})
     callbacks = [RayTrainReportCallback(frequency=config.get("frequency", 0))]
     if config.get("crash_at") and ctx.get_restart_count() == 0:
         callbacks.append(_Crash(config["crash_at"], config.get("crash_rank", 1)))
