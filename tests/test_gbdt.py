@@ -160,3 +160,26 @@ def test_the_ray_quick_starts_run_with_only_their_imports_changed(tmp_path, exam
     assert f"checkpoint: {result.checkpoint.path}\nrounds: {rounds}, {metric}: " in p.stdout
     assert len(result.metrics_dataframe) == reports
     assert metric in result.metrics
+
+
+def test_to_pandas_gives_each_rank_its_rows_with_the_columns(tmp_path):
+    """A DataFrame in datasets=: every row once, in order, its columns and dtypes; an HDF5
+    file: one column per 1-D dataset, key_0.. for a 2-D one."""
+    import h5py
+    import pandas as pd
+
+    from hpctrain.data import as_dataset
+
+    df = pd.DataFrame({"a": np.arange(5, dtype=np.int64), "b": np.linspace(0, 1, 5),
+                       "name": list("vwxyz")})
+    parts = [as_dataset(df).shard(r, 2).materialize().to_pandas() for r in range(2)]
+    pd.testing.assert_frame_equal(pd.concat(parts, ignore_index=True), df)
+    assert len(parts[0]) == 3
+    with h5py.File(tmp_path / "d.h5", "w") as f:
+        f["x"] = np.arange(12, dtype=np.float32).reshape(4, 3)
+        f["y"] = np.array([0, 1, 0, 1])
+    shard = as_dataset({"path": str(tmp_path / "d.h5"), "keys": ["x", "y"],
+                        "shuffle": False}).shard(1, 2)
+    got = shard.to_pandas()
+    assert list(got.columns) == ["x_0", "x_1", "x_2", "y"]
+    assert got.to_numpy().tolist() == [[6, 7, 8, 0], [9, 10, 11, 1]]
