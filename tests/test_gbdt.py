@@ -19,8 +19,8 @@ from hpctrain.lightgbm import LightGBMTrainer  # noqa: E402
 from hpctrain.xgboost import XGBoostTrainer  # noqa: E402
 
 
-def _run(storage, max_failures=0):
-    return RunConfig(storage_path=storage, verbose=0,
+def _run(storage, max_failures=0, name=None):
+    return RunConfig(name=name, storage_path=storage, verbose=0,
                      failure_config=FailureConfig(max_failures=max_failures))
 
 
@@ -95,11 +95,11 @@ def test_params_style_trainers_report_eval_sets_and_resume_to_num_boost_round(st
     df, valid = frame(), frame(400, seed=1)
     kw = dict(params=XGB_PARAMS, label_column="y", scaling_config=ScalingConfig(num_workers=2),
               datasets={"train": df, "valid": valid})
-    first = XGBoostTrainer(num_boost_round=3, run_config=_run(storage), **kw).fit()
+    first = XGBoostTrainer(num_boost_round=3, run_config=_run(storage, name="first"), **kw).fit()
     assert {"train-logloss", "valid-logloss"} <= set(first.metrics)
     assert XGBoostTrainer.get_model(first.checkpoint).num_boosted_rounds() == 3
     second = XGBoostTrainer(num_boost_round=5, resume_from_checkpoint=first.checkpoint,
-                            run_config=_run(storage), **kw).fit()
+                            run_config=_run(storage, name="second"), **kw).fit()
     model = XGBoostTrainer.get_model(second.checkpoint)
     assert model.num_boosted_rounds() == 5
     x = xgboost.DMatrix(df.drop("y", axis=1))
@@ -110,7 +110,7 @@ def test_params_style_trainers_report_eval_sets_and_resume_to_num_boost_round(st
     lgb = LightGBMTrainer(params=LGB_PARAMS, label_column="y", num_boost_round=4,
                           scaling_config=ScalingConfig(num_workers=2),
                           datasets={"train": frame(discrete=True), "valid": frame(400, 1, True)},
-                          run_config=_run(storage)).fit()
+                          run_config=_run(storage, name="lightgbm")).fit()
     assert {"train-binary_logloss", "valid-binary_logloss"} <= set(lgb.metrics)
     assert LightGBMTrainer.get_model(lgb.checkpoint).current_iteration() == 4
 
