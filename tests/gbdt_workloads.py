@@ -79,13 +79,29 @@ def _Crash(at, rank):
 
 
 def lgb_train(config):
-    """Ray 2.x style, Ray's quick start's shape: no network parameters in params."""
+    """Ray 2.x style, Ray's quick start's shape: no network parameters in params; resumes
+    from the last checkpoint (``init_model``); on the first attempt, rank
+    config["crash_rank"] raises after round config["crash_at"] when that is set."""
     import lightgbm
 
     from hpctrain.lightgbm import RayTrainReportCallback
 
+    ctx = hpctrain.get_context()
     df = hpctrain.get_dataset_shard("train").materialize().to_pandas()
     train_set = lightgbm.Dataset(df.drop("y", axis=1), label=df["y"])
-    lightgbm.train(LGB_PARAMS, train_set, num_boost_round=config["rounds"],
-                   valid_sets=[train_set], valid_names=["train"],
-                   callbacks=[RayTrainReportCallback(frequency=config.get("frequency", 0))])
+    checkpoint = hpctrain.get_checkpoint()
+    model = RayTrainReportCallback.get_model(checkpoint) if checkpoint else None
+    start = model.current_iteration() if model else 0
+    if ctx.get_world_rank() == 0:
+        _append("starts.jsonl", {"attempt": ctx.get_attempt(), "start": start,
+                                 "rows": int(len(df))})
+    callbacks = [RayTrainReportCallback(frequency=config.get("frequency", 0))]
+    if config.get("crash_at") and ctx.get_restart_count() == 0:
+        def crash(env):
+            if env.iteration + 1 == config["crash_at"] and \
+                    ctx.get_world_rank() == config.get("crash_rank", 1):
+                raise RuntimeError(f"injected crash after round {config['crash_at']}")
+        callbacks.append(crash)
+    lightgbm.train(LGB_PARAMS, train_set, num_boost_round=config["rounds"] - start,
+                   valid_sets=[train_set], valid_names=["train"], init_model=model,
+                   callbacks=callbacks)

@@ -89,6 +89,23 @@ def test_lightgbm_on_two_workers_is_the_single_process_model(storage):
     assert "train-binary_logloss" in result.metrics
 
 
+def test_lightgbm_resumes_from_the_last_checkpoint_after_a_crash(storage):
+    """As for XGBoost: checkpoints after rounds 2 and 4, rank 1 dies after round 5 (rank 0
+    is then blocked in LightGBM's network and ended by the supervisor); the restart trains
+    rounds 5..8 from the 4-round model."""
+    df = frame(discrete=True)
+    result = LightGBMTrainer(lgb_train, train_loop_config={"rounds": 8, "frequency": 2,
+                                                           "crash_at": 5, "crash_rank": 1},
+                             scaling_config=ScalingConfig(num_workers=2),
+                             datasets={"train": df}, run_config=_run(storage, 1)).fit()
+    assert [(s["attempt"], s["start"]) for s in _starts(result)] == [(1, 0), (2, 4)]
+    model = LightGBMTrainer.get_model(result.checkpoint)
+    assert model.current_iteration() == 8
+    x = df.drop("y", axis=1)
+    alone = lightgbm.train(LGB_PARAMS, lightgbm.Dataset(x, label=df["y"]), num_boost_round=8)
+    np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+
+
 def test_params_style_trainers_report_eval_sets_and_resume_to_num_boost_round(storage):
     """XGBoostTrainer(params=, label_column=, num_boost_round=): every dataset but "train"
     is an eval set; resume_from_checkpoint continues to num_boost_round trees in all."""
