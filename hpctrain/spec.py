@@ -99,7 +99,7 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
     "tensorflow": {"timeout_s": "int", "legacy_keras": "bool"},
     "horovod": {"timeout_s": "int", "controller": "str"},
     "mpi": {"timeout_s": "int"},
-    "xgboost": {"timeout_s": "int"},
+    "xgboost": {"xgboost_communicator": "str", "timeout_s": "int"},
     "lightgbm": {"timeout_s": "int", "inject_network_params": "bool"},
     # A hyperparameter sweep (``hpctrain sweep``): param_space overlays [config] per trial.
     "sweep": {"num_samples": "int", "metric": "str", "mode": "str",

@@ -200,3 +200,17 @@ def test_to_pandas_gives_each_rank_its_rows_with_the_columns(tmp_path):
     got = shard.to_pandas()
     assert list(got.columns) == ["x_0", "x_1", "x_2", "y"]
     assert got.to_numpy().tolist() == [[6, 7, 8, 0], [9, 10, 11, 1]]
+
+
+def test_ray_train_import_paths_give_hpctrains_objects():
+    """``from ray.train.xgboost import ...`` -> ``from hpctrain.train.xgboost import ...``."""
+    import hpctrain.lightgbm
+    import hpctrain.xgboost
+    from hpctrain.train.lightgbm import LightGBMTrainer as L, RayTrainReportCallback as LC
+    from hpctrain.train.lightgbm import get_network_params
+    from hpctrain.train.xgboost import RayTrainReportCallback as XC, XGBoostTrainer as X
+
+    assert (X, XC) == (hpctrain.xgboost.XGBoostTrainer, hpctrain.xgboost.RayTrainReportCallback)
+    assert (L, LC) == (hpctrain.lightgbm.LightGBMTrainer, hpctrain.lightgbm.RayTrainReportCallback)
+    assert XC.CHECKPOINT_NAME == "model.ubj" and LC.CHECKPOINT_NAME == "model.txt"
+    assert get_network_params() == {}  # outside a LightGBMTrainer's worker, as in Ray

@@ -25,11 +25,18 @@ from .tensorflow import worker_address
 
 @dataclass
 class XGBoostConfig:
-    """``timeout_s``: how long a rank waits for the others (set-up and each agreement)."""
+    """``xgboost_communicator``: "rabit" (Ray's name and its only choice).
+    ``timeout_s``: how long a rank waits for the others (set-up and each agreement; also
+    the tracker's)."""
 
+    xgboost_communicator: str = "rabit"
     timeout_s: int = 1800
 
     def __post_init__(self) -> None:
+        if self.xgboost_communicator != "rabit":
+            raise ConfigError(f"xgboost.xgboost_communicator: expected \"rabit\", got "
+                              f"{self.xgboost_communicator!r}",
+                              hint="XGBoost's tracker and collective are the only communicator")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int) or self.timeout_s <= 0:
             raise ConfigError(f"xgboost.timeout_s: expected a positive integer, got {self.timeout_s!r}")
 
