@@ -40,6 +40,14 @@ def _append(name, record):
         f.write(json.dumps(record) + "\n")
 
 
+def _record_start(ctx, start, df):
+    """Rank 0: the round this attempt starts from, its rows, the hosts, its node."""
+    if ctx.get_world_rank() == 0:
+        _append("starts.jsonl", {"attempt": ctx.get_attempt(), "start": start,
+                                 "rows": int(len(df)), "hosts": ctx.get_hosts(),
+                                 "node": os.environ.get("SLURMD_NODENAME")})
+
+
 def xgb_train(config):
     """Ray 2.x style: resume from the last checkpoint, train up to config["rounds"] trees
     with a checkpoint every config["frequency"]; on the first attempt, rank
@@ -54,10 +62,7 @@ def xgb_train(config):
     checkpoint = hpctrain.get_checkpoint()
     model = RayTrainReportCallback.get_model(checkpoint) if checkpoint else None
     start = model.num_boosted_rounds() if model else 0
-    if ctx.get_world_rank() == 0:
-        _append("starts.jsonl", {"attempt": ctx.get_attempt(), "start": start,
-                                 "rows": int(len(df)), "hosts": ctx.get_hosts(),
-                                 "node": os.environ.get("SLURMD_NODENAME")})
+    _record_start(ctx, start, df)
     callbacks = [RayTrainReportCallback(frequency=config.get("frequency", 0))]
     if config.get("crash_at") and ctx.get_restart_count() == 0:
         callbacks.append(_Crash(config["crash_at"], config.get("crash_rank", 1)))
@@ -92,9 +97,7 @@ def lgb_train(config):
     checkpoint = hpctrain.get_checkpoint()
     model = RayTrainReportCallback.get_model(checkpoint) if checkpoint else None
     start = model.current_iteration() if model else 0
-    if ctx.get_world_rank() == 0:
-        _append("starts.jsonl", {"attempt": ctx.get_attempt(), "start": start,
-                                 "rows": int(len(df))})
+    _record_start(ctx, start, df)
     callbacks = [RayTrainReportCallback(frequency=config.get("frequency", 0))]
     if config.get("crash_at") and ctx.get_restart_count() == 0:
         def crash(env):

@@ -1,15 +1,15 @@
-"""XGBoostTrainer across the two nodes of the real test Slurm cluster (n1, n2), one rank
-per node, from a job file: the HDF5 rows are split over the nodes, XGBoost's tracker runs
-on n1, rank 1 crashes after round 5 in the first attempt and the same allocation resumes
-from the round-4 checkpoint; the final model is the one a single process trains on all
-rows."""
+"""XGBoostTrainer and LightGBMTrainer across the two nodes of the real test Slurm cluster
+(n1, n2), one rank per node, from a job file: the HDF5 rows are split over the nodes
+(XGBoost's tracker runs on n1; LightGBM's machines are n1's and n2's addresses), rank 1
+crashes after round 5 in the first attempt and the same allocation resumes from the
+round-4 checkpoint; the final model is the one a single process trains on all rows."""
 import json
 import os
 
 import numpy as np
 import pytest
 
-from gbdt_workloads import FEATURES, XGB_PARAMS, frame
+from gbdt_workloads import FEATURES, LGB_PARAMS, XGB_PARAMS, frame
 from helpers import cli as hpctrain_cli
 from slurm import start_cluster
 
@@ -25,8 +25,11 @@ def cluster():
     start_cluster()
 
 
-def test_xgboost_on_two_nodes_resumes_and_equals_one_process(tmp_path, storage):
-    df = frame()
+@pytest.mark.parametrize("backend", ["xgboost", "lightgbm"])
+def test_two_nodes_resume_after_a_crash_and_equal_one_process(tmp_path, storage, backend):
+    if backend == "lightgbm":
+        pytest.importorskip("lightgbm")
+    df = frame(discrete=backend == "lightgbm")
     data = tmp_path / "train.h5"
     with h5py.File(data, "w") as f:
         for column in df.columns:
@@ -36,10 +39,10 @@ def test_xgboost_on_two_nodes_resumes_and_equals_one_process(tmp_path, storage):
     job.write_text(f"""
 site = "test-cluster"
 [job]
-entrypoint = "{HERE}/gbdt_workloads.py:xgb_train"
-backend = "xgboost"
+entrypoint = "{HERE}/gbdt_workloads.py:{backend[0]}gb_train"
+backend = "{backend}"
 [run]
-name = "xgb2"
+name = "{backend}2"
 storage_path = "{storage}"
 [scaling]
 num_nodes = 2
@@ -58,7 +61,7 @@ crash_rank = 1
 """)
     p = hpctrain_cli("submit", str(job), "--follow", timeout=400)
     assert "run FINISHED" in p.stdout, p.stdout + p.stderr
-    run = os.path.join(storage, "xgb2")
+    run = os.path.join(storage, f"{backend}2")
     state = json.load(open(os.path.join(run, "state.json")))
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
     assert len({a["job_id"] for a in state["attempts"]}) == 1  # the same allocation
@@ -67,11 +70,23 @@ crash_rank = 1
     assert [(s["attempt"], s["start"], s["rows"]) for s in starts] == [(1, 0, 1000), (2, 4, 1000)]
     assert all(s["hosts"] == ["n1", "n2"] and s["node"] == "n1" for s in starts)
     from hpctrain import Result
-    from hpctrain.xgboost import XGBoostTrainer
 
-    model = XGBoostTrainer.get_model(Result.from_path(run).checkpoint)
-    assert model.num_boosted_rounds() == 8
-    x = xgboost.DMatrix(df[FEATURES])
-    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df[FEATURES], label=df["y"]),
-                          num_boost_round=8)
+    checkpoint = Result.from_path(run).checkpoint
+    if backend == "xgboost":
+        from hpctrain.xgboost import XGBoostTrainer
+
+        model = XGBoostTrainer.get_model(checkpoint)
+        assert model.num_boosted_rounds() == 8
+        x = xgboost.DMatrix(df[FEATURES])
+        alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df[FEATURES], label=df["y"]),
+                              num_boost_round=8)
+    else:
+        import lightgbm
+
+        from hpctrain.lightgbm import LightGBMTrainer
+
+        model = LightGBMTrainer.get_model(checkpoint)
+        assert model.current_iteration() == 8
+        x = df[FEATURES]
+        alone = lightgbm.train(LGB_PARAMS, lightgbm.Dataset(x, label=df["y"]), num_boost_round=8)
     np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)

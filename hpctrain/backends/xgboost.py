@@ -51,11 +51,19 @@ def task_id(rank: int) -> str:
 
 
 def worker_ip(info: WorkerInfo) -> str:
-    """This rank's host as an IP address the other ranks reach (XGBoost's tracker binds
-    it; LightGBM finds its own entry of ``machines`` by IP): 127.0.0.1 when every rank
-    shares one node."""
-    host = worker_address(info)
-    return "127.0.0.1" if host == "localhost" else socket.gethostbyname(host)
+    """This rank's IP address that the other ranks reach: 127.0.0.1 when every rank
+    shares one node, else the address of this host's interface on the route to rank 0's
+    host (XGBoost's tracker binds it; LightGBM finds its own entry of ``machines`` among
+    the host's interface addresses, so a name that resolves elsewhere, e.g. to Debian's
+    127.0.1.1, would not do); the host's name resolved when there is no route."""
+    if worker_address(info) == "localhost":
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((socket.gethostbyname(info.master_addr), info.master_port or 9))
+            return s.getsockname()[0]
+    except OSError:
+        return socket.gethostbyname(info.hosts[info.node_rank])
 
 
 def cores_per_rank(info: WorkerInfo) -> int:
