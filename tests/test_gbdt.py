@@ -214,3 +214,27 @@ def test_ray_train_import_paths_give_hpctrains_objects():
     assert (L, LC) == (hpctrain.lightgbm.LightGBMTrainer, hpctrain.lightgbm.RayTrainReportCallback)
     assert XC.CHECKPOINT_NAME == "model.ubj" and LC.CHECKPOINT_NAME == "model.txt"
     assert get_network_params() == {}  # outside a LightGBMTrainer's worker, as in Ray
+
+
+@pytest.mark.parametrize("trainer,module", [("hpctrain.xgboost:XGBoostTrainer", "xgboost"),
+                                            ("hpctrain.lightgbm:LightGBMTrainer", "lightgbm")])
+def test_a_missing_library_says_what_to_install_and_writes_nothing(storage, trainer, module):
+    mod, cls = trainer.split(":")
+    code = f"""
+import sys
+sys.modules[{module!r}] = None
+import importlib, hpctrain
+from hpctrain.errors import MissingFrameworkError
+Trainer = getattr(importlib.import_module({mod!r}), {cls!r})
+t = Trainer(params={{}}, label_column="y", datasets={{"train": [1, 2]}},
+            run_config=hpctrain.RunConfig(name="missing", storage_path={storage!r}))
+try:
+    t.fit()
+except MissingFrameworkError as e:
+    print(e)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert (f"the {module!r} backend needs {module!r}, which is not importable here.\n"
+            f"HINT: pip install 'hpctrain[{module}]'") in p.stdout
+    assert not os.path.exists(os.path.join(storage, "missing"))
