@@ -65,18 +65,30 @@ def xgb_train(config):
     _record_start(ctx, start, df)
     callbacks = [RayTrainReportCallback(frequency=config.get("frequency", 0))]
     if config.get("crash_at") and ctx.get_restart_count() == 0:
-        callbacks.append(_Crash(config["crash_at"], config.get("crash_rank", 1)))
+        callbacks.append(crash_callback(config["crash_at"], config.get("crash_rank", 1)))
     xgboost.train(XGB_PARAMS, dtrain, num_boost_round=config["rounds"] - start,
                   evals=[(dtrain, "train")], xgb_model=model, callbacks=callbacks,
                   verbose_eval=False)
 
 
-def _Crash(at, rank):
+def crash_callback(at, rank, record=False):
     import xgboost
 
     class Crash(xgboost.callback.TrainingCallback):
+        """With ``record``, rank 0 records the round each attempt starts from; on the
+        first attempt, ``rank`` raises after round ``at``."""
+
+        def before_training(self, model):
+            ctx = hpctrain.get_context()
+            if record and ctx.get_world_rank() == 0:
+                _append("starts.jsonl", {"attempt": ctx.get_attempt(),
+                                         "start": model.num_boosted_rounds()})
+            return model
+
         def after_iteration(self, model, epoch, evals_log):
-            if model.num_boosted_rounds() == at and hpctrain.get_context().get_world_rank() == rank:
+            ctx = hpctrain.get_context()
+            if model.num_boosted_rounds() == at and ctx.get_world_rank() == rank and \
+                    ctx.get_restart_count() == 0:
                 raise RuntimeError(f"injected crash after round {at}")
             return False
 

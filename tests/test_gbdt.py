@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from gbdt_workloads import LGB_PARAMS, XGB_PARAMS, frame, lgb_train, xgb_train
+from gbdt_workloads import (LGB_PARAMS, XGB_PARAMS, crash_callback, frame, lgb_train,
+                            xgb_train)
 
 xgboost = pytest.importorskip("xgboost")
 lightgbm = pytest.importorskip("lightgbm")
@@ -132,6 +133,23 @@ def test_params_style_trainers_report_eval_sets_and_resume_to_num_boost_round(st
     assert LightGBMTrainer.get_model(lgb.checkpoint).current_iteration() == 4
 
 
+def test_params_style_checkpoints_every_n_rounds_and_resumes_after_a_crash(storage):
+    """checkpoint_frequency=2, a callback (xgboost.train's keyword, passed through) that
+    crashes rank 1 after round 5: the restart starts from the 4-round checkpoint."""
+    df = frame()
+    result = XGBoostTrainer(params=XGB_PARAMS, label_column="y", num_boost_round=8,
+                            checkpoint_frequency=2, callbacks=[crash_callback(5, 1, record=True)],
+                            scaling_config=ScalingConfig(num_workers=2), datasets={"train": df},
+                            run_config=_run(storage, 1)).fit()
+    assert [(s["attempt"], s["start"]) for s in _starts(result)] == [(1, 0), (2, 4)]
+    model = XGBoostTrainer.get_model(result.checkpoint)
+    assert model.num_boosted_rounds() == 8
+    x = xgboost.DMatrix(df.drop("y", axis=1))
+    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"]),
+                          num_boost_round=8)
+    np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+
+
 def test_bad_gbdt_input_is_refused_with_a_hint(storage, tmp_path):
     with pytest.raises(ConfigError, match=r'datasets: expected a dict with a "train" dataset, '
                                           r"got \['valid'\]\nHINT: "):
@@ -140,6 +158,9 @@ def test_bad_gbdt_input_is_refused_with_a_hint(storage, tmp_path):
         LightGBMTrainer(params={}, datasets={"train": frame(10)})
     with pytest.raises(TypeError, match="unexpected keyword 'num_boost_rounds'"):
         XGBoostTrainer(xgb_train, num_boost_rounds=3)
+    with pytest.raises(ConfigError, match=r"checkpoint_frequency: expected an integer >= 0 "):
+        XGBoostTrainer(params={}, label_column="y", datasets={"train": frame(10)},
+                       checkpoint_frequency=-1)
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "weights.bin").write_bytes(b"x")
     with pytest.raises(ConfigError, match=r"get_model: no 'model.ubj' in checkpoint .*ckpt "

@@ -96,8 +96,13 @@ def model_path(checkpoint: Any, filename: str) -> str:
 
 # -- the params/label_column/num_boost_round trainers ----------------------------------------
 def check_legacy(name: str, params: Any, label_column: Any, num_boost_round: Any,
-                 datasets: Any) -> None:
+                 datasets: Any, checkpoint_frequency: Any = 0) -> None:
     """The arguments of ``XGBoostTrainer(params=..., label_column=..., datasets=...)``."""
+    if isinstance(checkpoint_frequency, bool) or not isinstance(checkpoint_frequency, int) \
+            or checkpoint_frequency < 0:
+        raise ConfigError(f"{name}: checkpoint_frequency: expected an integer >= 0 (0: a "
+                          f"checkpoint at the end only), got {checkpoint_frequency!r}",
+                          hint="e.g. checkpoint_frequency=10")
     if not isinstance(params, dict):
         raise ConfigError(f"{name}: params: expected a dict of the library's parameters, got "
                           f"{type(params).__name__}", hint='e.g. params={"objective": "binary:logistic"}')

@@ -39,13 +39,13 @@ class LightGBMTrainer(DataParallelTrainer):
                  lightgbm_config: Optional[LightGBMConfig] = None,
                  params: Optional[Dict[str, Any]] = None, label_column: Optional[str] = None,
                  num_boost_round: int = 10, dataset_params: Optional[Dict[str, Dict[str, Any]]] = None,
-                 **kwargs):
+                 checkpoint_frequency: int = 0, **kwargs):
         train_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in _TRAINER_KEYWORDS}
         if train_loop_per_worker is None:
             from .._internal.gbdt import check_legacy
 
             check_legacy("LightGBMTrainer", params, label_column, num_boost_round,
-                         kwargs.get("datasets"))
+                         kwargs.get("datasets"), checkpoint_frequency)
             from ._legacy import train_loop
 
             train_loop_per_worker = train_loop
@@ -53,7 +53,11 @@ class LightGBMTrainer(DataParallelTrainer):
                                  "num_boost_round": num_boost_round,
                                  "dataset_params": dataset_params or {},
                                  "evals": [n for n in kwargs["datasets"] if n != "train"],
+                                 "checkpoint_frequency": checkpoint_frequency,
                                  "train_kwargs": train_kwargs}
+        elif checkpoint_frequency:
+            raise TypeError("LightGBMTrainer: checkpoint_frequency= is for the params= style; in a "
+                            "training function, pass RayTrainReportCallback(frequency=N)")
         elif train_kwargs:
             raise TypeError(f"LightGBMTrainer: unexpected keyword {sorted(train_kwargs)[0]!r} "
                             "(lightgbm.train's keywords go with params=..., not with a "

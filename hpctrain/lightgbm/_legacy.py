@@ -29,8 +29,9 @@ def train_loop(config: Dict[str, Any]) -> None:
         report({}, lambda d: model.save_model(f"{d}/{RayTrainReportCallback.CHECKPOINT_NAME}"))
         return
     kwargs = dict(config["train_kwargs"])
+    callback = RayTrainReportCallback(frequency=config["checkpoint_frequency"])
     lightgbm.train(with_network(config["params"]), train_set, num_boost_round=remaining,
                    valid_sets=[train_set] + valid, valid_names=["train"] + config["evals"],
                    init_model=model,
-                   callbacks=[RayTrainReportCallback()] + list(kwargs.pop("callbacks", [])),
+                   callbacks=[callback] + list(kwargs.pop("callbacks", [])),
                    **kwargs)

@@ -17,8 +17,10 @@ every rank to XGBoost's collective first (a ``RabitTracker`` on rank 0:
 
 The older style: ``XGBoostTrainer(params=..., label_column="y", num_boost_round=10,
 datasets={"train": ..., "valid": ...})`` — every dataset other than "train" is an eval
-set (its metrics reported as ``valid-<metric>``), a checkpoint at the end, a resumed run
-(``resume_from_checkpoint=``, or a restart) trains up to ``num_boost_round`` trees in all.
+set (its metrics reported as ``valid-<metric>``), a checkpoint at the end and every
+``checkpoint_frequency`` rounds (Ray: ``CheckpointConfig(checkpoint_frequency=)``), a resumed
+run (``resume_from_checkpoint=``, or a restart) trains up to ``num_boost_round`` trees in
+all; other keywords go to ``xgboost.train``.
 
 XGBoost is imported only by the callback and inside the workers.
 """
@@ -46,13 +48,13 @@ class XGBoostTrainer(DataParallelTrainer):
                  xgboost_config: Optional[XGBoostConfig] = None,
                  params: Optional[Dict[str, Any]] = None, label_column: Optional[str] = None,
                  num_boost_round: int = 10, dmatrix_params: Optional[Dict[str, Dict[str, Any]]] = None,
-                 **kwargs):
+                 checkpoint_frequency: int = 0, **kwargs):
         train_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in _TRAINER_KEYWORDS}
         if train_loop_per_worker is None:
             from .._internal.gbdt import check_legacy
 
             check_legacy("XGBoostTrainer", params, label_column, num_boost_round,
-                         kwargs.get("datasets"))
+                         kwargs.get("datasets"), checkpoint_frequency)
             from ._legacy import train_loop
 
             train_loop_per_worker = train_loop
@@ -60,7 +62,11 @@ class XGBoostTrainer(DataParallelTrainer):
                                  "num_boost_round": num_boost_round,
                                  "dmatrix_params": dmatrix_params or {},
                                  "evals": [n for n in kwargs["datasets"] if n != "train"],
+                                 "checkpoint_frequency": checkpoint_frequency,
                                  "train_kwargs": train_kwargs}
+        elif checkpoint_frequency:
+            raise TypeError("XGBoostTrainer: checkpoint_frequency= is for the params= style; in a "
+                            "training function, pass RayTrainReportCallback(frequency=N)")
         elif train_kwargs:
             raise TypeError(f"XGBoostTrainer: unexpected keyword {sorted(train_kwargs)[0]!r} "
                             "(xgboost.train's keywords go with params=..., not with a "

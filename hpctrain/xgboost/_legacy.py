@@ -27,7 +27,8 @@ def train_loop(config: Dict[str, Any]) -> None:
         report({}, lambda d: model.save_model(f"{d}/{RayTrainReportCallback.CHECKPOINT_NAME}"))
         return
     kwargs = dict(config["train_kwargs"])
+    callback = RayTrainReportCallback(frequency=config["checkpoint_frequency"])
     kwargs.setdefault("verbose_eval", False)
     xgboost.train(config["params"], dtrain, num_boost_round=remaining, evals=evals,
-                  xgb_model=model, callbacks=[RayTrainReportCallback()] + list(kwargs.pop("callbacks", [])),
+                  xgb_model=model, callbacks=[callback] + list(kwargs.pop("callbacks", [])),
                   **kwargs)
