@@ -90,3 +90,37 @@ crash_rank = 1
         x = df[FEATURES]
         alone = lightgbm.train(LGB_PARAMS, lightgbm.Dataset(x, label=df["y"]), num_boost_round=8)
     np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("example,rounds,metric", [
+    ("xgboost_quickstart.py", 10, "validation-rmse"),
+    ("lightgbm_quickstart.py", 100, "eval-multi_error")])
+def test_the_ray_quick_starts_on_two_nodes(tmp_path, example, rounds, metric):
+    """examples/*_quickstart.py with, besides their imports, only the trainer sent to the
+    cluster: ``num_nodes=2`` and ``scheduler="slurm", site="test-cluster"``."""
+    import glob
+    import shutil
+    import subprocess
+    import sys
+
+    pytest.importorskip(example.split("_")[0])
+    examples = os.path.join(os.path.dirname(HERE), "examples")
+    shutil.copy(os.path.join(examples, "gbdt_quickstart_data.py"), tmp_path)
+    source = open(os.path.join(examples, example)).read()
+    for old, new in [
+            ('ScalingConfig(num_workers=2, resources_per_worker={"CPU": 2})',
+             'ScalingConfig(num_workers=2, num_nodes=2, resources_per_worker={"CPU": 2})'),
+            ("    scaling_config=scaling_config,\n",
+             "    scaling_config=scaling_config,\n    scheduler=\"slurm\", site=\"test-cluster\",\n"
+             f"    run_config=ray_train.RunConfig(storage_path={str(tmp_path / 'runs')!r}),\n")]:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    (tmp_path / example).write_text(source)
+    # both "nodes" share this machine's 2 cores: one thread per rank, not 2 each
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, example], cwd=str(tmp_path), env=env,
+                       capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    assert f"rounds: {rounds}, {metric}: " in p.stdout
+    (launcher,) = glob.glob(str(tmp_path / "runs" / "*" / "logs" / "*" / "launcher.out"))
+    assert "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1" in open(launcher).read()
