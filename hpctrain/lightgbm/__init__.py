@@ -38,7 +38,7 @@ class LightGBMTrainer(DataParallelTrainer):
                  train_loop_config: Optional[Dict[str, Any]] = None,
                  lightgbm_config: Optional[LightGBMConfig] = None,
                  params: Optional[Dict[str, Any]] = None, label_column: Optional[str] = None,
-                 num_boost_round: int = 10, dataset_params: Optional[Dict[str, Dict[str, Any]]] = None,
+                 num_boost_round: int = 10, dmatrix_params: Optional[Dict[str, Dict[str, Any]]] = None,
                  checkpoint_frequency: int = 0, **kwargs):
         train_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in _TRAINER_KEYWORDS}
         if train_loop_per_worker is None:
@@ -51,7 +51,7 @@ class LightGBMTrainer(DataParallelTrainer):
             train_loop_per_worker = train_loop
             train_loop_config = {"params": params, "label_column": label_column,
                                  "num_boost_round": num_boost_round,
-                                 "dataset_params": dataset_params or {},
+                                 "dmatrix_params": dmatrix_params or {},
                                  "evals": [n for n in kwargs["datasets"] if n != "train"],
                                  "checkpoint_frequency": checkpoint_frequency,
                                  "train_kwargs": train_kwargs}

@@ -18,7 +18,7 @@ def train_loop(config: Dict[str, Any]) -> None:
     def dataset(name: str, reference: Any = None) -> Any:
         x, y = features_and_label(name, label)
         return lightgbm.Dataset(x, label=y, reference=reference,
-                                **config["dataset_params"].get(name, {}))
+                                **config["dmatrix_params"].get(name, {}))
 
     train_set = dataset("train")
     valid = [dataset(n, train_set) for n in config["evals"]]
