@@ -45,7 +45,7 @@ _LIMIT_KEYS = {"max_walltime": "walltime", "max_nodes": "int", "min_nodes": "int
 _SELECTORS = ("partitions", "qos", "constraints")
 #: Job-spec sections a site may set (not the entry point, the run's name or its config).
 SITE_SECTIONS = ("scheduler", "scaling", "env", "setup", "run", "checkpoint", "failure",
-                 "torch", "tensorflow", "horovod", "mpi")
+                 "torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm")
 
 
 def search_path() -> List[str]:

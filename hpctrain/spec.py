@@ -40,7 +40,7 @@ __all__ = [
     "BACKENDS", "EntryPoint", "JobSpec", "apply_overrides", "load_job_spec", "spec_from_dict",
 ]
 
-BACKENDS = ("torch", "tensorflow", "horovod", "mpi")
+BACKENDS = ("torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm")
 
 # --------------------------------------------------------------------------- schema
 # Value kinds: "int" (not bool), "bool", "str", "numbers" (table of str -> int/float),
@@ -99,6 +99,8 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
     "tensorflow": {"timeout_s": "int", "legacy_keras": "bool"},
     "horovod": {"timeout_s": "int", "controller": "str"},
     "mpi": {"timeout_s": "int"},
+    "xgboost": {"xgboost_communicator": "str", "timeout_s": "int"},
+    "lightgbm": {"timeout_s": "int", "inject_network_params": "bool"},
     # A hyperparameter sweep (``hpctrain sweep``): param_space overlays [config] per trial.
     "sweep": {"num_samples": "int", "metric": "str", "mode": "str",
               "max_concurrent_trials": "int", "seed": "int", "param_space": "space"},

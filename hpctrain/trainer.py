@@ -525,4 +525,6 @@ _TRAINERS = {
     "tensorflow": ("hpctrain.tensorflow", "TensorflowTrainer", "tensorflow_config"),
     "horovod": ("hpctrain.horovod", "HorovodTrainer", "horovod_config"),
     "mpi": ("hpctrain.mpi", "MPITrainer", "mpi_config"),
+    "xgboost": ("hpctrain.xgboost", "XGBoostTrainer", "xgboost_config"),
+    "lightgbm": ("hpctrain.lightgbm", "LightGBMTrainer", "lightgbm_config"),
 }

@@ -9,8 +9,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 echo "== starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine)"
 bash scripts/slurm-cluster.sh start
 
-echo "== installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,dev] (editable)"
-python3 -m pip install -q -e '.[torch,tensorflow,mpi,lightning,huggingface,dev]'
+echo "== installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,lightgbm,dev] (editable)"
+python3 -m pip install -q -e '.[torch,tensorflow,mpi,lightning,huggingface,lightgbm,dev]'
+# XGBoost: its CPU-only build (the `xgboost` wheel also pulls CUDA's NCCL, ~300 MB, which
+# CPU tests do not use); kept when some xgboost is installed already (one or the other)
+python3 -c 'import xgboost' 2>/dev/null || python3 -m pip install -q xgboost-cpu
 
 echo "== Horovod for torch 2.x (scripts/install-horovod.sh: a wheel built once, then cached)"
 bash scripts/install-horovod.sh

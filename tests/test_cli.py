@@ -77,10 +77,14 @@ def test_ported_ray_quickstart_example(storage):
 def test_import_and_cli_do_not_import_frameworks():
     code = ("import sys, hpctrain, hpctrain.cli, hpctrain.torch, hpctrain.spec, hpctrain.train\n"
             "import hpctrain.train.torch, hpctrain.train.horovod, hpctrain.train.tensorflow\n"
+            "from hpctrain.xgboost import XGBoostTrainer\n"
+            "from hpctrain.lightgbm import LightGBMTrainer, get_network_params\n"
+            "from hpctrain.train.xgboost import XGBoostTrainer\n"
+            "from hpctrain.train.lightgbm import LightGBMTrainer\n"
             "import hpctrain.huggingface, hpctrain.train.huggingface\n"
             "bad = [m for m in ('torch', 'tensorflow', 'mpi4py', 'horovod', 'lightning',\n"
-            "                   'pytorch_lightning', 'transformers', 'accelerate')\n"
-            "       if m in sys.modules]\n"
+            "                   'pytorch_lightning', 'transformers', 'accelerate', 'xgboost',\n"
+            "                   'lightgbm') if m in sys.modules]\n"
             "print(bad)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr

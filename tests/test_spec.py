@@ -182,7 +182,8 @@ BAD = [
     ("negative-failures", MINIMAL + "[failure]\nmax_failures = -2\n",
      ["job.toml", "failure.max_failures: expected an integer ≥ -1, got -2"]),
     ("unknown-backend", MINIMAL + 'backend = "jax"\n',
-     ["job.toml", "job.backend", '"torch", "tensorflow", "horovod", "mpi"', 'got "jax"']),
+     ["job.toml", "job.backend", '"torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm"',
+      'got "jax"']),
     ("torch-option-unknown", MINIMAL + "[torch]\ntimeout = 10\n",
      ["job.toml", "torch.timeout: unknown key in [torch]", "did you mean 'timeout_s'?"]),
     ("torch-backend-choice", MINIMAL + '[torch]\nbackend = "mpi"\n',
@@ -446,4 +447,4 @@ def test_jobspec_checks_backend_in_python() -> None:
         JobSpec(backend="jax")
     with pytest.raises(ConfigError, match="torch.nccl_debug: unknown key"):
         JobSpec(backend_options={"nccl_debug": True})
-    assert set(BACKENDS) == {"torch", "tensorflow", "horovod", "mpi"}
+    assert set(BACKENDS) == {"torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm"}

@@ -12,6 +12,8 @@ backend         set-up                                 report()'s agreement     
 ``tensorflow``  ``TF_CONFIG`` (free ports, probed)     hpctrain's TCP group      any
 ``horovod``     MPI controller, or Gloo + rendezvous   hpctrain's TCP group      any
 ``mpi``         mpi4py ``COMM_WORLD``                  a duplicate of COMM_WORLD an MPI one
+``xgboost``     a RabitTracker on rank 0 + collective  hpctrain's TCP group      any
+``lightgbm``    ``machines``/ports for LightGBM        hpctrain's TCP group      any
 =============== ====================================== ========================= ==========
 """
 from __future__ import annotations
@@ -36,6 +38,10 @@ _REGISTRY = {
     "mpi": ("hpctrain.backends.mpi", "MPIBackend", ("mpi4py",),
             "pip install 'hpctrain[mpi]' (mpi4py, built against the job's MPI: load the MPI "
             "module first)"),
+    "xgboost": ("hpctrain.backends.xgboost", "XGBoostBackend", ("xgboost",),
+                "pip install 'hpctrain[xgboost]'"),
+    "lightgbm": ("hpctrain.backends.lightgbm", "LightGBMBackend", ("lightgbm",),
+                 "pip install 'hpctrain[lightgbm]'"),
 }
 
 

@@ -58,6 +58,9 @@ def as_dataset(value: Any, key: str = "datasets", base_dir: Optional[str] = None
             return HDF5Dataset.from_table(value, base_dir=base_dir)
         if isinstance(value, (list, tuple, np.ndarray)):
             return SequenceDataset(value)
+        if type(value).__name__ == "DataFrame" and hasattr(value, "to_records"):
+            # pandas: its rows as a structured array (shard.to_pandas() gives the columns back)
+            return SequenceDataset(value.to_records(index=False))
     except ConfigError as e:
         msg = e.message.split(": ", 1)[1] if e.message.startswith(("HDF5Dataset:",
                                                                     "SequenceDataset:")) \
@@ -65,7 +68,7 @@ def as_dataset(value: Any, key: str = "datasets", base_dir: Optional[str] = None
         raise ConfigError(f"{key}: {msg}", hint=e.hint or
                           'e.g. train = "/lustre/data/train.h5:images,labels"') from None
     raise ConfigError(f"{key}: expected \"file.h5:dataset1,dataset2\", a table (path, keys, "
-                      f"shuffle, seed, remainder, window_mb), a list or an array; got "
+                      f"shuffle, seed, remainder, window_mb), a list, an array or a pandas DataFrame; got "
                       f"{type(value).__name__}",
                       hint="for other data, pass a list of file names and read them in the "
                            "training function")

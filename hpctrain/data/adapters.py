@@ -137,6 +137,29 @@ def tf_converter(columns: Any, dtypes: Any = None) -> Callable[[Any], Any]:
     return lambda batch: _map_batch(batch, convert)
 
 
+def pandas_frame(batches: Any) -> Any:
+    """One ``pandas.DataFrame`` of a shard's batches (see ``DatasetShard.to_pandas``)."""
+    pd = _need("pandas", "pandas")
+
+    def frame(batch: Any) -> Any:
+        if isinstance(batch, dict):
+            cols: Dict[str, Any] = {}
+            for key, v in batch.items():
+                v = np.asarray(v)
+                if v.ndim <= 1:
+                    cols[key] = v
+                else:
+                    flat = v.reshape(len(v), -1)
+                    cols.update({f"{key}_{i}": flat[:, i] for i in range(flat.shape[1])})
+            return pd.DataFrame(cols)
+        return pd.DataFrame(batch)
+
+    frames = [frame(b) for b in batches]
+    if not frames:
+        return pd.DataFrame()
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
 def torch_dataset(shard, batch_size: int, drop_last: bool):
     _need("torch", "hpctrain[torch]")
     from ._torch import ShardIterableDataset

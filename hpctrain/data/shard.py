@@ -359,6 +359,20 @@ class DatasetShard:
 
         return tf_dataset(self, batch_size, drop_last)
 
+    def materialize(self) -> "DatasetShard":
+        """This shard (Ray's ``materialize()``; a shard is read when asked for)."""
+        return self
+
+    def to_pandas(self, *, epoch: Optional[int] = None):
+        """This rank's rows of one epoch as a ``pandas.DataFrame``: one column per 1-D
+        dataset key (``key_0``, ``key_1``… for the columns of a 2-D one), the fields of a
+        structured array or a DataFrame given in ``datasets=``, columns 0, 1… of a plain
+        2-D array."""
+        from .adapters import pandas_frame
+
+        rows = max(1, len(self))
+        return pandas_frame(list(self.iter_batches(rows, epoch=epoch, prefetch_batches=0)))
+
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size}, "
                 f"rows={len(self)} of {self.num_rows}, shuffle={self.shuffle}, "

@@ -15,9 +15,13 @@ the same objects as in :mod:`hpctrain`) and for seed-era 1.x scripts alike::
     from ray.train.huggingface.transformers import ...
                                  ->  from hpctrain.train.huggingface.transformers import ...
 
+    from ray.train.xgboost import ...        ->  from hpctrain.train.xgboost import ...
+    from ray.train.lightgbm import ...       ->  from hpctrain.train.lightgbm import ...
+
 The submodules re-export :mod:`hpctrain.torch`, :mod:`hpctrain.tensorflow`,
-:mod:`hpctrain.horovod`, :mod:`hpctrain.lightning` and
-:mod:`hpctrain.huggingface.transformers`. The rest of this page is about the 1.x API.
+:mod:`hpctrain.horovod`, :mod:`hpctrain.lightning`, :mod:`hpctrain.huggingface.transformers`,
+:mod:`hpctrain.xgboost` and :mod:`hpctrain.lightgbm`. The rest of this page is about the
+1.x API.
 
 ```python
 from hpctrain import train

@@ -1,0 +1,82 @@
+"""LightGBM integration: ``LightGBMTrainer``, ``RayTrainReportCallback`` and
+``get_network_params`` (Ray Train's ``ray.train.lightgbm``).
+
+Ray 2.x style — the training function calls ``lightgbm.train`` itself. Before it runs,
+the ranks have agreed LightGBM's socket network (``machines`` = every rank's
+``host:port``, ``num_machines``, this rank's ``local_listen_port``:
+:mod:`hpctrain.backends.lightgbm`); ``get_network_params()`` returns them, as in Ray, and
+``lightgbm.train`` adds them (with ``tree_learner="data"``) to params that set no network,
+so Ray's quick start trains one data-parallel model over all ranks unchanged.
+
+The older style: ``LightGBMTrainer(params=..., label_column="y", num_boost_round=10,
+datasets={"train": ..., "valid": ...})``, as for :class:`~hpctrain.xgboost.XGBoostTrainer`.
+LightGBM is imported only by the callback and inside the workers.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+from ..backends.lightgbm import LightGBMConfig, get_network_params
+from ..trainer import DataParallelTrainer
+
+__all__ = ["LightGBMTrainer", "LightGBMConfig", "RayTrainReportCallback", "get_network_params"]
+
+CHECKPOINT_NAME = "model.txt"
+
+_TRAINER_KEYWORDS = {"scaling_config", "run_config", "resume_from_checkpoint", "datasets",
+                     "dataset_config", "scheduler", "site", "metadata"}
+
+
+class LightGBMTrainer(DataParallelTrainer):
+    """Ray Train's LightGBMTrainer: ``train_loop_per_worker`` on every rank with
+    LightGBM's network agreed; or ``params``/``label_column``/``num_boost_round``."""
+
+    _backend_name = "lightgbm"
+    _backend_config_cls = LightGBMConfig
+
+    def __init__(self, train_loop_per_worker: Optional[Callable] = None, *,
+                 train_loop_config: Optional[Dict[str, Any]] = None,
+                 lightgbm_config: Optional[LightGBMConfig] = None,
+                 params: Optional[Dict[str, Any]] = None, label_column: Optional[str] = None,
+                 num_boost_round: int = 10, dmatrix_params: Optional[Dict[str, Dict[str, Any]]] = None,
+                 checkpoint_frequency: int = 0, **kwargs):
+        train_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in _TRAINER_KEYWORDS}
+        if train_loop_per_worker is None:
+            from .._internal.gbdt import check_legacy
+
+            check_legacy("LightGBMTrainer", params, label_column, num_boost_round,
+                         kwargs.get("datasets"), checkpoint_frequency)
+            from ._legacy import train_loop
+
+            train_loop_per_worker = train_loop
+            train_loop_config = {"params": params, "label_column": label_column,
+                                 "num_boost_round": num_boost_round,
+                                 "dmatrix_params": dmatrix_params or {},
+                                 "evals": [n for n in kwargs["datasets"] if n != "train"],
+                                 "checkpoint_frequency": checkpoint_frequency,
+                                 "train_kwargs": train_kwargs}
+        elif checkpoint_frequency:
+            raise TypeError("LightGBMTrainer: checkpoint_frequency= is for the params= style; in a "
+                            "training function, pass RayTrainReportCallback(frequency=N)")
+        elif train_kwargs:
+            raise TypeError(f"LightGBMTrainer: unexpected keyword {sorted(train_kwargs)[0]!r} "
+                            "(lightgbm.train's keywords go with params=..., not with a "
+                            "training function)")
+        super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
+                         backend_config=self._backend_config(lightgbm_config, "lightgbm_config"),
+                         **kwargs)
+
+    @staticmethod
+    def get_model(checkpoint, filename: str = CHECKPOINT_NAME):
+        """The ``lightgbm.Booster`` saved in ``checkpoint`` (by ``RayTrainReportCallback``)."""
+        from ._callback import RayTrainReportCallback
+
+        return RayTrainReportCallback.get_model(checkpoint, filename)
+
+
+def __getattr__(name: str):
+    if name == "RayTrainReportCallback":
+        from ._callback import RayTrainReportCallback
+
+        return RayTrainReportCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

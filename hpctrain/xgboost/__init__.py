@@ -1,0 +1,95 @@
+"""XGBoost integration: ``XGBoostTrainer`` and ``RayTrainReportCallback`` (Ray Train's
+``ray.train.xgboost``).
+
+Ray 2.x style — the training function calls ``xgboost.train`` itself; hpctrain has joined
+every rank to XGBoost's collective first (a ``RabitTracker`` on rank 0:
+:mod:`hpctrain.backends.xgboost`), so the call trains one model over all ranks' rows::
+
+    def train_func():
+        df = hpctrain.get_dataset_shard("train").materialize().to_pandas()
+        dtrain = xgboost.DMatrix(df.drop("target", axis=1), label=df["target"])
+        xgboost.train(params, dtrain, num_boost_round=10,
+                      callbacks=[RayTrainReportCallback(frequency=5)])
+
+    result = XGBoostTrainer(train_func, scaling_config=ScalingConfig(num_workers=2),
+                            datasets={"train": train_df}).fit()
+    booster = RayTrainReportCallback.get_model(result.checkpoint)
+
+The older style: ``XGBoostTrainer(params=..., label_column="y", num_boost_round=10,
+datasets={"train": ..., "valid": ...})`` — every dataset other than "train" is an eval
+set (its metrics reported as ``valid-<metric>``), a checkpoint at the end and every
+``checkpoint_frequency`` rounds (Ray: ``CheckpointConfig(checkpoint_frequency=)``), a resumed
+run (``resume_from_checkpoint=``, or a restart) trains up to ``num_boost_round`` trees in
+all; other keywords go to ``xgboost.train``.
+
+XGBoost is imported only by the callback and inside the workers.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+from ..backends.xgboost import XGBoostConfig
+from ..trainer import DataParallelTrainer
+
+__all__ = ["XGBoostTrainer", "XGBoostConfig", "RayTrainReportCallback"]
+
+CHECKPOINT_NAME = "model.ubj"
+
+
+class XGBoostTrainer(DataParallelTrainer):
+    """Ray Train's XGBoostTrainer: ``train_loop_per_worker`` on every rank, joined to
+    XGBoost's collective; or ``params``/``label_column``/``num_boost_round``."""
+
+    _backend_name = "xgboost"
+    _backend_config_cls = XGBoostConfig
+
+    def __init__(self, train_loop_per_worker: Optional[Callable] = None, *,
+                 train_loop_config: Optional[Dict[str, Any]] = None,
+                 xgboost_config: Optional[XGBoostConfig] = None,
+                 params: Optional[Dict[str, Any]] = None, label_column: Optional[str] = None,
+                 num_boost_round: int = 10, dmatrix_params: Optional[Dict[str, Dict[str, Any]]] = None,
+                 checkpoint_frequency: int = 0, **kwargs):
+        train_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in _TRAINER_KEYWORDS}
+        if train_loop_per_worker is None:
+            from .._internal.gbdt import check_legacy
+
+            check_legacy("XGBoostTrainer", params, label_column, num_boost_round,
+                         kwargs.get("datasets"), checkpoint_frequency)
+            from ._legacy import train_loop
+
+            train_loop_per_worker = train_loop
+            train_loop_config = {"params": params, "label_column": label_column,
+                                 "num_boost_round": num_boost_round,
+                                 "dmatrix_params": dmatrix_params or {},
+                                 "evals": [n for n in kwargs["datasets"] if n != "train"],
+                                 "checkpoint_frequency": checkpoint_frequency,
+                                 "train_kwargs": train_kwargs}
+        elif checkpoint_frequency:
+            raise TypeError("XGBoostTrainer: checkpoint_frequency= is for the params= style; in a "
+                            "training function, pass RayTrainReportCallback(frequency=N)")
+        elif train_kwargs:
+            raise TypeError(f"XGBoostTrainer: unexpected keyword {sorted(train_kwargs)[0]!r} "
+                            "(xgboost.train's keywords go with params=..., not with a "
+                            "training function)")
+        super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
+                         backend_config=self._backend_config(xgboost_config, "xgboost_config"),
+                         **kwargs)
+
+    @staticmethod
+    def get_model(checkpoint, filename: str = CHECKPOINT_NAME):
+        """The ``xgboost.Booster`` saved in ``checkpoint`` (by ``RayTrainReportCallback``)."""
+        from ._callback import RayTrainReportCallback
+
+        return RayTrainReportCallback.get_model(checkpoint, filename)
+
+
+_TRAINER_KEYWORDS = {"scaling_config", "run_config", "resume_from_checkpoint", "datasets",
+                     "dataset_config", "scheduler", "site", "metadata"}
+
+
+def __getattr__(name: str):
+    if name in ("RayTrainReportCallback", "XGBoostReportCallback"):
+        from ._callback import RayTrainReportCallback
+
+        return RayTrainReportCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
