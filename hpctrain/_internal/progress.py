@@ -2,13 +2,16 @@
 run and for a job on a cluster whose run directory is on the shared filesystem).
 
 On a terminal: a rich live panel (iteration, elapsed time, reports per second, latest
-metrics, last checkpoint). Elsewhere (CI, batch logs, notebooks' plain output): one line
-per report, at most every ``interval`` seconds, plus the last one::
+metrics, last checkpoint). In a Jupyter notebook (detected as rich detects it) the same
+panel through rich's Jupyter support, which needs ipywidgets (an ``Output`` widget that
+is redrawn). Elsewhere (CI, batch logs, a notebook without ipywidgets): one line per
+report, at most every ``interval`` seconds, plus the last one::
 
     [hpctrain] iter 12 | 3.4s | 3.5 it/s | loss=0.25 acc=0.9 checkpoint=checkpoint_000002
 """
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from typing import Any, Dict, Optional
@@ -29,6 +32,15 @@ def user_metrics(row: Dict[str, Any]) -> Dict[str, Any]:
             if not k.startswith("_") and k != "checkpoint_dir_name"}
 
 
+def in_jupyter() -> bool:
+    """True in a Jupyter kernel (notebook, lab, Colab) where rich's live display works:
+    rich's own detection, and ipywidgets importable (rich's ``Live`` draws into an
+    ``ipywidgets.Output`` and only warns, on every refresh, without it)."""
+    from rich.console import _is_jupyter
+
+    return _is_jupyter() and importlib.util.find_spec("ipywidgets") is not None
+
+
 class Progress:
     def __init__(self, run: RunDir, *, verbose: int = 1, interval: float = 2.0,
                  stream=None, force_plain: Optional[bool] = None, echo: Optional[bool] = None,
@@ -46,24 +58,35 @@ class Progress:
         self.count = 0
         self._printed_at = 0.0
         self._printed_iter = -1
-        plain = force_plain if force_plain is not None else not self.stream.isatty()
+        # a notebook: stdout is the kernel's stream, not a TTY, yet rich can draw there
+        self._jupyter = (force_plain is None and verbose >= 1 and self.stream is sys.stdout
+                         and in_jupyter())
+        plain = force_plain if force_plain is not None else not (
+            self._jupyter or self.stream.isatty())
         self._live = None
         self._console = None
         if verbose >= 1 and not plain:
             from rich.console import Console
             from rich.live import Live
 
-            self._console = Console(file=self.stream)
-            self._live = Live(self._render(), console=self._console, refresh_per_second=4,
-                              transient=False)
-            self._live.start()
+            if self._jupyter:
+                # no file: rich displays into the notebook. Redrawn from tick() only, in
+                # this thread, so ranks' lines (plain prints) stay out of the widget.
+                self._console = Console(force_jupyter=True)
+                self._live = Live(self._render(), console=self._console, auto_refresh=False,
+                                  transient=False)
+            else:
+                self._console = Console(file=self.stream)
+                self._live = Live(self._render(), console=self._console,
+                                  refresh_per_second=4, transient=False)
+            self._live.start(refresh=self._jupyter)
 
     # -- worker output ---------------------------------------------------------------
     def worker_line(self, rank: int, line: str) -> None:
         if not self.echo:
             return
         text = f"(rank {rank}) {line}"
-        if self._console is not None:
+        if self._console is not None and not self._jupyter:
             self._console.print(text, markup=False, highlight=False)
         else:
             print(text, file=self.stream, flush=True)
@@ -83,7 +106,7 @@ class Progress:
             return
         if self._live is not None:
             if rows:
-                self._live.update(self._render())
+                self._live.update(self._render(), refresh=self._jupyter)
         elif rows and time.time() - self._printed_at >= self.interval:
             self._print_plain()
 
@@ -132,7 +155,7 @@ class Progress:
     def close(self) -> None:
         self.tick()
         if self._live is not None:
-            self._live.update(self._render())
+            self._live.update(self._render(), refresh=self._jupyter)
             self._live.stop()
         elif self.verbose >= 1 and self.latest is not None:
             self._print_plain()
