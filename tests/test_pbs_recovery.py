@@ -145,8 +145,7 @@ def assert_resubmitted(pbs, run, state, after, workdir, job_sh):
     assert rec["cwd"] == workdir  # the inner qsub ran from PBS_O_WORKDIR, not $HOME
     assert rec["state_at_submit"] == "H"  # held: its predecessor was still running
     job = pbs.jobs()[new]
-    assert job["depend"] == f"afterany:{after}"
-    assert job["job_state"] == "Q"  # released when the predecessor ended
+    assert job["job_state"] == "Q" and "depend" not in job  # released when the predecessor ended
     return new
 
 
@@ -455,11 +454,11 @@ def test_timer_arms_only_on_pbs_from_the_scripts_start_stamp(tmp_path, storage, 
     s = spec("00:00:40", "15s")
     assert warning_seconds(s) == 15
     monkeypatch.setenv("HPCTRAIN_JOB_STARTED", "1000000")
-    assert _timer("pbs", s.scheduler, 15) == 1000000 + 40 - 15
-    assert _timer("slurm", s.scheduler, 15) is None  # Slurm sends its own warning
-    assert _timer(None, s.scheduler, 15) is None
+    assert _timer("pbs", s.scheduler.walltime_s, 15) == 1000000 + 40 - 15
+    assert _timer("slurm", s.scheduler.walltime_s, 15) is None  # Slurm sends its own warning
+    assert _timer(None, s.scheduler.walltime_s, 15) is None
     monkeypatch.setenv("HPCTRAIN_JOB_STARTED", "")
-    assert _timer("pbs", s.scheduler, 15) is None  # a script by hand without the stamp
+    assert _timer("pbs", s.scheduler.walltime_s, 15) is None  # a script by hand without the stamp
     # the default warning shrinks to a quarter of a short walltime (at least 10 s)
     assert warning_seconds(spec("00:00:40")) == 10
     assert warning_seconds(spec("00:02:00")) == 30

@@ -108,8 +108,9 @@ def _finish(state: Dict[str, Any], job_id: str, exit_status: Optional[int], subs
     if exit_status is not None:
         job["Exit_status"] = exit_status
     for other in state["jobs"].values():  # afterany: release held successors
-        if other.get("depend") == f"afterany:{job_id}" and other["job_state"] == "H":
+        if other.get("depend") == f"afterany:{job_id}@{state['server']}" and other["job_state"] == "H":
             other["job_state"], other["substate"] = "Q", SUBSTATE["Q"]
+            del other["depend"]  # a released job shows no depend any more
     if not state["history"]:
         del state["jobs"][job_id]
 
@@ -144,12 +145,19 @@ def qsub(args: Sequence[str]) -> int:
         job_id = f"{seq}[].{state['server']}" if is_array else f"{seq}.{state['server']}"
         depend = attrs.get("-W", "")[len("depend="):] if attrs.get("-W", "").startswith("depend=") else ""
         if "[" in depend and "[]" not in depend:
-            # OpenPBS takes no dependency on one subjob (src/server/req_register.c,
-            # depend_on_que: a job id with [N] is PBSE_IVALREQ, 15004)
-            print("qsub: Invalid request", file=sys.stderr)
-            return PBSE_IVALREQ
-        held = bool(depend) and any(
-            j.get("job_state") != "F" for jid, j in state["jobs"].items() if depend.endswith(":" + jid))
+            # OpenPBS's qsub refuses a dependency on one subjob itself (live server)
+            print("qsub: cannot have dependancy on subjob or range\nqsub: illegal -W value\n"
+                  "usage: qsub [-a date_time] [-A account_string] ... [script | -- command [arg1 ...]]",
+                  file=sys.stderr)
+            state["next_seq"] = seq  # refused before it reached the server
+            return 2
+        after = [d for d in depend.split(":")[1:]] if depend else []
+        unknown = [d for d in after if d not in state["jobs"]
+                   or state["jobs"][d].get("job_state") == "F"]
+        # a dependency on an unknown, purged or finished job: qsub prints an id and the
+        # server drops the job at once (F, substate 92, no Exit_status, no comment)
+        dropped = bool(unknown)
+        held = bool(after) and not dropped
         cwd = os.getcwd()
         job: Dict[str, Any] = {
             "Job_Name": attrs.get("-N", path.name),
@@ -168,14 +176,18 @@ def qsub(args: Sequence[str]) -> int:
         }
         if "-A" in attrs:
             job["Account_Name"] = attrs["-A"]
-        if depend:
-            job["depend"] = depend
+        if depend and held:
+            job["depend"] = ",".join(f"afterany:{d}@{state['server']}" for d in after)
+            for d in after:  # the parent shows who waits for it
+                state["jobs"][d]["depend"] = f"beforeany:{job_id}@{state['server']}"
         if is_array:
             job["array"] = "True"
             job["array_indices_submitted"] = attrs["-J"]
         state["jobs"][job_id] = job
         state["fake"][job_id] = {"argv": list(args), "cwd": cwd, "script": f"scripts/{seq}.sh",
-                                 "state_at_submit": job["job_state"]}
+                                 "state_at_submit": job["job_state"], "output": attrs.get("-o")}
+        if dropped:
+            _finish(state, job_id, None, SUBSTATE["F_OK"])
     print(job_id)
     return 0
 
@@ -190,6 +202,12 @@ def qstat(args: Sequence[str]) -> int:
             return 2
         out: Dict[str, Any] = {"timestamp": int(time.time()), "pbs_version": VERSION,
                                "pbs_server": state["server"]}
+        if "-x" in flags and not state["history"]:
+            # OpenPBS without job history: no job at all, for queued and running ones too
+            for job_id in ids:
+                print(f"qstat: PBS is not configured to maintain job history {job_id}", file=sys.stderr)
+            print(json.dumps(out, indent=4))
+            return 0
         found: Dict[str, Any] = {}
         rc = 0
         for job_id in ids:
@@ -342,7 +360,27 @@ class FakePbs:
         if killed_at_walltime:
             status = -29
         self.finish(job_id, status)
+        _deliver_output(info, name, job_id, out + err)
         return subprocess.CompletedProcess(proc.args, status, out, err)
+
+
+def _deliver_output(info: Dict[str, Any], name: str, job_id: str, text: str) -> None:
+    """PBS's own output file, as MoM copies it at the job's end: ``-o DIR/`` gives
+    ``DIR/<job id>.OU``, ``-o FILE`` that file, no ``-o`` ``<name>.o<seq>[.<index>]`` in
+    the submission directory (live server, pbs-live-findings.md)."""
+    target = info.get("output")
+    if target and target.endswith("/"):
+        path = Path(target) / f"{job_id}.OU"
+    elif target:
+        path = Path(target)
+    else:
+        seq, _, rest = job_id.split(".")[0].partition("[")
+        index = f".{rest.rstrip(']')}" if rest.rstrip("]") else ""
+        path = Path(info["cwd"]) / f"{name}.o{seq}{index}"
+    try:
+        path.write_text(text)
+    except OSError:
+        pass  # MoM would keep it in PBS_HOME/undelivered
 
 
 def _seconds(walltime: str) -> Optional[float]:
