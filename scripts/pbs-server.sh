@@ -111,15 +111,20 @@ on_host() {
 }
 qmgr_c() { on_host 1 "$prefix/bin/qmgr" -c "$1"; }
 
+# Whether a command's output has a line matching $1 (output read whole first: grep -q
+# closing the pipe early would fail the command under pipefail).
+output_has() { local pattern=$1 out; shift; out="$("$@" 2>/dev/null || true)"; grep -qE -- "$pattern" <<<"$out"; }
+ns_exists() { output_has "^$1( |\$)" ip netns list; }
+
 setup_net() {
-  ip netns list | grep -qw "^$ns1" || ip netns add "$ns1"
-  ip netns list | grep -qw "^$ns2" || ip netns add "$ns2"
+  ns_exists "$ns1" || ip netns add "$ns1"
+  ns_exists "$ns2" || ip netns add "$ns2"
   ip -n "$ns1" link set lo up
   ip -n "$ns2" link set lo up
   ip -n "$ns1" link show hpbs1 >/dev/null 2>&1 \
     || ip -n "$ns1" link add hpbs1 type veth peer name hpbs2 netns "$ns2"
-  ip -n "$ns1" addr show dev hpbs1 | grep -q "$ip1/" || ip -n "$ns1" addr add "$ip1/24" dev hpbs1
-  ip -n "$ns2" addr show dev hpbs2 | grep -q "$ip2/" || ip -n "$ns2" addr add "$ip2/24" dev hpbs2
+  output_has "inet $ip1/" ip -n "$ns1" addr show dev hpbs1 || ip -n "$ns1" addr add "$ip1/24" dev hpbs1
+  output_has "inet $ip2/" ip -n "$ns2" addr show dev hpbs2 || ip -n "$ns2" addr add "$ip2/24" dev hpbs2
   ip -n "$ns1" link set hpbs1 up
   ip -n "$ns2" link set hpbs2 up
   local ns
@@ -171,7 +176,7 @@ mom_config() {  # $1 PBS_HOME, $2 the job's TMPDIR parent, $3 its pbs.conf
 write_clients() {
   mkdir -p "$state/bin"
   local c
-  for c in qsub qstat qdel qsig qrls qhold qalter qrerun qmgr pbsnodes tracejob; do
+  for c in qsub qstat qdel qsig qrls qhold qalter qrerun qselect qmgr pbsnodes tracejob; do
     cat >"$state/bin/$c" <<EOF
 #!/bin/sh
 # $c of hpctrain's test PBS server (scripts/pbs-server.sh): inside one of its hosts (a
@@ -253,10 +258,10 @@ cmd_start() {
 }
 
 cmd_stop() {
-  if ip netns list | grep -qw "^$ns2"; then
+  if ns_exists "$ns2"; then
     on_host 2 "$prefix/libexec/pbs_init.d" stop >"$log/stop-$h2.log" 2>&1 || true
   fi
-  if ip netns list | grep -qw "^$ns1"; then
+  if ns_exists "$ns1"; then
     on_host 1 "$prefix/libexec/pbs_init.d" stop >"$log/stop-$h1.log" 2>&1 || true
   fi
   say "stopped"
@@ -269,7 +274,7 @@ cmd_stop() {
 }
 
 cmd_status() {
-  ip netns list | grep -qw "^$ns1" || { echo "not started"; return 1; }
+  ns_exists "$ns1" || { echo "not started"; return 1; }
   installed || { echo "not built"; return 1; }
   echo "--- $h1"; on_host 1 "$prefix/libexec/pbs_init.d" status 2>&1 || true
   echo "--- $h2"; on_host 2 "$prefix/libexec/pbs_init.d" status 2>&1 || true
