@@ -24,6 +24,9 @@ import pytest
 from helpers import cli, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: The code under test, for the job's batch step too (a PBS job does not inherit the
+#: submitter's environment; the ranks get the submitter's PYTHONPATH from the run).
+REPO = os.path.dirname(HERE)
 SCRIPT = os.path.join(HERE, "..", "scripts", "pbs-server.sh")
 SERVER_DIR = os.environ.get("HPCTRAIN_PBS_DIR", "/var/spool/hpctrain-pbs")
 LOCK = "/tmp/pbs-server.lock"
@@ -117,6 +120,7 @@ max_failures = {max_failures}
 {f'warning_time = "{warning}"' if warning else ""}
 {f"[setup]{chr(10)}commands = {json.dumps(setup)}" if setup else ""}
 [env]
+PYTHONPATH = "{REPO}"
 OMPI_ALLOW_RUN_AS_ROOT = "1"
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"
 [config]
@@ -201,7 +205,7 @@ def test_walltime_from_the_queue_arms_the_timer(tmp_path, storage, pbs):
     pbs.qmgr("set queue workq resources_default.walltime=00:00:30")
     job = job_file(tmp_path, storage, "queuetime", function="on_demand", config=CHAIN,
                    time_=None)
-    assert "walltime" not in cli("render", job).stdout
+    assert "#PBS -l walltime" not in cli("render", job).stdout
     cli("submit", job, "--follow", timeout=JOB_TIMEOUT)
     run = os.path.join(storage, "queuetime")
     state = assert_chained_to_the_end(run)
@@ -218,10 +222,11 @@ def test_cancel_of_a_running_job(tmp_path, storage, pbs):
              "the training's first report")
     assert f"pbs job {job_id}: RUNNING" in cli("status", run).stdout
     assert f"cancelled pbs job {job_id}" in cli("cancel", run).stdout
-    # qdel: SIGTERM, SIGKILL after kill_delay (10 s) + MoM's poll
-    wait_for(lambda: pbs.job(job_id).get("job_state") == "F", 120, "the job to end")
+    # qdel: SIGTERM (the batch step records the run INTERRUPTED), SIGKILL after kill_delay
+    wait_for(lambda: pbs.job(job_id).get("job_state") == "F"
+             and read_state(run)["status"] != "RUNNING", 120, "the job to end")
+    assert read_state(run)["status"] == "INTERRUPTED"
     assert f"pbs job {job_id}: CANCELLED" in cli("status", run).stdout
-    assert read_state(run)["status"] != "RUNNING"
 
 
 def test_hand_submitted_run_shows_its_job_and_is_cancelled(tmp_path, storage, pbs):
@@ -237,7 +242,10 @@ def test_hand_submitted_run_shows_its_job_and_is_cancelled(tmp_path, storage, pb
              "the training's first report")
     assert f"pbs job {job_id}: RUNNING" in cli("status", run).stdout
     assert f"cancelled pbs job {job_id}" in cli("cancel", run).stdout
-    wait_for(lambda: pbs.job(job_id).get("job_state") == "F", 120, "the job to end")
+    # qdel: SIGTERM (the batch step records the run INTERRUPTED), SIGKILL after kill_delay
+    wait_for(lambda: pbs.job(job_id).get("job_state") == "F"
+             and read_state(run)["status"] != "RUNNING", 120, "the job to end")
+    assert read_state(run)["status"] == "INTERRUPTED"
     assert f"pbs job {job_id}: CANCELLED" in cli("status", run).stdout
 
 
@@ -284,6 +292,8 @@ num_workers = 1
 queue = "workq"
 launcher = "local"
 time = "00:05:00"
+[env]
+PYTHONPATH = "{REPO}"
 [config]
 num_epochs = 2
 [sweep]

@@ -75,6 +75,8 @@ def _qstat(*args: str) -> subprocess.CompletedProcess:
     ({"job_state": "F", "Exit_status": 256 + 15}, "CANCELLED"),
     ({"job_state": "F", "substate": 91}, "CANCELLED"),  # qdel of a queued job: no exit status
     ({"job_state": "F", "Exit_status": 256 + 9, "substate": 91}, "CANCELLED"),
+    # qdel of a job that stopped cleanly on the SIGTERM (live OpenPBS 23.06)
+    ({"job_state": "F", "Exit_status": 0, "substate": 91}, "CANCELLED"),
     ({"job_state": "F", "Exit_status": 256 + 9, "substate": 93}, "FAILED"),
     ({"job_state": "F", "Exit_status": 256 + 11}, "FAILED"),
     ({"job_state": "F", "Exit_status": -27}, "OUT_OF_MEMORY"),

@@ -115,9 +115,9 @@ def pbs_state(job: tp.Mapping[str, tp.Any]) -> str:
     R, B (array begun)            RUNNING
     E (exiting)                   COMPLETING
     M (moved to another server)   UNKNOWN (it goes on elsewhere)
-    F / X, Exit_status 0          COMPLETED
     F / X, -29 (walltime), -28    TIMEOUT
-    F / X, substate 91 (deleted)  CANCELLED (``qdel``; any exit status but 0)
+    F / X, substate 91 (deleted)  CANCELLED (``qdel``; any exit status, 0 too)
+    F / X, Exit_status 0          COMPLETED
     F / X, 256+15 (SIGTERM)       CANCELLED (what ``qdel`` sends first)
     F / X, -27, -26 (mem, vmem)   OUT_OF_MEMORY
     F / X, other non-zero         FAILED (other signals included)
@@ -135,12 +135,13 @@ def pbs_state(job: tp.Mapping[str, tp.Any]) -> str:
         return "UNKNOWN"
     status = _as_int(job.get("Exit_status"))
     deleted = _as_int(job.get("substate")) == _JOB_SUBSTATE_TERMINATED
-    if status == 0:
-        return "COMPLETED"
     if status in _TIMEOUT_CODES:
         return "TIMEOUT"
     if deleted or status == _SIGNAL_BASE + signal.SIGTERM:
+        # qdel: a job that stopped cleanly on the SIGTERM has Exit_status 0 (live server)
         return "CANCELLED"
+    if status == 0:
+        return "COMPLETED"
     if status is None:
         return FINISHED
     if status in _MEMORY_CODES:
