@@ -182,3 +182,31 @@ def test_dependencies_on_ended_or_unknown_jobs_are_not_sent(tmp_path, storage, p
     assert p.returncode == 2
     assert "the PBS server dropped job 4.pbshost at once: its dependency afterany:98.pbshost" in p.stderr
     assert "HINT: scheduler.after must name a job that is still queued or running" in p.stderr
+
+
+@needs_mpirun
+def test_cancel_of_a_running_job_signals_it_and_it_ends_cancelled(tmp_path, storage, pbs):
+    """qdel of a running job: SIGTERM to its processes, the job stays R until they are
+    gone, then F (substate 91) — CANCELLED even though the batch step exited cleanly."""
+    import threading
+
+    from helpers import wait_for
+
+    job = job_file(tmp_path, storage, "running")
+    cli("submit", job, "--set", "config.epochs=100000")
+    run = os.path.join(storage, "running")
+    done = {}
+    mom = threading.Thread(target=lambda: done.setdefault("proc", pbs.run(
+        "1.pbshost", hosts=[os.uname().nodename], mpiprocs=2, timeout=240, kill_delay=5)))
+    mom.start()
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(run, "result.json")), 180,
+                 "the training's first report")
+        assert "cancelled pbs job 1.pbshost" in cli("cancel", run).stdout
+        assert pbs.jobs()["1.pbshost"]["job_state"] == "R"  # until its processes are gone
+    finally:
+        mom.join(timeout=240)
+    job_info = pbs.jobs()["1.pbshost"]
+    assert job_info["job_state"] == "F" and job_info["substate"] == 91
+    assert json.load(open(os.path.join(run, "state.json")))["status"] == "INTERRUPTED"
+    assert "pbs job 1.pbshost: CANCELLED" in cli("status", run).stdout

@@ -14,8 +14,11 @@ commands stand in for OpenPBS 23.06. Their outputs and exit codes reproduce what
   without ``-x`` exits 35 (``qstat: <id> Job has finished, use -x or -H ...``); with
   ``history`` off finished jobs are purged (so 153); ``reject_x`` makes it refuse
   ``-x`` like a qstat without that option;
-* ``qdel`` finishes a queued/held job (``F``, substate 91, no exit status) or a running
-  one (``F``, substate 91, exit status 256+15: SIGTERM); unknown id 153, finished 35.
+* ``qdel`` finishes a queued/held job (``F``, substate 91, no exit status); a job that
+  :meth:`FakePbs.run` is running gets SIGTERM, SIGKILL after ``kill_delay``, and stays
+  ``R`` until its processes are gone (then ``F``, substate 91, their exit status: 0 for
+  a job that stopped cleanly); one only marked running exits 256+15 at once; unknown id
+  153, finished 35.
 
 The state lives in ``$FAKE_PBS_STATE/state.json``; scripts qsub received are copied
 byte for byte to ``$FAKE_PBS_STATE/scripts/<seq>.sh``. :class:`FakePbs` is the test
@@ -239,6 +242,10 @@ def qdel(args: Sequence[str]) -> int:
             elif job["job_state"] == "F":
                 print(f"qdel: Job has finished {job_id}", file=sys.stderr)
                 rc = PBSE_HISTJOBID
+            elif state["fake"].get(job_id, {}).get("running") and job["job_state"] == "R":
+                # a job FakePbs.run is running: it signals the job, which stays R until
+                # its processes are gone (then F, substate 91, their exit status)
+                state["fake"][job_id]["delete_requested"] = True
             else:
                 running = job["job_state"] in ("R", "E", "B")
                 _finish(state, job_id, 256 + 15 if running else None, SUBSTATE["F_DELETED"])
@@ -292,6 +299,12 @@ class FakePbs:
         info["script"] = (self.root / info["script"]).read_bytes()
         return info
 
+    def _mark(self, job_id: str, **marks: Any) -> Dict[str, Any]:
+        """The fake's own notes on a job (``running``: a process runs it; ``delete_requested``)."""
+        with _locked(self.root) as state:
+            state["fake"][job_id].update(marks)
+            return dict(state["fake"][job_id])
+
     def set(self, job_id: str, **attrs: Any) -> None:
         with _locked(self.root) as state:
             state["jobs"][job_id].update(attrs)
@@ -342,24 +355,42 @@ class FakePbs:
         proc = subprocess.Popen(["bash", str(script)], cwd=str(home), env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
+        self._mark(job_id, running=True)
         started = time.monotonic()
-        killed_at_walltime = False
+        killed_at_walltime = deleted = False
         limit = timeout if walltime is None else min(timeout, walltime)
-        try:
-            out, err = proc.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
+        while True:
+            left = limit - (time.monotonic() - started)
+            try:
+                out, err = proc.communicate(timeout=max(0.01, min(0.5, left)))
+                break
+            except subprocess.TimeoutExpired:
+                if self._mark(job_id).get("delete_requested"):
+                    # qdel: SIGTERM to the job's processes, SIGKILL after kill_delay; the
+                    # job stays R until they are gone (live server: 10-17 s)
+                    deleted = True
+                    _kill_session(proc, kill_delay)
+                    out, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))
+                    break
+                if left > 0:
+                    continue
             if walltime is None or walltime >= timeout:
                 _kill_session(proc, 0)
                 proc.communicate()
                 self.finish(job_id, 256 + 9)
-                raise
+                raise subprocess.TimeoutExpired(proc.args, timeout)
             killed_at_walltime = True
             _kill_session(proc, kill_delay)
             out, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))
+            break
         status = proc.returncode if proc.returncode >= 0 else 256 - proc.returncode
         if killed_at_walltime:
             status = -29
-        self.finish(job_id, status)
+        if deleted:
+            with _locked(self.root) as state:
+                _finish(state, job_id, status, SUBSTATE["F_DELETED"])
+        else:
+            self.finish(job_id, status)
         _deliver_output(info, name, job_id, out + err)
         return subprocess.CompletedProcess(proc.args, status, out, err)
 
