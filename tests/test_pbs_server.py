@@ -88,10 +88,14 @@ def pbs(pbs_server, monkeypatch, tmp_path):
     try:
         yield server
     finally:
-        left = [j for j in server.active_jobs()]
+        left = server.active_jobs()
         if left:
-            subprocess.run([os.path.join(pbs_server, "qdel"), "-W", "force", *left],
-                           capture_output=True)
+            # a plain qdel: the batch step stops its ranks on the SIGTERM (the launcher runs
+            # in a session of its own, which MoM's SIGKILL of the job's session misses)
+            subprocess.run([os.path.join(pbs_server, "qdel"), *left], capture_output=True)
+            deadline = time.monotonic() + 60
+            while server.active_jobs() and time.monotonic() < deadline:
+                time.sleep(1)
         server.qmgr("set server job_history_enable=true")
         server.qmgr("unset queue workq resources_default.walltime", check=False)
 
