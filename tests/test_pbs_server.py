@@ -282,7 +282,7 @@ def test_sigkill_of_rank_0_in_the_second_attempt_under_pbs(tmp_path, storage, pb
     assert p.returncode != 0
     state = read_state(os.path.join(storage, "killed"))
     assert [(a["failed_rank"], a["error"]) for a in state["attempts"]] == [
-        (0, "rank 0 killed by signal 12"), (0, "rank 0 killed by signal 9")]
+        (0, "rank 0 killed by signal 12"), (0, "rank 0 killed by signal 9")], state["attempts"]
 
 
 @pytest.mark.parametrize("history", [True, False], ids=["history-on", "history-off"])
