@@ -9,6 +9,24 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 echo "== starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine)"
 bash scripts/slurm-cluster.sh start
 
+# The real PBS server for tests/test_pbs_server.py: OpenPBS built from its source tarball
+# once (cached), a server + 2 MoMs in network namespaces. Without the tarball (or with
+# HPCTRAIN_TEST_PBS=0) those tests are skipped and the PBS tests run against the fakes
+# (tests/fake_pbs); a server that does not start does not stop the suite either.
+pbs_tarball="${HPCTRAIN_OPENPBS_TARBALL:-../shared/vendor/openpbs/openpbs-23.06.06.tar.gz}"
+if [ "${HPCTRAIN_TEST_PBS:-1}" = 0 ]; then
+  echo "== no real PBS server (HPCTRAIN_TEST_PBS=0): the PBS tests run against the fakes"
+elif [ ! -f "$pbs_tarball" ]; then
+  echo "== no real PBS server: no OpenPBS source at $pbs_tarball (set HPCTRAIN_OPENPBS_TARBALL);" \
+       "the PBS tests run against the fakes"
+else
+  echo "== starting the test PBS server (scripts/pbs-server.sh: OpenPBS built once, then cached)"
+  HPCTRAIN_OPENPBS_TARBALL="$(cd "$(dirname "$pbs_tarball")" && pwd)/$(basename "$pbs_tarball")" \
+    bash scripts/pbs-server.sh start \
+    || echo "== the PBS server did not start (above): the real-server PBS tests are skipped"
+fi
+
+
 echo "== installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,lightgbm,dev] (editable)"
 python3 -m pip install -q -e '.[torch,tensorflow,mpi,lightning,huggingface,lightgbm,dev]'
 # XGBoost: its CPU-only build (the `xgboost` wheel also pulls CUDA's NCCL, ~300 MB, which

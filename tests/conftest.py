@@ -13,13 +13,23 @@ CLUSTER_FILES = {"test_slurm_env.py", "test_slurm_jobs.py", "test_slurm_recovery
                  "test_slurm_frameworks.py", "test_slurm_gbdt.py"}
 
 
+# Files whose tests use the one real PBS server (scripts/pbs-server.sh): likewise one after
+# another on one worker (and under /tmp/pbs-server.lock, which their fixture takes).
+PBS_SERVER_FILES = {"test_pbs_server.py"}
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    cluster = [item for item in items if item.path.name in CLUSTER_FILES]
-    for item in cluster:
-        item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
-    # the longest piece of work first, so that the rest can run beside it
-    items[:] = cluster + [item for item in items if item.path.name not in CLUSTER_FILES]
+    groups = [("slurm-cluster", CLUSTER_FILES), ("pbs-server", PBS_SERVER_FILES)]
+    first = []
+    for group, files in groups:
+        for item in items:
+            if item.path.name in files:
+                item.add_marker(pytest.mark.xdist_group(group))
+                first.append(item)
+    # the longest pieces of work first, so that the rest can run beside them
+    grouped = set(CLUSTER_FILES) | PBS_SERVER_FILES
+    items[:] = first + [item for item in items if item.path.name not in grouped]
 
 # The user's own defaults (hpctrain.userconfig) stay out of the tests: no config file,
 # no default site; tests that need them set their own.

@@ -436,3 +436,26 @@ def test_mpirun_restart_resumes_from_last_checkpoint(storage, local_straight):
     assert state["attempts"][0]["failed_rank"] == 1
     assert "injected failure at epoch 3" in state["attempts"][0]["error"]
     assert crashed.metrics["_training_iteration"] == 6 and crashed.metrics["epoch"] == 5
+
+
+@needs_mpirun
+def test_sigkill_of_rank_0_in_the_second_attempt_is_blamed_on_rank_0(storage):
+    """launcher.out collects every attempt of one job: what mpirun said about the first
+    attempt (rank 0 killed by SIGUSR2) must not be taken for the second's (rank 0 killed
+    with SIGKILL; rank 1 then records the lost connection)."""
+    with pytest.raises(TrainingFailedError) as info:
+        fit_with(mpirun_launcher(), workloads.deterministic, storage, max_failures=1,
+                 config={"epochs": 6, "crashes": [[1, 0, 1, "sigusr2"], [2, 0, 3, "sigkill"]]},
+                 name="killed-twice")
+    assert info.value.rank == 0
+    run = info.value.result.path
+    state = json.load(open(os.path.join(run, "state.json")))
+    assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FAILED"]
+    assert [(a["failed_rank"], a["error"]) for a in state["attempts"]] == [
+        (0, "rank 0 killed by signal 12"), (0, "rank 0 killed by signal 9")]
+    assert open(os.path.join(run, "error.txt")).read().startswith(
+        "Training failed: rank 0, attempt 2")
+    (job,) = os.listdir(os.path.join(run, "logs"))
+    launcher_out = open(os.path.join(run, "logs", job, "launcher.out")).read()
+    assert launcher_out.count("[hpctrain] mpirun -np 2 ") == 2  # both attempts, one file
+    assert "exited on signal 12" in launcher_out and "exited on signal 9" in launcher_out

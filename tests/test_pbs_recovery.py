@@ -66,7 +66,7 @@ num_workers = 2
 workers_per_node = 2
 [scheduler]
 queue = "workq"
-time = "{walltime}"
+{f'time = "{walltime}"' if walltime else ""}
 launcher = "mpirun"
 launcher_args = ["--oversubscribe", "--bind-to", "none"]
 [failure]
@@ -145,8 +145,7 @@ def assert_resubmitted(pbs, run, state, after, workdir, job_sh):
     assert rec["cwd"] == workdir  # the inner qsub ran from PBS_O_WORKDIR, not $HOME
     assert rec["state_at_submit"] == "H"  # held: its predecessor was still running
     job = pbs.jobs()[new]
-    assert job["depend"] == f"afterany:{after}"
-    assert job["job_state"] == "Q"  # released when the predecessor ended
+    assert job["job_state"] == "Q" and "depend" not in job  # released when the predecessor ended
     return new
 
 
@@ -421,9 +420,11 @@ def test_pbs_script_stamps_its_start_and_holds_the_warning_before_the_set_up(tmp
     assert 'warning_time = "15s"' in script  # the embedded spec carries the warning
 
 
-def test_fake_mom_runs_only_queued_jobs_and_kills_at_the_walltime(tmp_path, pbs):
+def test_fake_mom_runs_only_queued_jobs_and_kills_at_the_walltime(tmp_path, pbs, monkeypatch):
     """The fake's MoM, which the tests above rely on: a held successor cannot run, and a
-    job still running at its walltime gets SIGTERM, SIGKILL after kill_delay, -29."""
+    job still running at its walltime gets SIGTERM, SIGKILL after kill_delay, -29; PBS's
+    own output file (no -o) lands where qsub ran, as <name>.o<seq>."""
+    monkeypatch.chdir(tmp_path)
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n#PBS -l walltime=00:00:01\ntrap 'echo got TERM' TERM\n"
                       "while true; do sleep 0.1; done\n")
@@ -439,6 +440,7 @@ def test_fake_mom_runs_only_queued_jobs_and_kills_at_the_walltime(tmp_path, pbs)
         pbs.run(second)
     proc = pbs.run(first, kill_delay=1, timeout=30)
     assert proc.returncode == -29 and "got TERM" in proc.stdout
+    assert "got TERM" in (tmp_path / "job.sh.o1").read_text()
     assert pbs.jobs()[first]["Exit_status"] == -29
     assert pbs.jobs()[second]["job_state"] == "Q"
 
@@ -455,11 +457,11 @@ def test_timer_arms_only_on_pbs_from_the_scripts_start_stamp(tmp_path, storage, 
     s = spec("00:00:40", "15s")
     assert warning_seconds(s) == 15
     monkeypatch.setenv("HPCTRAIN_JOB_STARTED", "1000000")
-    assert _timer("pbs", s.scheduler, 15) == 1000000 + 40 - 15
-    assert _timer("slurm", s.scheduler, 15) is None  # Slurm sends its own warning
-    assert _timer(None, s.scheduler, 15) is None
+    assert _timer("pbs", s.scheduler.walltime_s, 15) == 1000000 + 40 - 15
+    assert _timer("slurm", s.scheduler.walltime_s, 15) is None  # Slurm sends its own warning
+    assert _timer(None, s.scheduler.walltime_s, 15) is None
     monkeypatch.setenv("HPCTRAIN_JOB_STARTED", "")
-    assert _timer("pbs", s.scheduler, 15) is None  # a script by hand without the stamp
+    assert _timer("pbs", s.scheduler.walltime_s, 15) is None  # a script by hand without the stamp
     # the default warning shrinks to a quarter of a short walltime (at least 10 s)
     assert warning_seconds(spec("00:00:40")) == 10
     assert warning_seconds(spec("00:02:00")) == 30
@@ -468,3 +470,22 @@ def test_timer_arms_only_on_pbs_from_the_scripts_start_stamp(tmp_path, storage, 
     p = cli("render", job_file(tmp_path, storage, "t", config=SHORT, walltime="00:00:40",
                                warning="25s"), check=False)
     assert p.returncode != 0 and "failure.warning_time" in p.stderr
+
+
+@needs_mpirun
+@pytest.mark.slow
+def test_walltime_from_the_queue_arms_the_timer(tmp_path, storage, pbs, workdir):
+    """No time in the spec: the server gives the job its queue's default walltime
+    (Resource_List.walltime), which limits it all the same; the batch step reads it from
+    qstat and warns before it (the default warning shrunk to fit), then resubmits."""
+    job = job_file(tmp_path, storage, "queuetime", config=CHAIN, walltime=None, warning=None)
+    assert "#PBS -l walltime" not in cli("render", job).stdout
+    cli("submit", job)
+    run = os.path.join(storage, "queuetime")
+    resources = pbs.jobs()["1.pbshost"]["Resource_List"]
+    pbs.set("1.pbshost", Resource_List={**resources, "walltime": "00:00:30"})
+    log = run_job(pbs, run, "1.pbshost")
+    assert "the supervisor's timer warns at" in log and "10 s before the walltime ends" in log
+    state = read_state(run)
+    assert state["status"] == "REQUEUED" and state["attempts"][0]["outcome"] == "PREEMPTED"
+    assert "the supervisor's timer" in state["attempts"][0]["warning"]

@@ -75,6 +75,8 @@ def _qstat(*args: str) -> subprocess.CompletedProcess:
     ({"job_state": "F", "Exit_status": 256 + 15}, "CANCELLED"),
     ({"job_state": "F", "substate": 91}, "CANCELLED"),  # qdel of a queued job: no exit status
     ({"job_state": "F", "Exit_status": 256 + 9, "substate": 91}, "CANCELLED"),
+    # qdel of a job that stopped cleanly on the SIGTERM (live OpenPBS 23.06)
+    ({"job_state": "F", "Exit_status": 0, "substate": 91}, "CANCELLED"),
     ({"job_state": "F", "Exit_status": 256 + 9, "substate": 93}, "FAILED"),
     ({"job_state": "F", "Exit_status": 256 + 11}, "FAILED"),
     ({"job_state": "F", "Exit_status": -27}, "OUT_OF_MEMORY"),
@@ -177,17 +179,21 @@ def test_qstat_unknown_id_exits_153_with_header_only(fake):
 
 
 def test_seen_job_that_left_the_server_is_done(fake, tmp_path):
-    """History off: a finished job is purged, qstat -x exits 153; it was seen running, so done."""
+    """History off (OpenPBS's default): qstat -x gives no job at all, exit 0, even for a
+    running one; without -x a finished job is unknown (153); it was seen running, so done."""
     fake.configure(history=False)
     script = tmp_path / "a.sh"
     script.write_text("#!/bin/bash\ntrue\n")
     job_id = PbsExecutor(tmp_path / "logs").submit_script(script).job_id
     fake.set(job_id, job_state="R", substate=42)
+    refused = _qstat("-x", job_id)
+    assert refused.returncode == 0 and b'"Jobs"' not in refused.stdout
+    assert refused.stderr.decode() == f"qstat: PBS is not configured to maintain job history {job_id}\n"
     watcher = PbsInfoWatcher(delay_s=1)
     assert watcher.get_state(job_id, mode="force") == "RUNNING"
     fake.finish(job_id, 0)
     assert job_id not in fake.jobs()
-    assert _qstat("-x", job_id).returncode == 153
+    assert _qstat(job_id).returncode == 153
     assert watcher.get_state(job_id, mode="force") == pbs.FINISHED
     assert watcher.is_done(job_id, mode="cache")
     assert watcher.get_info(job_id, mode="cache")["job_state"] == "R"  # last info kept

@@ -272,17 +272,17 @@ PBS_CASES = [
         after = "123.server"
         """, [],
         ["-N r1", "-l select=2:ncpus=32:mpiprocs=4:ngpus=4:mem=64gb", "-l place=scatter",
-         "-l walltime=26:03:04", "-q workq", "-A proj", "-r y", "-j oe",
+         "-l walltime=26:03:04", "-q workq", "-A proj", "-r y", "-j oe", "-o /scratch/me/runs/r1/logs/",
          "-W depend=afterany:123.server"],
         id="full-request"),
     pytest.param('[scheduler]\ntime = "100:00:00"\n', [],
                  ["-N r1", "-l select=1:ncpus=1:mpiprocs=1", "-l walltime=100:00:00", "-r y",
-                  "-j oe", "-l place=scatter"],
+                  "-j oe", "-o /scratch/me/runs/r1/logs/", "-l place=scatter"],
                  id="walltime-hours-not-wrapped"),
     pytest.param('[scaling]\nnum_workers = 3\nmem_per_worker = "1500M"\n'
                  '[scheduler]\npartition = "debug"\n', [],
                  ["-N r1", "-l select=1:ncpus=3:mpiprocs=3:mem=4500mb", "-q debug", "-r y",
-                  "-j oe", "-l place=scatter"],
+                  "-j oe", "-o /scratch/me/runs/r1/logs/", "-l place=scatter"],
                  id="partition-is-the-queue-under-pbs"),
     pytest.param(
         """
@@ -294,12 +294,12 @@ PBS_CASES = [
         "-r" = "n"
         umask = "022"
         """, [],
-        ["-N r1", "-l select=1:ncpus=1:mpiprocs=1:system=polaris", "-r n", "-j oe",
+        ["-N r1", "-l select=1:ncpus=1:mpiprocs=1:system=polaris", "-r n", "-j oe", "-o /scratch/me/runs/r1/logs/",
          "-l place=scatter", "-J 0-9", "-l filesystems=home:eagle", "-k doe",
          "-W umask=022"],
         id="directive-map"),
     pytest.param("", ["scheduler.directives.place=", 'scheduler.directives.-V=true'],
-                 ["-N r1", "-l select=1:ncpus=1:mpiprocs=1", "-r y", "-j oe", "-V"],
+                 ["-N r1", "-l select=1:ncpus=1:mpiprocs=1", "-r y", "-j oe", "-o /scratch/me/runs/r1/logs/", "-V"],
                  id="remove-and-bare-flag"),
 ]
 
@@ -332,7 +332,7 @@ SITE_REQUESTS = {
          "--signal=B:USR1@120", "--requeue", "--network=disable_rdzv_get"]),
     "generic-pbs": (
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 2\n',
-        ["-N r1", "-l select=1:ncpus=2:mpiprocs=2", "-r y", "-j oe", "-l place=scatter"]),
+        ["-N r1", "-l select=1:ncpus=2:mpiprocs=2", "-r y", "-j oe", "-o /scratch/me/runs/r1/logs/", "-l place=scatter"]),
     "generic-slurm": (
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 2\n',
         ["--job-name=r1", "--nodes=1", "--ntasks-per-node=2", "--signal=B:USR1@120", "--requeue"]),
@@ -363,7 +363,7 @@ SITE_REQUESTS = {
         '[scaling]\nnum_nodes = 1\nworkers_per_node = 4\nuse_gpu = true\n'
         '[scheduler]\naccount = "MyProject"\n',
         ["-N r1", "-l select=1:ncpus=4:mpiprocs=4:ngpus=4:system=polaris",
-         "-l walltime=01:00:00", "-q debug", "-A MyProject", "-r y", "-j oe",
+         "-l walltime=01:00:00", "-q debug", "-A MyProject", "-r y", "-j oe", "-o /scratch/me/runs/r1/logs/",
          "-l filesystems=home:eagle", "-l place=scatter"]),
     "test-cluster": (
         '[scaling]\nnum_nodes = 2\nworkers_per_node = 2\n',

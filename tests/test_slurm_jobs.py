@@ -133,6 +133,9 @@ def test_rendered_script_submitted_by_hand_runs_the_same_training(tmp_path, stor
     assert state["status"] == "FINISHED", open(
         os.path.join(run, "logs", f"slurm-{job_id}.out")).read()
     assert state["job_ids"] == [job_id]
+    # the job recorded itself: `hpctrain status` shows it, `hpctrain cancel` finds it
+    assert [(s["job_id"], s["recorded_by"]) for s in state["submissions"]] == [(job_id, "job")]
+    assert f"slurm job {job_id}: " in hpctrain_cli("status", run).stdout
     assert_same_state(final_state(run), local_reference)
     with open(os.path.join(run, "job.sh")) as f:  # the batch step kept its own script
         assert f.read() == script

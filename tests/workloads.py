@@ -93,9 +93,31 @@ def _save_state(model, opt, key, index, directory):
     return Checkpoint.from_directory(directory)
 
 
+def _crashes(config):
+    """``[(attempt, rank, epoch, how)]``: ``crashes`` as given, else ``crash_at`` (rank
+    ``crash_rank``, first attempt, ``crash_how``)."""
+    if config.get("crashes"):
+        return [tuple(c) for c in config["crashes"]]
+    if config.get("crash_at") is None:
+        return []
+    return [(1, config.get("crash_rank", 1), config["crash_at"], config.get("crash_how"))]
+
+
+def _crash_here(config, ctx, epoch):
+    return any(attempt == ctx.get_attempt() and rank == ctx.get_world_rank() and at == epoch
+               for attempt, rank, at, _ in _crashes(config))
+
+
+def _crash_how(config, ctx):
+    return next((how for attempt, rank, _, how in _crashes(config)
+                if attempt == ctx.get_attempt() and rank == ctx.get_world_rank()), None)
+
+
 def deterministic(config):
     """A resumable deterministic loop: checkpoints every epoch; with ``crash_at`` set it
-    crashes rank ``crash_rank`` at that epoch in the first attempt only."""
+    crashes rank ``crash_rank`` at that epoch in the first attempt only; ``crashes``:
+    ``[[attempt, rank, epoch, how], ...]`` (how ``"sigkill"``, ``"sigusr2"`` or None: an
+    exception)."""
     ctx = hpctrain.get_context()
     model, opt, start, ck = _resumable("epoch")
     if ck:
@@ -103,11 +125,11 @@ def deterministic(config):
             f.write(f"{ck.path}\n{start}\n{ctx.get_restart_count()}\n")
     for epoch in range(start, config["epochs"]):
         loss = _train_step(model, opt, epoch, ctx.get_world_rank())
-        if (config.get("crash_at") == epoch and ctx.get_world_rank() == config.get("crash_rank", 1)
-                and ctx.get_attempt() == 1):
+        if _crash_here(config, ctx, epoch):
             _wait_until_committed(ctx, iteration=epoch)
-            if config.get("crash_how") == "sigkill":
-                os.kill(os.getpid(), signal.SIGKILL)
+            how = _crash_how(config, ctx)
+            if how in ("sigkill", "sigusr2"):  # USR2: a signal hpctrain does not handle
+                os.kill(os.getpid(), getattr(signal, how.upper()))
             raise RuntimeError(f"injected failure at epoch {epoch}")
         with tempfile.TemporaryDirectory() as d:
             ckpt = _save_state(model, opt, "epoch", epoch, d) if ctx.get_world_rank() == 0 \

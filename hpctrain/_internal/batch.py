@@ -107,11 +107,11 @@ def _load_and_run(run: RunDir, pending, script: Optional[str],
         from ..tune._batch import run_trial
 
         return run_trial(run, spec, sweep_trial, lambda trial_spec, job_script: _run(
-            run, trial_spec, pending, job_script))
+            run, trial_spec, pending, job_script, record_job=False))
     return _run(run, spec, pending, script)
 
 
-def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
+def _run(run: RunDir, spec, pending, script: Optional[str], record_job: bool = True) -> int:
     from .. import cluster_env
     from ..errors import ConfigError, RunLockedError
     from ..launchers import launcher_for
@@ -135,6 +135,8 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
         # wait a little: the login node may still be recording the submission
         with run.exclusive(wait_s=LOCK_WAIT_S):
             prepare(run, spec, script)
+            if record_job and info in ("slurm", "pbs"):
+                record_submission(run, info, job_id)
             from .fsutil import read_json
 
             extra = driver_pythonpath()
@@ -149,7 +151,10 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
                               ENV_GPUS_PER_WORKER: str(max(1, spec.scaling.gpus_each))})
             _log(f"job {job_id}: run {run.path}, {spec.scaling.num_workers} workers on "
                  f"{spec.scaling.nodes} node(s) with {sched.launcher_name}")
+            walltime_s = job_walltime(info, sched, job_id)
             warning_s = warning_seconds(spec)
+            if sched.walltime_s is None and walltime_s is not None and warning_s * 2 > walltime_s:
+                warning_s = max(10, min(warning_s, walltime_s // 4))  # the queue's walltime
             from .tracking import CallbackRunner, load_callbacks
 
             tracking = CallbackRunner(run, load_callbacks(run))
@@ -158,7 +163,7 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
                              max_failures=fc.max_failures, job_id=job_id,
                              extra_env=extra, warning_s=warning_s, on_tick=tracking.tick,
                              warning_signal=fc.warning_signal,
-                             warn_at=_timer(info, sched, warning_s))
+                             warn_at=_timer(info, walltime_s, warning_s))
             if sup.warn_at is not None:
                 _log(f"no scheduler warning on {info}: the supervisor's timer warns at "
                      f"{time.strftime('%H:%M:%S', time.localtime(sup.warn_at))}, "
@@ -186,6 +191,7 @@ def _run(run: RunDir, spec, pending, script: Optional[str]) -> int:
         return 1
     except ConfigError as e:
         _log(str(e))
+        fail_open_attempt(run, str(e))
         return 2
     if status == REQUEUED:
         return 0
@@ -210,13 +216,78 @@ def end_allocation(run: RunDir, status: str, tracking, requeue: Callable[[], obj
         tracking.end(status)
 
 
-def _timer(scheduler: Optional[str], sched, warning_s: int) -> Optional[float]:
+def record_submission(run: RunDir, scheduler: str, job_id: str) -> None:
+    """A job nobody recorded (its script was submitted by hand, ``sbatch``/``qsub`` of
+    ``hpctrain render``'s output) joins the run's submissions, so that ``hpctrain
+    status`` shows its state and ``hpctrain cancel`` finds it."""
+    from .submission import SUBMISSIONS
+
+    with run.update_state() as s:
+        if any(sub.get("job_id") == job_id for sub in s.get(SUBMISSIONS) or []):
+            return
+        s.setdefault(SUBMISSIONS, []).append(
+            {"job_id": job_id, "scheduler": scheduler, "time": time.time(),
+             "script": "job.sh", "recorded_by": "job"})
+        s["scheduler"] = scheduler
+
+
+def fail_open_attempt(run: RunDir, error: str) -> None:
+    """The job cannot go on (a bad launcher, …): an attempt it opened ends FAILED with
+    the reason, and so does the run, instead of staying RUNNING after the job is gone."""
+    from .supervisor import FAILED, RUNNING
+
+    if not os.path.exists(run.state_file):
+        return
+    with run.update_state() as s:
+        if s.get("status") != RUNNING:
+            return
+        for a in s.get("attempts", []):
+            if a.get("outcome") == RUNNING or "ended" not in a:
+                a.update(ended=time.time(), outcome=FAILED, error=error)
+        s["status"] = FAILED
+    with open(run.error_file, "w") as f:
+        f.write(f"The job could not run the training:\n{error}\n")
+
+
+def job_walltime(scheduler: Optional[str], sched, job_id: str) -> Optional[int]:
+    """The job's walltime in seconds: the spec's, else on PBS the one the server gave the
+    job (a queue's ``resources_default.walltime`` limits it just the same)."""
+    if sched.walltime_s is not None or scheduler != "pbs":
+        return sched.walltime_s
+    return pbs_job_walltime(job_id)
+
+
+def _timer(scheduler: Optional[str], walltime_s: Optional[int],
+           warning_s: int) -> Optional[float]:
     """When the supervisor warns by itself: on PBS (no warning signal exists), from the
     job's start (``HPCTRAIN_JOB_STARTED``, set first thing by the script) and walltime."""
     started = os.environ.get("HPCTRAIN_JOB_STARTED", "")
-    if scheduler != "pbs" or sched.walltime_s is None or not started.isdigit():
+    if scheduler != "pbs" or walltime_s is None or not started.isdigit():
         return None
-    return int(started) + sched.walltime_s - warning_s
+    return int(started) + walltime_s - warning_s
+
+
+def pbs_job_walltime(job_id: str) -> Optional[int]:
+    """``Resource_List.walltime`` of a PBS job in seconds (``qstat -f -F json``), None
+    when qstat cannot tell."""
+    import subprocess
+
+    from ..schedulers.pbs_submitit import _qstat_jobs
+    from ..units import parse_walltime
+
+    try:
+        p = subprocess.run(["qstat", "-f", "-F", "json", job_id], capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for job in (_qstat_jobs(p.stdout) or {}).values():
+        walltime = (job.get("Resource_List") or {}).get("walltime")
+        if walltime:
+            try:
+                return int(parse_walltime(str(walltime)))
+            except Exception:  # noqa: BLE001 - an unreadable walltime: no timer
+                return None
+    return None
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Inside an allocation one launcher command starts every rank on every node; this 
 sees only that one process. Its exit is the exit of the whole step, recorded as rank -1
 (the supervisor then finds the failed rank from the ranks' own error records). Each rank
 writes its own output to ``logs/<job>/rank-R.out`` (the worker redirects itself when
-``HPCTRAIN_RANK_LOG_DIR`` is set); the launcher's own output goes to ``launcher.out``.
+``HPCTRAIN_RANK_LOG_DIR`` is set); the launcher's own output goes to ``launcher.out``,
+appended to by every attempt of the job: the ranks a launcher reports as failed are read
+from this attempt's part only.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ class StepWorkerGroup(WorkerGroup):
         os.makedirs(log_dir, exist_ok=True)
         self.argv = list(argv)
         self._log = open(os.path.join(log_dir, "launcher.out"), "ab")
+        # where this attempt's output starts: earlier attempts of the job are above it
+        self._log_start = self._log.tell()
         self._log.write(("[hpctrain] " + shlex.join(self.argv) + "\n").encode())
         self._log.flush()
         env = dict(env)
@@ -52,8 +56,9 @@ class StepWorkerGroup(WorkerGroup):
         records = [ExitRecord(-1, code, now)]
         if code != 0:
             try:
-                with open(self._log.name, errors="replace") as f:
-                    text = f.read()
+                with open(self._log.name, "rb") as f:
+                    f.seek(self._log_start)
+                    text = f.read().decode(errors="replace")
             except OSError:
                 text = ""
             # ranks the launcher saw fail, in the order it reported them

@@ -63,6 +63,9 @@ def pbs_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
         ("-A", sched.account),
         ("-r", "y"),
         ("-j", "oe"),
+        # PBS's own output file (<id>.OU; a few lines before the script redirects
+        # itself): into the run's logs, not the submission directory
+        ("-o", f"{request.run_path}/logs/"),
         ("depend", f"afterany:{sched.after}" if sched.after else None),
     ]
 
@@ -112,11 +115,19 @@ class PbsScheduler(Scheduler):
                               "submitit")
         try:
             # from the caller's directory, as qsub by hand: it becomes PBS_O_WORKDIR
-            return PbsExecutor(folder=folder).submit_script(script_path, cwd=os.getcwd()).job_id
+            job_id = PbsExecutor(folder=folder).submit_script(script_path, cwd=os.getcwd()).job_id
         except (FailedSubmissionError, RuntimeError) as e:
             raise ConfigError(f"qsub refused the job: {str(e).strip()}", file=script_path,
                               hint="the directives come from the spec and its site; "
                                    "`hpctrain render` shows them") from None
+        depend = _script_depend(script_path)
+        if depend and self.state(job_id).done:
+            raise ConfigError(
+                f"the PBS server dropped job {job_id} at once: its dependency {depend} names "
+                "a job it does not know or that has already finished (qsub accepted it)",
+                file=script_path, hint="scheduler.after must name a job that is still queued "
+                                       "or running; leave it out to start now")
+        return job_id
 
     def state(self, job_id: str) -> JobState:
         from .pbs_submitit import PbsInfoWatcher
@@ -146,11 +157,35 @@ class PbsScheduler(Scheduler):
     def resubmit(self, script_path: str, *, after: Optional[str]) -> str:
         """``qsub -W depend=afterany:<after> job.sh`` (``qrerun`` is for operators): the new
         job waits until that one ended (``after`` None: no dependency). The command-line
-        ``-W depend`` takes precedence over a ``#PBS -W depend`` in the script."""
+        ``-W depend`` takes precedence over a ``#PBS -W depend`` in the script.
+
+        The jobs of ``after`` that have ended already (or that the server no longer
+        knows) are left out: OpenPBS accepts a dependency on them and then drops the new
+        job silently. If one ended between that look and the ``qsub`` (the new job is
+        gone at once), the job is submitted again without it."""
+        active = [j for j in (after.split(":") if after else []) if not self.state(j).done]
+        job_id = self._qsub(script_path, active)
+        if active and self.state(job_id).done:
+            job_id = self._qsub(script_path, [j for j in active if not self.state(j).done])
+        return job_id
+
+    @staticmethod
+    def _qsub(script_path: str, after: List[str]) -> str:
         from .pbs_submitit import parse_qsub_output
 
-        depend = ["-W", f"depend=afterany:{after}"] if after else []
+        depend = ["-W", f"depend=afterany:{':'.join(after)}"] if after else []
         p = subprocess.run(["qsub", *depend, script_path], capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"qsub refused the resubmission: {p.stderr.strip()}")
         return parse_qsub_output(p.stdout)
+
+
+def _script_depend(script_path: str) -> Optional[str]:
+    """The ``#PBS -W depend=…`` of a script, if any."""
+    try:
+        with open(script_path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    m = re.search(r"^#PBS\s+-W\s+depend=(\S+)", text, re.MULTILINE)
+    return m.group(1) if m else None

@@ -8,8 +8,9 @@ follows the behaviour observed on a live OpenPBS 23.06 server
 * a job starts in ``$HOME``: every script goes ``cd "$PBS_O_WORKDIR"`` first;
 * ``qsub`` prints the job id (``1.pbshost``, arrays ``2[].pbshost``) on stdout;
 * ``qstat -f -F json -x <ids>`` reports jobs; an unknown id exits 153, a finished
-  job queried without ``-x`` exits 35, and ``-x`` only finds finished jobs when the
-  server keeps history (``job_history_enable``);
+  job queried without ``-x`` exits 35; a server without history (``job_history_enable``
+  false, the default) answers ``-x`` with no job at all (exit 0, "not configured to
+  maintain job history"), and forgets a job once it finished (153);
 * a walltime kill exits -29, a job killed by signal N exits 256+N; ``qdel`` sends
   SIGTERM then SIGKILL after the queue's ``kill_delay`` (about 10 s);
 * PBS gives **no** warning before the walltime, and ``qrerun`` needs operator
@@ -114,9 +115,9 @@ def pbs_state(job: tp.Mapping[str, tp.Any]) -> str:
     R, B (array begun)            RUNNING
     E (exiting)                   COMPLETING
     M (moved to another server)   UNKNOWN (it goes on elsewhere)
-    F / X, Exit_status 0          COMPLETED
     F / X, -29 (walltime), -28    TIMEOUT
-    F / X, substate 91 (deleted)  CANCELLED (``qdel``; any exit status but 0)
+    F / X, substate 91 (deleted)  CANCELLED (``qdel``; any exit status, 0 too)
+    F / X, Exit_status 0          COMPLETED
     F / X, 256+15 (SIGTERM)       CANCELLED (what ``qdel`` sends first)
     F / X, -27, -26 (mem, vmem)   OUT_OF_MEMORY
     F / X, other non-zero         FAILED (other signals included)
@@ -134,12 +135,13 @@ def pbs_state(job: tp.Mapping[str, tp.Any]) -> str:
         return "UNKNOWN"
     status = _as_int(job.get("Exit_status"))
     deleted = _as_int(job.get("substate")) == _JOB_SUBSTATE_TERMINATED
-    if status == 0:
-        return "COMPLETED"
     if status in _TIMEOUT_CODES:
         return "TIMEOUT"
     if deleted or status == _SIGNAL_BASE + signal.SIGTERM:
+        # qdel: a job that stopped cleanly on the SIGTERM has Exit_status 0 (live server)
         return "CANCELLED"
+    if status == 0:
+        return "COMPLETED"
     if status is None:
         return FINISHED
     if status in _MEMORY_CODES:
@@ -176,7 +178,8 @@ def _qstat_jobs(text: tp.Union[bytes, str]) -> tp.Optional[tp.Dict[str, tp.Any]]
 class PbsInfoWatcher(core.InfoWatcher):
     """Polls ``qstat -f -F json -x <ids…>`` for every watched job at once.
 
-    Falls back to plain ``qstat -f -F json`` (for good) if ``-x`` is refused. A job that
+    Falls back to plain ``qstat -f -F json`` (for good) if ``-x`` is refused, or gives no
+    job because the server keeps no history (OpenPBS's default). A job that
     qstat no longer knows (exit 153) after having been seen, or that it calls finished
     (exit 35, history kept but not asked for), is done: it keeps its last terminal state,
     else becomes ``FINISHED``.
@@ -224,9 +227,9 @@ class PbsInfoWatcher(core.InfoWatcher):
         try:
             log.debug(f"Call #{self.num_calls} - Command {' '.join(command)}")
             proc = self._run(command)
-            if self._use_history and proc.returncode not in (0, 35, 153) and _qstat_jobs(proc.stdout) is None:
-                log.warning(f"qstat refused -x ({proc.stderr.decode(errors='replace').strip()}); "
-                            "finished jobs will show as FINISHED once they leave qstat")
+            if self._use_history and _history_refused(proc):
+                log.info(f"qstat -x gives no job ({proc.stderr.decode(errors='replace').strip()}); "
+                         "finished jobs will show as FINISHED once they leave qstat")
                 self._use_history = False
                 proc = self._run([c for c in command if c != "-x"])
         except (OSError, subprocess.SubprocessError) as e:
@@ -265,6 +268,20 @@ class PbsInfoWatcher(core.InfoWatcher):
         if last.get("State", "UNKNOWN").upper() in _NOT_DONE:
             last["State"] = FINISHED
         return last
+
+
+#: What OpenPBS's qstat says to ``-x`` when the server keeps no job history
+#: (``job_history_enable=false``, its default): the JSON header without any job, exit 0,
+#: for queued and running jobs too (shared/notes/pbs-live-findings.md).
+_NO_HISTORY = "not configured to maintain job history"
+
+
+def _history_refused(proc: "subprocess.CompletedProcess[bytes]") -> bool:
+    """Whether ``qstat -x`` could not report: a qstat without that option, or a server
+    without job history."""
+    if _NO_HISTORY in proc.stderr.decode(errors="replace"):
+        return True
+    return proc.returncode not in (0, 35, 153) and _qstat_jobs(proc.stdout) is None
 
 
 def _missing_reason(job_id: str, returncode: int, stderr: str, *, single: bool) -> tp.Optional[str]:

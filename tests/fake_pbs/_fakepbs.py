@@ -14,8 +14,11 @@ commands stand in for OpenPBS 23.06. Their outputs and exit codes reproduce what
   without ``-x`` exits 35 (``qstat: <id> Job has finished, use -x or -H ...``); with
   ``history`` off finished jobs are purged (so 153); ``reject_x`` makes it refuse
   ``-x`` like a qstat without that option;
-* ``qdel`` finishes a queued/held job (``F``, substate 91, no exit status) or a running
-  one (``F``, substate 91, exit status 256+15: SIGTERM); unknown id 153, finished 35.
+* ``qdel`` finishes a queued/held job (``F``, substate 91, no exit status); a job that
+  :meth:`FakePbs.run` is running gets SIGTERM, SIGKILL after ``kill_delay``, and stays
+  ``R`` until its processes are gone (then ``F``, substate 91, their exit status: 0 for
+  a job that stopped cleanly); one only marked running exits 256+15 at once; unknown id
+  153, finished 35.
 
 The state lives in ``$FAKE_PBS_STATE/state.json``; scripts qsub received are copied
 byte for byte to ``$FAKE_PBS_STATE/scripts/<seq>.sh``. :class:`FakePbs` is the test
@@ -34,6 +37,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -49,6 +53,17 @@ _WITH_ARG = {"-F", "-W", "-N", "-q", "-A", "-l", "-J", "-o", "-e", "-j", "-r", "
 
 def state_dir() -> Path:
     return Path(os.environ["FAKE_PBS_STATE"])
+
+
+@contextlib.contextmanager
+def _one_mom_at_a_time() -> Iterator[None]:
+    """One fake job runs at a time on this machine, whichever test (pytest-xdist worker)
+    runs it: every test's fake server numbers its jobs from 1, and hpctrain derives a job's
+    rendezvous port from its id, so two ``1.pbshost`` jobs at once would share a port (a
+    real server's ids are unique)."""
+    with open(os.path.join(tempfile.gettempdir(), "hpctrain-fake-pbs-mom.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @contextlib.contextmanager
@@ -108,8 +123,9 @@ def _finish(state: Dict[str, Any], job_id: str, exit_status: Optional[int], subs
     if exit_status is not None:
         job["Exit_status"] = exit_status
     for other in state["jobs"].values():  # afterany: release held successors
-        if other.get("depend") == f"afterany:{job_id}" and other["job_state"] == "H":
+        if other.get("depend") == f"afterany:{job_id}@{state['server']}" and other["job_state"] == "H":
             other["job_state"], other["substate"] = "Q", SUBSTATE["Q"]
+            del other["depend"]  # a released job shows no depend any more
     if not state["history"]:
         del state["jobs"][job_id]
 
@@ -144,12 +160,19 @@ def qsub(args: Sequence[str]) -> int:
         job_id = f"{seq}[].{state['server']}" if is_array else f"{seq}.{state['server']}"
         depend = attrs.get("-W", "")[len("depend="):] if attrs.get("-W", "").startswith("depend=") else ""
         if "[" in depend and "[]" not in depend:
-            # OpenPBS takes no dependency on one subjob (src/server/req_register.c,
-            # depend_on_que: a job id with [N] is PBSE_IVALREQ, 15004)
-            print("qsub: Invalid request", file=sys.stderr)
-            return PBSE_IVALREQ
-        held = bool(depend) and any(
-            j.get("job_state") != "F" for jid, j in state["jobs"].items() if depend.endswith(":" + jid))
+            # OpenPBS's qsub refuses a dependency on one subjob itself (live server)
+            print("qsub: cannot have dependancy on subjob or range\nqsub: illegal -W value\n"
+                  "usage: qsub [-a date_time] [-A account_string] ... [script | -- command [arg1 ...]]",
+                  file=sys.stderr)
+            state["next_seq"] = seq  # refused before it reached the server
+            return 2
+        after = [d for d in depend.split(":")[1:]] if depend else []
+        unknown = [d for d in after if d not in state["jobs"]
+                   or state["jobs"][d].get("job_state") == "F"]
+        # a dependency on an unknown, purged or finished job: qsub prints an id and the
+        # server drops the job at once (F, substate 92, no Exit_status, no comment)
+        dropped = bool(unknown)
+        held = bool(after) and not dropped
         cwd = os.getcwd()
         job: Dict[str, Any] = {
             "Job_Name": attrs.get("-N", path.name),
@@ -168,14 +191,18 @@ def qsub(args: Sequence[str]) -> int:
         }
         if "-A" in attrs:
             job["Account_Name"] = attrs["-A"]
-        if depend:
-            job["depend"] = depend
+        if depend and held:
+            job["depend"] = ",".join(f"afterany:{d}@{state['server']}" for d in after)
+            for d in after:  # the parent shows who waits for it
+                state["jobs"][d]["depend"] = f"beforeany:{job_id}@{state['server']}"
         if is_array:
             job["array"] = "True"
             job["array_indices_submitted"] = attrs["-J"]
         state["jobs"][job_id] = job
         state["fake"][job_id] = {"argv": list(args), "cwd": cwd, "script": f"scripts/{seq}.sh",
-                                 "state_at_submit": job["job_state"]}
+                                 "state_at_submit": job["job_state"], "output": attrs.get("-o")}
+        if dropped:
+            _finish(state, job_id, None, SUBSTATE["F_OK"])
     print(job_id)
     return 0
 
@@ -190,6 +217,12 @@ def qstat(args: Sequence[str]) -> int:
             return 2
         out: Dict[str, Any] = {"timestamp": int(time.time()), "pbs_version": VERSION,
                                "pbs_server": state["server"]}
+        if "-x" in flags and not state["history"]:
+            # OpenPBS without job history: no job at all, for queued and running ones too
+            for job_id in ids:
+                print(f"qstat: PBS is not configured to maintain job history {job_id}", file=sys.stderr)
+            print(json.dumps(out, indent=4))
+            return 0
         found: Dict[str, Any] = {}
         rc = 0
         for job_id in ids:
@@ -221,6 +254,10 @@ def qdel(args: Sequence[str]) -> int:
             elif job["job_state"] == "F":
                 print(f"qdel: Job has finished {job_id}", file=sys.stderr)
                 rc = PBSE_HISTJOBID
+            elif state["fake"].get(job_id, {}).get("running") and job["job_state"] == "R":
+                # a job FakePbs.run is running: it signals the job, which stays R until
+                # its processes are gone (then F, substate 91, their exit status)
+                state["fake"][job_id]["delete_requested"] = True
             else:
                 running = job["job_state"] in ("R", "E", "B")
                 _finish(state, job_id, 256 + 15 if running else None, SUBSTATE["F_DELETED"])
@@ -274,6 +311,12 @@ class FakePbs:
         info["script"] = (self.root / info["script"]).read_bytes()
         return info
 
+    def _mark(self, job_id: str, **marks: Any) -> Dict[str, Any]:
+        """The fake's own notes on a job (``running``: a process runs it; ``delete_requested``)."""
+        with _locked(self.root) as state:
+            state["fake"][job_id].update(marks)
+            return dict(state["fake"][job_id])
+
     def set(self, job_id: str, **attrs: Any) -> None:
         with _locked(self.root) as state:
             state["jobs"][job_id].update(attrs)
@@ -295,6 +338,11 @@ class FakePbs:
         ``Exit_status`` -29 (pbs-facts.md; MoM is 1-16 s late in reality, never early).
         ``timeout`` (the test's own limit) kills every process of the job and raises
         :class:`subprocess.TimeoutExpired`."""
+        with _one_mom_at_a_time():
+            return self._run(job_id, hosts, mpiprocs, extra_env, timeout, enforce_walltime,
+                             kill_delay)
+
+    def _run(self, job_id, hosts, mpiprocs, extra_env, timeout, enforce_walltime, kill_delay):
         info = self.submission(job_id)
         with _locked(self.root) as state:
             job = state["jobs"][job_id]
@@ -324,25 +372,63 @@ class FakePbs:
         proc = subprocess.Popen(["bash", str(script)], cwd=str(home), env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
+        self._mark(job_id, running=True)
         started = time.monotonic()
-        killed_at_walltime = False
+        killed_at_walltime = deleted = False
         limit = timeout if walltime is None else min(timeout, walltime)
-        try:
-            out, err = proc.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
+        while True:
+            left = limit - (time.monotonic() - started)
+            try:
+                out, err = proc.communicate(timeout=max(0.01, min(0.5, left)))
+                break
+            except subprocess.TimeoutExpired:
+                if self._mark(job_id).get("delete_requested"):
+                    # qdel: SIGTERM to the job's processes, SIGKILL after kill_delay; the
+                    # job stays R until they are gone (live server: 10-17 s)
+                    deleted = True
+                    _kill_session(proc, kill_delay)
+                    out, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))
+                    break
+                if left > 0:
+                    continue
             if walltime is None or walltime >= timeout:
                 _kill_session(proc, 0)
                 proc.communicate()
                 self.finish(job_id, 256 + 9)
-                raise
+                raise subprocess.TimeoutExpired(proc.args, timeout)
             killed_at_walltime = True
             _kill_session(proc, kill_delay)
             out, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))
+            break
         status = proc.returncode if proc.returncode >= 0 else 256 - proc.returncode
         if killed_at_walltime:
             status = -29
-        self.finish(job_id, status)
+        if deleted:
+            with _locked(self.root) as state:
+                _finish(state, job_id, status, SUBSTATE["F_DELETED"])
+        else:
+            self.finish(job_id, status)
+        _deliver_output(info, name, job_id, out + err)
         return subprocess.CompletedProcess(proc.args, status, out, err)
+
+
+def _deliver_output(info: Dict[str, Any], name: str, job_id: str, text: str) -> None:
+    """PBS's own output file, as MoM copies it at the job's end: ``-o DIR/`` gives
+    ``DIR/<job id>.OU``, ``-o FILE`` that file, no ``-o`` ``<name>.o<seq>[.<index>]`` in
+    the submission directory (live server, pbs-live-findings.md)."""
+    target = info.get("output")
+    if target and target.endswith("/"):
+        path = Path(target) / f"{job_id}.OU"
+    elif target:
+        path = Path(target)
+    else:
+        seq, _, rest = job_id.split(".")[0].partition("[")
+        index = f".{rest.rstrip(']')}" if rest.rstrip("]") else ""
+        path = Path(info["cwd"]) / f"{name}.o{seq}{index}"
+    try:
+        path.write_text(text)
+    except OSError:
+        pass  # MoM would keep it in PBS_HOME/undelivered
 
 
 def _seconds(walltime: str) -> Optional[float]:
