@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -388,6 +389,9 @@ def digest_shard(run: RunDir, iteration: int, rank: int, files: List[str],
             time.sleep(0.01)
 
 
+_DIGEST_RECORD = re.compile(re.escape(INTERNAL_PREFIX) + r"digest\.rank-(\d+)\.json")
+
+
 def verify_checkpoint(path: str) -> List[str]:
     """Problems found in a committed checkpoint (empty list: it is intact): missing
     files, wrong sizes, digests that do not match."""
@@ -397,11 +401,17 @@ def verify_checkpoint(path: str) -> List[str]:
     problems = []
     late: Dict[Optional[int], Dict[str, str]] = {}  # rank (None: any) -> {name: digest}
     for entry in sorted(os.listdir(path)):
-        if entry.startswith(f"{INTERNAL_PREFIX}digest.rank-"):
+        m = _DIGEST_RECORD.fullmatch(entry)
+        if m is None:
+            continue  # not a digest record (a ``….tmp-PID-TID`` is one being written)
+        try:
             digests = (read_json(os.path.join(path, entry)) or {}).get("files", {})
-            rank = entry[len(f"{INTERNAL_PREFIX}digest.rank-"):-len(".json")]
-            late.setdefault(int(rank) if rank.isdigit() else None, {}).update(digests)
-            late.setdefault(None, {}).update(digests)
+        except ValueError:
+            # written without fsync (off the training thread): a node crash can leave it
+            # empty; the sizes in the commit record are still checked
+            continue
+        late.setdefault(int(m.group(1)), {}).update(digests)
+        late.setdefault(None, {}).update(digests)
     for rel, info in meta.get("files", {}).items():
         p = os.path.join(path, rel)
         if not os.path.isfile(p):
