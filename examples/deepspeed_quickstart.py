@@ -5,8 +5,8 @@ downloads.
 
 This machine has no network and no GPU, so a tiny BERT made from a ``BertConfig``, synthetic
 sentence pairs whose label follows from the tokens, a plain accuracy (instead of
-torchmetrics), fp32 (``"fp16": {"enabled": False}``: fp16 needs a GPU) and torch's own AdamW
-(``"torch_adam": True``: DeepSpeed's FusedAdam is a compiled CUDA op) stand in.
+torchmetrics), fp32 (``"fp16": {"enabled": False}``: Ray's example is for GPUs) and torch's
+own AdamW (``"torch_adam": True``: DeepSpeed's default FusedAdam is a compiled op) stand in.
 ``deepspeed.initialize`` finds its ranks through the variables hpctrain sets in every worker
 and reuses hpctrain's process group; on CPU runs hpctrain sets ``DS_ACCELERATOR=cpu``.
 
@@ -34,6 +34,36 @@ from hpctrain.torch import TorchTrainer           # was: from ray.train.torch im
 SEQ_LEN, VOCAB = 16, 100
 
 
+# Your DeepSpeed config (was: built in __main__; here at module level, so that a job file
+# naming train_func gets it too)
+DEEPSPEED_CONFIG = {
+    "optimizer": {
+        "type": "AdamW",
+        "params": {
+            "lr": 2e-3,
+            "torch_adam": True,  # was: DeepSpeed's FusedAdam (a compiled op)
+        },
+    },
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4}},
+    "fp16": {"enabled": False},  # was: True (on GPUs)
+    "bf16": {"enabled": False},  # Turn this on if using AMPERE GPUs.
+    "zero_optimization": {
+        "stage": 3,
+        "offload_optimizer": {
+            "device": "none",
+        },
+        "offload_param": {
+            "device": "none",
+        },
+    },
+    "gradient_accumulation_steps": 1,
+    "gradient_clipping": True,
+    "steps_per_print": 10,
+    "train_micro_batch_size_per_gpu": 16,
+    "wall_clock_breakdown": False,
+}
+
+
 def mrpc_like(n, seed):
     """was: load_dataset("glue", "mrpc") tokenized by AutoTokenizer("bert-base-cased")."""
     g = torch.Generator().manual_seed(seed)
@@ -54,7 +84,7 @@ def train_func(config):
     set_seed(config["seed"])
     num_epochs = config["num_epochs"]
     eval_batch_size = config["eval_batch_size"]
-    deepspeed_config = config["deepspeed_config"]
+    deepspeed_config = config.get("deepspeed_config", DEEPSPEED_CONFIG)
 
     # Instantiate the Model (was: from_pretrained("bert-base-cased", return_dict=True))
     model = BertForSequenceClassification(BertConfig(
@@ -149,32 +179,8 @@ if __name__ == "__main__":
                     help="a checkpoint directory of an earlier run to start from")
     args = ap.parse_args()
 
-    deepspeed_config = {
-        "optimizer": {
-            "type": "AdamW",
-            "params": {
-                "lr": 2e-3,
-                "torch_adam": True,  # was: DeepSpeed's FusedAdam (a compiled CUDA op)
-            },
-        },
-        "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4}},
-        "fp16": {"enabled": False},  # was: True (needs a GPU)
-        "bf16": {"enabled": False},  # Turn this on if using AMPERE GPUs.
-        "zero_optimization": {
-            "stage": args.zero_stage,
-            "offload_optimizer": {
-                "device": "none",
-            },
-            "offload_param": {
-                "device": "none",
-            },
-        },
-        "gradient_accumulation_steps": 1,
-        "gradient_clipping": True,
-        "steps_per_print": 10,
-        "train_micro_batch_size_per_gpu": 16,
-        "wall_clock_breakdown": False,
-    }
+    deepspeed_config = dict(DEEPSPEED_CONFIG, zero_optimization=dict(
+        DEEPSPEED_CONFIG["zero_optimization"], stage=args.zero_stage))
 
     training_config = {
         "seed": 42,

@@ -9,8 +9,12 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 echo "== starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine)"
 bash scripts/slurm-cluster.sh start
 
-echo "== installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,dev] (editable)"
-python3 -m pip install -q -e '.[torch,tensorflow,mpi,lightning,huggingface,dev]'
+echo "== installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,deepspeed,dev] (editable)"
+python3 -m pip install -q -e '.[torch,tensorflow,mpi,lightning,huggingface,deepspeed,dev]'
+
+echo "== DeepSpeed's CPU comm op (JIT-compiled on first use, ~1 min on 2 cores; cached after)"
+DS_ACCELERATOR=cpu python3 -c "from deepspeed.accelerator import get_accelerator
+get_accelerator().create_op_builder('ShareMemCommBuilder').load()" >/dev/null
 
 echo "== Horovod for torch 2.x (scripts/install-horovod.sh: a wheel built once, then cached)"
 bash scripts/install-horovod.sh
