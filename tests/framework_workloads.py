@@ -146,6 +146,11 @@ def deepspeed_resumable(config):
     model, optimizer, loader, lr_scheduler = deepspeed.initialize(
         model=net, model_parameters=net.parameters(), training_data=_regression_data(64),
         config=ds_config)
+    from deepspeed.accelerator import get_accelerator
+
+    with open(_out(f"deepspeed-rank-{ctx.get_world_rank()}"), "w") as f:
+        f.write(f"DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR')} "
+                f"{get_accelerator().device_name()} {torch.distributed.get_backend()}")
     start = 0
     checkpoint = hpctrain.get_checkpoint()
     if checkpoint:

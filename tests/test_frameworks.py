@@ -263,7 +263,8 @@ def test_deepspeed_quickstart_example(storage):
 def test_deepspeed_restart_after_crash_ends_with_the_same_weights(storage):
     """ZeRO-2, 4 epochs, rank 1 crashes at epoch 2 (FailureConfig(max_failures=1)): the
     restart loads epoch 1's sharded checkpoint with ``load_checkpoint`` on both ranks and
-    ends with the weights and each rank's optimizer partition of an uninterrupted run."""
+    ends with the weights and each rank's optimizer partition of an uninterrupted run.
+    DeepSpeed runs on hpctrain's device and process group (CPU, Gloo)."""
     pytest.importorskip("deepspeed")
     import torch
 
@@ -276,6 +277,8 @@ def test_deepspeed_restart_after_crash_ends_with_the_same_weights(storage):
     straight = fit(framework_workloads.deepspeed_resumable, storage, config=config,
                    name="straight")
     for rank in (0, 1):
+        with open(out(crashed, f"deepspeed-rank-{rank}")) as f:   # set by hpctrain
+            assert f.read() == "DS_ACCELERATOR=cpu cpu gloo"
         with open(out(crashed, f"resumed-attempt-2-rank-{rank}")) as f:
             assert f.read() == "global_step8/mp_rank_00_model_states.pt 2"  # epoch 1: 2 x 4 steps
     ckpt = crashed.checkpoint.path
