@@ -26,12 +26,16 @@ else
     || echo "== the PBS server did not start (above): the real-server PBS tests are skipped"
 fi
 
-
-echo "== installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,lightgbm,dev] (editable)"
-python3 -m pip install -q -e '.[torch,tensorflow,mpi,lightning,huggingface,lightgbm,dev]'
+echo "== installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,deepspeed,lightgbm,dev] (editable)"
+python3 -m pip install -q -e '.[torch,tensorflow,mpi,lightning,huggingface,deepspeed,lightgbm,dev]'
 # XGBoost: its CPU-only build (the `xgboost` wheel also pulls CUDA's NCCL, ~300 MB, which
 # CPU tests do not use); kept when some xgboost is installed already (one or the other)
 python3 -c 'import xgboost' 2>/dev/null || python3 -m pip install -q xgboost-cpu
+
+echo "== DeepSpeed's CPU comm op (JIT-compiled on first use, ~1 min on 2 cores; cached after)"
+DS_ACCELERATOR=cpu python3 -c "from deepspeed.accelerator import get_accelerator
+get_accelerator().create_op_builder('ShareMemCommBuilder').load()" >/dev/null \
+  || echo "== DeepSpeed's CPU comm op did not build (above): the DeepSpeed tests will show why"
 
 echo "== Horovod for torch 2.x (scripts/install-horovod.sh: a wheel built once, then cached)"
 bash scripts/install-horovod.sh

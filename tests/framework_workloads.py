@@ -119,3 +119,61 @@ def transformers_resumable(config):
 
     transformers.Trainer.train = train
     transformers_quickstart.train_func(config)
+
+
+# ----------------------------------------------------------------------------- DeepSpeed
+def deepspeed_resumable(config):
+    """Ray's DeepSpeed loop on a small regression model: ZeRO stage ``zero_stage`` with
+    torch's AdamW, every rank saves its shards with ``model.save_checkpoint`` and reports
+    them; resumes with ``model.load_checkpoint``. With ``crash_at`` rank 1 fails after
+    that epoch's checkpoint in the first attempt. Rank 0 writes the final weights."""
+    import tempfile
+
+    import deepspeed
+
+    from workloads import _wait_until_committed
+
+    ctx = hpctrain.get_context()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    ds_config = {
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "torch_adam": True}},
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 3}},
+        "zero_optimization": {"stage": config.get("zero_stage", 2)},
+        "train_micro_batch_size_per_gpu": 8,
+        "steps_per_print": 10**9,
+    }
+    model, optimizer, loader, lr_scheduler = deepspeed.initialize(
+        model=net, model_parameters=net.parameters(), training_data=_regression_data(64),
+        config=ds_config)
+    from deepspeed.accelerator import get_accelerator
+
+    with open(_out(f"deepspeed-rank-{ctx.get_world_rank()}"), "w") as f:
+        f.write(f"DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR')} "
+                f"{get_accelerator().device_name()} {torch.distributed.get_backend()}")
+    start = 0
+    checkpoint = hpctrain.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            path, client_state = model.load_checkpoint(d)
+        start = client_state["epoch"] + 1
+        with open(_out(f"resumed-attempt-{ctx.get_attempt()}-rank-{ctx.get_world_rank()}"),
+                  "w") as f:
+            f.write(f"{os.path.relpath(path, d)} {start}")
+    for epoch in range(start, config["epochs"]):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            model.backward(loss)
+            model.step()
+        if (config.get("crash_at") == epoch and ctx.get_world_rank() == 1
+                and ctx.get_attempt() == 1):
+            _wait_until_committed(ctx, iteration=epoch)
+            raise RuntimeError(f"injected failure at epoch {epoch}")
+        with tempfile.TemporaryDirectory() as d:
+            model.save_checkpoint(d, client_state={"epoch": epoch})
+            torch.distributed.barrier()
+            hpctrain.report({"loss": loss.item(), "epoch": epoch,
+                             "lr": lr_scheduler.get_last_lr()[0]},
+                            checkpoint=hpctrain.Checkpoint.from_directory(d))
+    if ctx.get_world_rank() == 0:
+        torch.save(model.module.state_dict(), _out("final.pt"))

@@ -38,6 +38,13 @@ def load_ckpt(checkpoint_dir, name):
                       map_location="cpu")
 
 
+def committed_files(checkpoint_dir):
+    """The files of a committed checkpoint, relative to it, hpctrain's own left out."""
+    return {os.path.relpath(os.path.join(d, f), checkpoint_dir)
+            for d, _, files in os.walk(checkpoint_dir) for f in files
+            if not f.startswith(".hpctrain")}
+
+
 def assert_same_tensors(a, b):
     import torch
 
@@ -226,6 +233,73 @@ def test_accelerate_quickstart_example(tmp_path, storage):
     model = torch.load(os.path.join(ckpt, "ckpt_1.bin"), weights_only=False)
     assert type(model).__name__ == "BertForSequenceClassification"
     assert "on 2 processes" in out
+
+
+# ----------------------------------------------------------------------------- DeepSpeed
+def test_deepspeed_quickstart_example(storage):
+    """examples/deepspeed_quickstart.py (Ray's DeepSpeed guide, imports, data and model
+    download changed) with ZeRO-3 on 2 CPU workers: every rank's ``save_checkpoint``
+    shards are committed as ONE checkpoint per epoch (rank 0's model and optimizer
+    partitions, its ``latest`` tag and scripts, rank 1's partitions), and running the same
+    script with ``--resume-from`` that checkpoint (``resume_from_checkpoint``) continues
+    from it with ``load_checkpoint``."""
+    pytest.importorskip("deepspeed")
+    run_example("deepspeed_quickstart.py", "--epochs", "1", "--storage", storage,
+                "--name", "dq")
+    run = os.path.join(storage, "dq")
+    ckpt = os.path.join(run, "checkpoints", "checkpoint_000000")
+    shards = {f"global_step0/zero_pp_rank_{r}_mp_rank_00_{kind}_states.pt"
+              for r in (0, 1) for kind in ("model", "optim")}
+    assert committed_files(ckpt) == shards | {"latest", "zero_to_fp32.py", "zero_to_torch.py"}
+    out = run_example("deepspeed_quickstart.py", "--epochs", "2", "--storage", storage,
+                      "--name", "dq2", "--resume-from", ckpt)
+    assert f"resumed from {ckpt} at epoch 1" in out
+    assert [(r["epoch"], r["world_size"]) for r in rows(run) + rows(run + "2")] == \
+        [(0, 2), (1, 2)]
+    assert committed_files(os.path.join(run + "2", "checkpoints", "checkpoint_000000")) == \
+        committed_files(ckpt)
+
+
+def test_deepspeed_restart_after_crash_ends_with_the_same_weights(storage):
+    """ZeRO-2, 4 epochs, rank 1 crashes at epoch 2 (FailureConfig(max_failures=1)): the
+    restart loads epoch 1's sharded checkpoint with ``load_checkpoint`` on both ranks and
+    ends with the weights and each rank's optimizer partition of an uninterrupted run.
+    DeepSpeed runs on hpctrain's device and process group (CPU, Gloo)."""
+    pytest.importorskip("deepspeed")
+    import torch
+
+    import framework_workloads
+    from helpers import fit, out
+
+    config = {"epochs": 4, "zero_stage": 2}
+    crashed = fit(framework_workloads.deepspeed_resumable, storage, max_failures=1,
+                  config=dict(config, crash_at=2), name="crashed")
+    straight = fit(framework_workloads.deepspeed_resumable, storage, config=config,
+                   name="straight")
+    for rank in (0, 1):
+        with open(out(crashed, f"deepspeed-rank-{rank}")) as f:   # set by hpctrain
+            assert f.read() == "DS_ACCELERATOR=cpu cpu gloo"
+        with open(out(crashed, f"resumed-attempt-2-rank-{rank}")) as f:
+            assert f.read() == "global_step8/mp_rank_00_model_states.pt 2"  # epoch 1: 2 x 4 steps
+    ckpt = crashed.checkpoint.path
+    assert committed_files(ckpt) == {
+        "latest", "zero_to_fp32.py", "zero_to_torch.py",
+        "global_step16/mp_rank_00_model_states.pt",         # rank 0 only (ZeRO-1/2)
+        "global_step16/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+        "global_step16/zero_pp_rank_1_mp_rank_00_optim_states.pt"}
+    assert [r["epoch"] for r in rows(crashed.path)] == [0, 1, 2, 3]
+    assert_same_tensors(torch.load(out(crashed, "final.pt")),
+                        torch.load(out(straight, "final.pt")))
+    for rank in (0, 1):
+        name = f"global_step16/zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
+        a, b = (load_ckpt(r.checkpoint.path, name)["optimizer_state_dict"]
+                for r in (crashed, straight))
+        assert a["single_partition_of_fp32_groups"][0].numel() > 0
+        assert torch.equal(a["single_partition_of_fp32_groups"][0],
+                           b["single_partition_of_fp32_groups"][0])
+        for sa, sb in zip(a["base_optimizer_state"]["state"].values(),
+                          b["base_optimizer_state"]["state"].values()):
+            assert_same_tensors(sa, sb)
 
 
 # ------------------------------------------------------------------ names and misuse

@@ -120,16 +120,22 @@ def test_lightning_warned_on_slurm_requeues_and_resumes_to_the_same_weights(tmp_
 EXAMPLES = os.path.join(os.path.dirname(HERE), "examples")
 ACCELERATE_CONFIG = {"lr": 2e-3, "num_epochs": 2, "seed": 42, "train_batch_size": 16,
                      "eval_batch_size": 32, "train_dataset_size": 256, "eval_dataset_size": 128}
+DEEPSPEED_CONFIG = {"num_epochs": 2, "seed": 42, "eval_batch_size": 32,
+                    "train_dataset_size": 256, "eval_dataset_size": 128}
 
 
 @pytest.mark.parametrize("example,config,steps", [
     ("lightning_quickstart.py", {"epochs": 2, "samples": 512}, [2, 4]),     # 512 / 2 / 128
     ("transformers_quickstart.py", {"epochs": 2}, [7, 14]),                 # 100 / 2 / 8
     ("accelerate_quickstart.py", ACCELERATE_CONFIG, None),
-], ids=["lightning", "transformers", "accelerate"])
+    ("deepspeed_quickstart.py", DEEPSPEED_CONFIG, None),                    # ZeRO-3
+], ids=["lightning", "transformers", "accelerate", "deepspeed"])
 def test_quickstart_examples_on_two_nodes(example, config, steps, tmp_path, storage):
     """Each quick start's ``train_func`` as a 2-node Slurm job (one rank per node):
-    data-parallel across the nodes, one report and one committed checkpoint per epoch."""
+    data-parallel across the nodes, one report and one committed checkpoint per epoch
+    (DeepSpeed's: both nodes' ZeRO shards in it)."""
+    if example == "deepspeed_quickstart.py":
+        pytest.importorskip("deepspeed")
     job = tmp_path / "job.toml"
     body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
     job.write_text(f"""
@@ -155,5 +161,10 @@ time = "00:05:00"
                                                               "checkpoint_000001"]
     if steps is not None:
         assert [r["step"] for r in reported] == steps
-    else:
+    elif example == "accelerate_quickstart.py":
         assert [r["num_processes"] for r in reported] == [2, 2]
+    else:
+        assert [r["world_size"] for r in reported] == [2, 2]
+        ckpt = os.path.join(storage, "ex", "checkpoints", "checkpoint_000001", "global_step0")
+        assert sorted(os.listdir(ckpt)) == [f"zero_pp_rank_{r}_mp_rank_00_{kind}_states.pt"
+                                            for r in (0, 1) for kind in ("model", "optim")]

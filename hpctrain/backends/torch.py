@@ -84,6 +84,7 @@ class TorchBackend(Backend):
             GROUP_RANK=str(info.node_rank), NODE_RANK=str(info.node_rank),
         )
         _tell_accelerate(info, gpu)
+        _tell_deepspeed(gpu)
         dist.init_process_group(
             backend=self.backend_name,
             init_method=f"tcp://{_bracket(info.master_addr)}:{info.master_port}",
@@ -117,6 +118,15 @@ def _tell_accelerate(info: WorkerInfo, gpu: bool) -> None:
     else:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
         os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
+
+
+def _tell_deepspeed(gpu: bool) -> None:
+    """DeepSpeed picks its accelerator by probing the machine (CUDA when torch sees a GPU),
+    not from the run's ``use_gpu``: a CPU run on a GPU node would train on the GPU with
+    NCCL. ``DS_ACCELERATOR=cpu`` makes it follow hpctrain's device; it then reuses the
+    Gloo process group hpctrain made. A value the user set wins."""
+    if not gpu:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
 def _bracket(host: str) -> str:
