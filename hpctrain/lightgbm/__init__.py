@@ -17,21 +17,19 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional
 
 from ..backends.lightgbm import LightGBMConfig, get_network_params
-from ..trainer import DataParallelTrainer
+from .._internal.gbdt_trainer import GBDTTrainer
 
 __all__ = ["LightGBMTrainer", "LightGBMConfig", "RayTrainReportCallback", "get_network_params"]
 
 CHECKPOINT_NAME = "model.txt"
 
-_TRAINER_KEYWORDS = {"scaling_config", "run_config", "resume_from_checkpoint", "datasets",
-                     "dataset_config", "scheduler", "site", "metadata"}
 
 
-class LightGBMTrainer(DataParallelTrainer):
+class LightGBMTrainer(GBDTTrainer):
     """Ray Train's LightGBMTrainer: ``train_loop_per_worker`` on every rank with
     LightGBM's network agreed; or ``params``/``label_column``/``num_boost_round``."""
 
-    _backend_name = "lightgbm"
+    _backend_name = _library = "lightgbm"
     _backend_config_cls = LightGBMConfig
 
     def __init__(self, train_loop_per_worker: Optional[Callable] = None, *,
@@ -40,31 +38,8 @@ class LightGBMTrainer(DataParallelTrainer):
                  params: Optional[Dict[str, Any]] = None, label_column: Optional[str] = None,
                  num_boost_round: int = 10, dmatrix_params: Optional[Dict[str, Dict[str, Any]]] = None,
                  checkpoint_frequency: int = 0, **kwargs):
-        train_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in _TRAINER_KEYWORDS}
-        if train_loop_per_worker is None:
-            from .._internal.gbdt import check_legacy
-
-            check_legacy("LightGBMTrainer", params, label_column, num_boost_round,
-                         kwargs.get("datasets"), checkpoint_frequency)
-            from ._legacy import train_loop
-
-            train_loop_per_worker = train_loop
-            train_loop_config = {"params": params, "label_column": label_column,
-                                 "num_boost_round": num_boost_round,
-                                 "dmatrix_params": dmatrix_params or {},
-                                 "evals": [n for n in kwargs["datasets"] if n != "train"],
-                                 "checkpoint_frequency": checkpoint_frequency,
-                                 "train_kwargs": train_kwargs}
-        elif checkpoint_frequency:
-            raise TypeError("LightGBMTrainer: checkpoint_frequency= is for the params= style; in a "
-                            "training function, pass RayTrainReportCallback(frequency=N)")
-        elif train_kwargs:
-            raise TypeError(f"LightGBMTrainer: unexpected keyword {sorted(train_kwargs)[0]!r} "
-                            "(lightgbm.train's keywords go with params=..., not with a "
-                            "training function)")
-        super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
-                         backend_config=self._backend_config(lightgbm_config, "lightgbm_config"),
-                         **kwargs)
+        self._setup(train_loop_per_worker, train_loop_config, lightgbm_config, params,
+                    label_column, num_boost_round, dmatrix_params, checkpoint_frequency, kwargs)
 
     @staticmethod
     def get_model(checkpoint, filename: str = CHECKPOINT_NAME):

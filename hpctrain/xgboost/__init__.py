@@ -29,18 +29,18 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional
 
 from ..backends.xgboost import XGBoostConfig
-from ..trainer import DataParallelTrainer
+from .._internal.gbdt_trainer import GBDTTrainer
 
 __all__ = ["XGBoostTrainer", "XGBoostConfig", "RayTrainReportCallback"]
 
 CHECKPOINT_NAME = "model.ubj"
 
 
-class XGBoostTrainer(DataParallelTrainer):
+class XGBoostTrainer(GBDTTrainer):
     """Ray Train's XGBoostTrainer: ``train_loop_per_worker`` on every rank, joined to
     XGBoost's collective; or ``params``/``label_column``/``num_boost_round``."""
 
-    _backend_name = "xgboost"
+    _backend_name = _library = "xgboost"
     _backend_config_cls = XGBoostConfig
 
     def __init__(self, train_loop_per_worker: Optional[Callable] = None, *,
@@ -49,31 +49,8 @@ class XGBoostTrainer(DataParallelTrainer):
                  params: Optional[Dict[str, Any]] = None, label_column: Optional[str] = None,
                  num_boost_round: int = 10, dmatrix_params: Optional[Dict[str, Dict[str, Any]]] = None,
                  checkpoint_frequency: int = 0, **kwargs):
-        train_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in _TRAINER_KEYWORDS}
-        if train_loop_per_worker is None:
-            from .._internal.gbdt import check_legacy
-
-            check_legacy("XGBoostTrainer", params, label_column, num_boost_round,
-                         kwargs.get("datasets"), checkpoint_frequency)
-            from ._legacy import train_loop
-
-            train_loop_per_worker = train_loop
-            train_loop_config = {"params": params, "label_column": label_column,
-                                 "num_boost_round": num_boost_round,
-                                 "dmatrix_params": dmatrix_params or {},
-                                 "evals": [n for n in kwargs["datasets"] if n != "train"],
-                                 "checkpoint_frequency": checkpoint_frequency,
-                                 "train_kwargs": train_kwargs}
-        elif checkpoint_frequency:
-            raise TypeError("XGBoostTrainer: checkpoint_frequency= is for the params= style; in a "
-                            "training function, pass RayTrainReportCallback(frequency=N)")
-        elif train_kwargs:
-            raise TypeError(f"XGBoostTrainer: unexpected keyword {sorted(train_kwargs)[0]!r} "
-                            "(xgboost.train's keywords go with params=..., not with a "
-                            "training function)")
-        super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
-                         backend_config=self._backend_config(xgboost_config, "xgboost_config"),
-                         **kwargs)
+        self._setup(train_loop_per_worker, train_loop_config, xgboost_config, params,
+                    label_column, num_boost_round, dmatrix_params, checkpoint_frequency, kwargs)
 
     @staticmethod
     def get_model(checkpoint, filename: str = CHECKPOINT_NAME):
@@ -83,8 +60,6 @@ class XGBoostTrainer(DataParallelTrainer):
         return RayTrainReportCallback.get_model(checkpoint, filename)
 
 
-_TRAINER_KEYWORDS = {"scaling_config", "run_config", "resume_from_checkpoint", "datasets",
-                     "dataset_config", "scheduler", "site", "metadata"}
 
 
 def __getattr__(name: str):
