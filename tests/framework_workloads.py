@@ -1,5 +1,5 @@
 """Training functions for the framework integrations (Lightning, Transformers,
-Accelerate), imported by the worker processes of tests/test_frameworks.py."""
+Accelerate, DeepSpeed), imported by the worker processes of tests/test_frameworks.py."""
 import json
 import os
 import signal
@@ -126,7 +126,8 @@ def deepspeed_resumable(config):
     """Ray's DeepSpeed loop on a small regression model: ZeRO stage ``zero_stage`` with
     torch's AdamW, every rank saves its shards with ``model.save_checkpoint`` and reports
     them; resumes with ``model.load_checkpoint``. With ``crash_at`` rank 1 fails after
-    that epoch's checkpoint in the first attempt. Rank 0 writes the final weights."""
+    that epoch's checkpoint in the first attempt. ``step_sleep`` slows the steps (the weights
+do not depend on it) so that a test can warn mid-run. Rank 0 writes the final weights."""
     import tempfile
 
     import deepspeed
@@ -165,6 +166,7 @@ def deepspeed_resumable(config):
             loss = torch.nn.functional.mse_loss(model(x), y)
             model.backward(loss)
             model.step()
+            time.sleep(config.get("step_sleep", 0.0))
         if (config.get("crash_at") == epoch and ctx.get_world_rank() == 1
                 and ctx.get_attempt() == 1):
             _wait_until_committed(ctx, iteration=epoch)
@@ -177,3 +179,58 @@ def deepspeed_resumable(config):
                             checkpoint=hpctrain.Checkpoint.from_directory(d))
     if ctx.get_world_rank() == 0:
         torch.save(model.module.state_dict(), _out("final.pt"))
+
+
+# ---------------------------------------------------------------------------- Accelerate
+def accelerate_resumable(config):
+    """A small deterministic regression loop with an ``Accelerator`` (seeded init and
+    shuffling by epoch, Adam, a step learning-rate schedule). It reports every epoch and checkpoints
+    only when hpctrain asks (``get_context().should_checkpoint()``, after a warning) and
+    at the last epoch, with ``accelerator.save_state(dir)`` on every rank (rank 0 writes
+    the model, optimizer and scheduler, each rank its RNG states); it resumes with
+    ``accelerator.load_state(dir)``. ``step_sleep`` slows the steps (the weights do not
+    depend on it) so that a test can warn mid-run."""
+    import tempfile
+
+    from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration, set_seed
+
+    ctx = hpctrain.get_context()
+    set_seed(0)
+    # the shuffled order follows from the seed and the epoch alone (loader.set_epoch)
+    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(
+        use_seedable_sampler=True))
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=4, gamma=0.7)
+    loader = torch.utils.data.DataLoader(_regression_data(64), batch_size=8, shuffle=True)
+    model, optimizer, loader, scheduler = accelerator.prepare(net, optimizer, loader, scheduler)
+    start = 0
+    checkpoint = hpctrain.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            accelerator.load_state(d)
+            with open(os.path.join(d, "epoch.json")) as f:
+                start = json.load(f)["epoch"] + 1
+        with open(_out(f"resumed-attempt-{ctx.get_attempt()}-rank-{ctx.get_world_rank()}"),
+                  "w") as f:
+            f.write(f"epoch {start} of {accelerator.num_processes} processes")
+    for epoch in range(start, config["epochs"]):
+        loader.set_epoch(epoch)
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            time.sleep(config.get("step_sleep", 0.0))
+        metrics = {"loss": loss.item(), "epoch": epoch}
+        if not (ctx.should_checkpoint() or epoch == config["epochs"] - 1):
+            hpctrain.report(metrics)
+            continue
+        with tempfile.TemporaryDirectory() as d:
+            accelerator.save_state(d)
+            if accelerator.is_main_process:
+                with open(os.path.join(d, "epoch.json"), "w") as f:
+                    json.dump({"epoch": epoch}, f)
+            hpctrain.report(metrics, checkpoint=hpctrain.Checkpoint.from_directory(d))

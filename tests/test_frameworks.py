@@ -1,7 +1,8 @@
 """The framework integrations with real worker processes: PyTorch Lightning
-(hpctrain.lightning), Hugging Face Transformers (hpctrain.huggingface.transformers) and
-Accelerate, each quick start as a user runs it, and a Lightning run warned mid-run that
-resumes to the same weights as an uninterrupted one."""
+(hpctrain.lightning), Hugging Face Transformers (hpctrain.huggingface.transformers),
+Accelerate and DeepSpeed, each quick start as a user runs it, and for each a run warned
+mid-run (SIGUSR1) that stops at a checkpoint, is run again and resumes to the same
+weights as an uninterrupted one."""
 import json
 import os
 import signal
@@ -105,6 +106,24 @@ def finish(job, cwd=None):
     assert p.returncode == 0, err
 
 
+def warned_and_uninterrupted(tmp_path, storage, function, config, step_sleep):
+    """Run ``framework_workloads.<function>(config)`` as job "warned", slowed by
+    ``step_sleep`` seconds a step, warned mid-run and run again to the end
+    (:func:`warn_mid_run_then_resume`), and as job "ref", uninterrupted; each job in a
+    working directory of its own. Checks that the warned run stopped after at least one
+    and before all of ``config["epochs"]``. Returns (the warned run's directory, the
+    reference run's, reports before the stop, the stop checkpoint's name)."""
+    run, ref = os.path.join(storage, "warned"), os.path.join(storage, "ref")
+    for name in ("warned", "ref"):
+        (tmp_path / f"cwd-{name}").mkdir()
+    stopped_after, stop_ckpt = warn_mid_run_then_resume(
+        job_file(tmp_path, storage, "warned", function, dict(config, step_sleep=step_sleep)),
+        run, cwd=str(tmp_path / "cwd-warned"))
+    assert 1 <= stopped_after < config["epochs"]
+    finish(job_file(tmp_path, storage, "ref", function, config), cwd=str(tmp_path / "cwd-ref"))
+    return run, ref, stopped_after, stop_ckpt
+
+
 def test_lightning_quickstart_example(storage):
     """examples/lightning_quickstart.py (Ray's Lightning guide, imports and data changed):
     2 workers, 2 epochs; one report per epoch with Lightning's logged loss, and the
@@ -129,11 +148,8 @@ def test_lightning_warning_checkpoints_stops_and_resumes_to_the_same_weights(tmp
     uninterrupted run. Inside fit, the warning and SIGTERM handlers stay hpctrain's and
     the cluster environment is RayLightningEnvironment."""
     config = {"epochs": 5, "samples": 64}
-    job = job_file(tmp_path, storage, "warned", "lightning_deterministic",
-                   dict(config, step_sleep=0.25))
-    run = os.path.join(storage, "warned")
-    stopped_after, stop_ckpt = warn_mid_run_then_resume(job, run)
-    assert 1 <= stopped_after < config["epochs"]
+    run, ref, stopped_after, stop_ckpt = warned_and_uninterrupted(
+        tmp_path, storage, "lightning_deterministic", config, step_sleep=0.25)
     assert load_ckpt(os.path.join(run, "checkpoints", stop_ckpt),
                      "checkpoint.ckpt")["epoch"] == stopped_after - 1
     for rank in range(2):
@@ -147,11 +163,9 @@ def test_lightning_warning_checkpoints_stops_and_resumes_to_the_same_weights(tmp
         assert f.read().endswith(f"{stop_ckpt}/checkpoint.ckpt")
     reported = rows(run)
     assert [r["epoch"] for r in reported] == list(range(config["epochs"]))  # none lost, none twice
-
-    finish(job_file(tmp_path, storage, "ref", "lightning_deterministic", config))
     last = reported[-1]["checkpoint_dir_name"]
     resumed = load_ckpt(os.path.join(run, "checkpoints", last), "checkpoint.ckpt")
-    reference = load_ckpt(os.path.join(storage, "ref", "checkpoints", last), "checkpoint.ckpt")
+    reference = load_ckpt(os.path.join(ref, "checkpoints", last), "checkpoint.ckpt")
     assert resumed["global_step"] == reference["global_step"] == 5 * 4
     assert_same_tensors(resumed["state_dict"], reference["state_dict"])
     for a, b in zip(resumed["optimizer_states"][0]["state"].values(),
@@ -190,19 +204,11 @@ def test_transformers_warning_checkpoints_stops_and_resumes_to_the_same_weights(
     import torch
     from safetensors.torch import load_file
 
-    config = {"epochs": 4}
-    job = job_file(tmp_path, storage, "warned", "transformers_resumable",
-                   dict(config, step_sleep=0.15))
-    run = os.path.join(storage, "warned")
-    (tmp_path / "a").mkdir()
-    stopped_after, _ = warn_mid_run_then_resume(job, run, cwd=str(tmp_path / "a"))
-    assert 1 <= stopped_after < config["epochs"]
+    run, ref, _, _ = warned_and_uninterrupted(tmp_path, storage, "transformers_resumable",
+                                              {"epochs": 4}, step_sleep=0.15)
     assert [r["step"] for r in rows(run)] == [7, 14, 21, 28]
-    (tmp_path / "b").mkdir()
-    finish(job_file(tmp_path, storage, "ref", "transformers_resumable", config),
-           cwd=str(tmp_path / "b"))
     resumed = os.path.join(run, "checkpoints", "checkpoint_000003", "checkpoint")
-    reference = os.path.join(storage, "ref", "checkpoints", "checkpoint_000003", "checkpoint")
+    reference = os.path.join(ref, "checkpoints", "checkpoint_000003", "checkpoint")
     assert_same_tensors(load_file(os.path.join(resumed, "model.safetensors")),
                         load_file(os.path.join(reference, "model.safetensors")))
     opt_a, opt_b = (torch.load(os.path.join(d, "optimizer.pt"), weights_only=False)
@@ -233,6 +239,41 @@ def test_accelerate_quickstart_example(tmp_path, storage):
     model = torch.load(os.path.join(ckpt, "ckpt_1.bin"), weights_only=False)
     assert type(model).__name__ == "BertForSequenceClassification"
     assert "on 2 processes" in out
+
+
+def test_accelerate_warning_checkpoints_stops_and_resumes_to_the_same_weights(
+        tmp_path, storage):
+    """An Accelerate loop that checkpoints only when ``should_checkpoint()`` says so (and
+    at its last epoch), warned by SIGUSR1 after its first report: both ranks commit one
+    ``accelerator.save_state`` checkpoint (rank 0's model, optimizer and scheduler, each
+    rank's RNG states) and stop; the rerun resumes with ``accelerator.load_state`` and
+    ends with the model, optimizer and scheduler state of an uninterrupted run."""
+    import torch
+    from safetensors.torch import load_file
+
+    config = {"epochs": 5}
+    run, ref, stopped_after, stop_ckpt = warned_and_uninterrupted(
+        tmp_path, storage, "accelerate_resumable", config, step_sleep=0.2)
+    assert committed_files(os.path.join(run, "checkpoints", stop_ckpt)) == {
+        "model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl",
+        "random_states_1.pkl", "epoch.json"}
+    for rank in (0, 1):
+        with open(os.path.join(run, "test-out", f"resumed-attempt-2-rank-{rank}")) as f:
+            assert f.read() == f"epoch {stopped_after} of 2 processes"
+    assert [r["epoch"] for r in rows(run)] == list(range(config["epochs"]))
+    resumed, reference = (os.path.join(r, "checkpoints", rows(r)[-1]["checkpoint_dir_name"])
+                          for r in (run, ref))
+    assert_same_tensors(load_file(os.path.join(resumed, "model.safetensors")),
+                        load_file(os.path.join(reference, "model.safetensors")))
+    opt_a, opt_b = (torch.load(os.path.join(d, "optimizer.bin"), weights_only=False)
+                    for d in (resumed, reference))
+    assert len(opt_a["state"]) == 4
+    for a, b in zip(opt_a["state"].values(), opt_b["state"].values()):
+        assert_same_tensors(a, b)
+    sched_a, sched_b = (torch.load(os.path.join(d, "scheduler.bin"), weights_only=False)
+                        for d in (resumed, reference))
+    # Accelerate steps a prepared scheduler once per process at each optimizer step
+    assert sched_a == sched_b and sched_a["last_epoch"] == 5 * 4 * 2
 
 
 # ----------------------------------------------------------------------------- DeepSpeed
@@ -290,16 +331,48 @@ def test_deepspeed_restart_after_crash_ends_with_the_same_weights(storage):
     assert [r["epoch"] for r in rows(crashed.path)] == [0, 1, 2, 3]
     assert_same_tensors(torch.load(out(crashed, "final.pt")),
                         torch.load(out(straight, "final.pt")))
+    assert_same_zero_partitions(crashed.checkpoint.path, straight.checkpoint.path, step=16)
+
+
+def assert_same_zero_partitions(ckpt_a, ckpt_b, step):
+    """Both ranks' ZeRO-1/2 optimizer partitions (fp32 master weights and Adam's moments)
+    at ``global_step{step}`` are equal in two DeepSpeed checkpoints, and not empty."""
+    import torch
+
     for rank in (0, 1):
-        name = f"global_step16/zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
-        a, b = (load_ckpt(r.checkpoint.path, name)["optimizer_state_dict"]
-                for r in (crashed, straight))
+        name = f"global_step{step}/zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
+        a, b = (load_ckpt(c, name)["optimizer_state_dict"] for c in (ckpt_a, ckpt_b))
         assert a["single_partition_of_fp32_groups"][0].numel() > 0
         assert torch.equal(a["single_partition_of_fp32_groups"][0],
                            b["single_partition_of_fp32_groups"][0])
         for sa, sb in zip(a["base_optimizer_state"]["state"].values(),
                           b["base_optimizer_state"]["state"].values()):
             assert_same_tensors(sa, sb)
+
+
+def test_deepspeed_warning_checkpoints_stops_and_resumes_to_the_same_weights(
+        tmp_path, storage):
+    """ZeRO-2, 5 epochs, SIGUSR1 to `hpctrain run` after the first report: both ranks stop
+    after the next epoch's ``save_checkpoint`` (exit 75, run STOPPED); running the job
+    again resumes on both ranks with ``model.load_checkpoint`` from that checkpoint and
+    ends with the weights and each rank's optimizer partition of an uninterrupted run."""
+    pytest.importorskip("deepspeed")
+    import torch
+
+    config = {"epochs": 5, "zero_stage": 2}
+    run, ref, stopped_after, stop_ckpt = warned_and_uninterrupted(
+        tmp_path, storage, "deepspeed_resumable", config, step_sleep=0.2)
+    for rank in (0, 1):  # 4 steps an epoch (64 samples, 2 ranks, micro-batch 8)
+        with open(os.path.join(run, "test-out", f"resumed-attempt-2-rank-{rank}")) as f:
+            assert f.read() == (f"global_step{4 * stopped_after}/mp_rank_00_model_states.pt "
+                                f"{stopped_after}")
+    assert [r["epoch"] for r in rows(run)] == list(range(config["epochs"]))
+    assert_same_tensors(torch.load(os.path.join(run, "test-out", "final.pt")),
+                        torch.load(os.path.join(ref, "test-out", "final.pt")))
+    last = rows(run)[-1]["checkpoint_dir_name"]
+    assert last == rows(ref)[-1]["checkpoint_dir_name"] != stop_ckpt
+    assert_same_zero_partitions(os.path.join(run, "checkpoints", last),
+                                os.path.join(ref, "checkpoints", last), step=20)
 
 
 # ------------------------------------------------------------------ names and misuse
