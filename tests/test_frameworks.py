@@ -257,6 +257,8 @@ def test_accelerate_warning_checkpoints_stops_and_resumes_to_the_same_weights(
     assert committed_files(os.path.join(run, "checkpoints", stop_ckpt)) == {
         "model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl",
         "random_states_1.pkl", "epoch.json"}
+    assert [r["epoch"] for r in rows(run) if r["checkpoint_dir_name"]] == [
+        stopped_after - 1, config["epochs"] - 1]  # only when asked, and at the end
     for rank in (0, 1):
         with open(os.path.join(run, "test-out", f"resumed-attempt-2-rank-{rank}")) as f:
             assert f.read() == f"epoch {stopped_after} of 2 processes"
