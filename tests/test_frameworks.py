@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -21,8 +22,11 @@ EXAMPLES = os.path.join(ROOT, "examples")
 
 
 def run_example(name, *args, timeout=240):
+    # in a directory of its own: what a framework writes beside the script's working
+    # directory (Lightning's lightning_logs/) stays out of the checkout
     p = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), *args],
-                       capture_output=True, text=True, timeout=timeout)
+                       capture_output=True, text=True, timeout=timeout,
+                       cwd=tempfile.mkdtemp(prefix="hpctrain-example-"))
     assert p.returncode == 0, p.stdout + p.stderr
     return p.stdout
 
