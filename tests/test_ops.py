@@ -360,7 +360,8 @@ def test_a_tmpfs_outside_tmp_is_found_by_its_filesystem_type(tmp_path):
         mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", point],
                                  capture_output=True, text=True)
         if mounted.returncode != 0:
-            pytest.skip(f"a tmpfs could not be mounted (needs root): {mounted.stderr.strip()}")
+            pytest.skip(reason=f"a tmpfs could not be mounted (needs root): "
+                               f"{mounted.stderr.strip()}")
         try:
             jobfile = job(tmp_path, f"{point}/runs", extra=TWO_NODES)
             p = cli("submit", jobfile, "--site", "generic-slurm", "--dry-run", check=False)

@@ -42,7 +42,7 @@ def pbs_server():
     p = subprocess.run(["bash", SCRIPT, "status"], capture_output=True, text=True,
                        env={**os.environ, "HPCTRAIN_PBS_DIR": SERVER_DIR})
     if p.returncode != 0:
-        pytest.skip("no real PBS server running (`scripts/pbs-server.sh status`: "
+        pytest.skip(reason="no real PBS server running (`scripts/pbs-server.sh status`: "
                     f"{(p.stdout + p.stderr).strip().splitlines()[:1]}); the fake-based PBS "
                     "tests cover these paths")
     with open(LOCK, "w") as lock:
