@@ -43,7 +43,7 @@ def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None) -> 
     checkpoint, every rank's files are gathered into one committed checkpoint
     (``checkpoints/checkpoint_NNNNNN``), published atomically once all ranks are done.
     """
-    from ._internal.session import get_session
+    from hpctrain._internal.worker.session import get_session
 
     get_session("report()").report(metrics, checkpoint)
 
@@ -51,14 +51,14 @@ def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None) -> 
 def get_checkpoint() -> Optional[Checkpoint]:
     """The checkpoint to resume from (latest committed after a restart, else the
     trainer's ``resume_from_checkpoint``), or None on a fresh start."""
-    from ._internal.session import get_session
+    from hpctrain._internal.worker.session import get_session
 
     return get_session("get_checkpoint()").get_checkpoint()
 
 
 def get_context():
     """This worker's :class:`TrainContext` (ranks, sizes, run dir, job id, restarts)."""
-    from ._internal.session import TrainContext, get_session
+    from hpctrain._internal.worker.session import TrainContext, get_session
 
     return TrainContext(get_session("get_context()"))
 
@@ -67,6 +67,6 @@ def get_dataset_shard(name: str):
     """This rank's part of the trainer's dataset ``name`` (``datasets=`` or the job
     file's ``[datasets]``): a :class:`hpctrain.data.DatasetShard`, read lazily, shuffled
     per epoch alike on every rank. See :mod:`hpctrain.data`."""
-    from ._internal.session import get_session
+    from hpctrain._internal.worker.session import get_session
 
     return get_session("get_dataset_shard()").get_dataset_shard(name)

@@ -24,7 +24,7 @@ class Job:
     """One submitted batch run (see the module docstring)."""
 
     def __init__(self, run_path: str | os.PathLike):
-        from ._internal.storage import RunDir
+        from hpctrain._internal.rundir.layout import RunDir
 
         self._run = RunDir(run_path)
 
@@ -37,7 +37,7 @@ class Job:
         return self._run.path
 
     def _last(self) -> dict:
-        from ._internal.submission import last_job
+        from hpctrain._internal.driver.submission import last_job
 
         job = last_job(self._run)
         if job is None:
@@ -91,7 +91,7 @@ class Job:
     def result(self, timeout: Optional[float] = None) -> Any:
         """Wait, then the run's :class:`~hpctrain.Result`; raises TrainingFailedError /
         TrainingStoppedError as ``fit()`` does."""
-        from ._internal.submission import result_of
+        from hpctrain._internal.driver.submission import result_of
 
         return result_of(self.path, self.wait(timeout))
 

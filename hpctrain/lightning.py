@@ -65,7 +65,7 @@ __all__ = ["RayDDPStrategy", "RayFSDPStrategy", "RayDeepSpeedStrategy",
 
 
 def _context():
-    from ._internal.session import current_session
+    from hpctrain._internal.worker.session import current_session
 
     session = current_session()
     if session is None:

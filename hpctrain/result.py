@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .checkpoint import Checkpoint
 from .errors import TrainingFailedError
-from ._internal.storage import RunDir, read_results
+from hpctrain._internal.rundir.layout import RunDir, read_results
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Result:
     def config(self) -> Optional[Dict[str, Any]]:
         """The train_loop_config the run was started with."""
         try:
-            from ._internal.worker import WorkerPayload
+            from ._internal.worker.entry import WorkerPayload
 
             return WorkerPayload.load(RunDir(self.path)).train_loop_config
         except Exception:  # noqa: BLE001 - payload may be unpicklable elsewhere
@@ -46,7 +46,7 @@ class Result:
         """Rebuild the Result of a run from its directory (finished, failed or running).
         A missing path, or one that is not a run directory, raises
         :class:`~hpctrain.errors.RunNotFoundError` (a ValueError and a FileNotFoundError)."""
-        from ._internal.storage import existing_run
+        from hpctrain._internal.rundir.layout import existing_run
 
         run = existing_run(path, "Result.from_path")
         rows = read_results(run.result_file)
@@ -82,8 +82,8 @@ class Result:
 def _worker_exception(run: RunDir, attempt: Dict[str, Any]) -> Optional[BaseException]:
     """The exception object the failed rank of ``attempt`` raised, when it left one
     (``error.rank-R.pickle``, see the worker) that unpickles here."""
-    from ._internal.fsutil import load_own_pickle
-    from ._internal.worker import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES
+    from hpctrain._internal.rundir.fsutil import load_own_pickle
+    from ._internal.worker.entry import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES
 
     number, rank = attempt.get("attempt"), attempt.get("failed_rank")
     if not isinstance(number, int) or not isinstance(rank, int):

@@ -9,7 +9,7 @@ A site config is a TOML file named ``<name>.toml`` with:
   ``required_directives``, ``max_array_size`` (sweeps: larger ones are split),
   ``min_nodes`` (a smaller request is refused: e.g. a queue that only takes big jobs),
   ``shared_paths`` (paths every node sees although they look node-local: see
-  :mod:`hpctrain._internal.storage_checks`); and the numeric keys per ``[limits.partitions.<name>]`` (Slurm partition or PBS queue),
+  :mod:`hpctrain._internal.rundir.checks`); and the numeric keys per ``[limits.partitions.<name>]`` (Slurm partition or PBS queue),
   ``[limits.qos.<name>]`` and ``[limits.constraints.<name>]``;
 * any job-spec section (``[scheduler]``, ``[scaling]``, ``[env]``, ``[setup]``, ``[run]``,
   backend sections): a layer under the user's job file.

@@ -12,10 +12,10 @@ import os
 import time
 from typing import Any, Callable, Dict, Optional
 
-from ._internal.progress import Progress
-from ._internal.storage import RunDir
-from ._internal.supervisor import FAILED, FINISHED, INTERRUPTED, STOPPED, Supervisor
-from ._internal.worker import WorkerPayload
+from hpctrain._internal.driver.progress import Progress
+from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.allocation.supervisor import FAILED, FINISHED, INTERRUPTED, STOPPED, Supervisor
+from ._internal.worker.entry import WorkerPayload
 from .checkpoint import Checkpoint
 from .config import DataConfig, RunConfig, ScalingConfig, default_storage_path
 from .errors import ConfigError, TrainingFailedError, TrainingStoppedError
@@ -198,7 +198,7 @@ class DataParallelTrainer:
                 f"run.name: a finished run named {self.run_name!r} already exists at {run.path}",
                 hint="pick another name, or leave run.name unset for a fresh timestamped one")
         if run.exists() and not self._run_path and not self._force_resume:
-            from ._internal.resume import check_resume
+            from hpctrain._internal.rundir.resume import check_resume
 
             check_resume(run.path, run.spec_file, self.job_spec().to_toml_dict(),
                          self.run_name)
@@ -220,12 +220,12 @@ class DataParallelTrainer:
             metadata=self.metadata,
             trial={"trainer": type(self).__name__, **(self._trial or {})},
         ).save(run)
-        from ._internal.tracking import save_callbacks
+        from hpctrain._internal.allocation.tracking import save_callbacks
 
         save_callbacks(run, self.run_config.callbacks)
         # The driver's sys.path additions, for a batch job to import what the payload
         # pickled by reference (read before the payload is unpickled).
-        from ._internal.fsutil import atomic_write_json
+        from hpctrain._internal.rundir.fsutil import atomic_write_json
 
         atomic_write_json(run.driver_file, {"pythonpath": driver_pythonpath()["PYTHONPATH"]},
                           sync=False)
@@ -253,7 +253,7 @@ class DataParallelTrainer:
         from .backends import check_installed
 
         check_installed(self._backend_name)  # before anything is written, not after every rank failed
-        from ._internal.storage_checks import ensure_storage_dir
+        from hpctrain._internal.rundir.checks import ensure_storage_dir
 
         ensure_storage_dir(os.path.dirname(self.run_path), spec)
         run = RunDir(self.run_path)
@@ -273,7 +273,7 @@ class DataParallelTrainer:
                               hint='give scheduler="slurm"/"pbs" or site="NAME"; fit() runs '
                                    "a local run here")
         self.check_datasets()
-        from ._internal import submission
+        from ._internal.driver import submission
         from .job import Job
 
         sub = submission.submit(self, spec, rerender="(submitted from Python; "
@@ -283,7 +283,7 @@ class DataParallelTrainer:
     def _fit_batch(self, spec) -> Result:
         """Submit the run as a batch job, follow it, return its Result. Ctrl-C detaches
         (the job runs on) and re-raises KeyboardInterrupt."""
-        from ._internal import submission
+        from ._internal.driver import submission
 
         sub = submission.submit(self, spec, rerender="(submitted from Python; "
                                 "`hpctrain render` renders job files)")
@@ -294,7 +294,7 @@ class DataParallelTrainer:
         return submission.result_of(sub.run_path, status)
 
     def _run_local(self, run: RunDir, on_tick: Optional[Callable[[], None]] = None) -> str:
-        from ._internal.tracking import CallbackRunner
+        from hpctrain._internal.allocation.tracking import CallbackRunner
         from .launchers import launcher_for
 
         launcher = launcher_for(self.job_spec(), here=True)
@@ -306,8 +306,8 @@ class DataParallelTrainer:
         tracking = CallbackRunner(run, self.run_config.callbacks).start()
         tick = (lambda: (progress.tick(), tracking.tick())) if on_tick is None else \
             (lambda: (progress.tick(), tracking.tick(), on_tick()))
-        from ._internal.recovery import EARLY, after_stop, supervisor_signals
-        from ._internal.supervisor import PREEMPTED
+        from hpctrain._internal.allocation.recovery import EARLY, after_stop, supervisor_signals
+        from hpctrain._internal.allocation.supervisor import PREEMPTED
 
         # unique per fit(), also for trials side by side in one process (a sweep): the
         # job id seeds the derived rendezvous ports of MPI-launched ranks
@@ -358,7 +358,7 @@ class DataParallelTrainer:
         A batch run continues as a batch job with the scheduler, site and directives it
         was submitted with (from its ``spec.toml``); ``scheduler="local"`` continues it on
         this machine instead."""
-        from ._internal.storage import existing_run
+        from hpctrain._internal.rundir.layout import existing_run
 
         run = existing_run(path, f"{cls.__name__}.restore", restorable=True)
         payload = WorkerPayload.load(run)
@@ -466,7 +466,7 @@ def _setup_and_env(run: RunDir) -> Dict[str, Any]:
 
 
 def _saved_callbacks(run: RunDir):
-    from ._internal.tracking import load_callbacks
+    from hpctrain._internal.allocation.tracking import load_callbacks
 
     return load_callbacks(run)
 

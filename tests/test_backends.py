@@ -15,7 +15,7 @@ import pytest
 
 import backend_workloads as bw
 from hpctrain import FailureConfig, Result, RunConfig, ScalingConfig
-from hpctrain._internal.commit import verify_checkpoint
+from hpctrain._internal.rundir.commit import verify_checkpoint
 from helpers import wait_for
 
 pytestmark = pytest.mark.slow

@@ -97,7 +97,7 @@ def test_render_and_sites_work_without_any_framework_installed():
     code = ("import sys\n"
             "for m in ('torch', 'tensorflow', 'mpi4py', 'horovod'):\n"
             "    sys.modules[m] = None  # importing it now fails\n"
-            "from hpctrain.cli import main\n"
+            "from hpctrain.cli.main import main\n"
             f"sys.argv = ['hpctrain', 'render', {example!r}]\n"
             "main()\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -25,7 +25,7 @@ WINDOW_MB = 1           # 15 chunks: each rank's 1000 rows (16 chunks) are 2 win
 
 @pytest.mark.parametrize("name", ["hpctrain.data.plan", "hpctrain.data.shard",
                                   "hpctrain.data.sequence", "hpctrain.data.hdf5",
-                                  "hpctrain._internal.report", "hpctrain.callbacks"])
+                                  "hpctrain.cli.views", "hpctrain.callbacks"])
 def test_docstring_examples(name):
     assert doctest.testmod(importlib.import_module(name)).failed == 0
 
@@ -219,7 +219,7 @@ def test_bad_datasets_in_a_job_file_are_refused(tmp_path, capsys, entry, expecte
 
 
 def _cli_main(capsys, *args):
-    from hpctrain.cli import main
+    from hpctrain.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(list(args))

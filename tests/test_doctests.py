@@ -7,7 +7,7 @@ import pytest
 MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.schedulers.slurm",
            "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units",
            "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod",
-           "hpctrain._internal.commit", "hpctrain._internal.session",
+           "hpctrain._internal.rundir.commit", "hpctrain._internal.worker.session",
            "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm"]
 
 

@@ -20,8 +20,8 @@ import hpctrain
 import workloads
 from helpers import assert_same_state, final_state, needs_mpirun
 from hpctrain import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
-from hpctrain._internal.storage import RunDir
-from hpctrain._internal.supervisor import Supervisor
+from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.allocation.supervisor import Supervisor
 from hpctrain.errors import ConfigError
 from hpctrain.launchers import mpiexec as mpx
 from hpctrain.launchers.mpiexec import (

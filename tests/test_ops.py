@@ -146,7 +146,7 @@ def test_a_job_with_datasets_without_numpy_exits_2(tmp_path):
     jobfile.write_text('[job]\nentrypoint = "train.py:train"\n'
                        '[datasets]\ntrain = "train.h5:x"\n')
     code = ("import sys\nsys.modules['numpy'] = None\n"
-            "from hpctrain.cli import main\n"
+            "from hpctrain.cli.main import main\n"
             f"main(['validate', {str(jobfile)!r}])\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr

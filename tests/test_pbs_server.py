@@ -185,7 +185,7 @@ def assert_chained_to_the_end(run):
     assert [s["job_id"] for s in state["submissions"]] == state["job_ids"]
     for a in state["attempts"][:-1]:
         assert "the supervisor's timer" in a["warning"] and a["stopped_at_deadline"] is False
-    from hpctrain._internal.storage import read_results
+    from hpctrain._internal.rundir.layout import read_results
 
     steps = [row["step"] for row in read_results(os.path.join(run, "result.json"))]
     assert steps == list(range(CHAIN["steps"]))  # nothing lost, nothing repeated

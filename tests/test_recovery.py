@@ -15,9 +15,9 @@ import pytest
 
 import workloads
 from hpctrain import ConfigError, FailureConfig, RunConfig, ScalingConfig
-from hpctrain._internal.commit import verify_checkpoint
-from hpctrain._internal.recovery import MAX_IDLE_ALLOCATIONS, after_stop
-from hpctrain._internal.storage import RunDir
+from hpctrain._internal.rundir.commit import verify_checkpoint
+from hpctrain._internal.allocation.recovery import MAX_IDLE_ALLOCATIONS, after_stop
+from hpctrain._internal.rundir.layout import RunDir
 from hpctrain.torch import TorchTrainer
 from helpers import assert_same_state, final_state, wait_for
 

@@ -182,7 +182,7 @@ def test_launcher_for_spec(tmp_path, site_dir):
 
 
 def test_restore_of_a_batch_run_keeps_its_scheduler_setup_and_env(tmp_path):
-    from hpctrain._internal.storage import RunDir
+    from hpctrain._internal.rundir.layout import RunDir
     from hpctrain.schedulers import BatchRequest
     from hpctrain.torch import TorchTrainer
     from hpctrain.trainer import trainer_from_spec

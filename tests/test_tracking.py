@@ -147,7 +147,7 @@ def test_credentials_are_refused_in_job_files_and_kept_out_of_scripts(tmp_path, 
         ('[callbacks]\ntensorbord = true\n', ["callbacks.tensorbord", "did you mean 'tensorboard'"]),
         ('[callbacks]\ncsv = false\n', ["callbacks.csv", "always written"]),
     ]
-    from hpctrain.cli import main
+    from hpctrain.cli.main import main
 
     for body, expected in cases:
         job = tmp_path / "job.toml"
@@ -245,7 +245,7 @@ def test_results_plot_and_status_of_real_runs(tmp_path):
     background = max(colours)[0] / (img.size[0] * img.size[1])
     assert background < 0.97
 
-    from hpctrain._internal.report import plot_runs
+    from hpctrain.cli.views import plot_runs
 
     with pytest.raises(ConfigError, match="--metric nope: no run reported it") as e:
         plot_runs([str(runs / "a")], ["nope"], str(tmp_path / "x.png"))
@@ -255,7 +255,7 @@ def test_results_plot_and_status_of_real_runs(tmp_path):
 
 def test_hpctrain_and_its_cli_import_no_tracking_or_data_library():
     code = ("import sys, hpctrain, hpctrain.callbacks, hpctrain.cli, hpctrain.spec, "
-            "hpctrain._internal.report, hpctrain._internal.tracking\n"
+            "hpctrain.cli.views, hpctrain._internal.allocation.tracking\n"
             "heavy = [m for m in ('h5py', 'numpy', 'matplotlib', 'tensorboard', 'mlflow', "
             "'wandb', 'torch', 'torchmetrics', 'tensorflow') if m in sys.modules]\n"
             "print(heavy)\n")
@@ -267,8 +267,8 @@ def test_a_later_supervisor_delivers_only_the_reports_it_has_not_delivered(tmp_p
     """A requeued job's batch step continues the callbacks where the previous one
     stopped (the offset in .hpctrain/tracking.json); MLflow resumes the same run."""
     pytest.importorskip("mlflow", reason="hpctrain[tracking] is not installed")
-    from hpctrain._internal.storage import ResultWriter, RunDir
-    from hpctrain._internal.tracking import CallbackRunner
+    from hpctrain._internal.rundir.layout import ResultWriter, RunDir
+    from hpctrain._internal.allocation.tracking import CallbackRunner
     from hpctrain.callbacks import Callback
 
     class Seen(Callback):
@@ -324,7 +324,7 @@ class Seen:
 
 
 def _run_with_rows(tmp_path, n):
-    from hpctrain._internal.storage import ResultWriter, RunDir
+    from hpctrain._internal.rundir.layout import ResultWriter, RunDir
 
     run = RunDir(str(tmp_path / "run"))
     run.create()
@@ -335,7 +335,7 @@ def _run_with_rows(tmp_path, n):
 
 
 def test_tracking_trouble_never_stops_the_training(tmp_path, caplog, request):
-    from hpctrain._internal.tracking import TRACKING_FILE, CallbackRunner
+    from hpctrain._internal.allocation.tracking import TRACKING_FILE, CallbackRunner
 
     # hpctrain's warnings, wherever logging sends them (stderr through the last resort in
     # a plain script; the CLI's handler, which stops propagation, once a CLI ran here)
@@ -367,9 +367,9 @@ def test_the_requeue_comes_before_the_callbacks_end(tmp_path, monkeypatch):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "fake_pbs"))
     import _fakepbs as fakepbs
 
-    from hpctrain._internal.batch import end_allocation
-    from hpctrain._internal.recovery import requeue
-    from hpctrain._internal.tracking import CallbackRunner
+    from hpctrain._internal.allocation.batch import end_allocation
+    from hpctrain._internal.allocation.recovery import requeue
+    from hpctrain._internal.allocation.tracking import CallbackRunner
     from hpctrain.schedulers import get_scheduler
 
     pbs = fakepbs.FakePbs.install(tmp_path / "pbs", monkeypatch,
@@ -393,7 +393,7 @@ def test_mlflow_uses_the_run_s_store_and_keeps_credentials_out_of_the_run(tmp_pa
     pytest.importorskip("mlflow", reason="hpctrain[tracking] is not installed")
     from mlflow.tracking import MlflowClient
 
-    from hpctrain._internal.tracking import CALLBACKS_FILE, CallbackRunner, save_callbacks
+    from hpctrain._internal.allocation.tracking import CALLBACKS_FILE, CallbackRunner, save_callbacks
 
     # a server in the compute node's environment is not picked up (unreachable here:
     # it would be retried; with MLflow's default retries, for minutes)
@@ -434,7 +434,7 @@ def test_mlflow_uses_the_run_s_store_and_keeps_credentials_out_of_the_run(tmp_pa
 
 
 def test_a_replayed_iteration_counts_once_with_its_later_value():
-    from hpctrain._internal.report import metric_rows, summarize
+    from hpctrain.cli.views import metric_rows, summarize
 
     rows = [{"loss": 4.0, "_training_iteration": 1}, {"loss": 3.0, "_training_iteration": 2},
             {"loss": 9.0, "_training_iteration": 3},   # then a restart from iteration 2

@@ -48,7 +48,7 @@ def _wait_until_committed(ctx, iteration):
     make the tests' "resumed from checkpoint N" depend on timing."""
     import time
 
-    from hpctrain._internal.storage import RunDir
+    from hpctrain._internal.rundir.layout import RunDir
 
     run = RunDir(ctx.get_run_dir())
     for _ in range(400):
@@ -194,7 +194,7 @@ def fail_on_rank(config):
 def kill_during_checkpoint(config):
     """Commit checkpoint 0, then SIGKILL this rank while checkpoint 1's files are being
     copied (after the first file); the restart must resume from checkpoint 0."""
-    import hpctrain._internal.commit as commit
+    import hpctrain._internal.rundir.commit as commit
 
     ctx = hpctrain.get_context()
     ck = hpctrain.get_checkpoint()

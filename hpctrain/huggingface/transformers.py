@@ -54,7 +54,7 @@ __all__ = ["RayTrainReportCallback", "prepare_trainer"]
 
 
 def _context():
-    from .._internal.session import current_session
+    from hpctrain._internal.worker.session import current_session
 
     if current_session() is None:
         raise RuntimeError(

@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from filelock import FileLock
 
 from ..errors import ConfigError
-from .._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
-from .._internal.storage import RunDir
+from hpctrain._internal.rundir.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from hpctrain._internal.rundir.layout import RunDir
 
 MANIFEST = "sweep.json"
 FINISHED, FAILED, RUNNING, PENDING, INTERRUPTED = (
@@ -223,8 +223,8 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[i
     at a checkpoint (STOPPED) and starts no more; returns True then, else False."""
     from concurrent.futures import ThreadPoolExecutor, wait
 
-    from .._internal.progress import user_metrics
-    from .._internal.recovery import EARLY, THREADED
+    from hpctrain._internal.driver.progress import user_metrics
+    from hpctrain._internal.allocation.recovery import EARLY, THREADED
 
     stop = threading.Event()
     warned: List[str] = []  # (a list: the signal handler only appends)
@@ -295,7 +295,7 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[i
 
 
 def _last_row(run: RunDir) -> Dict[str, Any]:
-    from .._internal.storage import read_results
+    from hpctrain._internal.rundir.layout import read_results
 
     rows = read_results(run.result_file)
     return rows[-1] if rows else {}
@@ -306,7 +306,7 @@ def _sweep_signals(warning_signal: str, on_warning: Callable[[str], None]) -> It
     """A local sweep's signals (main thread only; the trials' supervisors run in other
     threads, where none can be installed): the warning signal calls ``on_warning``;
     SIGTERM/SIGHUP stop the sweep like Ctrl-C, as they stop a single run."""
-    from .._internal.recovery import stop_signals
+    from hpctrain._internal.allocation.recovery import stop_signals
 
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -47,7 +47,7 @@ def _score(result: Result, metric: str, scope: str) -> Optional[List[float]]:
     if scope == "last":
         values = [(result.metrics or {}).get(metric)]
     else:
-        from .._internal.storage import read_results
+        from hpctrain._internal.rundir.layout import read_results
 
         values = [row.get(metric) for row in read_results(os.path.join(result.path,
                                                                        "result.json"))]
@@ -155,7 +155,7 @@ class ResultGrid:
             raise ImportError("ResultGrid.get_dataframe() needs pandas.\n"
                               "HINT: pip install 'hpctrain[tune]' (or pip install pandas)"
                               ) from None
-        from .._internal.storage import flatten, read_results
+        from hpctrain._internal.rundir.layout import flatten, read_results
 
         rows = []
         for r in self._results:

@@ -249,8 +249,8 @@ def _removed_on_failure(sweep: SweepDir, fresh: bool):
 def _prepare_batch_trial(trainer: Any, sweep: SweepDir) -> None:
     """A trial's run directory for a batch job: payload, spec.toml and its own job.sh
     (the trial alone: what a resubmission after a stop submits)."""
-    from .._internal.fsutil import atomic_write_bytes
-    from .._internal.storage import RunDir
+    from hpctrain._internal.rundir.fsutil import atomic_write_bytes
+    from hpctrain._internal.rundir.layout import RunDir
     from ..schedulers import BatchRequest
 
     run = RunDir(trainer.run_path)
@@ -421,7 +421,7 @@ def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
     the local trials were stopped by the warning signal."""
     from ._sweep import follow as follow_sweep
 
-    from .._internal.storage_checks import check_shared_storage, ensure_storage_dir
+    from hpctrain._internal.rundir.checks import check_shared_storage, ensure_storage_dir
 
     sweep = SweepDir(sweep_path_of(spec))
     if not (local or spec.scheduler.kind == "local"):

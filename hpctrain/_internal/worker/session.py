@@ -32,12 +32,12 @@ import time
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..checkpoint import Checkpoint
-from ..cluster_env import WorkerInfo
-from ..config import CheckpointConfig
-from .commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
-from .fsutil import Background, json_default
-from .storage import ResultWriter, RunDir, autofilled
+from hpctrain.checkpoint import Checkpoint
+from hpctrain.cluster_env import WorkerInfo
+from hpctrain.config import CheckpointConfig
+from hpctrain._internal.rundir.commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
+from hpctrain._internal.rundir.fsutil import Background, json_default
+from hpctrain._internal.rundir.layout import ResultWriter, RunDir, autofilled
 
 DETAILED_ENV = "HPCTRAIN_RESULT_ENABLE_DETAILED_AUTOFILLED_METRICS"
 AGREE_BUDGET_S = 0.005   # agree about this often, at most, when reports come faster
@@ -271,14 +271,14 @@ class Session:
         dataset when ``DataConfig.datasets_to_split`` leaves ``name`` out."""
         if name not in self._shards:
             if name not in self.datasets:
-                from ..errors import ConfigError
+                from hpctrain.errors import ConfigError
 
                 have = ", ".join(repr(n) for n in self.datasets) or "none"
                 raise ConfigError(
                     f"get_dataset_shard: no dataset named {name!r} (this run has {have})",
                     hint="pass datasets={%r: \"/path/file.h5:images,labels\"} to the "
                          "trainer, or add it to the job file's [datasets]" % name)
-            from ..data import as_dataset
+            from hpctrain.data import as_dataset
 
             source = as_dataset(self.datasets[name], f"datasets.{name}")
             split = self.datasets_to_split == "all" or name in self.datasets_to_split
@@ -297,8 +297,8 @@ class Session:
         if self._resume_epochs is None:
             self._resume_epochs = {}
             if self.resume_checkpoint:
-                from ..checkpoint import METADATA_FILE
-                from .fsutil import read_json
+                from hpctrain.checkpoint import METADATA_FILE
+                from hpctrain._internal.rundir.fsutil import read_json
 
                 meta = read_json(os.path.join(self.resume_checkpoint, METADATA_FILE))
                 epochs = meta.get("data_epochs") if isinstance(meta, dict) else None

@@ -1,5 +1,5 @@
 """``hpctrain sweep job.toml`` and ``hpctrain results SWEEP_DIR`` (the parsers are in
-:mod:`hpctrain.cli`)."""
+:mod:`hpctrain.cli.main`)."""
 from __future__ import annotations
 
 import os
@@ -7,14 +7,14 @@ import shlex
 import sys
 from typing import Any, Optional
 
-from ..errors import ConfigError
+from hpctrain.errors import ConfigError
 
 
 def sweep_dir_of(name_or_path: str) -> Optional[str]:
     """The sweep directory ``name_or_path`` names (a path, or a name under the default
     storage path), or None when it is not a sweep."""
-    from ..config import default_storage_path
-    from ._sweep import SweepDir
+    from hpctrain.config import default_storage_path
+    from hpctrain.tune._sweep import SweepDir
 
     candidates = [name_or_path]
     if os.sep not in name_or_path and not name_or_path.startswith("."):
@@ -32,8 +32,8 @@ def _rerender(args: Any, name: str) -> str:
 
 
 def cmd_sweep(args: Any) -> int:
-    from ..spec import load_job_spec
-    from .tuner import render_from_spec, run_spec, sweep_path_of
+    from hpctrain.spec import load_job_spec
+    from hpctrain.tune.tuner import render_from_spec, run_spec, sweep_path_of
 
     spec = load_job_spec(args.job, args.overrides, site=args.site)
     if not spec.sweep:
@@ -44,7 +44,7 @@ def cmd_sweep(args: Any) -> int:
     name = os.path.basename(sweep_path_of(spec))
     local = spec.scheduler.kind == "local"
     if local and not args.dry_run:
-        from ..backends import check_installed
+        from hpctrain.backends import check_installed
 
         check_installed(spec.backend)  # here, every trial would fail without it
     if args.dry_run:
@@ -62,7 +62,7 @@ def cmd_sweep(args: Any) -> int:
     if local or args.follow:
         code = print_results(sweep.path, final=True)
         if stopped:  # like `hpctrain run`: stopped cleanly, continue it by running it again
-            from ..cli import EXIT_STOPPED
+            from hpctrain.cli.main import EXIT_STOPPED
 
             return EXIT_STOPPED
         return code
@@ -71,9 +71,9 @@ def cmd_sweep(args: Any) -> int:
 
 def _print_plan(spec: Any) -> None:
     """A local sweep's trials (``--dry-run``): index and config."""
-    from . import search
-    from ._sweep import SweepDir, trial_id
-    from .tuner import _space_of, sweep_path_of
+    from hpctrain.tune import search
+    from hpctrain.tune._sweep import SweepDir, trial_id
+    from hpctrain.tune.tuner import _space_of, sweep_path_of
 
     sweep = SweepDir(sweep_path_of(spec))
     if sweep.exists():
@@ -96,8 +96,8 @@ def print_results(path: str, final: bool = False) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .._internal.progress import user_metrics
-    from .result_grid import ResultGrid
+    from hpctrain._internal.driver.progress import user_metrics
+    from hpctrain.tune.result_grid import ResultGrid
 
     grid = ResultGrid.from_path(path)
     metric, mode = grid._metric, grid._mode
@@ -148,7 +148,7 @@ def print_results(path: str, final: bool = False) -> int:
 
 
 def _config_of(result: Any) -> dict:
-    from .._internal.storage import flatten
+    from hpctrain._internal.rundir.layout import flatten
 
     config = result.config or {}
     return flatten(config.get("train_loop_config", config) if isinstance(config, dict) else {})

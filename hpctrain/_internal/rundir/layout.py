@@ -27,9 +27,9 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from filelock import FileLock, Timeout
 
-from ..checkpoint import METADATA_FILE, Checkpoint
-from ..errors import CheckpointError, RunLockedError, RunNotFoundError
-from .fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
+from hpctrain.checkpoint import METADATA_FILE, Checkpoint
+from hpctrain.errors import CheckpointError, RunLockedError, RunNotFoundError
+from hpctrain._internal.rundir.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
                      read_json, remove_tree)
 
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{6,})$")

@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from ..errors import ConfigError, TrainingFailedError
-from .fsutil import atomic_write_bytes
-from .storage import LineTail, RunDir
+from hpctrain.errors import ConfigError, TrainingFailedError
+from hpctrain._internal.rundir.fsutil import atomic_write_bytes
+from hpctrain._internal.rundir.layout import LineTail, RunDir
 
 SUBMISSIONS = "submissions"
 
@@ -32,8 +32,8 @@ class Submission:
 
 def render(trainer: Any, spec: Any, rerender: str = ""):
     """The :class:`~hpctrain.schedulers.BatchRequest` and its script, checked."""
-    from ..schedulers import BatchRequest
-    from ..sites import check_limits
+    from hpctrain.schedulers import BatchRequest
+    from hpctrain.sites import check_limits
 
     check_limits(spec)
     request = BatchRequest(spec, trainer.run_path, rerender=rerender)
@@ -46,7 +46,7 @@ def submit(trainer: Any, spec: Any, *, rerender: str = "") -> Submission:
     Nothing is created when the script cannot be rendered; a run directory created here
     is removed again when the scheduler refuses the job."""
     request, script = render(trainer, spec, rerender)
-    from .storage_checks import check_shared_storage, ensure_storage_dir
+    from hpctrain._internal.rundir.checks import check_shared_storage, ensure_storage_dir
 
     check_shared_storage(spec, trainer.run_path)
     scheduler = request.scheduler
@@ -84,7 +84,7 @@ def _refuse_if_active(run: RunDir, state: Dict[str, Any], scheduler: Any) -> Non
     last = (state.get(SUBMISSIONS) or [None])[-1]
     if not last:
         return
-    from ..schedulers import get_scheduler
+    from hpctrain.schedulers import get_scheduler
 
     try:
         job = get_scheduler(last["scheduler"]).state(last["job_id"])
@@ -110,8 +110,8 @@ def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0, stream=None,
     record one). A requeued job (Slurm: same id, pending again) and a resubmitted one
     (PBS: the next job in ``state.json``) are followed on. Ctrl-C detaches and re-raises
     KeyboardInterrupt."""
-    from ..schedulers import get_scheduler
-    from .progress import Progress
+    from hpctrain.schedulers import get_scheduler
+    from hpctrain._internal.driver.progress import Progress
 
     run = RunDir(run_path)
     job = last_job(run)
@@ -183,8 +183,8 @@ def detach_message(run_path: str, job_id: str) -> str:
 def result_of(run_path: str, status: str):
     """The Result after ``follow()``; raises TrainingFailedError when the run failed or
     its job ended before the run did."""
-    from ..result import Result
-    from ..trainer import result_or_raise
+    from hpctrain.result import Result
+    from hpctrain.trainer import result_or_raise
 
     if status in ("FINISHED", "FAILED", "STOPPED"):
         return result_or_raise(run_path, status)
@@ -198,7 +198,7 @@ def result_of(run_path: str, status: str):
 
 def resolve_run(name_or_path: str) -> RunDir:
     """A run directory from a path, or from a run name under the default storage path."""
-    from ..config import default_storage_path
+    from hpctrain.config import default_storage_path
 
     candidates = [name_or_path]
     if os.sep not in name_or_path and not name_or_path.startswith("."):

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import ConfigError, HpctrainError
-from .storage import RunDir, read_results
+from hpctrain.errors import ConfigError, HpctrainError
+from hpctrain._internal.rundir.layout import RunDir, read_results
 
 
 def numeric(v: Any) -> bool:
@@ -46,7 +46,7 @@ def metric_rows(rows: List[Dict[str, Any]]) -> Dict[str, List[Tuple[int, float, 
     ...              {"loss": 1.0, "acc": {"top1": 0.5}, "_training_iteration": 2, "_timestamp": 6}])
     {'loss': [(1, 5, 2.0), (2, 6, 1.0)], 'acc/top1': [(2, 6, 0.5)]}
     """
-    from .storage import flatten
+    from hpctrain._internal.rundir.layout import flatten
 
     out: Dict[str, List[Tuple[int, float, float]]] = {}
     rows = [dict(row, _training_iteration=row.get("_training_iteration", i + 1))
@@ -110,7 +110,7 @@ def _duration(seconds: Optional[float]) -> str:
 
 def _score_settings(run: RunDir) -> Tuple[Optional[str], str]:
     try:
-        from ..spec import _read_toml
+        from hpctrain.spec import _read_toml
 
         ck = _read_toml(run.spec_file).get("checkpoint") or {}
     except ConfigError:
@@ -119,7 +119,7 @@ def _score_settings(run: RunDir) -> Tuple[Optional[str], str]:
 
 
 def _require_run(name_or_path: str) -> RunDir:
-    from .submission import resolve_run
+    from hpctrain._internal.driver.submission import resolve_run
 
     run = resolve_run(name_or_path)
     if not run.exists():
@@ -297,7 +297,7 @@ class LiveStatus:
 
 def live_status(run: RunDir, now: Optional[float] = None) -> LiveStatus:
     """Where a (running) run is: iteration, latest metrics, elapsed time, pace."""
-    from .progress import user_metrics
+    from hpctrain._internal.driver.progress import user_metrics
 
     now = now or time.time()
     state = run.read_state()
@@ -338,7 +338,7 @@ def status_lines(run: RunDir) -> List[str]:
 def follow_local(run: RunDir, poll_s: float = 0.5) -> str:
     """Follow a run started here (``hpctrain run``, ``fit()``) from another terminal:
     progress until its status is no longer RUNNING; returns that status."""
-    from .progress import Progress
+    from hpctrain._internal.driver.progress import Progress
 
     state = run.read_state()
     attempts = state.get("attempts") or []

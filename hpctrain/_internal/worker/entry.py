@@ -27,9 +27,9 @@ from typing import Any, Callable, Dict, Optional
 
 import cloudpickle
 
-from ..config import CheckpointConfig, ScalingConfig
-from .fsutil import atomic_write_bytes, atomic_write_json
-from .storage import RunDir
+from hpctrain.config import CheckpointConfig, ScalingConfig
+from hpctrain._internal.rundir.fsutil import atomic_write_bytes, atomic_write_json
+from hpctrain._internal.rundir.layout import RunDir
 
 # Variables the supervisor sets for every rank of an attempt.
 ENV_RUN_DIR = "HPCTRAIN_RUN_DIR"
@@ -95,9 +95,9 @@ def call_train_func(fn: Callable, config: Optional[Dict[str, Any]]) -> Any:
 
 
 def run_worker(run_dir: str) -> int:
-    from .. import cluster_env
-    from ..backends import get_backend
-    from .session import Session, StopTraining, set_session
+    from hpctrain import cluster_env
+    from hpctrain.backends import get_backend
+    from hpctrain._internal.worker.session import Session, StopTraining, set_session
 
     run = RunDir(run_dir)
     attempt = int(os.environ.get(ENV_ATTEMPT, "1"))
@@ -157,7 +157,7 @@ def _watch_stop_file(path: str) -> None:
     (one ``stat`` per ``STOP_POLL_S``; the other ranks learn it from the agreement)."""
     import threading
 
-    from .session import request_stop
+    from hpctrain._internal.worker.session import request_stop
 
     def watch() -> None:
         while not os.path.exists(path):
@@ -172,7 +172,7 @@ def _take_warning_signal() -> None:
     instead of killing the process (installed before anything slow is imported)."""
     import signal
 
-    from .session import request_stop  # here, not in the handler: no import at any instant
+    from hpctrain._internal.worker.session import request_stop  # here, not in the handler: no import at any instant
 
     name = os.environ.get(ENV_WARNING_SIGNAL, "USR1")
     signum = getattr(signal, "SIG" + name, None)
@@ -188,7 +188,7 @@ def _take_warning_signal() -> None:
 def _bind_gpus(info) -> None:
     """Apply the site's per-rank GPU binding (``scheduler.gpu_binding``) before any
     framework is imported."""
-    from .. import cluster_env
+    from hpctrain import cluster_env
 
     mode = os.environ.get("HPCTRAIN_GPU_BINDING", "none")
     devices = cluster_env.gpu_binding(
@@ -269,7 +269,7 @@ def _redirect_output() -> None:
     log_dir = os.environ.get("HPCTRAIN_RANK_LOG_DIR")
     if not log_dir:
         return
-    from .. import cluster_env
+    from hpctrain import cluster_env
 
     try:
         rank = cluster_env.worker_info_from_env().world_rank

@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import List, Optional
 
-from ..errors import ConfigError
-from .storage import RunDir
+from hpctrain.errors import ConfigError
+from hpctrain._internal.rundir.layout import RunDir
 
 
 @dataclass
@@ -51,7 +51,7 @@ def _run_entry(path: str) -> Entry:
 
 
 def _sweep_entry(path: str) -> Entry:
-    from ..tune._sweep import SweepDir
+    from hpctrain.tune._sweep import SweepDir
 
     sweep = SweepDir(path)
     manifest = sweep.read()
@@ -65,7 +65,7 @@ def _sweep_entry(path: str) -> Entry:
 
 def list_storage(storage_path: str) -> List[Entry]:
     """The runs and sweeps directly under ``storage_path``, newest first."""
-    from ..tune._sweep import SweepDir
+    from hpctrain.tune._sweep import SweepDir
 
     if not os.path.isdir(storage_path):
         raise ConfigError(f"{storage_path}: no such directory",

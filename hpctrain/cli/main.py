@@ -29,8 +29,8 @@ import subprocess
 import sys
 from typing import List, Optional
 
-from . import __version__
-from .errors import ConfigError, HpctrainError, TrainingFailedError, TrainingStoppedError
+from hpctrain import __version__
+from hpctrain.errors import ConfigError, HpctrainError, TrainingFailedError, TrainingStoppedError
 
 #: ``hpctrain run`` stopped cleanly after the warning signal (EX_TEMPFAIL: try again later).
 EXIT_STOPPED = 75
@@ -175,7 +175,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load(args, check_limits: bool = True):
-    from .spec import load_job_spec
+    from hpctrain.spec import load_job_spec
 
     return load_job_spec(args.job, args.overrides, site=getattr(args, "site", None),
                          check_limits=check_limits)
@@ -195,7 +195,7 @@ def _rerender_command(args, run_name: str) -> str:
 
 
 def _batch_trainer(args):
-    from .trainer import trainer_from_spec
+    from hpctrain.trainer import trainer_from_spec
 
     spec = _load(args)
     _refuse_sweep(spec)
@@ -210,7 +210,7 @@ def _batch_trainer(args):
 
 
 def cmd_render(args) -> int:
-    from ._internal.submission import render
+    from hpctrain._internal.driver.submission import render
 
     spec, trainer = _batch_trainer(args)
     _, script = render(trainer, spec, _rerender_command(args, trainer.run_name))
@@ -219,13 +219,13 @@ def cmd_render(args) -> int:
 
 
 def cmd_submit(args) -> int:
-    from ._internal import submission
+    from hpctrain._internal.driver import submission
 
     spec, trainer = _batch_trainer(args)
     trainer.check_datasets()
     rerender = _rerender_command(args, trainer.run_name)
     if args.dry_run:
-        from ._internal.storage_checks import check_shared_storage
+        from hpctrain._internal.rundir.checks import check_shared_storage
 
         check_shared_storage(spec, trainer.run_path)
         request, script = submission.render(trainer, spec, rerender)
@@ -244,7 +244,7 @@ def cmd_submit(args) -> int:
 
 
 def _follow(run_path: str, verbose: int = 1) -> int:
-    from ._internal import submission
+    from hpctrain._internal.driver import submission
 
     status = submission.follow(run_path, verbose=verbose)
     return _outcome(lambda: submission.result_of(run_path, status), run_path)
@@ -276,8 +276,8 @@ def _outcome(get_result, run_path: str, lead: str = "") -> int:
 
 
 def cmd_list(args) -> int:
-    from ._internal.listing import print_listing
-    from .config import default_storage_path
+    from hpctrain.cli.listing import print_listing
+    from hpctrain.config import default_storage_path
 
     storage = os.path.abspath(os.path.expanduser(args.storage or default_storage_path()))
     return print_listing(storage)
@@ -286,10 +286,10 @@ def cmd_list(args) -> int:
 def _sweep_status(path: str, follow: bool) -> int:
     """``hpctrain status SWEEP_DIR``: every trial's status (``--follow``: until the
     sweep's trials ended)."""
-    from .tune.cli import print_results as print_sweep
+    from hpctrain.cli.sweep import print_results as print_sweep
 
     if follow:
-        from .tune._sweep import SweepDir, follow as follow_sweep
+        from hpctrain.tune._sweep import SweepDir, follow as follow_sweep
 
         follow_sweep(SweepDir(path))
         return print_sweep(path, final=True)
@@ -297,11 +297,11 @@ def _sweep_status(path: str, follow: bool) -> int:
 
 
 def cmd_status(args) -> int:
-    from ._internal import submission
-    from .schedulers import get_scheduler
-    from .tune.cli import sweep_dir_of
+    from hpctrain._internal.driver import submission
+    from hpctrain.schedulers import get_scheduler
+    from hpctrain.cli.sweep import sweep_dir_of
 
-    from ._internal import report
+    from hpctrain.cli import views as report
 
     sweep = sweep_dir_of(args.run)
     if sweep is not None:
@@ -327,8 +327,8 @@ def cmd_status(args) -> int:
             print(f"  {sub['scheduler']} job {sub['job_id']}: {js.state}{reason}{where}")
         except Exception as e:  # noqa: BLE001 - show what is known
             print(f"  {sub['scheduler']} job {sub['job_id']}: state unknown ({e})")
-    from ._internal.progress import user_metrics
-    from ._internal.storage import read_results
+    from hpctrain._internal.driver.progress import user_metrics
+    from hpctrain._internal.rundir.layout import read_results
 
     rows = read_results(run.result_file) if os.path.exists(run.result_file) else []
     if state.get("status") == "RUNNING":
@@ -349,8 +349,8 @@ def cmd_status(args) -> int:
 def cmd_logs(args) -> int:
     import time
 
-    from ._internal import submission
-    from .schedulers import get_scheduler
+    from hpctrain._internal.driver import submission
+    from hpctrain.schedulers import get_scheduler
 
     run = submission.resolve_run(args.run)
     ids = submission.job_ids(run)
@@ -364,7 +364,7 @@ def cmd_logs(args) -> int:
     if not os.path.exists(path) and not args.follow:
         raise ConfigError(f"no output of rank {args.rank} in job {job_id} yet: {path}",
                           hint="ranks write it once they start; use --follow to wait")
-    from ._internal.storage import LineTail
+    from hpctrain._internal.rundir.layout import LineTail
 
     tail = LineTail(path)
     while True:
@@ -377,8 +377,8 @@ def cmd_logs(args) -> int:
 
 
 def cmd_cancel(args) -> int:
-    from ._internal import submission
-    from .job import Job
+    from hpctrain._internal.driver import submission
+    from hpctrain.job import Job
 
     run = submission.resolve_run(args.run)
     job = submission.last_job(run)
@@ -390,7 +390,7 @@ def cmd_cancel(args) -> int:
         raise ConfigError(f"cancelling {job['scheduler']} job {job['job_id']} failed: "
                           f"{(e.stderr or '').strip() or e}") from None
     if not cancelled:
-        from .schedulers import get_scheduler
+        from hpctrain.schedulers import get_scheduler
 
         js = get_scheduler(job["scheduler"]).state(job["job_id"])
         print(f"{job['scheduler']} job {job['job_id']} already ended ({js.state}); "
@@ -402,7 +402,7 @@ def cmd_cancel(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .tune.cli import cmd_sweep as sweep
+    from hpctrain.cli.sweep import cmd_sweep as sweep
 
     return sweep(args)
 
@@ -415,9 +415,9 @@ def _refuse_sweep(spec) -> None:
 
 
 def cmd_sites(args) -> int:
-    from .sites import available_sites, load_site, search_path
+    from hpctrain.sites import available_sites, load_site, search_path
 
-    from .userconfig import config_path, load_user_defaults
+    from hpctrain.userconfig import config_path, load_user_defaults
 
     user = load_user_defaults()
     if args.name:
@@ -465,7 +465,7 @@ def _console():
 
 def _default_rows(user) -> List[tuple]:
     """``(key, value, where it came from)`` of each user default."""
-    from .config import default_storage_path
+    from hpctrain.config import default_storage_path
 
     rows = []
     for key in ("site", "account", "storage_path"):
@@ -479,7 +479,7 @@ def _default_rows(user) -> List[tuple]:
 
 
 def cmd_validate(args) -> int:
-    from .trainer import trainer_from_spec
+    from hpctrain.trainer import trainer_from_spec
 
     spec = _load(args)
     trainer_from_spec(spec).check_datasets()  # the entry point, every config, data files
@@ -489,7 +489,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .trainer import trainer_from_spec
+    from hpctrain.trainer import trainer_from_spec
 
     spec = _load(args, check_limits=False)
     _refuse_sweep(spec)
@@ -502,7 +502,7 @@ def cmd_run(args) -> int:
 
 
 def _print_summary(result) -> None:
-    from ._internal.progress import user_metrics
+    from hpctrain._internal.driver.progress import user_metrics
 
     metrics = user_metrics(result.metrics or {})
     print(f"[hpctrain] run {result.status}: {result.path}")
@@ -513,10 +513,10 @@ def _print_summary(result) -> None:
 
 
 def cmd_results(args) -> int:
-    """``hpctrain results RUN``: one run's tables (see :mod:`hpctrain._internal.report`);
-    ``hpctrain results SWEEP_DIR``: the sweep's trials, ranked (:mod:`hpctrain.tune.cli`)."""
-    from ._internal.report import print_results
-    from .tune.cli import print_results as print_sweep, sweep_dir_of
+    """``hpctrain results RUN``: one run's tables (see :mod:`hpctrain.cli.views`);
+    ``hpctrain results SWEEP_DIR``: the sweep's trials, ranked (:mod:`hpctrain.cli.sweep`)."""
+    from hpctrain.cli.views import print_results
+    from hpctrain.cli.sweep import print_results as print_sweep, sweep_dir_of
 
     sweep = sweep_dir_of(args.run)
     if sweep is not None:
@@ -527,7 +527,7 @@ def cmd_results(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from ._internal.report import plot_runs
+    from hpctrain.cli.views import plot_runs
 
     output = args.output or f"{args.metric[0].replace('/', '_')}.png"
     args.runs = _runs_of(args.runs)
@@ -557,9 +557,9 @@ def _stdout_closed() -> int:
 def _runs_of(names: List[str]) -> List[str]:
     """Run names or directories, each sweep directory among them replaced by its trials'
     run directories."""
-    from ._internal.storage import RunDir
-    from .tune._sweep import SweepDir
-    from .tune.cli import sweep_dir_of
+    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.tune._sweep import SweepDir
+    from hpctrain.cli.sweep import sweep_dir_of
 
     out: List[str] = []
     for name in names:
@@ -581,12 +581,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(2)
     import logging
 
-    from ._internal.log import configure
+    from hpctrain._internal.log import configure
 
     configure(logging.WARNING if args.quiet else
               logging.DEBUG if args.verbose else logging.INFO)
     if args.command in ("run", "sweep"):  # a warning while starting must not kill it
-        from ._internal.recovery import catch_early_warnings
+        from hpctrain._internal.allocation.recovery import catch_early_warnings
 
         catch_early_warnings()
     handler = {"run": cmd_run, "validate": cmd_validate, "results": cmd_results,

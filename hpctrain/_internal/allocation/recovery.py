@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
-from .storage import RunDir
-from .supervisor import REQUEUED, STOPPED, Supervisor
+from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.allocation.supervisor import REQUEUED, STOPPED, Supervisor
 
 #: A chain of allocations ends after this many in a row that committed no new checkpoint
 #: (a loop that never reaches a checkpoint within one allocation would requeue forever).

@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional
 
 import cloudpickle
 
-from .fsutil import atomic_write_bytes, atomic_write_json, read_json
-from .storage import ResultTail, RunDir
+from hpctrain._internal.rundir.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from hpctrain._internal.rundir.layout import ResultTail, RunDir
 
 CALLBACKS_FILE = "callbacks.pkl"
 TRACKING_FILE = "tracking.json"
@@ -23,7 +23,7 @@ SAVE_EVERY_S = 1.0
 
 def _log(msg: str) -> None:
     """Trouble with a tracking callback (the training goes on): a warning."""
-    from .log import get_logger
+    from hpctrain._internal.log import get_logger
 
     get_logger("tracking").warning(msg)
 
@@ -71,7 +71,7 @@ class _SeedEraAdapter:
 
 
 def _wrap(cb: Any) -> Any:
-    from ..callbacks import Callback
+    from hpctrain.callbacks import Callback
 
     if isinstance(cb, Callback) or not hasattr(cb, "handle_result"):
         return cb
@@ -80,7 +80,7 @@ def _wrap(cb: Any) -> Any:
 
 def _config(run: RunDir) -> Dict[str, Any]:
     try:
-        from ..spec import _read_toml
+        from hpctrain.spec import _read_toml
 
         return dict(_read_toml(run.spec_file).get("config") or {})
     except Exception:  # noqa: BLE001 - the config is a nicety for the trackers
@@ -133,7 +133,7 @@ class CallbackRunner:
         if not self.callbacks:
             return self
         try:
-            from ..callbacks import RunInfo
+            from hpctrain.callbacks import RunInfo
 
             state = self._read_state()
             self._tail._offset = state.get("offset", 0)

@@ -20,7 +20,7 @@ import errno
 import os
 from typing import List, Optional, Tuple
 
-from ..errors import ConfigError
+from hpctrain.errors import ConfigError
 
 #: Filesystem types that live on one machine only.
 LOCAL_FS_TYPES = frozenset({"tmpfs", "ramfs", "devtmpfs", "overlay", "ext2", "ext3", "ext4",
@@ -37,7 +37,7 @@ def _storage_key_where(spec) -> Tuple[str, Optional[str]]:
     if spec is None:
         return key, None
     if spec.run.storage_path is None:
-        from ..config import DEFAULT_STORAGE_ENV
+        from hpctrain.config import DEFAULT_STORAGE_ENV
 
         return key, (f"the default storage path (${DEFAULT_STORAGE_ENV}, the user config's "
                      "storage_path, or ~/hpctrain_results)")

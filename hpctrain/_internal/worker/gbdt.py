@@ -8,7 +8,7 @@ import os
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from ..errors import ConfigError
+from hpctrain.errors import ConfigError
 
 Metrics = Optional[Union[str, List[str], Dict[str, str]]]
 
@@ -80,7 +80,7 @@ def report(metrics: Dict[str, Any], save: Optional[Callable[[str], None]] = None
 
 def model_path(checkpoint: Any, filename: str) -> str:
     """The model file of a checkpoint; a clear error when it has none."""
-    from ..checkpoint import Checkpoint
+    from hpctrain.checkpoint import Checkpoint
 
     if not isinstance(checkpoint, Checkpoint):
         raise ConfigError(f"get_model: expected a hpctrain.Checkpoint, got {type(checkpoint).__name__}",

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Dict, Optional
 
-from .storage import ResultTail, RunDir
+from hpctrain._internal.rundir.layout import ResultTail, RunDir
 
 MAX_METRICS = 8
 

@@ -55,8 +55,8 @@ def _show(value: Any) -> str:
 def check_resume(run_path: str, spec_file: str, new: Dict[str, Any], run_name: str) -> None:
     """Refuse to continue the run at ``run_path`` with a changed scale, backend, datasets
     or ``[config]``; the error lists each change."""
-    from ..errors import ConfigError
-    from ..spec import _read_toml
+    from hpctrain.errors import ConfigError
+    from hpctrain.spec import _read_toml
 
     if not os.path.exists(spec_file):
         return

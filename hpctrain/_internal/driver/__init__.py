@@ -1,0 +1,6 @@
+"""The driver side: the process a user runs (a laptop, a login node) that submits a run,
+follows it and shows its progress.
+
+* :mod:`.submission` — submit, record, follow, find a batch run.
+* :mod:`.progress` — the live progress panel read from ``result.json``.
+"""

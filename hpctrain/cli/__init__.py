@@ -1,0 +1,10 @@
+"""The ``hpctrain`` command line (:mod:`.main`) and its views of run directories.
+
+* :mod:`.main` — the parsers and the subcommands.
+* :mod:`.views` — ``results``, ``plot``, ``status`` of one run.
+* :mod:`.listing` — ``hpctrain list``.
+* :mod:`.sweep` — ``hpctrain sweep`` and a sweep's results.
+"""
+from hpctrain.cli.main import main
+
+__all__ = ["main"]

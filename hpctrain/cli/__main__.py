@@ -1,0 +1,4 @@
+"""``python -m hpctrain.cli`` — the same as the ``hpctrain`` command."""
+from hpctrain.cli.main import main
+
+main()
