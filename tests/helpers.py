@@ -141,3 +141,38 @@ def assert_quickstart_checkpoints(run_path, *, epochs, world_size, width):
     assert rank_log(run_path, 0).count(DUPLICATE_WARNING) == 1
     for r in range(1, world_size):
         assert DUPLICATE_WARNING not in rank_log(run_path, r)
+
+
+def pbs_job_file(tmp_path, storage, name, *, function="deterministic", config=None,
+                 time_="00:10:00", warning=None, failure=(), launcher="mpirun", setup=None,
+                 pythonpath=False):
+    """A PBS job spec for tests/workloads.py:<function> (site generic-pbs, queue workq,
+    2 workers on one node, Open MPI's mpirun allowed to run as root): one file for the
+    fake-MoM tests (test_pbs_flow, test_pbs_recovery) and the real server's
+    (test_pbs_server). ``failure``: extra lines of the [failure] table."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    config = {"epochs": 3} if config is None else config
+    lines = [f'site = "generic-pbs"', "[job]",
+             f'entrypoint = "{os.path.join(here, "workloads.py")}:{function}"',
+             "[run]", f'name = "{name}"', f'storage_path = "{storage}"',
+             "[scaling]", "num_workers = 2", "workers_per_node = 2",
+             "[scheduler]", 'queue = "workq"']
+    if time_:
+        lines.append(f'time = "{time_}"')
+    lines.append(f'launcher = "{launcher}"')
+    if launcher == "mpirun":
+        lines.append('launcher_args = ["--oversubscribe", "--bind-to", "none"]')
+    lines.append("[failure]")
+    if warning:
+        lines.append(f'warning_time = "{warning}"')
+    lines.extend(failure)
+    if setup:
+        lines += ["[setup]", f"commands = {json.dumps(setup)}"]
+    lines += ["[env]", 'OMPI_ALLOW_RUN_AS_ROOT = "1"', 'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"']
+    if pythonpath:
+        lines.append(f'PYTHONPATH = "{os.path.dirname(here)}"')
+    lines.append("[config]")
+    lines += [f"{k} = {json.dumps(v)}" for k, v in config.items()]
+    path = tmp_path / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)

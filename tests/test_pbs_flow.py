@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import workloads
-from helpers import assert_same_state, cli, final_state, needs_mpirun
+from helpers import assert_same_state, cli, final_state, needs_mpirun, pbs_job_file
 from hpctrain import RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
 
@@ -34,29 +34,7 @@ def pbs(tmp_path, monkeypatch):
 
 
 def job_file(tmp_path, storage, name):
-    path = tmp_path / f"{name}.toml"
-    path.write_text(f"""
-site = "generic-pbs"
-[job]
-entrypoint = "{os.path.join(HERE, 'workloads.py')}:deterministic"
-[run]
-name = "{name}"
-storage_path = "{storage}"
-[scaling]
-num_workers = 2
-workers_per_node = 2
-[scheduler]
-queue = "workq"
-time = "00:10:00"
-launcher = "mpirun"
-launcher_args = ["--oversubscribe", "--bind-to", "none"]
-[env]
-OMPI_ALLOW_RUN_AS_ROOT = "1"
-OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"
-[config]
-epochs = 3
-""")
-    return str(path)
+    return pbs_job_file(tmp_path, storage, name)
 
 
 @needs_mpirun

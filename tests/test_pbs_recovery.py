@@ -21,7 +21,7 @@ import sys
 import pytest
 
 import workloads
-from helpers import assert_same_state, cli, final_state, needs_mpirun
+from helpers import assert_same_state, cli, final_state, needs_mpirun, pbs_job_file
 from hpctrain import RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
 
@@ -52,33 +52,8 @@ def workdir(tmp_path, monkeypatch):
 
 
 def job_file(tmp_path, storage, name, *, config, walltime, warning, failure=""):
-    path = tmp_path / f"{name}.toml"
-    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
-    path.write_text(f"""
-site = "generic-pbs"
-[job]
-entrypoint = "{os.path.join(HERE, 'workloads.py')}:on_demand"
-[run]
-name = "{name}"
-storage_path = "{storage}"
-[scaling]
-num_workers = 2
-workers_per_node = 2
-[scheduler]
-queue = "workq"
-{f'time = "{walltime}"' if walltime else ""}
-launcher = "mpirun"
-launcher_args = ["--oversubscribe", "--bind-to", "none"]
-[failure]
-{f'warning_time = "{warning}"' if warning else ""}
-{failure}
-[env]
-OMPI_ALLOW_RUN_AS_ROOT = "1"
-OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"
-[config]
-{body}
-""")
-    return str(path)
+    return pbs_job_file(tmp_path, storage, name, function="on_demand", config=config,
+                        time_=walltime, warning=warning, failure=[failure] if failure else ())
 
 
 def run_job(pbs, run, job_id, **kw):
@@ -416,7 +391,7 @@ def test_pbs_script_stamps_its_start_and_holds_the_warning_before_the_set_up(tmp
     assert started < at("trap 'export HPCTRAIN_WARNED=1' USR1") < at('cd "$PBS_O_WORKDIR"')
     assert at('cd "$PBS_O_WORKDIR"') < at("echo set-up") < at("trap '' USR1")
     assert at("trap '' USR1") < next(i for i, l in enumerate(lines)
-                                      if l.startswith("exec ") and "_internal.batch" in l)
+                                      if l.startswith("exec ") and "_internal.allocation.batch" in l)
     assert 'warning_time = "15s"' in script  # the embedded spec carries the warning
 
 

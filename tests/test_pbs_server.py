@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from helpers import cli, wait_for
+from helpers import cli, pbs_job_file, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: The code under test, for the job's batch step too (a PBS job does not inherit the
@@ -102,35 +102,9 @@ def pbs(pbs_server, monkeypatch, tmp_path):
 
 def job_file(tmp_path, storage, name, *, function="deterministic", config, time_="00:05:00",
              warning=None, launcher="mpirun", max_failures=0, setup=None):
-    path = tmp_path / f"{name}.toml"
-    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
-    path.write_text(f"""
-site = "generic-pbs"
-[job]
-entrypoint = "{os.path.join(HERE, 'workloads.py')}:{function}"
-[run]
-name = "{name}"
-storage_path = "{storage}"
-[scaling]
-num_workers = 2
-workers_per_node = 2
-[scheduler]
-queue = "workq"
-{f'time = "{time_}"' if time_ else ""}
-launcher = "{launcher}"
-{'launcher_args = ["--oversubscribe", "--bind-to", "none"]' if launcher == "mpirun" else ""}
-[failure]
-max_failures = {max_failures}
-{f'warning_time = "{warning}"' if warning else ""}
-{f"[setup]{chr(10)}commands = {json.dumps(setup)}" if setup else ""}
-[env]
-PYTHONPATH = "{REPO}"
-OMPI_ALLOW_RUN_AS_ROOT = "1"
-OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"
-[config]
-{body}
-""")
-    return str(path)
+    return pbs_job_file(tmp_path, storage, name, function=function, config=config, time_=time_,
+                        warning=warning, failure=[f"max_failures = {max_failures}"],
+                        launcher=launcher, setup=setup, pythonpath=True)
 
 
 def read_state(run):
