@@ -510,8 +510,9 @@ def _is_search_space(value: Any) -> bool:
     """A search-space entry (``tune.grid_search([...])``, ``tune.choice([...])``…)."""
     if isinstance(value, dict) and len(value) == 1 and "grid_search" in value:
         return True
-    search = __import__("sys").modules.get("hpctrain.tune.search")
-    return search is not None and isinstance(value, search.Domain)
+    from hpctrain.search_space import Domain
+
+    return isinstance(value, Domain)
 
 
 def _check_int(key: str, value: Any, minimum: int) -> None:

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from ._internal.tomlfile import read_toml
 from .errors import ConfigError
 
 SITE_PATH_ENV = "HPCTRAIN_SITE_PATH"
@@ -149,15 +150,14 @@ def available_sites() -> Dict[str, str]:
 
 
 def load_site(name: str, *, key: str = "site", file: Optional[str] = None) -> Site:
-    """Find and validate the site config ``name``."""
+    """Find the site config ``name`` and check its own tables ([site], [limits]); its
+    settings are checked against the job spec's schema by :func:`hpctrain.spec.load_site`."""
     return load_site_file(find_site(name, key=key, file=file))
 
 
 def load_site_file(path: str) -> Site:
-    """Read and validate one site config; errors name this file and the key."""
-    from .spec import _read_toml  # one TOML reader, one set of error messages
-
-    data = _read_toml(path)
+    """Read one site config and check its own tables; errors name this file and the key."""
+    data = read_toml(path)  # one TOML reader, one set of error messages
     stem = os.path.splitext(os.path.basename(path))[0]
 
     def err(k: str, message: str, hint: Optional[str] = None) -> ConfigError:
@@ -187,10 +187,6 @@ def load_site_file(path: str) -> Site:
     if not isinstance(layer["scheduler"], dict):
         raise err("scheduler", "expected a table ([scheduler] section)")
     layer["scheduler"].setdefault("kind", scheduler)
-    # Validate the layer on its own, so a broken site config is blamed on itself.
-    from .spec import spec_from_dict
-
-    spec_from_dict(layer, file=path, base_dir=os.path.dirname(path))
     return Site(name=stem, path=path, description=meta.get("description", ""),
                 scheduler=scheduler, docs=meta.get("docs", ""), limits=limits, layer=layer)
 

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
-import difflib
 import hashlib
 import importlib
 import importlib.util
-import json
 import keyword
 import os
 import re
@@ -34,7 +32,15 @@ import tomli_w
 
 from .config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
                      SchedulerConfig, SetupConfig)
+from . import sites
 from .errors import ConfigError
+from .sites import Site, derive_nodes
+from .sites import check_limits as check_site_limits
+from .userconfig import load_user_defaults
+from ._internal.tomlfile import did_you_mean as _did_you_mean
+from ._internal.tomlfile import kind_name as _kind
+from ._internal.tomlfile import read_toml as _read_toml
+from ._internal.tomlfile import show_value as _show
 
 __all__ = [
     "BACKENDS", "EntryPoint", "JobSpec", "apply_overrides", "load_job_spec", "spec_from_dict",
@@ -125,31 +131,6 @@ _MINIMUM: Dict[str, int] = {f"{b}.timeout_s": 1 for b in BACKENDS}
 _MINIMUM.update({"sweep.num_samples": 1, "sweep.max_concurrent_trials": 1, "sweep.seed": 0})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-_KIND_NAMES = [
-    (bool, "boolean"), (int, "integer"), (float, "float"), (str, "string"),
-    (list, "array"), (dict, "table"), (_dt.datetime, "datetime"), (_dt.date, "date"),
-    (_dt.time, "time"),
-]
-
-
-def _kind(value: Any) -> str:
-    """TOML-ish name of a value's type: ``"two"`` → ``string``."""
-    for typ, name in _KIND_NAMES:
-        if isinstance(value, typ):
-            return name
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    """Render a found value as it would appear in TOML (``"two"``, ``true``, ``2.5``)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _matches(kind: str, value: Any) -> bool:
     if kind in ("walltime", "memory"):
         return True  # hpctrain.units explains what is wrong
@@ -170,12 +151,7 @@ def _matches(kind: str, value: Any) -> bool:
     return isinstance(value, dict)  # "numbers", "directives": entries checked separately
 
 
-def _did_you_mean(name: str, valid: Sequence[str]) -> Optional[str]:
-    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else None
-
-
-class _Ctx:
+class Ctx:
     """Where values came from: the job file, or (per dotted key) the site config or the
     command-line override (``origins`` maps dotted keys to those places)."""
 
@@ -211,7 +187,7 @@ class _Ctx:
         return ConfigError(err.message, file=self.where(key), hint=err.hint)
 
 
-def _check_env(ctx: _Ctx, table: Any) -> Dict[str, str]:
+def _check_env(ctx: Ctx, table: Any) -> Dict[str, str]:
     """``[env]``: variable names → string values."""
     if not isinstance(table, dict):
         raise ctx.error("env", f"expected a table ([env] section), got {_show(table)} "
@@ -259,7 +235,7 @@ def _is_credential(name: str) -> bool:
     return bool(CREDENTIAL_RE.search(name))
 
 
-def _check_datasets(ctx: _Ctx, table: Any, base_for: Callable[[str], str]) -> Dict[str, Any]:
+def _check_datasets(ctx: Ctx, table: Any, base_for: Callable[[str], str]) -> Dict[str, Any]:
     """``[datasets]``: name → "file.h5:col1,col2" or a table of options."""
     if not isinstance(table, dict):
         raise ctx.error("datasets", f"expected a table ([datasets] section), got {_show(table)} "
@@ -280,7 +256,7 @@ def _check_datasets(ctx: _Ctx, table: Any, base_for: Callable[[str], str]) -> Di
     return out
 
 
-def _check_data_config(ctx: _Ctx, table: Dict[str, Any], datasets: Dict[str, Any]) -> DataConfig:
+def _check_data_config(ctx: Ctx, table: Dict[str, Any], datasets: Dict[str, Any]) -> DataConfig:
     """``[data]``: ``datasets_to_split`` names datasets of ``[datasets]`` (or is "all")."""
     key = "data.datasets_to_split"
     try:
@@ -291,7 +267,7 @@ def _check_data_config(ctx: _Ctx, table: Dict[str, Any], datasets: Dict[str, Any
     return config
 
 
-def _check_callbacks(ctx: _Ctx, table: Dict[str, Any]) -> List[Any]:
+def _check_callbacks(ctx: Ctx, table: Dict[str, Any]) -> List[Any]:
     if not table:
         return []
     from .callbacks import from_toml
@@ -302,7 +278,7 @@ def _check_callbacks(ctx: _Ctx, table: Dict[str, Any]) -> List[Any]:
         raise ctx.reraise(e) from None
 
 
-def _unknown_key(ctx: _Ctx, section: str, key: str) -> ConfigError:
+def _unknown_key(ctx: Ctx, section: str, key: str) -> ConfigError:
     valid = SECTIONS[section] or {}
     hint = _did_you_mean(key, valid)
     if hint is None:
@@ -314,7 +290,7 @@ def _unknown_key(ctx: _Ctx, section: str, key: str) -> ConfigError:
     return ctx.error(f"{section}.{key}", f"unknown key in [{section}]", hint)
 
 
-def _unknown_section(ctx: _Ctx, name: str) -> ConfigError:
+def _unknown_section(ctx: Ctx, name: str) -> ConfigError:
     homes = [s for s, keys in SECTIONS.items() if keys and name in keys]
     hint = f"{name!r} belongs in [{homes[0]}]" if homes else _did_you_mean(name, list(SECTIONS))
     if hint is None:
@@ -322,7 +298,7 @@ def _unknown_section(ctx: _Ctx, name: str) -> ConfigError:
     return ctx.error(name, "unknown section", hint)
 
 
-def _check_value(ctx: _Ctx, key: str, kind: str, value: Any) -> Any:
+def _check_value(ctx: Ctx, key: str, kind: str, value: Any) -> Any:
     """Type-check one value of a fixed-schema section; return it (copied if a table)."""
     if not _matches(kind, value):
         hint = None
@@ -363,7 +339,7 @@ def _check_value(ctx: _Ctx, key: str, kind: str, value: Any) -> Any:
             out_d[name] = item
         return out_d
     if kind == "space":
-        from .tune.search import from_tables
+        from .search_space import from_tables
 
         from_tables(value, key, ctx.error)  # checks every domain; the tables stay as given
         return copy.deepcopy(value)
@@ -385,7 +361,7 @@ def _check_value(ctx: _Ctx, key: str, kind: str, value: Any) -> Any:
     return value
 
 
-def _check_table(ctx: _Ctx, section: str, table: Any) -> Dict[str, Any]:
+def _check_table(ctx: Ctx, section: str, table: Any) -> Dict[str, Any]:
     """Validate one fixed-schema section; return ``{key: value}`` as given."""
     if not isinstance(table, dict):
         raise ctx.error(section, f"expected a table ([{section}] section), got "
@@ -399,7 +375,7 @@ def _check_table(ctx: _Ctx, section: str, table: Any) -> Dict[str, Any]:
     return out
 
 
-def _expand_path(ctx: _Ctx, key: str, value: str, base_dir: str) -> str:
+def _expand_path(ctx: Ctx, key: str, value: str, base_dir: str) -> str:
     """Expand ``~`` and ``$VARS``; make a relative path absolute against ``base_dir``."""
     expanded = os.path.expandvars(os.path.expanduser(value))
     missing = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
@@ -605,10 +581,10 @@ class JobSpec:
 
     def where(self, key: str) -> Optional[str]:
         """The file (or ``override '...'``) that set ``key``, for error messages."""
-        return _Ctx(self.source, self.origins).where(key)
+        return Ctx(self.source, self.origins).where(key)
 
     def __post_init__(self) -> None:
-        ctx = _Ctx(self.source)
+        ctx = Ctx(self.source)
         if isinstance(self.entrypoint, str):
             self.entrypoint = EntryPoint.parse(self.entrypoint, base_dir=os.getcwd(),
                                                file=self.source)
@@ -693,7 +669,7 @@ def _tomlable(value: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- loading
-def _build(ctx: _Ctx, cls: Any, **kwargs: Any) -> Any:
+def _build(ctx: Ctx, cls: Any, **kwargs: Any) -> Any:
     try:
         return cls(**kwargs)
     except ConfigError as e:
@@ -708,7 +684,7 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
     maps dotted keys set by overrides to the override text, so errors name the override
     (and its relative paths resolve against the working directory instead).
     """
-    ctx = _Ctx(file, origins)
+    ctx = Ctx(file, origins)
     if not isinstance(data, Mapping):
         raise ConfigError(f"expected a table of sections, got {_kind(data)}", file=file)
     for name, value in data.items():
@@ -770,30 +746,6 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
                   setup=setup, env=dict(data.get("env", {})), site=data.get("site"),
                   datasets=datasets, data_config=data_config,
                   sweep=sweep, source=file, origins=dict(ctx.origins))
-
-
-def _read_toml(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError("job spec file not found", file=path) from None
-    except IsADirectoryError:
-        raise ConfigError("expected a TOML file, got a directory", file=path) from None
-    except PermissionError:
-        raise ConfigError("cannot read the job spec: permission denied", file=path) from None
-    except OSError as e:
-        raise ConfigError(f"cannot read the job spec: {e.strerror or e}", file=path) from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"invalid TOML: not UTF-8 text ({e.reason} at byte {e.start})",
-                          file=path) from None
-    except tomllib.TOMLDecodeError as e:
-        m = re.match(r"^(.*) \(at line (\d+), column (\d+)\)$", str(e))
-        msg = (f"invalid TOML at line {m.group(2)}, column {m.group(3)}: {m.group(1)}" if m
-               else f"invalid TOML: {e}")
-        raise ConfigError(msg, file=path) from None
-
-
 def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[str] = None,
                   require_entrypoint: bool = True, check_limits: bool = True) -> JobSpec:
     """Read ``path`` (TOML), layer it, validate it.
@@ -811,8 +763,6 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     data = _read_toml(path)
     origins: Dict[str, str] = {}
     over = _apply_overrides({}, overrides, origins, keep_deletes=True)
-    from .userconfig import load_user_defaults
-
     user = load_user_defaults()
     site_name = site if site is not None else over.get("site", data.get("site"))
     site_file = ("command line (--site)" if site is not None else
@@ -825,8 +775,6 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     layers: List[tuple] = []
     site_config = None
     if site_name is not None:
-        from .sites import load_site
-
         if not isinstance(site_name, str):
             raise ConfigError(f"site: expected a site name (a string), got {_show(site_name)}",
                               file=site_file, hint="`hpctrain sites` lists them")
@@ -835,7 +783,7 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     layers.extend(user.layer())
     layers.append((data, None))
     layers.append((over, "overrides"))
-    merged = _merge_layers(layers, origins, job_file=path)
+    merged = merge_layers(layers, origins, job_file=path)
     _prefer_later_layer(merged, origins, path)
     if site_name is not None:
         merged["site"] = site_name
@@ -844,16 +792,21 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     spec.site_config = site_config
     if require_entrypoint and spec.entrypoint is None:
         raise ConfigError('job.entrypoint: missing; expected "module:function" or '
-                          '"file.py:function"', file=_Ctx(path, origins).where("job.entrypoint"),
+                          '"file.py:function"', file=Ctx(path, origins).where("job.entrypoint"),
                           hint='add  [job]  entrypoint = "train.py:train_func"')
-    from .sites import derive_nodes
-
     derive_nodes(spec)
     if check_limits:
-        from .sites import check_limits as _check_limits
-
-        _check_limits(spec)
+        check_site_limits(spec)
     return spec
+
+
+def load_site(name: str, *, key: str = "site", file: Optional[str] = None) -> Site:
+    """The site config ``name`` (:func:`hpctrain.sites.load_site`), its settings checked on
+    their own against the job spec's schema, so that a broken site config is blamed on
+    itself (``<site file>: scheduler.queu: unknown key``)."""
+    site = sites.load_site(name, key=key, file=file)
+    spec_from_dict(site.layer, file=site.path, base_dir=os.path.dirname(site.path))
+    return site
 
 
 #: Pairs of keys that say the same thing; when both are set by different layers, the later
@@ -866,7 +819,7 @@ _SYNONYMS = [("scheduler.partition", "scheduler.queue"),
 def _prefer_later_layer(merged: Dict[str, Any], origins: Mapping[str, str],
                         job_file: str) -> None:
     def rank(key: str) -> int:
-        where = _Ctx(job_file, origins).where(key)
+        where = Ctx(job_file, origins).where(key)
         if where and where.startswith("override "):
             return 3
         return 2 if where == job_file else 1
@@ -890,7 +843,7 @@ def _prefer_later_layer(merged: Dict[str, Any], origins: Mapping[str, str],
         elif a == "scheduler.partition" and na[ka] != nb[kb]:
             raise ConfigError(f"scheduler: partition = {_show(na[ka])} and queue = "
                               f"{_show(nb[kb])} name two different places",
-                              file=_Ctx(job_file, origins).where(a),
+                              file=Ctx(job_file, origins).where(a),
                               hint="give one of them (they mean the same: a Slurm partition "
                                    "or a PBS queue)")
 
@@ -903,7 +856,7 @@ def _without_deletes(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def _merge_layers(layers: Sequence[tuple], origins: MutableMapping[str, str],
+def merge_layers(layers: Sequence[tuple], origins: MutableMapping[str, str],
                   job_file: Optional[str] = None) -> Dict[str, Any]:
     """Merge ``(data, where)`` layers, last wins; record in ``origins`` where each key set
     by a site layer came from (``where=None``: the job file; ``"overrides"``: origins
@@ -998,7 +951,7 @@ def _apply_overrides(data: Mapping[str, Any], overrides: Sequence[str],
                               file=where)
         raw_key, _, raw_value = text.partition("=")
         path = _override_key(text, raw_key.strip())
-        ctx = _Ctx(where)
+        ctx = Ctx(where)
         section, dotted = path[0], ".".join(path)
         if path == ["site"]:
             value = _override_value(text, raw_value.strip())

@@ -143,12 +143,12 @@ class DataParallelTrainer:
         spec = self._python_spec()
         if self.site is None and self.scheduler.kind == "local":
             return spec
-        from .spec import _merge_layers, spec_from_dict
+        from .spec import merge_layers, spec_from_dict
 
         layers = []
         site = None
         if self.site is not None:
-            from .sites import load_site
+            from .spec import load_site
 
             site = load_site(self.site, key="site", file="TorchTrainer(site=...)")
             layers.append((site.layer, site.path))
@@ -162,7 +162,7 @@ class DataParallelTrainer:
             data.get("scheduler", {}).pop("kind", None)  # site="x" alone: the site's scheduler
         layers.append((data, None))
         origins: Dict[str, str] = {}
-        merged = _merge_layers(layers, origins)
+        merged = merge_layers(layers, origins)
         if site is not None:
             merged["site"] = site.name
         merged.setdefault("job", {}).pop("entrypoint", None)
@@ -441,9 +441,9 @@ def _batch_settings(run: RunDir, scheduler: Any) -> Dict[str, Any]:
     if scheduler is not None:
         return {"scheduler": scheduler}
     try:
-        from .spec import _read_toml
+        from ._internal.tomlfile import read_toml
 
-        data = _read_toml(run.spec_file)
+        data = read_toml(run.spec_file)
     except ConfigError:
         return {}
     table = dict(data.get("scheduler") or {})
@@ -457,9 +457,9 @@ def _batch_settings(run: RunDir, scheduler: Any) -> Dict[str, Any]:
 def _setup_and_env(run: RunDir) -> Dict[str, Any]:
     """The ``[setup]`` and ``[env]`` a batch run was submitted with."""
     try:
-        from .spec import _read_toml
+        from ._internal.tomlfile import read_toml
 
-        data = _read_toml(run.spec_file)
+        data = read_toml(run.spec_file)
     except ConfigError:
         return {}
     return {k: data[k] for k in ("setup", "env") if data.get(k)}

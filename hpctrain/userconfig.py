@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+from ._internal.tomlfile import did_you_mean, kind_name, read_toml, show_value
 from .errors import ConfigError
 
 SITE_ENV = "HPCTRAIN_SITE"
@@ -72,18 +73,16 @@ def load_user_defaults() -> UserDefaults:
     out = UserDefaults()
     path = config_path()
     if os.path.exists(path):
-        from .spec import _did_you_mean, _kind, _read_toml, _show
-
-        data = _read_toml(path)
+        data = read_toml(path)
         for key, value in data.items():
             if key not in KEYS:
-                hint = _did_you_mean(key, list(KEYS)) or ""
+                hint = did_you_mean(key, list(KEYS)) or ""
                 raise ConfigError(f"{key}: unknown key in the user config", file=path,
                                   hint=(hint + " " if hint else "") +
                                   "valid keys: " + ", ".join(KEYS))
             if not isinstance(value, str) or not value.strip():
-                raise ConfigError(f"{key}: expected a non-empty string, got {_show(value)} "
-                                  f"({_kind(value)})", file=path,
+                raise ConfigError(f"{key}: expected a non-empty string, got {show_value(value)} "
+                                  f"({kind_name(value)})", file=path,
                                   hint=f'e.g. {key} = "{_EXAMPLES[key]}"')
             out.values[key] = value
             out.sources[key] = path

@@ -20,7 +20,8 @@ import pytest
 
 from hpctrain.errors import ConfigError
 from hpctrain.schedulers import BatchRequest
-from hpctrain.sites import PACKAGE_SITE_DIR, SITE_PATH_ENV, available_sites, load_site
+from hpctrain.sites import PACKAGE_SITE_DIR, SITE_PATH_ENV, available_sites
+from hpctrain.spec import load_site
 from hpctrain.spec import load_job_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

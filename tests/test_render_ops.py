@@ -185,7 +185,7 @@ def test_juwels_rendezvous_goes_to_the_infiniband_hostname(tmp_path):
                                      '"<project>@h100", got 3'),
 ])
 def test_new_site_keys_are_checked(tmp_path, monkeypatch, body, message):
-    from hpctrain.sites import load_site
+    from hpctrain.spec import load_site
 
     sites = tmp_path / "sites"
     sites.mkdir()

@@ -9,7 +9,8 @@ import pytest
 from hpctrain.cluster_env import gpu_binding
 from hpctrain.errors import ConfigError
 from hpctrain.launchers import launcher_for
-from hpctrain.sites import PACKAGE_SITE_DIR, available_sites, load_site
+from hpctrain.sites import PACKAGE_SITE_DIR, available_sites
+from hpctrain.spec import load_site
 from hpctrain.spec import load_job_spec
 
 ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads.py") + ":deterministic"

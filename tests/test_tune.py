@@ -324,7 +324,7 @@ def test_pbs_array_script_and_the_fake_qsub(tmp_path, storage, monkeypatch):
     assert grid.get_best_result().config == {"train_loop_config": {"input": 3}}
 
 
-@pytest.mark.parametrize("name", ["hpctrain.tune.search", "hpctrain.tune._sweep"])
+@pytest.mark.parametrize("name", ["hpctrain.search_space", "hpctrain.tune._sweep"])
 def test_docstring_examples_of_the_sweep_helpers(name):
     import doctest
     import importlib

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from hpctrain._internal.worker.session import Coordinator
+from hpctrain._internal.worker.session import Coordinator, current_session
 from ..cluster_env import WorkerInfo
 from ..errors import ConfigError
 from .base import Backend
@@ -69,8 +69,6 @@ class TorchBackend(Backend):
                 f"{info.hosts[info.node_rank] if info.hosts else 'this host'}.\n"
                 "HINT: request GPUs from the scheduler, or set use_gpu=False.")
         if gpu:
-            from ..torch import gpu_indices
-
             torch.cuda.set_device(gpu_indices(
                 info.local_rank, info.local_world_size,
                 int(os.environ.get("HPCTRAIN_GPUS_PER_WORKER", "1")))[0])
@@ -131,3 +129,41 @@ def _tell_deepspeed(gpu: bool) -> None:
 
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def gpu_indices(local_rank: int, local_world_size: int, gpus_per_worker: int):
+    """This rank's CUDA device indices, from what it sees (``CUDA_VISIBLE_DEVICES``, else
+    the driver's count); the backend binds the first one before the process group."""
+    import torch
+
+    from hpctrain.cluster_env import local_gpu_indices, visible_gpu_count
+
+    visible = visible_gpu_count(os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                torch.cuda.device_count())
+    return local_gpu_indices(visible, local_rank=local_rank,
+                             local_world_size=local_world_size,
+                             gpus_per_worker=gpus_per_worker)
+
+
+def get_device():
+    """This rank's (first) device: ``cuda:<i>`` when the run uses GPUs, else ``cpu``
+    (Ray: ``get_devices()[0]``)."""
+    return get_devices()[0]
+
+
+def get_devices():
+    """Every device of this rank, as ``torch.device``s (Ray's ``get_devices()``): its
+    ``gpus_per_worker`` GPUs (``cuda:0``, ``cuda:1``… among those it sees: see
+    :func:`hpctrain.cluster_env.local_gpu_indices`) when the run uses GPUs, else
+    ``[cpu]``."""
+    import torch
+
+    s = current_session()
+    use_gpu = s.use_gpu if s is not None else torch.cuda.is_available()
+    if use_gpu and torch.cuda.is_available():
+        indices = gpu_indices(s.info.local_rank if s is not None else 0,
+                              s.info.local_world_size if s is not None else 1,
+                              (s.gpus_per_worker if s is not None else 0) or 1)
+        if indices:
+            return [torch.device("cuda", i) for i in indices]
+    return [torch.device("cpu")]

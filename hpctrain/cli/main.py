@@ -415,7 +415,8 @@ def _refuse_sweep(spec) -> None:
 
 
 def cmd_sites(args) -> int:
-    from hpctrain.sites import available_sites, load_site, search_path
+    from hpctrain.sites import available_sites, search_path
+    from hpctrain.spec import load_site
 
     from hpctrain.userconfig import config_path, load_user_defaults
 

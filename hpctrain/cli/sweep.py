@@ -73,14 +73,14 @@ def _print_plan(spec: Any) -> None:
     """A local sweep's trials (``--dry-run``): index and config."""
     from hpctrain.tune import search
     from hpctrain.tune._sweep import SweepDir, trial_id
-    from hpctrain.tune.tuner import _space_of, sweep_path_of
+    from hpctrain.tune.tuner import space_of, sweep_path_of
 
     sweep = SweepDir(sweep_path_of(spec))
     if sweep.exists():
         trials = [(t["index"], t["config"]) for t in sweep.read()["trials"]]
     else:
         seed = spec.sweep.get("seed", 0)
-        trials = list(enumerate(search.expand(_space_of(spec), spec.sweep.get("num_samples", 1),
+        trials = list(enumerate(search.expand(space_of(spec), spec.sweep.get("num_samples", 1),
                                               seed)))
     for i, config in trials:
         print(f"{trial_id(i)}  {config.get('train_loop_config', config)}")

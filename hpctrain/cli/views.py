@@ -110,9 +110,9 @@ def _duration(seconds: Optional[float]) -> str:
 
 def _score_settings(run: RunDir) -> Tuple[Optional[str], str]:
     try:
-        from hpctrain.spec import _read_toml
+        from hpctrain._internal.tomlfile import read_toml
 
-        ck = _read_toml(run.spec_file).get("checkpoint") or {}
+        ck = read_toml(run.spec_file).get("checkpoint") or {}
     except ConfigError:
         ck = {}
     return ck.get("checkpoint_score_attribute"), ck.get("checkpoint_score_order", "max")

@@ -72,7 +72,7 @@ def torch_device(device: Any) -> Any:
 
         if current_session() is None:
             return torch.device("cpu")
-        from ..torch import get_device
+        from ..backends.torch import get_device
 
         return get_device()
     try:

@@ -161,7 +161,7 @@ def _flatten(job: tp.Mapping[str, tp.Any]) -> tp.Dict[str, str]:
     return out
 
 
-def _qstat_jobs(text: tp.Union[bytes, str]) -> tp.Optional[tp.Dict[str, tp.Any]]:
+def qstat_jobs(text: tp.Union[bytes, str]) -> tp.Optional[tp.Dict[str, tp.Any]]:
     """The ``Jobs`` object of ``qstat -F json`` output ({} for a header without it); None if not JSON."""
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
@@ -202,7 +202,7 @@ class PbsInfoWatcher(core.InfoWatcher):
 
     def read_info(self, string: tp.Union[bytes, str]) -> tp.Dict[str, tp.Dict[str, str]]:
         """``{job_id: {"State": ..., "job_state": "R", "Exit_status": "0", ...}}`` from qstat's JSON."""
-        jobs = _qstat_jobs(string)
+        jobs = qstat_jobs(string)
         if not jobs:
             return {}
         out: tp.Dict[str, tp.Dict[str, str]] = {}
@@ -281,7 +281,7 @@ def _history_refused(proc: "subprocess.CompletedProcess[bytes]") -> bool:
     without job history."""
     if _NO_HISTORY in proc.stderr.decode(errors="replace"):
         return True
-    return proc.returncode not in (0, 35, 153) and _qstat_jobs(proc.stdout) is None
+    return proc.returncode not in (0, 35, 153) and qstat_jobs(proc.stdout) is None
 
 
 def _missing_reason(job_id: str, returncode: int, stderr: str, *, single: bool) -> tp.Optional[str]:

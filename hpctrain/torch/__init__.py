@@ -9,7 +9,7 @@ import os
 import random
 from typing import Any, Dict, Optional
 
-from ..backends.torch import TorchConfig
+from ..backends.torch import TorchConfig, get_device, get_devices
 from ..trainer import DataParallelTrainer
 
 __all__ = ["TorchTrainer", "TorchConfig", "prepare_model", "prepare_data_loader", "get_device",
@@ -32,44 +32,6 @@ def _session():
     from hpctrain._internal.worker.session import current_session
 
     return current_session()
-
-
-def get_device():
-    """This rank's (first) device: ``cuda:<i>`` when the run uses GPUs, else ``cpu``
-    (Ray: ``get_devices()[0]``)."""
-    return get_devices()[0]
-
-
-def get_devices():
-    """Every device of this rank, as ``torch.device``s (Ray's ``get_devices()``): its
-    ``gpus_per_worker`` GPUs (``cuda:0``, ``cuda:1``… among those it sees: see
-    :func:`hpctrain.cluster_env.local_gpu_indices`) when the run uses GPUs, else
-    ``[cpu]``."""
-    import torch
-
-    s = _session()
-    use_gpu = s.use_gpu if s is not None else torch.cuda.is_available()
-    if use_gpu and torch.cuda.is_available():
-        indices = gpu_indices(s.info.local_rank if s is not None else 0,
-                              s.info.local_world_size if s is not None else 1,
-                              (s.gpus_per_worker if s is not None else 0) or 1)
-        if indices:
-            return [torch.device("cuda", i) for i in indices]
-    return [torch.device("cpu")]
-
-
-def gpu_indices(local_rank: int, local_world_size: int, gpus_per_worker: int):
-    """This rank's CUDA device indices, from what it sees (``CUDA_VISIBLE_DEVICES``, else
-    the driver's count); the backend binds the first one before the process group."""
-    import torch
-
-    from ..cluster_env import local_gpu_indices, visible_gpu_count
-
-    visible = visible_gpu_count(os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                torch.cuda.device_count())
-    return local_gpu_indices(visible, local_rank=local_rank,
-                             local_world_size=local_world_size,
-                             gpus_per_worker=gpus_per_worker)
 
 
 def prepare_model(model, move_to_device: bool = True, parallel_strategy: Optional[str] = "ddp",

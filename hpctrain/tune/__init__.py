@@ -23,7 +23,8 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from ..config import SyncConfig
-from .legacy import ExperimentAnalysis, LegacyTrainable, TuneError, run
+from ..train import LegacyTrainable
+from .legacy import ExperimentAnalysis, TuneError, run
 from .result_grid import ResultGrid, TrialResult
 from .search import choice, grid_search, loguniform, randint, uniform
 from .tuner import TuneConfig, Tuner

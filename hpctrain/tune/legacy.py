@@ -20,52 +20,15 @@ trainer's workers, with the seed-era ``train.report``/``save_checkpoint``/
 """
 from __future__ import annotations
 
-import inspect
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError, HpctrainError
 
 
 class TuneError(HpctrainError):
     """``tune.run`` with ``raise_on_failed_trial=True`` (the default): a trial failed."""
-
-
-class LegacyTrainable:
-    """What ``Trainer.to_tune_trainable(train_func)`` returns: pass it to
-    :func:`run` (or to a :class:`~hpctrain.tune.Tuner`)."""
-
-    def __init__(self, legacy_trainer: Any, train_func: Callable, dataset: Any = None):
-        if dataset is not None:
-            raise ConfigError("to_tune_trainable(dataset=...): Ray Datasets are not available "
-                              "in hpctrain", hint="load the data inside the training function")
-        if not callable(train_func):
-            raise TypeError(f"train_func must be a function, got {type(train_func).__name__}")
-        if len(inspect.signature(train_func).parameters) > 1:
-            raise ValueError("train_func should take in a 0 or 1 arguments.")
-        self._legacy = legacy_trainer
-        self.train_func = train_func
-        self.__name__ = getattr(train_func, "__name__", "trainable")
-
-    def trainer(self):
-        """The hpctrain trainer one trial runs (the legacy trainer's backend and workers)."""
-        from ..config import FailureConfig, RunConfig, ScalingConfig
-        from ..train import CheckpointStrategy, _WorkerEntry
-
-        t = self._legacy
-        takes_config = len(inspect.signature(self.train_func).parameters) == 1
-        strategy = CheckpointStrategy()
-        kwargs = {t._config_keyword: t._backend_config} if t._backend_config is not None else {}
-        trainer = t._trainer_cls(
-            _WorkerEntry(self.train_func, takes_config, strategy, None),
-            scaling_config=ScalingConfig(num_workers=t._num_workers, use_gpu=t._use_gpu,
-                                         resources_per_worker=t._resources_per_worker),
-            run_config=RunConfig(verbose=0, checkpoint_config=strategy._checkpoint_config(),
-                                 failure_config=FailureConfig(max_failures=t._max_retries)),
-            **kwargs)
-        trainer._first_checkpoint_index = 1  # checkpoint ids start at 1, as in Ray 1.x
-        return trainer
 
 
 class Trial:

@@ -74,7 +74,7 @@ class ResultGrid:
         never started included, with their status)."""
         sweep = SweepDir(path)
         if not sweep.exists():
-            raise _not_a_sweep(sweep.path, "ResultGrid.from_path")
+            raise not_a_sweep(sweep.path, "ResultGrid.from_path")
         m = sweep.read()
         results = [TrialResult.for_trial(sweep, t, sweep.trial_status(t["index"], m))
                    for t in m.get("trials", [])]
@@ -180,7 +180,7 @@ class ResultGrid:
 __all__ = ["ResultGrid", "TrialResult", "PENDING"]
 
 
-def _not_a_sweep(path: str, caller: str) -> Exception:
+def not_a_sweep(path: str, caller: str) -> Exception:
     """The error for a path that is not a sweep directory (a ValueError and a
     FileNotFoundError, as for a run directory)."""
     from ..errors import RunNotFoundError

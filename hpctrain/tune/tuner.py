@@ -111,9 +111,9 @@ class Tuner:
         ones that did not finish (and the errored ones with ``resume_errored``)."""
         sweep = SweepDir(path)
         if not sweep.exists():
-            from .result_grid import _not_a_sweep
+            from .result_grid import not_a_sweep
 
-            raise _not_a_sweep(sweep.path, "Tuner.restore")
+            raise not_a_sweep(sweep.path, "Tuner.restore")
         m = sweep.read()
         tuner = cls(trainable, param_space=None, tune_config=TuneConfig(
             metric=m.get("metric"), mode=m.get("mode"),
@@ -305,7 +305,7 @@ def trial_scaling(base: Any, config: Dict[str, Any]) -> Any:
 
 def _as_trainer(trainable: Any, param_space: Dict[str, Any]):
     """``(trainer, config shape)`` for what a Tuner was given."""
-    from .legacy import LegacyTrainable
+    from ..train import LegacyTrainable
 
     DataParallelTrainer = _trainer_classes()
     if isinstance(trainable, DataParallelTrainer):
@@ -335,10 +335,10 @@ def _as_trainer(trainable: Any, param_space: Dict[str, Any]):
 
 
 # --------------------------------------------------------------------------- TOML
-def _space_of(spec: Any) -> Dict[str, Any]:
-    from ..spec import _Ctx
+def space_of(spec: Any) -> Dict[str, Any]:
+    from ..spec import Ctx
 
-    ctx = _Ctx(spec.source, spec.origins)
+    ctx = Ctx(spec.source, spec.origins)
     return {"train_loop_config": search.from_tables(
         spec.sweep.get("param_space", {}), "sweep.param_space", ctx.error)}
 
@@ -350,7 +350,7 @@ def manifest_from_spec(sweep: SweepDir, spec: Any) -> Dict[str, Any]:
 
     sw = spec.sweep
     check_json(sw.get("param_space", {}), "sweep.param_space", spec.source)  # (TOML dates)
-    space = _space_of(spec)
+    space = space_of(spec)
     n = sw.get("num_samples", 1)
     m = open_manifest(sweep, space=space, expand_fn=lambda seed: search.expand(space, n, seed),
                       fingerprint=search.fingerprint(space, n), num_samples=n,
@@ -408,7 +408,7 @@ def render_from_spec(spec: Any, rerender: str) -> List[str]:
             import secrets
 
             spec.sweep["seed"] = secrets.randbelow(2 ** 31)
-        indices = list(range(search.count(_space_of(spec), spec.sweep.get("num_samples", 1))))
+        indices = list(range(search.count(space_of(spec), spec.sweep.get("num_samples", 1))))
     return render_arrays(spec, sweep, split_arrays(indices, max_array_size(spec)),
                          max_concurrent=spec.sweep.get("max_concurrent_trials"),
                          rerender=rerender)

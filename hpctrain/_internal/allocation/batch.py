@@ -272,7 +272,7 @@ def pbs_job_walltime(job_id: str) -> Optional[int]:
     when qstat cannot tell."""
     import subprocess
 
-    from hpctrain.schedulers.pbs_submitit import _qstat_jobs
+    from hpctrain.schedulers.pbs_submitit import qstat_jobs
     from hpctrain.units import parse_walltime
 
     try:
@@ -280,7 +280,7 @@ def pbs_job_walltime(job_id: str) -> Optional[int]:
                            text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
-    for job in (_qstat_jobs(p.stdout) or {}).values():
+    for job in (qstat_jobs(p.stdout) or {}).values():
         walltime = (job.get("Resource_List") or {}).get("walltime")
         if walltime:
             try:

@@ -80,9 +80,9 @@ def _wrap(cb: Any) -> Any:
 
 def _config(run: RunDir) -> Dict[str, Any]:
     try:
-        from hpctrain.spec import _read_toml
+        from hpctrain._internal.tomlfile import read_toml
 
-        return dict(_read_toml(run.spec_file).get("config") or {})
+        return dict(read_toml(run.spec_file).get("config") or {})
     except Exception:  # noqa: BLE001 - the config is a nicety for the trackers
         return {}
 

@@ -56,12 +56,12 @@ def check_resume(run_path: str, spec_file: str, new: Dict[str, Any], run_name: s
     """Refuse to continue the run at ``run_path`` with a changed scale, backend, datasets
     or ``[config]``; the error lists each change."""
     from hpctrain.errors import ConfigError
-    from hpctrain.spec import _read_toml
+    from hpctrain._internal.tomlfile import read_toml
 
     if not os.path.exists(spec_file):
         return
     try:
-        old = _read_toml(spec_file)
+        old = read_toml(spec_file)
     except ConfigError:
         return  # an unreadable old spec: nothing to compare with
     changes = spec_changes(old, new)

@@ -1,0 +1,72 @@
+"""Reading TOML files hpctrain is given (job specs, site configs, the user config), and
+the words its errors use for what was found.
+
+One reader, one set of error messages: every file is named, a syntax error gives its line
+and column, and a value is shown as it would appear in TOML.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import json
+import re
+import sys
+from typing import Any, Dict, Optional, Sequence
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from hpctrain.errors import ConfigError
+
+_KIND_NAMES = [
+    (bool, "boolean"), (int, "integer"), (float, "float"), (str, "string"),
+    (list, "array"), (dict, "table"), (_dt.datetime, "datetime"), (_dt.date, "date"),
+    (_dt.time, "time"),
+]
+
+
+def kind_name(value: Any) -> str:
+    """TOML-ish name of a value's type: ``"two"`` → ``string``."""
+    for typ, name in _KIND_NAMES:
+        if isinstance(value, typ):
+            return name
+    return type(value).__name__
+
+
+def show_value(value: Any) -> str:
+    """Render a found value as it would appear in TOML (``"two"``, ``true``, ``2.5``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def did_you_mean(name: str, valid: Sequence[str]) -> Optional[str]:
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else None
+
+
+def read_toml(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError("job spec file not found", file=path) from None
+    except IsADirectoryError:
+        raise ConfigError("expected a TOML file, got a directory", file=path) from None
+    except PermissionError:
+        raise ConfigError("cannot read the job spec: permission denied", file=path) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read the job spec: {e.strerror or e}", file=path) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"invalid TOML: not UTF-8 text ({e.reason} at byte {e.start})",
+                          file=path) from None
+    except tomllib.TOMLDecodeError as e:
+        m = re.match(r"^(.*) \(at line (\d+), column (\d+)\)$", str(e))
+        msg = (f"invalid TOML at line {m.group(2)}, column {m.group(3)}: {m.group(1)}" if m
+               else f"invalid TOML: {e}")
+        raise ConfigError(msg, file=path) from None
