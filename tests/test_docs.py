@@ -166,7 +166,7 @@ def test_snippets_run(page, tmp_path):
     (work / "blocks.json").write_text(json.dumps(_runnable(page)))
     (work / "run_blocks.py").write_text(_RUNNER)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               HPCTRAIN_STORAGE_PATH=str(tmp_path / "runs"),
+               HPCTRAIN_STORAGE_PATH=str(work / "runs"),  # "runs" in the snippets
                XDG_CONFIG_HOME=str(tmp_path / "xdg"), OMP_NUM_THREADS="1",
                HPCTRAIN_DOCS_TEST="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop("HPCTRAIN_SITE", None)
