@@ -76,7 +76,7 @@ class RunInfo:
         (a crash may leave it empty: then a new tracking run starts, with a warning)."""
         import sys
 
-        from hpctrain._internal.rundir.fsutil import read_json
+        from hpctrain._internal.fsutil import read_json
 
         try:
             state = read_json(self.state_file(kind), default={}) or {}
@@ -91,7 +91,7 @@ class RunInfo:
             return {}
 
     def save_state(self, kind: str, state: Dict[str, Any]) -> None:
-        from hpctrain._internal.rundir.fsutil import atomic_write_json
+        from hpctrain._internal.fsutil import atomic_write_json
 
         atomic_write_json(self.state_file(kind), state, sync=False)
 
@@ -131,7 +131,7 @@ def user_metrics(row: Dict[str, Any]) -> Dict[str, float]:
     >>> user_metrics({"loss": 0.5, "acc": {"top1": 1}, "_timestamp": 9, "ok": True, "s": "x"})
     {'loss': 0.5, 'acc/top1': 1}
     """
-    from hpctrain._internal.rundir.layout import flatten
+    from hpctrain._internal.metrics import flatten
 
     return {k: v for k, v in flatten(row).items()
             if not k.startswith("_") and k != "checkpoint_dir_name"
@@ -352,7 +352,7 @@ class MLflowLoggerCallback(Callback):
         if self.log_params and run.config:
             from mlflow.entities import Param
 
-            from hpctrain._internal.rundir.layout import flatten
+            from hpctrain._internal.metrics import flatten
 
             params = [Param(k, str(v)[:6000]) for k, v in flatten(run.config).items()]
             for i in range(0, len(params), 100):

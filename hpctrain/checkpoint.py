@@ -101,7 +101,7 @@ class Checkpoint:
         if not isinstance(metadata, dict):
             raise TypeError(f"Checkpoint.set_metadata expects a dict, got "
                             f"{type(metadata).__name__}")
-        from hpctrain._internal.rundir.fsutil import atomic_write_bytes
+        from hpctrain._internal.fsutil import atomic_write_bytes
 
         try:
             data = json.dumps(metadata)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .checkpoint import Checkpoint
-from .errors import TrainingFailedError
+from .errors import TrainingFailedError, TrainingStoppedError
 from hpctrain._internal.rundir.layout import RunDir, read_results
 
 
@@ -82,7 +82,7 @@ class Result:
 def _worker_exception(run: RunDir, attempt: Dict[str, Any]) -> Optional[BaseException]:
     """The exception object the failed rank of ``attempt`` raised, when it left one
     (``error.rank-R.pickle``, see the worker) that unpickles here."""
-    from hpctrain._internal.rundir.fsutil import load_own_pickle
+    from hpctrain._internal.fsutil import load_own_pickle
     from ._internal.worker.entry import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES
 
     number, rank = attempt.get("attempt"), attempt.get("failed_rank")
@@ -91,3 +91,22 @@ def _worker_exception(run: RunDir, attempt: Dict[str, Any]) -> Optional[BaseExce
     exc = load_own_pickle(os.path.join(run.attempt_dir(number), ERROR_PICKLE.format(rank=rank)),
                           MAX_ERROR_PICKLE_BYTES)
     return exc if isinstance(exc, BaseException) else None
+
+
+def result_or_raise(path: str, status: str) -> Result:
+    """The Result of a run that ended with ``status``; raises its TrainingFailedError
+    (carrying the Result) when it FAILED."""
+    result = Result.from_path(path)
+    if status == "STOPPED":
+        state = RunDir(path).read_state()
+        raise TrainingStoppedError(
+            f"the run stopped cleanly after the scheduler's warning and was not requeued: "
+            f"{state.get('stopped_because')}; its latest checkpoint is "
+            f"{result.checkpoint.path if result.checkpoint else None}"
+            f"\nHINT: continue it with Trainer.restore({path!r}).fit(), or run or submit "
+            "the job again", result=result)
+    if status == "FAILED":
+        err = result.error or TrainingFailedError("training failed", result=result)
+        err.result = result
+        raise err
+    return result

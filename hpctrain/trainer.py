@@ -14,12 +14,12 @@ from typing import Any, Callable, Dict, Optional
 
 from hpctrain._internal.driver.progress import Progress
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.allocation.supervisor import FAILED, FINISHED, INTERRUPTED, STOPPED, Supervisor
+from hpctrain._internal.allocation.supervisor import FINISHED, INTERRUPTED, Supervisor
 from ._internal.worker.entry import WorkerPayload
 from .checkpoint import Checkpoint
 from .config import DataConfig, RunConfig, ScalingConfig, default_storage_path
-from .errors import ConfigError, TrainingFailedError, TrainingStoppedError
-from .result import Result
+from .errors import ConfigError
+from .result import Result, result_or_raise
 
 SCHEDULERS = ("local", "slurm", "pbs")
 _LOCAL_RUNS = itertools.count()
@@ -225,7 +225,7 @@ class DataParallelTrainer:
         save_callbacks(run, self.run_config.callbacks)
         # The driver's sys.path additions, for a batch job to import what the payload
         # pickled by reference (read before the payload is unpickled).
-        from hpctrain._internal.rundir.fsutil import atomic_write_json
+        from hpctrain._internal.fsutil import atomic_write_json
 
         atomic_write_json(run.driver_file, {"pythonpath": driver_pythonpath()["PYTHONPATH"]},
                           sync=False)
@@ -475,25 +475,6 @@ def _failure_config(state: Dict[str, Any]):
     from .config import FailureConfig
 
     return FailureConfig(max_failures=int(state.get("max_failures", 0)))
-
-
-def result_or_raise(path: str, status: str) -> Result:
-    """The Result of a run that ended with ``status``; raises its TrainingFailedError
-    (carrying the Result) when it FAILED."""
-    result = Result.from_path(path)
-    if status == STOPPED:
-        state = RunDir(path).read_state()
-        raise TrainingStoppedError(
-            f"the run stopped cleanly after the scheduler's warning and was not requeued: "
-            f"{state.get('stopped_because')}; its latest checkpoint is "
-            f"{result.checkpoint.path if result.checkpoint else None}"
-            f"\nHINT: continue it with Trainer.restore({path!r}).fit(), or run or submit "
-            "the job again", result=result)
-    if status == FAILED:
-        err = result.error or TrainingFailedError("training failed", result=result)
-        err.result = result
-        raise err
-    return result
 
 
 def trainer_from_spec(spec) -> DataParallelTrainer:

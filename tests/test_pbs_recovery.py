@@ -391,7 +391,7 @@ def test_pbs_script_stamps_its_start_and_holds_the_warning_before_the_set_up(tmp
     assert started < at("trap 'export HPCTRAIN_WARNED=1' USR1") < at('cd "$PBS_O_WORKDIR"')
     assert at('cd "$PBS_O_WORKDIR"') < at("echo set-up") < at("trap '' USR1")
     assert at("trap '' USR1") < next(i for i, l in enumerate(lines)
-                                      if l.startswith("exec ") and "_internal.allocation.batch" in l)
+                                      if l.startswith("exec ") and "_internal.batch" in l)
     assert 'warning_time = "15s"' in script  # the embedded spec carries the warning
 
 
@@ -421,7 +421,7 @@ def test_fake_mom_runs_only_queued_jobs_and_kills_at_the_walltime(tmp_path, pbs,
 
 
 def test_timer_arms_only_on_pbs_from_the_scripts_start_stamp(tmp_path, storage, monkeypatch):
-    from hpctrain._internal.allocation.batch import _timer
+    from hpctrain._internal.batch import _timer
     from hpctrain.schedulers.base import warning_seconds
     from hpctrain.spec import load_job_spec
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from hpctrain._internal.worker import rendezvous
-from hpctrain._internal.worker.rendezvous import TcpGroup, reserve_port
+from hpctrain._internal import rendezvous
+from hpctrain._internal.rendezvous import TcpGroup, reserve_port
 
 
 def free_port():

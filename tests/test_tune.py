@@ -570,7 +570,7 @@ def test_array_tasks_run_their_trial_when_the_manifest_lock_is_busy(tmp_path, st
     sweep.json's lock in time still runs its trial (its state.json is the truth)."""
     from filelock import FileLock
 
-    from hpctrain._internal.allocation.batch import _run
+    from hpctrain._internal.batch import _run
     from hpctrain._internal.allocation.recovery import PendingStop
     from hpctrain._internal.rundir.layout import RunDir
     from hpctrain.tune import _batch

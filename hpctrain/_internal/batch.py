@@ -1,7 +1,294 @@
-"""``python -m hpctrain._internal.batch``: the batch step's command line before the move to
-:mod:`hpctrain._internal.allocation.batch`. A job script rendered by an older hpctrain and
-still queued (or requeued) runs it after an upgrade; it runs the batch step unchanged."""
-import runpy
+"""The batch step: what a rendered job script runs on the first node of its allocation.
+
+    python -m hpctrain._internal.batch RUN_DIR [--script PATH]  < resolved spec (TOML)
+
+The script carries the resolved spec (a heredoc on stdin), so a script rendered with
+``hpctrain render`` and submitted by hand with ``sbatch``/``qsub`` is complete: when the
+run directory has no payload yet (nothing was submitted from Python), this step creates
+the run from the spec. Then the supervisor runs the attempts with the spec's launcher
+(srun, mpiexec, local) until the training finished or failed for good.
+
+On the scheduler's warning (``#SBATCH --signal=B:<sig>@<s>``; on PBS the supervisor's
+own timer from the job's start and walltime) the ranks checkpoint and stop, and this
+step requeues the job (:mod:`.recovery`).
+
+Exit status: 0 finished, or stopped cleanly (requeued or not: ``state.json`` says which),
+1 failed, 2 bad spec, 130 interrupted (SIGTERM from the scheduler: cancel, the time
+limit without a warning).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import time
+from typing import Callable, List, Optional
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from hpctrain._internal.rundir.layout import RunDir
+
+#: Environment of every rank: GPU binding asked for by the site (applied in the worker).
+ENV_GPU_BINDING = "HPCTRAIN_GPU_BINDING"
+ENV_GPU_BINDING_VAR = "HPCTRAIN_GPU_BINDING_VAR"
+ENV_GPUS_PER_WORKER = "HPCTRAIN_GPUS_PER_WORKER"
+#: How long the job waits for the run directory's lock (held briefly by `hpctrain submit`).
+LOCK_WAIT_S = 120.0
+
+
+def _log(msg: str) -> None:
+    print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+
+
+def load_spec(text: str, run_dir: str):
+    from hpctrain.spec import spec_from_dict
+
+    data = tomllib.loads(text)
+    return spec_from_dict(data, file=os.path.join(run_dir, "spec.toml"), base_dir=run_dir)
+
+
+def prepare(run: RunDir, spec, script: Optional[str]) -> None:
+    """Create the run from the spec when nothing was submitted from Python; keep the
+    script that runs it as ``job.sh``."""
+    from hpctrain.trainer import trainer_from_spec
+
+    if not os.path.exists(run.payload_file):
+        trainer = trainer_from_spec(spec)
+        trainer._run_path = run.path
+        trainer._prepare_run()
+    job_sh = os.path.join(run.path, "job.sh")
+    if script and os.path.isfile(script) and not os.path.exists(job_sh):
+        shutil.copyfile(script, job_sh)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hpctrain._internal.batch")
+    p.add_argument("run_dir")
+    p.add_argument("--script", default=None)
+    p.add_argument("--warning-signal", default="USR1")
+    p.add_argument("--sweep-trial", type=int, default=None,
+                   help="a sweep's job array task: run this trial of the sweep in RUN_DIR's "
+                        "parent directory")
+    args = p.parse_args(argv)
+    from hpctrain._internal.log import configure
+
+    configure()  # the job's log: the supervisor's notes, as `[hpctrain] ...` lines
+
+    from hpctrain._internal.allocation.recovery import PendingStop, supervisor_signals
+
+    pending = PendingStop()
+    # (popped: a job this one submits again must not inherit it)
+    if os.environ.pop("HPCTRAIN_WARNED", None):
+        pending.request_stop("the warning signal came during the job's set-up")
+    try:
+        # first thing: the script ignored the warning signal until here
+        with supervisor_signals(pending, args.warning_signal):
+            return _load_and_run(RunDir(args.run_dir), pending, args.script, args.sweep_trial)
+    except KeyboardInterrupt:
+        _log("stopped by a signal; the run can be resumed from its latest checkpoint")
+        return 130
+
+
+def _load_and_run(run: RunDir, pending, script: Optional[str],
+                  sweep_trial: Optional[int] = None) -> int:
+    from hpctrain.errors import ConfigError
+
+    try:
+        spec = load_spec(sys.stdin.read(), run.path)
+    except (ConfigError, tomllib.TOMLDecodeError) as e:
+        _log(f"the spec embedded in the job script is not valid: {e}")
+        return 2
+    if sweep_trial is not None:  # one task of a sweep's job array (hpctrain.tune)
+        from hpctrain.tune._batch import run_trial
+
+        return run_trial(run, spec, sweep_trial, lambda trial_spec, job_script: _run(
+            run, trial_spec, pending, job_script, record_job=False))
+    return _run(run, spec, pending, script)
+
+
+def _run(run: RunDir, spec, pending, script: Optional[str], record_job: bool = True) -> int:
+    from hpctrain import cluster_env
+    from hpctrain.errors import ConfigError, RunLockedError
+    from hpctrain.launchers import launcher_for
+    from hpctrain.schedulers import get_scheduler
+    from hpctrain.schedulers.base import warning_seconds
+    from hpctrain.trainer import driver_pythonpath
+    from hpctrain._internal.allocation.recovery import after_stop, requeue
+    from hpctrain._internal.allocation.supervisor import FINISHED, PREEMPTED, REQUEUED, STOPPED, Supervisor
+
+    fc = spec.run.failure_config
+    os.makedirs(run.internal_dir, exist_ok=True)
+    env = dict(os.environ)
+    info = cluster_env.detect_scheduler(env)
+    job_id = (env.get("SLURM_JOB_ID") if info == "slurm" else env.get("PBS_JOBID")) \
+        or f"batch-{os.getpid()}"
+    if info == "slurm" and env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        # an array task: <array>_<task>, never its bare SLURM_JOB_ID, which for one task of
+        # the array equals the array's own id (`scontrol requeue <that>` requeues them all)
+        job_id = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    try:
+        # wait a little: the login node may still be recording the submission
+        with run.exclusive(wait_s=LOCK_WAIT_S):
+            prepare(run, spec, script)
+            if record_job and info in ("slurm", "pbs"):
+                record_submission(run, info, job_id)
+            from hpctrain._internal.fsutil import read_json
+
+            extra = driver_pythonpath()
+            submitted_from = (read_json(run.driver_file) or {}).get("pythonpath", "")
+            if submitted_from:
+                extra["PYTHONPATH"] = os.pathsep.join(
+                    p for p in (submitted_from, extra["PYTHONPATH"]) if p)
+            sched = spec.scheduler
+            if sched.gpu_binding != "none":
+                extra.update({ENV_GPU_BINDING: sched.gpu_binding,
+                              ENV_GPU_BINDING_VAR: sched.gpu_binding_var,
+                              ENV_GPUS_PER_WORKER: str(max(1, spec.scaling.gpus_each))})
+            _log(f"job {job_id}: run {run.path}, {spec.scaling.num_workers} workers on "
+                 f"{spec.scaling.nodes} node(s) with {sched.launcher_name}")
+            walltime_s = job_walltime(info, sched, job_id)
+            warning_s = warning_seconds(spec)
+            if sched.walltime_s is None and walltime_s is not None and warning_s * 2 > walltime_s:
+                warning_s = max(10, min(warning_s, walltime_s // 4))  # the queue's walltime
+            from hpctrain._internal.allocation.tracking import CallbackRunner, load_callbacks
+
+            tracking = CallbackRunner(run, load_callbacks(run))
+            sup = Supervisor(run, launcher=launcher_for(spec),
+                             num_workers=spec.scaling.num_workers,
+                             max_failures=fc.max_failures, job_id=job_id,
+                             extra_env=extra, warning_s=warning_s, on_tick=tracking.tick,
+                             warning_signal=fc.warning_signal,
+                             warn_at=_timer(info, walltime_s, warning_s))
+            if sup.warn_at is not None:
+                _log(f"no scheduler warning on {info}: the supervisor's timer warns at "
+                     f"{time.strftime('%H:%M:%S', time.localtime(sup.warn_at))}, "
+                     f"{warning_s} s before the walltime ends")
+            if run.read_state().get("status") == FINISHED:
+                _log(f"run {run.path} has already finished; nothing to do")
+                return 0
+            pending.hand_over(sup)  # a warning from now on reaches the supervisor
+            status = "INTERRUPTED"
+            tracking.start()
+            try:
+                status = sup.run_to_end()
+                if status == PREEMPTED:
+                    # from here to the requeue, the scheduler's SIGTERM (the time limit)
+                    # must not leave state.json saying REQUEUED with nothing queued
+                    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
+                    status = after_stop(run, sup, fc, can_requeue=info in ("slurm", "pbs"))
+            except BaseException:
+                tracking.end(status)
+                raise
+            end_allocation(run, status, tracking, lambda: requeue(run, get_scheduler(info),
+                                                                  job_id))
+    except RunLockedError as e:
+        _log(f"{e}\nThis job exits without running anything.")
+        return 1
+    except ConfigError as e:
+        _log(str(e))
+        fail_open_attempt(run, str(e))
+        return 2
+    if status == REQUEUED:
+        return 0
+    _log(f"run {status}")
+    return 0 if status in (FINISHED, STOPPED) else 1
+
+
+def end_allocation(run: RunDir, status: str, tracking, requeue: Callable[[], object]) -> None:
+    """The allocation's end: requeue first (the scheduler's warning window is for the
+    requeue, not for the trackers), then the callbacks' last reports and ``on_end``:
+    with the status the run is left in (STOPPED when the requeue failed). After a Slurm
+    requeue the scheduler may end this process during the callbacks (SIGTERM is blocked
+    here; SIGKILL follows after Slurm's KillWait): what they had not delivered, the next
+    allocation delivers (the offset in ``tracking.json``)."""
+    from hpctrain._internal.allocation.supervisor import REQUEUED
+
+    try:
+        if status == REQUEUED:
+            requeue()
+            status = run.read_state().get("status", status)
+    finally:
+        tracking.end(status)
+
+
+def record_submission(run: RunDir, scheduler: str, job_id: str) -> None:
+    """A job nobody recorded (its script was submitted by hand, ``sbatch``/``qsub`` of
+    ``hpctrain render``'s output) joins the run's submissions, so that ``hpctrain
+    status`` shows its state and ``hpctrain cancel`` finds it."""
+    from hpctrain._internal.driver.submission import SUBMISSIONS
+
+    with run.update_state() as s:
+        if any(sub.get("job_id") == job_id for sub in s.get(SUBMISSIONS) or []):
+            return
+        s.setdefault(SUBMISSIONS, []).append(
+            {"job_id": job_id, "scheduler": scheduler, "time": time.time(),
+             "script": "job.sh", "recorded_by": "job"})
+        s["scheduler"] = scheduler
+
+
+def fail_open_attempt(run: RunDir, error: str) -> None:
+    """The job cannot go on (a bad launcher, …): an attempt it opened ends FAILED with
+    the reason, and so does the run, instead of staying RUNNING after the job is gone."""
+    from hpctrain._internal.allocation.supervisor import FAILED, RUNNING
+
+    if not os.path.exists(run.state_file):
+        return
+    with run.update_state() as s:
+        if s.get("status") != RUNNING:
+            return
+        for a in s.get("attempts", []):
+            if a.get("outcome") == RUNNING or "ended" not in a:
+                a.update(ended=time.time(), outcome=FAILED, error=error)
+        s["status"] = FAILED
+    with open(run.error_file, "w") as f:
+        f.write(f"The job could not run the training:\n{error}\n")
+
+
+def job_walltime(scheduler: Optional[str], sched, job_id: str) -> Optional[int]:
+    """The job's walltime in seconds: the spec's, else on PBS the one the server gave the
+    job (a queue's ``resources_default.walltime`` limits it just the same)."""
+    if sched.walltime_s is not None or scheduler != "pbs":
+        return sched.walltime_s
+    return pbs_job_walltime(job_id)
+
+
+def _timer(scheduler: Optional[str], walltime_s: Optional[int],
+           warning_s: int) -> Optional[float]:
+    """When the supervisor warns by itself: on PBS (no warning signal exists), from the
+    job's start (``HPCTRAIN_JOB_STARTED``, set first thing by the script) and walltime."""
+    started = os.environ.get("HPCTRAIN_JOB_STARTED", "")
+    if scheduler != "pbs" or walltime_s is None or not started.isdigit():
+        return None
+    return int(started) + walltime_s - warning_s
+
+
+def pbs_job_walltime(job_id: str) -> Optional[int]:
+    """``Resource_List.walltime`` of a PBS job in seconds (``qstat -f -F json``), None
+    when qstat cannot tell."""
+    import subprocess
+
+    from hpctrain.schedulers.pbs_submitit import qstat_jobs
+    from hpctrain.units import parse_walltime
+
+    try:
+        p = subprocess.run(["qstat", "-f", "-F", "json", job_id], capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for job in (qstat_jobs(p.stdout) or {}).values():
+        walltime = (job.get("Resource_List") or {}).get("walltime")
+        if walltime:
+            try:
+                return int(parse_walltime(str(walltime)))
+            except Exception:  # noqa: BLE001 - an unreadable walltime: no timer
+                return None
+    return None
+
 
 if __name__ == "__main__":
-    runpy.run_module("hpctrain._internal.allocation.batch", run_name="__main__", alter_sys=True)
+    sys.exit(main())

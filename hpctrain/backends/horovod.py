@@ -10,7 +10,7 @@
   from the ranks hpctrain derived, and every rank gets the ``HOROVOD_*`` variables
   ``horovodrun --gloo`` sets (rank, size, local and cross rank/size, hostname, rendezvous
   address and port, the network interface). The port of the server travels to the
-  other ranks over hpctrain's TCP group (:mod:`hpctrain._internal.worker.rendezvous`), which
+  other ranks over hpctrain's TCP group (:mod:`hpctrain._internal.rendezvous`), which
   also carries ``report()``'s agreement, so hpctrain never calls ``hvd`` collectives.
 
 The training function calls ``hvd.init()`` itself, as in Ray Train's Horovod examples.
@@ -115,7 +115,7 @@ class HorovodBackend(Backend):
         self.controller = "gloo"
 
     def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
-        from hpctrain._internal.worker.rendezvous import TcpGroup, group_token
+        from hpctrain._internal.rendezvous import TcpGroup, group_token
         from .tensorflow import worker_address
 
         cfg: HorovodConfig = self.config

@@ -104,7 +104,7 @@ class LightGBMBackend(Backend):
 
     def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
         global _params, _threads
-        from hpctrain._internal.worker.rendezvous import TcpGroup, group_token, reserve_port
+        from hpctrain._internal.rendezvous import TcpGroup, group_token, reserve_port
 
         cfg: LightGBMConfig = self.config
         self._group = TcpGroup(rank=info.world_rank, world_size=info.world_size,

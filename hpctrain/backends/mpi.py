@@ -13,7 +13,7 @@ from array import array
 from dataclasses import dataclass
 from typing import List, Sequence
 
-from hpctrain._internal.worker.session import Coordinator
+from hpctrain._internal.context import Coordinator
 from ..cluster_env import WorkerInfo
 from ..errors import ConfigError
 from .base import Backend

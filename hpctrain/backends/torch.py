@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from hpctrain._internal.worker.session import Coordinator, current_session
+from hpctrain._internal.context import Coordinator, current_session
 from ..cluster_env import WorkerInfo
 from ..errors import ConfigError
 from .base import Backend

@@ -148,7 +148,7 @@ def print_results(path: str, final: bool = False) -> int:
 
 
 def _config_of(result: Any) -> dict:
-    from hpctrain._internal.rundir.layout import flatten
+    from hpctrain._internal.metrics import flatten
 
     config = result.config or {}
     return flatten(config.get("train_loop_config", config) if isinstance(config, dict) else {})

@@ -46,7 +46,7 @@ def metric_rows(rows: List[Dict[str, Any]]) -> Dict[str, List[Tuple[int, float, 
     ...              {"loss": 1.0, "acc": {"top1": 0.5}, "_training_iteration": 2, "_timestamp": 6}])
     {'loss': [(1, 5, 2.0), (2, 6, 1.0)], 'acc/top1': [(2, 6, 0.5)]}
     """
-    from hpctrain._internal.rundir.layout import flatten
+    from hpctrain._internal.metrics import flatten
 
     out: Dict[str, List[Tuple[int, float, float]]] = {}
     rows = [dict(row, _training_iteration=row.get("_training_iteration", i + 1))

@@ -68,7 +68,7 @@ def torch_device(device: Any) -> Any:
     inside a training function, the CPU outside one (Ray's rule); else ``device``."""
     torch = _need("torch", "hpctrain[torch]")
     if device is None or device == "auto":
-        from hpctrain._internal.worker.session import current_session
+        from hpctrain._internal.context import current_session
 
         if current_session() is None:
             return torch.device("cpu")

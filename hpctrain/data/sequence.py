@@ -111,7 +111,7 @@ def shard_list(items: Sequence[Any], *, rank: Optional[int] = None,
     array([2, 3])
     """
     if rank is None or world_size is None:
-        from hpctrain._internal.worker.session import current_session
+        from hpctrain._internal.context import current_session
 
         s = current_session()
         rank = s.info.world_rank if s is not None and rank is None else (rank or 0)

@@ -9,7 +9,7 @@ def train_loop(config: Dict[str, Any]) -> None:
 
     import hpctrain
 
-    from hpctrain._internal.worker.gbdt import features_and_label, report
+    from hpctrain._internal.gbdt import features_and_label, report
     from ..backends.lightgbm import with_network
     from ._callback import RayTrainReportCallback
 

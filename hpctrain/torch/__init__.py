@@ -29,7 +29,7 @@ class TorchTrainer(DataParallelTrainer):
 
 
 def _session():
-    from hpctrain._internal.worker.session import current_session
+    from hpctrain._internal.context import current_session
 
     return current_session()
 

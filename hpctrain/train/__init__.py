@@ -93,10 +93,10 @@ from ..config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig, Sc
                       SyncConfig, default_storage_path)
 from ..errors import ConfigError, TrainingFailedError
 from ..result import Result
-from hpctrain._internal.rundir.fsutil import atomic_write_bytes, json_default, remove_tree
+from hpctrain._internal.fsutil import atomic_write_bytes, json_default, remove_tree
 from hpctrain._internal.worker.session import current_session
 from hpctrain._internal.rundir.layout import ResultTail, RunDir, checkpoints_to_delete
-from ..trainer import result_or_raise
+from ..result import result_or_raise
 
 from ..backends.torch import TorchConfig  # noqa: E402 (Ray 1.x: ray.train.TorchConfig)
 
@@ -247,7 +247,7 @@ class TBXLoggerCallback(TrainingCallback):
     def handle_result(self, results: List[Dict], **info) -> None:
         import math
 
-        from hpctrain._internal.rundir.layout import flatten
+        from hpctrain._internal.metrics import flatten
 
         if self._worker_to_log >= len(results):
             raise ValueError(f"worker_to_log={self._worker_to_log}, but the run has "

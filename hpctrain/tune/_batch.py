@@ -1,9 +1,9 @@
 """Inside one task of a sweep's job array: find this task's trial, make its run directory
 if nothing was prepared (an array script submitted by hand), run it as any batch run
-(:func:`hpctrain._internal.allocation.batch._run`: same recovery, requeue and max_failures), and
+(:func:`hpctrain._internal.batch._run`: same recovery, requeue and max_failures), and
 keep the sweep's manifest up to date.
 
-    python -m hpctrain._internal.allocation.batch SWEEP/trial_00003 --sweep-trial 3 ... < sweep spec
+    python -m hpctrain._internal.batch SWEEP/trial_00003 --sweep-trial 3 ... < sweep spec
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import copy
 import os
 from typing import Any, Callable, Optional
 
-from hpctrain._internal.rundir.fsutil import atomic_write_bytes
+from hpctrain._internal.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import RunDir
 from ._sweep import RUNNING, SweepDir, trial_id
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from filelock import FileLock
 
 from ..errors import ConfigError
-from hpctrain._internal.rundir.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.rundir.layout import RunDir
 
 MANIFEST = "sweep.json"

@@ -155,7 +155,8 @@ class ResultGrid:
             raise ImportError("ResultGrid.get_dataframe() needs pandas.\n"
                               "HINT: pip install 'hpctrain[tune]' (or pip install pandas)"
                               ) from None
-        from hpctrain._internal.rundir.layout import flatten, read_results
+        from hpctrain._internal.metrics import flatten
+        from hpctrain._internal.rundir.layout import read_results
 
         rows = []
         for r in self._results:

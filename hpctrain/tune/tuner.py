@@ -249,7 +249,7 @@ def _removed_on_failure(sweep: SweepDir, fresh: bool):
 def _prepare_batch_trial(trainer: Any, sweep: SweepDir) -> None:
     """A trial's run directory for a batch job: payload, spec.toml and its own job.sh
     (the trial alone: what a resubmission after a stop submits)."""
-    from hpctrain._internal.rundir.fsutil import atomic_write_bytes
+    from hpctrain._internal.fsutil import atomic_write_bytes
     from hpctrain._internal.rundir.layout import RunDir
     from ..schedulers import BatchRequest
 

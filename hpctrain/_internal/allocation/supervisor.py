@@ -1,6 +1,6 @@
 """The supervisor owns the worker group of one run inside one allocation.
 
-It runs in the batch step on a cluster (``python -m hpctrain._internal.allocation.batch``) and in
+It runs in the batch step on a cluster (``python -m hpctrain._internal.batch``) and in
 the driver process for local runs, the same code either way. Per attempt it picks the
 checkpoint to resume from (the latest committed one that verifies), starts every rank
 through the launcher, waits, and on a failure stops the remaining ranks, finds the rank
@@ -27,9 +27,9 @@ from hpctrain._internal.log import get_logger
 
 _logger = get_logger("supervisor")
 from hpctrain._internal.rundir.commit import verify_checkpoint
-from hpctrain._internal.rundir.fsutil import read_json
+from hpctrain._internal.fsutil import read_json
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.rundir.fsutil import atomic_write_json
+from hpctrain._internal.fsutil import atomic_write_json
 from hpctrain._internal.worker.entry import (ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_RESUME, ENV_RUN_DIR, ENV_START_ITER,
                      ENV_WARNING_SIGNAL, STOP_FILE)
 

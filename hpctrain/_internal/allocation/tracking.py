@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import cloudpickle
 
-from hpctrain._internal.rundir.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.rundir.layout import ResultTail, RunDir
 
 CALLBACKS_FILE = "callbacks.pkl"

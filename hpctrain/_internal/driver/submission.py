@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from hpctrain.errors import ConfigError, TrainingFailedError
-from hpctrain._internal.rundir.fsutil import atomic_write_bytes
+from hpctrain._internal.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import LineTail, RunDir
 
 SUBMISSIONS = "submissions"
@@ -184,7 +184,7 @@ def result_of(run_path: str, status: str):
     """The Result after ``follow()``; raises TrainingFailedError when the run failed or
     its job ended before the run did."""
     from hpctrain.result import Result
-    from hpctrain.trainer import result_or_raise
+    from hpctrain.result import result_or_raise
 
     if status in ("FINISHED", "FAILED", "STOPPED"):
         return result_or_raise(run_path, status)

@@ -2,7 +2,6 @@
 
 * :mod:`.layout` — paths, ``state.json``, ``result.json``, attempts (``RunDir``).
 * :mod:`.commit` — atomic checkpoint commits, sharded or not.
-* :mod:`.fsutil` — atomic writes, fsync, copies with a content digest.
 * :mod:`.checks` — is a storage path usable, and seen by every node.
 * :mod:`.resume` — continuing a run whose spec changed.
 """

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from hpctrain.checkpoint import INTERNAL_PREFIX, METADATA_FILE, USER_METADATA_FILE, Checkpoint
 from hpctrain.config import CheckpointConfig
 from hpctrain.errors import CheckpointError
-from hpctrain._internal.rundir.fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, disk_full, file_digest,
+from hpctrain._internal.fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, disk_full, file_digest,
                      fsync_path, json_default, read_json, rename_aside, walk_files)
 from hpctrain._internal.rundir.layout import (SHARD_MANIFEST, TMP_PREFIX, RunDir, checkpoint_dir_name,
                       checkpoints_to_delete)

@@ -29,7 +29,8 @@ from filelock import FileLock, Timeout
 
 from hpctrain.checkpoint import METADATA_FILE, Checkpoint
 from hpctrain.errors import CheckpointError, RunLockedError, RunNotFoundError
-from hpctrain._internal.rundir.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
+from hpctrain._internal.metrics import flatten
+from hpctrain._internal.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
                      read_json, remove_tree)
 
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{6,})$")
@@ -251,18 +252,6 @@ def checkpoints_to_delete(records: List[CheckpointRecord], num_to_keep: Optional
 
 
 # -- result.json / progress.csv ------------------------------------------------------
-def flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    """``{"a": {"b": 1}}`` → ``{"a/b": 1}`` (Ray's flattening for CSV columns)."""
-    out: Dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "/"))
-        else:
-            out[key] = v
-    return out
-
-
 class ResultWriter:
     """Appends one JSON line per report to result.json and a row to progress.csv.
     Rank 0 only. Each line goes out in one ``write`` of a complete line, so a reader

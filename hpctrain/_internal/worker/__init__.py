@@ -3,6 +3,4 @@
 * :mod:`.entry` — ``python -m hpctrain._internal.worker RUN_DIR``: a rank's life (place in
   the job, backend set-up, the user's function, its exit record).
 * :mod:`.session` — the session behind ``report``, ``get_checkpoint``, ``get_context``.
-* :mod:`.rendezvous` — a tiny TCP group of the ranks, for backends without a collective.
-* :mod:`.gbdt` — the XGBoost/LightGBM report callbacks' shared rules.
 """

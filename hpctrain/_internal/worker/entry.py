@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Optional
 import cloudpickle
 
 from hpctrain.config import CheckpointConfig, ScalingConfig
-from hpctrain._internal.rundir.fsutil import atomic_write_bytes, atomic_write_json
+from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.rundir.layout import RunDir
 
 # Variables the supervisor sets for every rank of an attempt.

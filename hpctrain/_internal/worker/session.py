@@ -30,13 +30,17 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
+# re-exported: the worker and the tests reach the session's state through this module too
+from hpctrain._internal.context import (  # noqa: F401
+    Coordinator, SingleProcessCoordinator, current_session, get_session, request_stop,
+    set_session, stop_pending)
 from hpctrain.checkpoint import Checkpoint
 from hpctrain.cluster_env import WorkerInfo
 from hpctrain.config import CheckpointConfig
 from hpctrain._internal.rundir.commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
-from hpctrain._internal.rundir.fsutil import Background, json_default
+from hpctrain._internal.fsutil import Background, json_default
 from hpctrain._internal.rundir.layout import ResultWriter, RunDir, autofilled
 
 DETAILED_ENV = "HPCTRAIN_RESULT_ENABLE_DETAILED_AUTOFILLED_METRICS"
@@ -54,30 +58,6 @@ class StopTraining(BaseException):
         super().__init__(f"stopped after report {iteration} (checkpoint {checkpoint})")
         self.iteration = iteration
         self.checkpoint = checkpoint
-
-
-#: A stop requested before this process's session exists (a signal during start-up).
-_PENDING_STOP = threading.Event()
-
-
-def request_stop() -> None:
-    """Ask for a coordinated stop (signal-handler safe: only sets flags). The request
-    travels to every rank with the next agreement."""
-    _PENDING_STOP.set()
-    if _SESSION is not None:
-        _SESSION.request_stop()
-
-
-class Coordinator:
-    """Agreement across ranks: an element-wise max of a few small integers."""
-
-    def allreduce_max(self, values: Sequence[int]) -> List[int]:  # pragma: no cover
-        raise NotImplementedError
-
-
-class SingleProcessCoordinator(Coordinator):
-    def allreduce_max(self, values: Sequence[int]) -> List[int]:
-        return list(values)
 
 
 class Session:
@@ -118,7 +98,7 @@ class Session:
             self._rank_results = open(os.path.join(d, f"rank-{info.world_rank}.jsonl"), "a",
                                       buffering=1)
         self._stop_requested = threading.Event()
-        if _PENDING_STOP.is_set():
+        if stop_pending():
             self._stop_requested.set()
         self.stop_agreed = False
         self._agreed_checkpoint = False  # the last agreement saw a staged checkpoint
@@ -298,7 +278,7 @@ class Session:
             self._resume_epochs = {}
             if self.resume_checkpoint:
                 from hpctrain.checkpoint import METADATA_FILE
-                from hpctrain._internal.rundir.fsutil import read_json
+                from hpctrain._internal.fsutil import read_json
 
                 meta = read_json(os.path.join(self.resume_checkpoint, METADATA_FILE))
                 epochs = meta.get("data_epochs") if isinstance(meta, dict) else None
@@ -483,28 +463,3 @@ def trial_names(run_name: str, run_path: str, trial: Optional[Dict[str, str]] = 
     trial.setdefault("trial_name", trial["trial_id"])
     trial.setdefault("experiment_name", run_name)
     return trial
-
-
-_SESSION: Optional[Session] = None
-
-
-def set_session(session: Optional[Session]) -> None:
-    global _SESSION
-    _SESSION = session
-    if session is not None and _PENDING_STOP.is_set():  # came while it was being made
-        session.request_stop()
-
-
-def get_session(caller: str = "this function") -> Session:
-    if _SESSION is None:
-        raise RuntimeError(
-            f"hpctrain.{caller} must be called inside a training function started by a "
-            "trainer (TorchTrainer(...).fit(), `hpctrain run job.toml`).\n"
-            "HINT: pass your function to a trainer instead of calling it directly."
-        )
-    return _SESSION
-
-
-def current_session() -> Optional[Session]:
-    return _SESSION
-

@@ -9,7 +9,7 @@ keeps the connection for the attempt. Two operations:
 * :meth:`TcpGroup.allgather` — every rank's JSON value, in rank order, on every rank
   (the TensorFlow backend gathers each worker's ``host:port`` for ``TF_CONFIG`` with it);
 * :meth:`TcpGroup.allreduce_max` — the element-wise max of a few integers
-  (``report()``'s agreement, the :class:`~hpctrain._internal.worker.session.Coordinator` API).
+  (``report()``'s agreement, the :class:`~hpctrain._internal.context.Coordinator` API).
 
 A rank that dies closes its socket: a rank waiting in one of these operations gets
 :class:`ConnectionError` instead of hanging (a rank blocked inside the framework's own
@@ -33,7 +33,7 @@ import struct
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from hpctrain._internal.worker.session import Coordinator
+from hpctrain._internal.context import Coordinator
 
 _LEN = struct.Struct(">I")
 HELLO_TIMEOUT_S = 10.0
