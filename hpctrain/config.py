@@ -385,6 +385,10 @@ class RunConfig:
     callbacks: List[Any] = field(default_factory=list)
     #: Ray's upload settings: a no-op here (storage is shared); see :class:`SyncConfig`.
     sync_config: Optional[SyncConfig] = None
+    #: A sweep's stopping criteria (Ray Tune's): ``{"training_iteration": 10, "loss": 0.1}``
+    #: (a trial stops once any reported value reaches its threshold, ``>=``) or a function
+    #: ``(trial_id, result) -> bool``. Given to the Tuner's (or the trainer's) RunConfig.
+    stop: Any = None
 
     def __post_init__(self) -> None:
         if self.sync_config is None:
@@ -400,6 +404,10 @@ class RunConfig:
                 raise ConfigError(f"run.storage_path: expected a path, got "
                                   f"{type(self.storage_path).__name__}")
             self.storage_path = local_storage_path(self.storage_path)
+        if self.stop is not None:
+            from .tune._control import check_stop
+
+            self.stop = check_stop(self.stop)
         if self.checkpoint_config is None:
             self.checkpoint_config = CheckpointConfig()
         if self.failure_config is None:

@@ -130,6 +130,8 @@ class Session:
         self._reports_since_agreement: Dict[int, Tuple[Dict[str, Any], float,
                                                        Optional[Dict[str, Any]]]] = {}
         self.last_metrics: Dict[str, Any] = {}
+        # a sweep's trial: its scheduler and stopping criteria are consulted on rank 0
+        self._tune_hook = _tune_hook(run, trial) if info.world_rank == 0 else None
         # data epochs: prepared loaders (in the order they were made) and dataset shards
         # record where a resumed run must start them (see data_epochs())
         self._epoch_counters: List[Any] = []
@@ -187,10 +189,33 @@ class Session:
         self.iteration = iteration
         self.last_metrics = row
         self._last = now
+        if self._tune_hook is not None:
+            decision = self._tune_hook.on_report(row)
+            if decision:
+                self._end_for_decision(decision)
         if agreed and self.stop_agreed and self._agreed_checkpoint:
             # every rank is here at the same report: the checkpoint handed in since the
             # stop was agreed is committed, so the training can end now and resume later
             raise StopTraining(iteration, name)
+
+    def _end_for_decision(self, decision: Dict[str, Any]) -> None:
+        """Rank 0, a sweep's scheduler decided (hpctrain.tune._control): commit what a lone
+        rank staged (a stop keeps it), hand the decision to the supervisor, and end this
+        process; the supervisor stops the other ranks and ends the trial or restarts it."""
+        from ..tune._control import write_decision
+
+        if decision.get("action") == "stop" and self.info.world_size == 1:
+            self._agree_before_staging(self.iteration, False, final=True)
+            self._publish_agreed(self.iteration, False)
+        self._background.drain()
+        if self._writer is not None:
+            self._writer.close()
+        if self._rank_results is not None:
+            self._rank_results.close()
+        write_decision(self.run.attempt_dir(self.attempt), decision)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     def _agree_before_staging(self, iteration: int, ckpt_here: bool, *,
                               final: bool = False) -> Tuple[bool, bool]:
@@ -363,6 +388,15 @@ class Session:
             self._writer.close()
         if self._rank_results is not None:
             self._rank_results.close()
+
+
+def _tune_hook(run: RunDir, trial: Optional[Dict[str, str]]):
+    """The report hook of a sweep's trial that has a scheduler or stopping criteria."""
+    if not trial:
+        return None
+    from ..tune._control import ReportHook
+
+    return ReportHook.for_run(run.path, trial)
 
 
 def _outside_hpctrain() -> int:

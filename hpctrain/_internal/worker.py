@@ -131,7 +131,12 @@ def run_worker(run_dir: str) -> int:
         if hasattr(fn, "resolve") and not callable(fn):
             fn = fn.resolve()
         try:
-            value = call_train_func(fn, payload.train_loop_config)
+            config = payload.train_loop_config
+            if "trial_id" in (getattr(payload, "trial", None) or {}):  # PBT/Optuna's config
+                from ..tune._control import applied_config
+
+                config = applied_config(config, run.path)
+            value = call_train_func(fn, config)
         except StopTraining as stop:
             session.close_stopped()
             os.makedirs(adir, exist_ok=True)

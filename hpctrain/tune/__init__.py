@@ -25,6 +25,7 @@ from typing import Any, Dict, Optional
 from ..config import SyncConfig
 from .legacy import ExperimentAnalysis, LegacyTrainable, TuneError, run
 from .result_grid import ResultGrid, TrialResult
+from . import schedulers
 from .search import choice, grid_search, loguniform, randint, uniform
 from .tuner import TuneConfig, Tuner
 

@@ -251,6 +251,7 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[i
             status = INTERRUPTED
         finally:
             sweep.set_trial(index, status=status)
+        _tell(sweep, index, status)
         with lock:
             done.append(index)
             if verbose >= 1:
@@ -292,6 +293,17 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[i
               "did not finish; running the sweep again continues them from their latest "
               "checkpoints", file=sys.stderr, flush=True)
     return bool(warned)
+
+
+def _tell(sweep: SweepDir, index: int, status: str) -> None:
+    """A trial ended: its search algorithm (if any) learns how it did."""
+    from ._control import trial_ended
+
+    try:
+        trial_ended(sweep.path, index, status)
+    except Exception as e:  # noqa: BLE001 - the trial's own result stands
+        print(f"[hpctrain] WARNING: {trial_id(index)}'s result was not told to the search "
+              f"algorithm ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
 
 
 def _last_row(run: RunDir) -> Dict[str, Any]:

@@ -20,6 +20,7 @@ from ..errors import ConfigError
 from . import search
 from ._sweep import (SweepDir, local_concurrency, open_manifest, run_local, submit_arrays,
                      to_run, train_loop_config, trial_id)
+from ._control import TrialControl, ensure_trial_config, searching, write_control
 from .result_grid import ResultGrid
 
 
@@ -36,8 +37,22 @@ class TuneConfig:
     num_samples: int = 1
     max_concurrent_trials: Optional[int] = None
     seed: Optional[int] = None
+    #: a trial scheduler (:mod:`hpctrain.tune.schedulers`: ASHA, HyperBand, PBT)
+    scheduler: Any = None
+    #: a search algorithm (:class:`hpctrain.tune.search.optuna.OptunaSearch`)
+    search_alg: Any = None
 
     def __post_init__(self) -> None:
+        from .schedulers import check_scheduler
+
+        self.scheduler = check_scheduler(self.scheduler)
+        if self.search_alg is not None:
+            from .search.optuna import Searcher
+
+            if not isinstance(self.search_alg, Searcher):
+                raise ConfigError(f"tune_config.search_alg: expected a search algorithm "
+                                  f"(OptunaSearch), got {type(self.search_alg).__name__}",
+                                  hint="from hpctrain.tune.search.optuna import OptunaSearch")
         if self.mode is not None and self.mode not in ("min", "max"):
             raise ConfigError(f'tune_config.mode: expected "min" or "max", got {self.mode!r}')
         if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) \
@@ -129,12 +144,45 @@ class Tuner:
             return sweep.read()
         tc = self.tune_config
         space = self.param_space
-        return open_manifest(
+        control = self._control()
+        fresh = not sweep.exists()
+        settings = tc.settings()
+        if control.scheduler is not None:
+            settings["scheduler"] = control.scheduler.describe()
+        if control.search_alg is not None:
+            settings["search_alg"] = type(control.search_alg).__name__
+        if isinstance(control.stop, dict):
+            settings["stop"] = control.stop
+        searched = control.search_alg is not None
+        m = open_manifest(
             sweep, space=space,
-            expand_fn=lambda seed: search.expand(space, tc.num_samples, seed),
+            expand_fn=lambda seed: ([{} for _ in range(search.count(space, tc.num_samples))]
+                                    if searched else search.expand(space, tc.num_samples,
+                                                                   seed)),
             fingerprint=search.fingerprint(space, tc.num_samples),
-            num_samples=tc.num_samples, seed=tc.seed, tune=tc.settings(), shape=self._shape,
+            num_samples=tc.num_samples, seed=tc.seed, tune=settings, shape=self._shape,
             space_tables=search.to_tables(space))
+        if fresh and searched:
+            with sweep.update() as fresh_m:  # their configs are asked for as they start
+                for t in fresh_m["trials"]:
+                    t["suggested"] = False
+            m = sweep.read()
+        if fresh or control.active:
+            # (a re-run with no scheduler given keeps the sweep's)
+            write_control(sweep.path, control)
+        return m
+
+    def _control(self) -> TrialControl:
+        """The scheduler, stopping criteria and search algorithm every trial consults."""
+        tc = self.tune_config
+        rc = self.run_config or self._trainer.run_config
+        stop = rc.stop if rc.stop is not None else self._trainer.run_config.stop
+        if tc.scheduler is not None:
+            tc.scheduler.set_search_properties(tc.metric, tc.mode)
+        if tc.search_alg is not None:
+            tc.search_alg.set_search_properties(tc.metric, tc.mode, self.param_space)
+        return TrialControl(scheduler=tc.scheduler, stop=stop, search_alg=tc.search_alg,
+                            metric=tc.metric, mode=tc.mode, shape=self._shape)
 
     def _trial_trainer(self, sweep: SweepDir, index: int, config: Dict[str, Any]):
         base = self._trainer
@@ -175,6 +223,9 @@ class Tuner:
         verbose = (self.run_config or self._trainer.run_config).verbose
         make = lambda i: self._trial_trainer(sweep, i, configs[i])  # noqa: E731
         if not batch:
+            if searching(sweep.path):  # each trial asks for its config as it starts
+                make = lambda i: self._trial_trainer(  # noqa: E731
+                    sweep, i, ensure_trial_config(sweep.path, i))
             s = self._largest_scaling(configs)
             n = local_concurrency(s.num_workers, s.cpus_per_worker,
                                   self.tune_config.max_concurrent_trials, s.gpus_each)

@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 #: The one-key tables that stand for a domain, in TOML and in what ``grid_search`` returns.
 DOMAINS = ("grid_search", "choice", "uniform", "loguniform", "randint")

@@ -1,0 +1,311 @@
+"""What a sweep's trials decide for themselves: schedulers (ASHA, PBT), stopping criteria
+(``RunConfig(stop=...)``) and search algorithms (Optuna), with no central driver.
+
+Files in the sweep directory (see :mod:`.schedulers` for the rules):
+
+```
+<sweep>/tune_control.pkl        the scheduler, the stopping criteria, the search algorithm
+                                (cloudpickle: written by Tuner.fit, read by every trial)
+<sweep>/scheduler_state.json    the scheduler's shared state (+ .lock: a FileLock)
+<sweep>/search/                 the search algorithm's storage (Optuna's journal file)
+<trial>/.hpctrain/tune_config.json   the trial's current config when the sweep changed it
+                                (a PBT exploit, an Optuna suggestion); the worker merges it
+                                over its train_loop_config
+<trial>/.hpctrain/attempts/N/tune_decision.json   rank 0's decision: the supervisor stops
+                                the worker group and ends the trial (stop) or starts the
+                                next attempt (restart)
+```
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import time
+from typing import Any, Dict, Optional
+
+import cloudpickle
+from filelock import FileLock
+
+from .._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from .._internal.log import get_logger
+
+CONTROL_FILE = "tune_control.pkl"
+STATE_FILE = "scheduler_state.json"
+CONFIG_FILE = "tune_config.json"      # in the trial's .hpctrain/
+DECISION_FILE = "tune_decision.json"  # in the attempt's directory
+
+_log = get_logger("tune")
+
+
+class TrialControl:
+    """What every trial of a sweep consults at its reports (pickled into the sweep)."""
+
+    def __init__(self, *, scheduler: Any = None, stop: Any = None, search_alg: Any = None,
+                 metric: Optional[str] = None, mode: Optional[str] = None,
+                 shape: str = "train_loop_config"):
+        self.scheduler = scheduler
+        self.stop = stop
+        self.search_alg = search_alg
+        self.metric = metric
+        self.mode = mode
+        self.shape = shape
+
+    @property
+    def active(self) -> bool:
+        return any(x is not None for x in (self.scheduler, self.stop, self.search_alg))
+
+
+def check_stop(stop: Any) -> Any:
+    """``RunConfig(stop=...)``: a dict {result key: threshold} or a callable
+    ``(trial_id, result) -> bool`` (a Ray ``Stopper`` object is one)."""
+    from ..errors import ConfigError
+
+    if stop is None or callable(stop):
+        return stop
+    if isinstance(stop, dict):
+        for k, v in stop.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"run.stop: expected {{metric name: number}}, got "
+                                  f"{k!r}: {v!r}",
+                                  hint='e.g. RunConfig(stop={"training_iteration": 10, '
+                                       '"loss": 0.01})')
+        return dict(stop)
+    raise ConfigError(f"run.stop: expected a dict of thresholds or a function "
+                      f"(trial_id, result) -> bool, got {type(stop).__name__}",
+                      hint='e.g. RunConfig(stop={"training_iteration": 10})')
+
+
+def stop_met(stop: Any, trial_id: str, result: Dict[str, Any]) -> Optional[str]:
+    """Why ``result`` meets the stopping criteria (Ray: any ``result[key] >= value``),
+    or None."""
+    from .schedulers import result_value
+
+    if stop is None:
+        return None
+    if isinstance(stop, dict):
+        for k, v in stop.items():
+            got = result_value(result, k)
+            if isinstance(got, (int, float)) and not isinstance(got, bool) and got >= v:
+                return f"stop criterion {k} >= {v} (got {got})"
+        return None
+    if stop(trial_id, result):
+        return f"stop criterion {getattr(stop, '__name__', type(stop).__name__)}"
+    return None
+
+
+# --------------------------------------------------------------------------- files
+def write_control(sweep_path: str, control: TrialControl) -> None:
+    atomic_write_bytes(os.path.join(sweep_path, CONTROL_FILE), cloudpickle.dumps(control))
+
+
+_CACHE: Dict[str, Any] = {}
+
+
+def load_control(sweep_path: str) -> Optional[TrialControl]:
+    path = os.path.join(sweep_path, CONTROL_FILE)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    key = (path, st.st_mtime_ns, st.st_size)
+    if key not in _CACHE:
+        with open(path, "rb") as f:
+            _CACHE[key] = cloudpickle.load(f)
+    return _CACHE[key]
+
+
+def trial_index(trial_id: str) -> int:
+    return int(trial_id.rsplit("_", 1)[-1])
+
+
+def config_override(run_path: str) -> Optional[Dict[str, Any]]:
+    """The trial's current config written by the sweep (``{"shape":…, "config":…}``)."""
+    return read_json(os.path.join(run_path, ".hpctrain", CONFIG_FILE))
+
+
+def write_config_override(run_path: str, config: Dict[str, Any], shape: str) -> None:
+    os.makedirs(os.path.join(run_path, ".hpctrain"), exist_ok=True)
+    atomic_write_json(os.path.join(run_path, ".hpctrain", CONFIG_FILE),
+                      {"shape": shape, "config": config, "time": time.time()})
+
+
+def applied_config(train_loop_config: Optional[Dict[str, Any]], run_path: str
+                   ) -> Optional[Dict[str, Any]]:
+    """The worker's config: ``train_loop_config`` with the sweep's override merged in."""
+    o = config_override(run_path)
+    if not o:
+        return train_loop_config
+    from ._sweep import train_loop_config as merge
+
+    return merge(train_loop_config, o["config"], o.get("shape", "train_loop_config"))
+
+
+# --------------------------------------------------------------------------- rank 0
+class ReportHook:
+    """Rank 0 of a sweep's trial: consulted after each report (see :mod:`.schedulers`).
+    ``on_report`` returns None (go on) or the decision it wrote (the caller ends)."""
+
+    def __init__(self, sweep_path: str, run_path: str, trial_id: str, control: TrialControl):
+        self.sweep_path = sweep_path
+        self.run_path = run_path
+        self.trial_id = trial_id
+        self.control = control
+        self.started = time.time()
+
+    @classmethod
+    def for_run(cls, run_path: str, trial: Optional[Dict[str, str]]) -> Optional["ReportHook"]:
+        if not trial or not str(trial.get("trial_id", "")).startswith("trial_"):
+            return None
+        sweep_path = os.path.dirname(os.path.abspath(run_path))
+        try:
+            control = load_control(sweep_path)
+        except Exception as e:  # noqa: BLE001 - a damaged file must not fail the trial
+            _log.warning(f"WARNING: {CONTROL_FILE} of {sweep_path} could not be read "
+                         f"({type(e).__name__}: {e}); no scheduler for this trial")
+            return None
+        if control is None or not (control.scheduler is not None or control.stop is not None):
+            return None
+        return cls(sweep_path, run_path, trial["trial_id"], control)
+
+    def on_report(self, row: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        from .schedulers import EXPLOIT, STOP
+
+        result = dict(row)
+        result.setdefault("training_iteration", row.get("_training_iteration"))
+        result.setdefault("time_total_s", time.time() - self.started)
+        result.setdefault("trial_id", self.trial_id)
+        c = self.control
+        why = stop_met(c.stop, self.trial_id, result)
+        if why:
+            return {"action": "stop", "reason": why,
+                    "iteration": result["training_iteration"]}
+        if c.scheduler is None:
+            return None
+        path = os.path.join(self.sweep_path, STATE_FILE)
+        rng = random.Random(f"{self.trial_id}:{result['training_iteration']}:"
+                            f"{time.time_ns()}")
+        with FileLock(path + ".lock", timeout=120):
+            state = read_json(path, default={}) or {}
+            action, info = c.scheduler.on_result(state, self.trial_id, result, rng)
+            atomic_write_json(path, state, sync=False)
+        if action == STOP:
+            return {"action": "stop", "reason": f"{type(c.scheduler).__name__}: "
+                                                f"{info.get('reason', '')}",
+                    "iteration": result["training_iteration"]}
+        if action == EXPLOIT:
+            return self._exploit(info, result, rng)
+        return None
+
+    def _exploit(self, info: Dict[str, Any], result: Dict[str, Any], rng: random.Random
+                 ) -> Optional[Dict[str, Any]]:
+        """Copy a top trial's latest committed checkpoint in as this trial's newest,
+        perturb the config, record the step; None when no candidate has a checkpoint."""
+        from .._internal.storage import RunDir, checkpoint_dir_name
+        from ..checkpoint import METADATA_FILE
+        from ._sweep import SweepDir
+
+        sweep = SweepDir(self.sweep_path)
+        me = RunDir(self.run_path)
+        candidates = list(info["candidates"])
+        rng.shuffle(candidates)
+        for source in candidates:
+            src = RunDir(sweep.trial_path(trial_index(source)))
+            record = src.latest_checkpoint()
+            if record is None:
+                continue
+            index = me.next_checkpoint_index()
+            tmp = os.path.join(me.checkpoints_dir, f".tmp_checkpoint_pbt-{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                shutil.copytree(record.path, tmp)
+            except (OSError, shutil.Error):  # retention deleted it meanwhile
+                shutil.rmtree(tmp, ignore_errors=True)
+                continue
+            meta = read_json(os.path.join(tmp, METADATA_FILE)) or {}
+            meta.update(index=index, exploited_from={
+                "trial": source, "checkpoint": os.path.basename(record.path)})
+            atomic_write_json(os.path.join(tmp, METADATA_FILE), meta)
+            name = checkpoint_dir_name(index)
+            os.rename(tmp, os.path.join(me.checkpoints_dir, name))
+            m = sweep.read()
+            me_i, src_i = trial_index(self.trial_id), trial_index(source)
+            old = m["trials"][me_i]["config"]
+            new = self.control.scheduler.explore(old, rng)
+            write_config_override(self.run_path, new, self.control.shape)
+            step = {"trial": self.trial_id, "step": result["training_iteration"],
+                    "time_attr": self.control.scheduler.time_attr, "at": info.get("time"),
+                    "source": source, "source_checkpoint": os.path.basename(record.path),
+                    "source_iteration": record.iteration, "checkpoint": name,
+                    "source_config": m["trials"][src_i]["config"],
+                    "old_config": old, "new_config": new, "time": time.time()}
+            with sweep.update() as fresh:
+                fresh.setdefault("exploits", []).append(step)
+                fresh["trials"][me_i]["config"] = new
+            _log.info(f"{self.trial_id}: PBT exploit of {source} "
+                      f"({os.path.basename(record.path)}); new config {new}")
+            return {"action": "restart", "reason": f"PBT: exploit {source}",
+                    "iteration": result["training_iteration"]}
+        return None
+
+
+def write_decision(attempt_dir: str, decision: Dict[str, Any]) -> None:
+    os.makedirs(attempt_dir, exist_ok=True)
+    atomic_write_json(os.path.join(attempt_dir, DECISION_FILE),
+                      dict(decision, time=time.time()))
+
+
+def read_decision(attempt_dir: str) -> Optional[Dict[str, Any]]:
+    return read_json(os.path.join(attempt_dir, DECISION_FILE))
+
+
+# --------------------------------------------------------------------------- search
+def ensure_trial_config(sweep_path: str, index: int) -> Dict[str, Any]:
+    """The trial's config; with a search algorithm, asked for now if it has none yet
+    (and written as the trial's config override, which its workers merge in)."""
+    from ._sweep import SweepDir
+
+    sweep = SweepDir(sweep_path)
+    trial = sweep.read()["trials"][index]
+    control = load_control(sweep_path)
+    if control is None or control.search_alg is None or trial.get("suggested", True):
+        return trial["config"]
+    with FileLock(os.path.join(sweep_path, "search.lock"), timeout=300):
+        trial = sweep.read()["trials"][index]
+        if trial.get("suggested", True):
+            return trial["config"]
+        config, info = control.search_alg.suggest_for(sweep_path, trial["trial_id"])
+        with sweep.update() as m:
+            m["trials"][index].update(config=config, suggested=True, search=info)
+    write_config_override(sweep.trial_path(index), config, control.shape)
+    return config
+
+
+def trial_ended(sweep_path: str, index: int, status: str) -> None:
+    """Tell the search algorithm how a trial that ended (FINISHED or FAILED) did."""
+    from ._sweep import FAILED, FINISHED, SweepDir
+
+    if status not in (FINISHED, FAILED):
+        return
+    control = load_control(sweep_path)
+    if control is None or control.search_alg is None:
+        return
+    sweep = SweepDir(sweep_path)
+    with FileLock(os.path.join(sweep_path, "search.lock"), timeout=300):
+        trial = sweep.read()["trials"][index]
+        if not trial.get("suggested") or trial.get("search_told"):
+            return
+        from .._internal.storage import RunDir, read_results
+
+        rows = read_results(RunDir(sweep.trial_path(index)).result_file)
+        control.search_alg.on_trial_complete_for(sweep_path, trial, rows[-1] if rows else None,
+                                                 error=status == FAILED)
+        sweep.set_trial(index, search_told=True)
+
+
+def searching(sweep_path: str) -> bool:
+    control = load_control(sweep_path)
+    return control is not None and control.search_alg is not None
+
+
+__all__ = ["TrialControl", "ReportHook", "check_stop", "ensure_trial_config", "trial_ended"]

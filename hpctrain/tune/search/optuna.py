@@ -1,0 +1,233 @@
+"""``OptunaSearch`` (Ray's ``ray.tune.search.optuna.OptunaSearch``): each trial's config is
+asked of an Optuna study when the trial starts, and the study is told the trial's result
+when it ends.
+
+```python
+from hpctrain import tune
+from hpctrain.tune.search.optuna import OptunaSearch
+
+tuner = tune.Tuner(train_func, param_space={"lr": tune.loguniform(1e-4, 1e-1),
+                                            "layers": tune.randint(1, 5)},
+                   tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=20,
+                                               search_alg=OptunaSearch(seed=0)))
+```
+
+No database server: the study lives in an Optuna journal file on the shared filesystem,
+``<sweep>/search/optuna-journal.log`` (``optuna.storages.JournalStorage`` over a
+``JournalFileBackend``, whose file lock works across nodes), named after the sweep. A
+trial asks when it starts: in the driver for a local sweep, in its own array task for a
+batch sweep (so later trials of an array learn from the earlier ones that ended); the
+config and Optuna's trial number go into ``sweep.json`` (``"search"``) before the trial
+runs, and its workers get that config. When a trial ends (finished, stopped early by a
+scheduler, or failed) it tells the study its last reported ``metric`` (failed: a FAIL).
+
+A killed driver loses nothing: a re-run (``Tuner.restore(path, trainable).fit()``, or
+``hpctrain sweep`` again) continues the same study; trials that had asked keep their
+configs (an interrupted one resumes from its checkpoint and tells at its end), the
+others ask.
+
+Differences from Ray: ``space`` may be a dict of Optuna distributions (keys: the config's
+keys, ``"a/b"`` for nested ones) or None (the Tuner's ``param_space`` is converted:
+``uniform``/``loguniform`` → ``FloatDistribution``, ``randint`` → ``IntDistribution`` (upper
+bound excluded, as in Ray), ``choice`` → ``CategoricalDistribution``); a define-by-run
+function and ``evaluated_rewards`` are not supported. With ``seed``, trial ``i`` asks
+with a sampler seeded ``seed + i`` (a sampler made in each array task would otherwise
+draw the same startup points); a ``sampler`` given is re-seeded at random in each
+process that asks.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+from ...errors import ConfigError
+
+JOURNAL = os.path.join("search", "optuna-journal.log")
+
+
+def _optuna():
+    try:
+        import optuna
+    except ImportError:
+        raise ImportError("OptunaSearch needs optuna.\nHINT: pip install 'hpctrain[tune]' "
+                          "(or pip install optuna)") from None
+    return optuna
+
+
+class Searcher:
+    """The base of search algorithms (Ray's ``Searcher``)."""
+
+    metric: Optional[str] = None
+    mode: Optional[str] = None
+
+    def set_search_properties(self, metric: Optional[str], mode: Optional[str],
+                              config: Dict[str, Any]) -> bool:
+        self.metric = self.metric or metric
+        self.mode = self.mode or mode
+        return True
+
+
+class OptunaSearch(Searcher):
+    def __init__(self, space: Optional[Dict[str, Any]] = None, metric: Optional[str] = None,
+                 mode: Optional[str] = None,
+                 points_to_evaluate: Optional[List[Dict[str, Any]]] = None,
+                 sampler: Any = None, seed: Optional[int] = None,
+                 evaluated_rewards: Optional[List] = None, study_name: Optional[str] = None):
+        if callable(space):
+            raise ConfigError("OptunaSearch: space: a define-by-run function is not "
+                              "supported here",
+                              hint="give a dict of optuna distributions, or leave space=None "
+                                   "and put tune domains in the Tuner's param_space")
+        if evaluated_rewards:
+            raise ConfigError("OptunaSearch: evaluated_rewards is not supported here",
+                              hint="leave it out; points_to_evaluate are evaluated as trials")
+        if mode is not None and mode not in ("min", "max"):
+            raise ConfigError(f'OptunaSearch: mode: expected "min" or "max", got {mode!r}')
+        if sampler is not None and seed is not None:
+            raise ConfigError("OptunaSearch: give seed or sampler, not both",
+                              hint="seed the sampler yourself: TPESampler(seed=...)")
+        _optuna()
+        self._space = space
+        self.metric = metric
+        self.mode = mode
+        self._points = [dict(p) for p in points_to_evaluate or []]
+        self._sampler = sampler
+        self._seed = seed
+        self._study_name = study_name
+        self._template: Dict[str, Any] = {}
+        self._distributions: Dict[str, Any] = {}
+
+    # -- set-up (in the driver) -----------------------------------------------------------
+    def set_search_properties(self, metric, mode, config):
+        super().set_search_properties(metric, mode, config)
+        if not self.metric or self.mode not in ("min", "max"):
+            raise ConfigError(
+                f"tune_config.search_alg: OptunaSearch needs a metric and a mode (\"min\" or "
+                f"\"max\"), got metric={self.metric!r}, mode={self.mode!r}",
+                hint="give metric= and mode= to OptunaSearch or to TuneConfig")
+        if self._space is not None:
+            self._template = copy.deepcopy(config or {})
+            self._distributions = dict(self._space)
+        else:
+            self._template, self._distributions = _convert(config or {})
+        if not self._distributions:
+            raise ConfigError("tune_config.search_alg: OptunaSearch found nothing to search "
+                              "in param_space",
+                              hint="use tune.uniform/loguniform/randint/choice in param_space")
+        return True
+
+    # -- in the process that starts a trial -----------------------------------------------
+    def _study(self, sweep_path: str, sampler: Any = None):
+        optuna = _optuna()
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        path = os.path.join(sweep_path, JOURNAL)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        storage = JournalStorage(JournalFileBackend(path))
+        name = self._study_name or os.path.basename(sweep_path)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        except KeyError:
+            study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                                        direction="minimize" if self.mode == "min"
+                                        else "maximize", load_if_exists=True)
+            if self._points and not study.trials:
+                for p in self._points:
+                    study.enqueue_trial(_flatten(p))
+        return study
+
+    def _sampler_for(self, index: int):
+        optuna = _optuna()
+        if self._sampler is not None:
+            self._sampler.reseed_rng()
+            return self._sampler
+        seed = None if self._seed is None else self._seed + index
+        return optuna.samplers.TPESampler(seed=seed)
+
+    def suggest_for(self, sweep_path: str, trial_id: str) -> Tuple[Dict[str, Any],
+                                                                    Dict[str, Any]]:
+        index = int(trial_id.rsplit("_", 1)[-1])
+        study = self._study(sweep_path, self._sampler_for(index))
+        trial = study.ask(self._distributions)
+        config = copy.deepcopy(self._template)
+        for key, value in trial.params.items():
+            _set(config, key, value)
+        return config, {"searcher": "OptunaSearch", "study": study.study_name,
+                        "optuna_trial": trial.number}
+
+    def on_trial_complete_for(self, sweep_path: str, trial: Dict[str, Any],
+                              result: Optional[Dict[str, Any]], error: bool = False) -> None:
+        optuna = _optuna()
+        number = (trial.get("search") or {}).get("optuna_trial")
+        if number is None:
+            return
+        study = self._study(sweep_path)
+        value = (result or {}).get(self.metric)
+        ok = (not error and isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(float(value)))
+        try:
+            if ok:
+                study.tell(number, float(value))
+            else:
+                study.tell(number, state=optuna.trial.TrialState.FAIL)
+        except (ValueError, RuntimeError):  # told already (a re-run after a crash)
+            pass
+
+
+def _convert(space: Dict[str, Any], prefix: str = "") -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """param_space → (the config with domains left as None, {"a/b": distribution})."""
+    optuna = _optuna()
+    from . import Domain
+
+    d = optuna.distributions
+    template: Dict[str, Any] = {}
+    dists: Dict[str, Any] = {}
+    for k, v in space.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Domain):
+            a = v.args
+            if v.kind == "uniform":
+                dists[key] = d.FloatDistribution(a[0], a[1])
+            elif v.kind == "loguniform":
+                dists[key] = d.FloatDistribution(a[0], a[1], log=True)
+            elif v.kind == "randint":
+                dists[key] = d.IntDistribution(a[0], a[1] - 1)
+            else:
+                dists[key] = d.CategoricalDistribution(list(a[0]))
+            template[k] = None
+        elif isinstance(v, dict) and set(v) == {"grid_search"}:
+            raise ConfigError(f"param_space.{key.replace('/', '.')}: grid_search cannot be "
+                              "used with OptunaSearch",
+                              hint="use tune.choice([...]) (Optuna picks among the values)")
+        elif isinstance(v, dict):
+            sub_t, sub_d = _convert(v, key + "/")
+            template[k] = sub_t
+            dists.update(sub_d)
+        else:
+            template[k] = copy.deepcopy(v)
+    return template, dists
+
+
+def _set(config: Dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split("/")
+    node = config
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+def _flatten(config: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}/"))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+__all__ = ["OptunaSearch", "Searcher"]
