@@ -110,8 +110,9 @@ def run_trial(run: RunDir, spec: Any, index: int,
     try:
         return run_batch(one, None)
     finally:
+        from ._sweep import _tell, stopped_by
+
         status = sweep.trial_status(index)
-        note_trial(sweep, index, status=status)
-        from ._sweep import _tell
+        note_trial(sweep, index, status=status, **stopped_by(run))
 
         _tell(sweep, index, status)

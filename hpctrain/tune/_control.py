@@ -183,8 +183,10 @@ class ReportHook:
         if c.scheduler is None:
             return None
         path = os.path.join(self.sweep_path, STATE_FILE)
-        rng = random.Random(f"{self.trial_id}:{result['training_iteration']}:"
-                            f"{time.time_ns()}")
+        # (seeded by the sweep, trial and report: a decision taken again after a restart
+        # is the same one)
+        rng = random.Random(f"{os.path.basename(self.sweep_path)}:{self.trial_id}:"
+                            f"{result['training_iteration']}")
         with FileLock(path + ".lock", timeout=120):
             state = read_json(path, default={}) or {}
             action, info = c.scheduler.on_result(state, self.trial_id, result, rng)
@@ -301,6 +303,22 @@ def trial_ended(sweep_path: str, index: int, status: str) -> None:
         control.search_alg.on_trial_complete_for(sweep_path, trial, rows[-1] if rows else None,
                                                  error=status == FAILED)
         sweep.set_trial(index, search_told=True)
+
+
+def tell_pending(sweep_path: str) -> None:
+    """Tell the search algorithm about trials that ended while no one could (a driver
+    killed between a trial's end and its tell)."""
+    from ._sweep import FAILED, FINISHED, SweepDir, _tell
+
+    if not searching(sweep_path):
+        return
+    sweep = SweepDir(sweep_path)
+    m = sweep.read()
+    for t in m.get("trials", []):
+        if t.get("suggested") and not t.get("search_told"):
+            status = sweep.trial_status(t["index"], m)
+            if status in (FINISHED, FAILED):
+                _tell(sweep, t["index"], status)
 
 
 def searching(sweep_path: str) -> bool:

@@ -20,7 +20,8 @@ from ..errors import ConfigError
 from . import search
 from ._sweep import (SweepDir, local_concurrency, open_manifest, run_local, submit_arrays,
                      to_run, train_loop_config, trial_id)
-from ._control import TrialControl, ensure_trial_config, searching, write_control
+from ._control import (TrialControl, ensure_trial_config, searching, tell_pending,
+                       write_control)
 from .result_grid import ResultGrid
 
 
@@ -218,6 +219,7 @@ class Tuner:
                 hint="one Tuner per scaling config, or run the sweep inside one allocation "
                      "(scheduler=\"local\" in a batch job)")
         m = self._manifest(sweep)
+        tell_pending(sweep.path)
         configs = {t["index"]: t["config"] for t in m["trials"]}
         indices = to_run(sweep, m, retry_failed=self._retry_failed)
         verbose = (self.run_config or self._trainer.run_config).verbose

@@ -126,7 +126,7 @@ class OptunaSearch(Searcher):
 
         path = os.path.join(sweep_path, JOURNAL)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        storage = JournalStorage(JournalFileBackend(path))
+        storage = JournalStorage(JournalFileBackend(path, lock_obj=_flock(path + ".flock")))
         name = self._study_name or os.path.basename(sweep_path)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
@@ -176,6 +176,31 @@ class OptunaSearch(Searcher):
                 study.tell(number, state=optuna.trial.TrialState.FAIL)
         except (ValueError, RuntimeError):  # told already (a re-run after a crash)
             pass
+
+
+def _flock(path: str):
+    """The journal's lock: a ``filelock.FileLock`` (fcntl; the lock the sweep's other files
+    use). Optuna's own locks are files that a killed process leaves behind (the next one
+    waits 30 s, then breaks them); an fcntl lock goes with its process."""
+    from filelock import FileLock
+
+    try:
+        from optuna.storages.journal._file import BaseJournalFileLock as Base
+    except ImportError:  # pragma: no cover - another optuna layout: duck typing
+        Base = object
+
+    class FlockJournalLock(Base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            self._lock = FileLock(path)
+
+        def acquire(self) -> bool:
+            self._lock.acquire()
+            return True
+
+        def release(self) -> None:
+            self._lock.release()
+
+    return FlockJournalLock()
 
 
 def _convert(space: Dict[str, Any], prefix: str = "") -> Tuple[Dict[str, Any], Dict[str, Any]]:
