@@ -26,9 +26,11 @@ def _save(state):
 
 def quality(config):
     """loss = (1 - q) + 1/step: trials with a higher ``q`` are better at every step (the
-    ranking at any rung is the final ranking). ``steps`` reports, one checkpoint each;
+    ranking at any rung is the final ranking); with ``delay``, weaker trials start later. ``steps`` reports, one checkpoint each;
     ``sleep`` seconds between them."""
     state = _restored({"step": 0, "value": 0.0})
+    if state["step"] == 0:  # weaker trials start later (``delay`` s per 0.1 of q missing)
+        time.sleep(config.get("delay", 0.0) * round((1.0 - config["q"]) * 10))
     for step in range(state["step"] + 1, config.get("steps", 8) + 1):
         time.sleep(config.get("sleep", 0.0))
         loss = (1.0 - config["q"]) + 1.0 / step
@@ -37,10 +39,9 @@ def quality(config):
 
 
 def climb(config):
-    """PBT's toy: ``value`` grows by ``lr`` each step, but only while lr is within
-    [0.5, 2]... the best lr is as high as possible up to 2 (faster growth); above 2 the
-    value decays. A population starting at low lr reaches a high ``value`` only by
-    exploiting and perturbing upwards."""
+    """PBT's toy: ``value`` grows by ``lr`` per step while lr ≤ 2 and falls by lr above
+    it. A population started at low lrs reaches a high ``value`` only by exploiting and
+    perturbing lr upwards."""
     state = _restored({"step": 0, "value": 0.0})
     value = state["value"]
     for step in range(state["step"] + 1, config.get("steps", 24) + 1):
