@@ -127,6 +127,25 @@ def test_asha_stops_weak_trials_early_keeps_their_checkpoints_and_finds_the_grid
     assert [r.metrics["_training_iteration"] for r in again] == iterations
 
 
+def test_a_trial_of_two_ranks_stopped_at_a_rung_ends_both_and_keeps_the_rungs_checkpoint(
+        storage):
+    from hpctrain import ScalingConfig
+    from hpctrain.torch import TorchTrainer
+
+    trainer = TorchTrainer(w.quality, scaling_config=ScalingConfig(num_workers=2),
+                           run_config=RunConfig(name="two", storage_path=storage, verbose=0))
+    grid = tune.Tuner(trainer, param_space={"train_loop_config": {
+        "q": tune.grid_search([0.7, 0.1]), "steps": 6, "sleep": 0.1}},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=ASHAScheduler(
+            max_t=6, grace_period=2, reduction_factor=2))).fit()
+    assert [r.metrics["_training_iteration"] for r in grid] == [6, 2]
+    weak = read(grid[1].path, "state.json")
+    assert weak["status"] == "FINISHED" and [a["outcome"] for a in weak["attempts"]] == \
+        ["FINISHED"]
+    assert "rung training_iteration=2" in weak["stopped_by"]
+    assert read(grid[1].checkpoint.path, ".hpctrain_checkpoint.json")["iteration"] == 2
+
+
 def test_stopping_criteria_end_every_trial_at_the_threshold(storage):
     grid = tune.Tuner(w.quality, param_space={"q": tune.grid_search([0.2, 0.9]), "steps": 20},
                       run_config=RunConfig(name="stop", storage_path=storage, verbose=0,
