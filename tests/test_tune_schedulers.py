@@ -183,6 +183,10 @@ def test_pbt_records_exploit_steps_and_beats_the_same_sweep_without_it(storage, 
     for e in exploits:
         assert e["source"] != e["trial"] and e["old_config"] != e["new_config"]
         assert e["new_config"]["steps"] == 24  # only lr is mutated
+        # the source's lr, perturbed (×1.2, ×0.8) or resampled
+        src_lr, new_lr = e["source_config"]["lr"], e["new_config"]["lr"]
+        assert new_lr in (pytest.approx(src_lr * 1.2), pytest.approx(src_lr * 0.8)) or \
+            0.1 <= new_lr <= 2.0
         # the exploiting trial restarted from its copy of the source's checkpoint
         trial = os.path.join(pbt.experiment_path, e["trial"])
         copied = read(trial, "checkpoints", e["checkpoint"], ".hpctrain_checkpoint.json")

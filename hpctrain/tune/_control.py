@@ -115,6 +115,12 @@ def load_control(sweep_path: str) -> Optional[TrialControl]:
     return _CACHE[key]
 
 
+def trial_id_of(index: int) -> str:
+    from ._sweep import trial_id
+
+    return trial_id(index)
+
+
 def trial_index(trial_id: str) -> int:
     return int(trial_id.rsplit("_", 1)[-1])
 
@@ -233,7 +239,8 @@ class ReportHook:
             m = sweep.read()
             me_i, src_i = trial_index(self.trial_id), trial_index(source)
             old = m["trials"][me_i]["config"]
-            new = self.control.scheduler.explore(old, rng)
+            # (as Ray: the source trial's config, perturbed)
+            new = self.control.scheduler.explore(m["trials"][src_i]["config"], rng)
             write_config_override(self.run_path, new, self.control.shape)
             step = {"trial": self.trial_id, "step": result["training_iteration"],
                     "time_attr": self.control.scheduler.time_attr, "at": info.get("time"),
@@ -284,12 +291,19 @@ def ensure_trial_config(sweep_path: str, index: int) -> Dict[str, Any]:
 
 
 def trial_ended(sweep_path: str, index: int, status: str) -> None:
-    """Tell the search algorithm how a trial that ended (FINISHED or FAILED) did."""
+    """A trial ended (FINISHED or FAILED): the scheduler's state records it (PBT ranks
+    only the trials still running), and the search algorithm is told how it did."""
     from ._sweep import FAILED, FINISHED, SweepDir
 
     if status not in (FINISHED, FAILED):
         return
     control = load_control(sweep_path)
+    if control is not None and control.scheduler is not None:
+        path = os.path.join(sweep_path, STATE_FILE)
+        with FileLock(path + ".lock", timeout=120):
+            state = read_json(path, default={}) or {}
+            control.scheduler.on_trial_end(state, trial_id_of(index))
+            atomic_write_json(path, state, sync=False)
     if control is None or control.search_alg is None:
         return
     sweep = SweepDir(sweep_path)

@@ -129,6 +129,12 @@ class TrialScheduler:
         details)``; ``state`` (JSON, shared by every trial) is updated in place."""
         return CONTINUE, {}
 
+    def on_trial_end(self, state: Dict[str, Any], trial_id: str) -> None:
+        """A trial finished or failed (``state["ended"]`` lists them)."""
+        ended = state.setdefault("ended", [])
+        if trial_id not in ended:
+            ended.append(trial_id)
+
     def describe(self) -> Dict[str, Any]:
         """What ``sweep.json`` records of the scheduler."""
         out = {"type": type(self).__name__}
@@ -319,7 +325,8 @@ class PopulationBasedTraining(TrialScheduler):
         if t - last.get(trial_id, 0.0) < self.perturbation_interval:
             return CONTINUE, {}
         last[trial_id] = t
-        lower, upper = self.quantiles(scores)
+        ended = set(state.get("ended", []))  # (Ray: finished trials are not ranked)
+        lower, upper = self.quantiles({k: v for k, v in scores.items() if k not in ended})
         if trial_id in lower and upper:
             return EXPLOIT, {"candidates": upper, "time": t}
         return CONTINUE, {}
