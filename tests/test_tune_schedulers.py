@@ -281,3 +281,80 @@ def test_optuna_search_refuses_grid_search_and_needs_a_metric(storage):
         tune.Tuner(w.quadratic, param_space={"x": tune.uniform(0, 1)},
                    tune_config=tune.TuneConfig(search_alg=OptunaSearch()),
                    run_config=RunConfig(name="m", storage_path=storage)).fit()
+
+
+# --------------------------------------------------------------------------- job files
+def sweep_file(tmp_path, storage, name, fn, extra):
+    job = tmp_path / f"{name}.toml"
+    job.write_text(f"""[job]
+entrypoint = "{os.path.join(HERE, 'tune_sched_workloads.py')}:{fn}"
+[run]
+name = "{name}"
+storage_path = "{storage}"
+[scaling]
+num_workers = 1
+[sweep]
+metric = "loss"
+mode = "min"
+{extra}""")
+    return str(job)
+
+
+def test_a_job_files_sweep_takes_a_scheduler_stopping_criteria_and_optuna(tmp_path, storage):
+    from helpers import cli
+
+    job = sweep_file(tmp_path, storage, "asha", "quality", """stop = {training_iteration = 6}
+[sweep.scheduler]
+type = "asha"
+max_t = 8
+grace_period = 1
+reduction_factor = 2
+[sweep.param_space]
+q = {grid_search = [0.7, 0.5, 0.3, 0.1]}
+steps = 8
+""")
+    out = cli("sweep", job).stderr
+    assert "stopped early (ASHAScheduler: loss=1.9 below the cutoff" in out
+    grid = tune.ResultGrid.from_path(os.path.join(storage, "asha"))
+    iterations = [r.metrics["_training_iteration"] for r in grid]
+    assert iterations[0] == 6 and iterations[3] == 1  # the stop criterion; ASHA's rung 1
+    assert grid.get_best_result().config == {"train_loop_config": {"q": 0.7, "steps": 8}}
+    manifest = read(grid.experiment_path, "sweep.json")
+    assert manifest["scheduler"]["max_t"] == 8 and manifest["stop"] == {
+        "training_iteration": 6}
+
+    job = sweep_file(tmp_path, storage, "opt", "quadratic", """num_samples = 3
+[sweep.search_alg]
+type = "optuna"
+seed = 2
+[sweep.param_space]
+x = {uniform = [-5, 5]}
+y = {uniform = [-5, 5]}
+""")
+    cli("sweep", job)
+    trials = read(storage, "opt", "sweep.json")["trials"]
+    assert [t["search"]["optuna_trial"] for t in trials] == [0, 1, 2]
+    assert all(t["search_told"] and set(t["config"]["train_loop_config"]) == {"x", "y"}
+               for t in trials)
+
+
+def test_a_job_files_bad_scheduler_names_the_key_and_creates_nothing(tmp_path, storage):
+    from helpers import cli
+
+    job = sweep_file(tmp_path, storage, "bad", "quality", """[sweep.scheduler]
+type = "asha"
+max_tt = 3
+[sweep.param_space]
+q = {grid_search = [0.7]}
+""")
+    p = cli("sweep", job, check=False)
+    assert p.returncode == 2
+    assert "sweep.scheduler.max_tt: ASHAScheduler has no option 'max_tt'" in p.stderr
+    assert "HINT: its options: time_attr" in p.stderr
+    job = sweep_file(tmp_path, storage, "bad", "quality", """stop = {loss = "low"}
+[sweep.param_space]
+q = {grid_search = [0.7]}
+""")
+    p = cli("sweep", job, check=False)
+    assert p.returncode == 2 and "sweep.stop.loss: expected a number" in p.stderr
+    assert not os.path.exists(os.path.join(storage, "bad"))

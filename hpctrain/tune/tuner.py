@@ -405,15 +405,59 @@ def manifest_from_spec(sweep: SweepDir, spec: Any) -> Dict[str, Any]:
     check_json(sw.get("param_space", {}), "sweep.param_space", spec.source)  # (TOML dates)
     space = _space_of(spec)
     n = sw.get("num_samples", 1)
-    m = open_manifest(sweep, space=space, expand_fn=lambda seed: search.expand(space, n, seed),
+    control = control_from_spec(spec, space)
+    searched = control.search_alg is not None
+    fresh = not sweep.exists()
+    settings = {"metric": sw.get("metric"), "mode": sw.get("mode"),
+                "max_concurrent_trials": sw.get("max_concurrent_trials")}
+    if control.scheduler is not None:
+        settings["scheduler"] = control.scheduler.describe()
+    if searched:
+        settings["search_alg"] = type(control.search_alg).__name__
+    if control.stop:
+        settings["stop"] = control.stop
+    m = open_manifest(sweep, space=space,
+                      expand_fn=lambda seed: ([{} for _ in range(search.count(space, n))]
+                                              if searched else search.expand(space, n, seed)),
                       fingerprint=search.fingerprint(space, n), num_samples=n,
-                      seed=sw.get("seed"),
-                      tune={"metric": sw.get("metric"), "mode": sw.get("mode"),
-                            "max_concurrent_trials": sw.get("max_concurrent_trials")},
+                      seed=sw.get("seed"), tune=settings,
                       shape="train_loop_config", space_tables=search.to_tables(space),
                       where="sweep.param_space", file=spec.source)
+    if fresh and searched:
+        with sweep.update() as fresh_m:  # their configs are asked for as they start
+            for t in fresh_m["trials"]:
+                t["suggested"] = False
+        m = sweep.read()
+    if fresh or control.active:
+        write_control(sweep.path, control)
     spec.sweep["seed"] = m["seed"]
     return m
+
+
+def control_from_spec(spec: Any, space: Dict[str, Any]) -> TrialControl:
+    """The scheduler, search algorithm and stopping criteria of a job file's ``[sweep]``."""
+    from ._toml import build
+
+    sw = spec.sweep
+
+    def error(key: str, message: str, hint: Optional[str] = None) -> Exception:
+        return ConfigError(f"{key}: {message}", file=spec.source, hint=hint)
+
+    scheduler = build(sw["scheduler"], "sweep.scheduler", error) if sw.get("scheduler") \
+        else None
+    search_alg = build(sw["search_alg"], "sweep.search_alg", error) \
+        if sw.get("search_alg") else None
+    try:
+        if scheduler is not None:
+            scheduler.set_search_properties(sw.get("metric"), sw.get("mode"))
+        if search_alg is not None:
+            search_alg.set_search_properties(sw.get("metric"), sw.get("mode"), space)
+    except ConfigError as e:
+        raise ConfigError(e.message.replace("tune_config.", "sweep."), file=spec.source,
+                          hint=(e.hint or "").replace("TuneConfig", "[sweep]")) from None
+    return TrialControl(scheduler=scheduler, stop=sw.get("stop") or None,
+                        search_alg=search_alg, metric=sw.get("metric"), mode=sw.get("mode"),
+                        shape="train_loop_config")
 
 
 def sweep_path_of(spec: Any) -> str:
@@ -482,9 +526,12 @@ def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
     ensure_storage_dir(os.path.dirname(sweep.path), spec)
     fresh = not os.path.exists(sweep.path)
     m = manifest_from_spec(sweep, spec)
+    tell_pending(sweep.path)
     configs = {t["index"]: t["config"] for t in m["trials"]}
     indices = to_run(sweep, m, retry_failed=retry_failed)
     if local or spec.scheduler.kind == "local":
+        config_of = (lambda i: ensure_trial_config(sweep.path, i)) if searching(sweep.path) \
+            else configs.__getitem__
         s = spec.scaling
         n = local_concurrency(s.num_workers, s.cpus_per_worker,
                               spec.sweep.get("max_concurrent_trials"), s.gpus_each)
@@ -492,7 +539,7 @@ def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
             print(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} trials to "
                   f"run here, {_at_a_time(n, s.gpus_each)} ({sweep.path})", flush=True)
         stopped = run_local(sweep, indices,
-                            lambda i: _spec_trainer(spec, sweep, i, configs[i], True),
+                            lambda i: _spec_trainer(spec, sweep, i, config_of(i), True),
                             concurrency=n, verbose=verbose,
                             warning_signal=spec.run.failure_config.warning_signal)
         return sweep, stopped
