@@ -358,3 +358,12 @@ q = {grid_search = [0.7]}
     p = cli("sweep", job, check=False)
     assert p.returncode == 2 and "sweep.stop.loss: expected a number" in p.stderr
     assert not os.path.exists(os.path.join(storage, "bad"))
+
+
+def test_docstring_examples_of_the_schedulers():
+    import doctest
+
+    from hpctrain.tune import schedulers
+
+    result = doctest.testmod(schedulers, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
