@@ -50,6 +50,14 @@ def test_asha_keeps_a_trial_only_in_the_top_fraction_of_its_rung_as_ray_does():
     assert act("c", 2, 0.95) == "STOP"         # worse than a at rung 2
     assert act("a", 8, 0.1) == "STOP"          # max_t reached
     assert state["rungs"]["0"]["1.0"] == {"a": -1.0, "b": -2.0, "c": -0.5}
+    # between rungs a trial's process need not read the shared state at all
+    memo = {}
+    assert s.due({"training_iteration": 3, "loss": 1.0}, memo)      # knows nothing yet
+    s.remember(state, "a", memo)
+    assert memo == {"bracket": 0, "recorded": {1, 2}}
+    assert not s.due({"training_iteration": 3, "loss": 1.0}, memo)
+    assert s.due({"training_iteration": 4, "loss": 1.0}, memo)
+    assert not s.due({"training_iteration": 5}, memo)                 # no metric
     assert AsyncHyperBandScheduler is ASHAScheduler
     assert len(HyperBandScheduler(max_t=81, reduction_factor=3).rungs(0)) == 5
     assert HyperBandScheduler(max_t=81, reduction_factor=3).brackets == 5

@@ -158,6 +158,7 @@ class ReportHook:
         self.trial_id = trial_id
         self.control = control
         self.started = time.time()
+        self._memo: Dict[str, Any] = {}  # what the scheduler's due() needs (ASHA's rungs)
 
     @classmethod
     def for_run(cls, run_path: str, trial: Optional[Dict[str, str]]) -> Optional["ReportHook"]:
@@ -186,7 +187,7 @@ class ReportHook:
         if why:
             return {"action": "stop", "reason": why,
                     "iteration": result["training_iteration"]}
-        if c.scheduler is None:
+        if c.scheduler is None or not c.scheduler.due(result, self._memo):
             return None
         path = os.path.join(self.sweep_path, STATE_FILE)
         # (seeded by the sweep, trial and report: a decision taken again after a restart
@@ -197,6 +198,7 @@ class ReportHook:
             state = read_json(path, default={}) or {}
             action, info = c.scheduler.on_result(state, self.trial_id, result, rng)
             atomic_write_json(path, state, sync=False)
+        c.scheduler.remember(state, self.trial_id, self._memo)
         if action == STOP:
             return {"action": "stop", "reason": f"{type(c.scheduler).__name__}: "
                                                 f"{info.get('reason', '')}",

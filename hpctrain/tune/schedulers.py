@@ -129,6 +129,15 @@ class TrialScheduler:
         details)``; ``state`` (JSON, shared by every trial) is updated in place."""
         return CONTINUE, {}
 
+    def due(self, result: Dict[str, Any], memo: Dict[str, Any]) -> bool:
+        """False when :meth:`on_result` would surely CONTINUE and change nothing, from
+        what this trial's process remembers (``memo``, filled by :meth:`remember`): the
+        shared state file is then not touched at this report."""
+        return True
+
+    def remember(self, state: Dict[str, Any], trial_id: str, memo: Dict[str, Any]) -> None:
+        """After :meth:`on_result`: keep in ``memo`` what :meth:`due` needs."""
+
     def on_trial_end(self, state: Dict[str, Any], trial_id: str) -> None:
         """A trial finished or failed (``state["ended"]`` lists them)."""
         ended = state.setdefault("ended", [])
@@ -227,6 +236,24 @@ class ASHAScheduler(TrialScheduler):
                               "rung": milestone}
             return CONTINUE, {"rung": milestone}
         return CONTINUE, {}
+
+
+    def due(self, result, memo):
+        t = result_value(result, self.time_attr)
+        if not _number(t) or self.score(result) is None:
+            return False
+        if t >= self.max_t or "bracket" not in memo:
+            return True
+        return any(m <= t and m not in memo["recorded"] for m in self.rungs(memo["bracket"]))
+
+    def remember(self, state, trial_id, memo):
+        bracket = state.get("bracket_of", {}).get(trial_id)
+        if bracket is None:
+            return
+        memo["bracket"] = bracket
+        rungs = state.get("rungs", {}).get(str(bracket), {})
+        memo["recorded"] = {m for m in self.rungs(bracket)
+                            if trial_id in rungs.get(repr(float(m)), {})}
 
 
 AsyncHyperBandScheduler = ASHAScheduler
