@@ -285,7 +285,11 @@ def ensure_trial_config(sweep_path: str, index: int) -> Dict[str, Any]:
         trial = sweep.read()["trials"][index]
         if trial.get("suggested", True):
             return trial["config"]
-        config, info = control.search_alg.suggest_for(sweep_path, trial["trial_id"])
+        retry = bool(trial.get("search_asking"))
+        if not retry:
+            sweep.set_trial(index, search_asking=True)  # (a kill from here on: see retry)
+        config, info = control.search_alg.suggest_for(sweep_path, trial["trial_id"],
+                                                      retry=retry)
         with sweep.update() as m:
             m["trials"][index].update(config=config, suggested=True, search=info)
     write_config_override(sweep.trial_path(index), config, control.shape)
@@ -328,6 +332,10 @@ def tell_pending(sweep_path: str) -> None:
 
     if not searching(sweep_path):
         return
+    control = load_control(sweep_path)
+    with FileLock(os.path.join(sweep_path, "search.lock"), timeout=300):
+        if hasattr(control.search_alg, "clean_up_for"):
+            control.search_alg.clean_up_for(sweep_path)
     sweep = SweepDir(sweep_path)
     m = sweep.read()
     for t in m.get("trials", []):

@@ -24,7 +24,11 @@ scheduler, or failed) it tells the study its last reported ``metric`` (failed: a
 A killed driver loses nothing: a re-run (``Tuner.restore(path, trainable).fit()``, or
 ``hpctrain sweep`` again) continues the same study; trials that had asked keep their
 configs (an interrupted one resumes from its checkpoint and tells at its end), the
-others ask.
+others ask. Asking holds the sweep's ``search.lock`` (a FileLock) until the Optuna
+trial is named after its sweep trial (user attribute ``hpctrain_trial``): a trial whose
+answer was not recorded in ``sweep.json`` before a kill gets the same Optuna trial again
+(also one not named yet, if Optuna had sampled every parameter); an Optuna trial left
+half-made is marked FAIL, so the study holds no trial forever RUNNING.
 
 Differences from Ray: ``space`` may be a dict of Optuna distributions (keys: the config's
 keys, ``"a/b"`` for nested ones) or None (the Tuner's ``param_space`` is converted:
@@ -45,6 +49,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from ...errors import ConfigError
 
 JOURNAL = os.path.join("search", "optuna-journal.log")
+#: The Optuna trial's user attribute that names the sweep's trial (``trial_00003``).
+USER_ATTR = "hpctrain_trial"
 
 
 def _optuna():
@@ -148,16 +154,65 @@ class OptunaSearch(Searcher):
         seed = None if self._seed is None else self._seed + index
         return optuna.samplers.TPESampler(seed=seed)
 
-    def suggest_for(self, sweep_path: str, trial_id: str) -> Tuple[Dict[str, Any],
-                                                                    Dict[str, Any]]:
+    def suggest_for(self, sweep_path: str, trial_id: str, retry: bool = False
+                    ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """Ask the study for the config of the sweep's trial ``trial_id``. ``retry``: this
+        trial asked before and was killed before the answer was recorded; a RUNNING Optuna
+        trial named after it (or, when exactly one is, one not named yet: killed between
+        the ask and the naming) is taken again instead of asking anew."""
+        optuna = _optuna()
         index = int(trial_id.rsplit("_", 1)[-1])
         study = self._study(sweep_path, self._sampler_for(index))
-        trial = study.ask(self._distributions)
+        # asked before by a driver killed before it recorded the answer: the same trial
+        running = [t for t in study.get_trials(deepcopy=False,
+                                               states=(optuna.trial.TrialState.RUNNING,))
+                   if t.user_attrs.get(USER_ATTR) == trial_id]
+        # (called under the sweep's search lock, which every ask holds until its trial is
+        # named: an Optuna trial RUNNING unnamed now was asked by a process that died)
+        unnamed = [t for t in study.get_trials(deepcopy=False,
+                                               states=(optuna.trial.TrialState.RUNNING,))
+                   if USER_ATTR not in t.user_attrs]
+        whole = [t for t in unnamed if set(t.params) == set(self._distributions)]
+        if retry and not running and len(whole) == 1:
+            study._storage.set_trial_user_attr(whole[0]._trial_id, USER_ATTR, trial_id)
+            running = whole
+        self._fail(study, [t for t in unnamed if t not in running])
+        if running:
+            number, params = running[0].number, running[0].params
+        else:
+            trial = study.ask(self._distributions)
+            trial.set_user_attr(USER_ATTR, trial_id)
+            number, params = trial.number, trial.params
         config = copy.deepcopy(self._template)
-        for key, value in trial.params.items():
+        for key, value in params.items():
             _set(config, key, value)
         return config, {"searcher": "OptunaSearch", "study": study.study_name,
-                        "optuna_trial": trial.number}
+                        "optuna_trial": number}
+
+    def clean_up_for(self, sweep_path: str) -> int:
+        """Fail the study's trials that no sweep trial can claim: asked by a process killed
+        before it named its sweep trial (RUNNING and unnamed while the caller holds the
+        sweep's search lock). Returns how many."""
+        optuna = _optuna()
+        if not os.path.exists(os.path.join(sweep_path, JOURNAL)):
+            return 0
+        study = self._study(sweep_path)
+        return self._fail(study, [
+            t for t in study.get_trials(deepcopy=False,
+                                        states=(optuna.trial.TrialState.RUNNING,))
+            if USER_ATTR not in t.user_attrs])
+
+    @staticmethod
+    def _fail(study: Any, trials: List[Any]) -> int:
+        optuna = _optuna()
+        n = 0
+        for t in trials:
+            try:
+                study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+                n += 1
+            except (ValueError, RuntimeError):
+                pass
+        return n
 
     def on_trial_complete_for(self, sweep_path: str, trial: Dict[str, Any],
                               result: Optional[Dict[str, Any]], error: bool = False) -> None:
