@@ -385,6 +385,10 @@ class RunConfig:
     callbacks: List[Any] = field(default_factory=list)
     #: Ray's upload settings: a no-op here (storage is shared); see :class:`SyncConfig`.
     sync_config: Optional[SyncConfig] = None
+    #: A sweep's stopping criteria (Ray Tune's): ``{"training_iteration": 10, "loss": 0.1}``
+    #: (a trial stops once any reported value reaches its threshold, ``>=``) or a function
+    #: ``(trial_id, result) -> bool``. Given to the Tuner's (or the trainer's) RunConfig.
+    stop: Any = None
 
     def __post_init__(self) -> None:
         if self.sync_config is None:
@@ -400,6 +404,8 @@ class RunConfig:
                 raise ConfigError(f"run.storage_path: expected a path, got "
                                   f"{type(self.storage_path).__name__}")
             self.storage_path = local_storage_path(self.storage_path)
+        if self.stop is not None:
+            self.stop = check_stop(self.stop)
         if self.checkpoint_config is None:
             self.checkpoint_config = CheckpointConfig()
         if self.failure_config is None:
@@ -574,3 +580,21 @@ class DataConfig:
 
     def __repr__(self) -> str:
         return f"DataConfig(datasets_to_split={self.datasets_to_split!r})"
+
+
+def check_stop(stop: Any) -> Any:
+    """``RunConfig(stop=...)``: a dict {result key: threshold} or a callable
+    ``(trial_id, result) -> bool`` (a Ray ``Stopper`` object is one)."""
+    if stop is None or callable(stop):
+        return stop
+    if isinstance(stop, dict):
+        for k, v in stop.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"run.stop: expected {{metric name: number}}, got "
+                                  f"{k!r}: {v!r}",
+                                  hint='e.g. RunConfig(stop={"training_iteration": 10, '
+                                       '"loss": 0.01})')
+        return dict(stop)
+    raise ConfigError(f"run.stop: expected a dict of thresholds or a function "
+                      f"(trial_id, result) -> bool, got {type(stop).__name__}",
+                      hint='e.g. RunConfig(stop={"training_iteration": 10})')

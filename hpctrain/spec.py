@@ -64,6 +64,8 @@ _EXPECTED = {
     "callback": "true, false or a table of options",
     "memory": 'a memory size such as "4G"',
     "split": '"all" or an array of dataset names',
+    "tune": 'a table with type = "..." and the options of that class',
+    "thresholds": "a table of result names and numbers",
 }
 
 #: Allowed keys per section; ``None`` marks a free-form table ([config], [env]).
@@ -109,7 +111,8 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
     "lightgbm": {"timeout_s": "int", "inject_network_params": "bool"},
     # A hyperparameter sweep (``hpctrain sweep``): param_space overlays [config] per trial.
     "sweep": {"num_samples": "int", "metric": "str", "mode": "str",
-              "max_concurrent_trials": "int", "seed": "int", "param_space": "space"},
+              "max_concurrent_trials": "int", "seed": "int", "param_space": "space",
+              "scheduler": "tune", "search_alg": "tune", "stop": "thresholds"},
 }
 
 #: Top-level keys that are not sections.
@@ -343,6 +346,21 @@ def _check_value(ctx: Ctx, key: str, kind: str, value: Any) -> Any:
 
         from_tables(value, key, ctx.error)  # checks every domain; the tables stay as given
         return copy.deepcopy(value)
+    if kind == "tune":
+        # the table's shape here; its type and options are checked by building the
+        # scheduler or search algorithm (hpctrain.tune.tuner.control_from_spec), which
+        # `hpctrain validate`, `hpctrain sweep` and the Tuner do before anything is made
+        if not isinstance(value.get("type"), str):
+            raise ctx.error(f"{key}.type", f"expected the name of a {key.split('.')[-1]} "
+                            f"(a string), got {_show(value.get('type'))}",
+                            f'e.g. [{key}] type = "{"asha" if key.endswith("scheduler") else "optuna"}"')
+        return copy.deepcopy(value)
+    if kind == "thresholds":
+        for name, number in value.items():
+            if isinstance(number, bool) or not isinstance(number, (int, float)):
+                raise ctx.error(f"{key}.{name}", f"expected a number, got {_show(number)} "
+                                f"({_kind(number)})", "e.g. stop = {training_iteration = 20}")
+        return dict(value)
     if kind == "numbers":
         out: Dict[str, Any] = {}
         for name, number in value.items():

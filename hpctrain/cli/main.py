@@ -484,6 +484,10 @@ def cmd_validate(args) -> int:
 
     spec = _load(args)
     trainer_from_spec(spec).check_datasets()  # the entry point, every config, data files
+    if spec.sweep and (spec.sweep.get("scheduler") or spec.sweep.get("search_alg")):
+        from hpctrain.tune.tuner import control_from_spec, space_of
+
+        control_from_spec(spec, space_of(spec))  # the scheduler's and searcher's options
     sys.stdout.write(spec.to_toml())
     print(f"# OK: {args.job} is valid", file=sys.stderr)
     return 0

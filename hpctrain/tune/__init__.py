@@ -26,6 +26,7 @@ from ..config import SyncConfig
 from ..train import LegacyTrainable
 from .legacy import ExperimentAnalysis, TuneError, run
 from .result_grid import ResultGrid, TrialResult
+from . import schedulers
 from .search import choice, grid_search, loguniform, randint, uniform
 from .tuner import TuneConfig, Tuner
 

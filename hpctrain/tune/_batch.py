@@ -81,7 +81,11 @@ def run_trial(run: RunDir, spec: Any, index: int,
         if not 0 <= index < len(trials):
             _log(f"trial {index} is not in the sweep {sweep.path} ({len(trials)} trials)")
             return 2
-        one = trial_spec(spec, sweep, index, trials[index]["config"])
+        from ._control import ensure_trial_config
+
+        one = trial_spec(spec, sweep, index, ensure_trial_config(sweep.path, index)
+                         if sweep.trial_status(index, manifest) != "FINISHED"
+                         else trials[index]["config"])
         if not os.path.exists(run.job_script):
             # the trial alone, for a resubmission after a stop (the array script would run
             # every trial again)
@@ -106,4 +110,9 @@ def run_trial(run: RunDir, spec: Any, index: int,
     try:
         return run_batch(one, None)
     finally:
-        note_trial(sweep, index, status=sweep.trial_status(index))
+        from ._sweep import stopped_by, tell_search
+
+        status = sweep.trial_status(index)
+        note_trial(sweep, index, status=status, **stopped_by(run))
+
+        tell_search(sweep, index, status)

@@ -250,13 +250,16 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[i
         except _Interrupted:
             status = INTERRUPTED
         finally:
-            sweep.set_trial(index, status=status)
+            sweep.set_trial(index, status=status, **stopped_by(run))
+        tell_search(sweep, index, status)
         with lock:
             done.append(index)
             if verbose >= 1:
                 rows = {} if status != FINISHED else _last_row(run)
                 shown = ", ".join(f"{k}={v}" for k, v in user_metrics(rows).items())
+                why = stopped_by(run).get("stopped_by")
                 print(f"[hpctrain] {trial_id(index)} {status} ({len(done)} of {len(indices)})"
+                      + (f", stopped early ({why})" if why else "")
                       + (f": {shown}" if shown else ""), file=sys.stderr, flush=True)
 
     def warn(reason: str) -> None:
@@ -292,6 +295,24 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[i
               "did not finish; running the sweep again continues them from their latest "
               "checkpoints", file=sys.stderr, flush=True)
     return bool(warned)
+
+
+def stopped_by(run: RunDir) -> Dict[str, Any]:
+    """``{"stopped_by": why}`` for a trial its scheduler or a stopping criterion ended
+    early (what sweep.json records beside its status), else {}."""
+    why = run.read_state().get("stopped_by") if run.exists() else None
+    return {"stopped_by": why} if why else {}
+
+
+def tell_search(sweep: SweepDir, index: int, status: str) -> None:
+    """A trial ended: its search algorithm (if any) learns how it did."""
+    from ._control import trial_ended
+
+    try:
+        trial_ended(sweep.path, index, status)
+    except Exception as e:  # noqa: BLE001 - the trial's own result stands
+        print(f"[hpctrain] WARNING: {trial_id(index)}'s result was not told to the search "
+              f"algorithm ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
 
 
 def _last_row(run: RunDir) -> Dict[str, Any]:

@@ -20,6 +20,8 @@ from ..errors import ConfigError
 from . import search
 from ._sweep import (SweepDir, local_concurrency, open_manifest, run_local, submit_arrays,
                      to_run, train_loop_config, trial_id)
+from ._control import (TrialControl, ensure_trial_config, searching, tell_pending,
+                       write_control)
 from .result_grid import ResultGrid
 
 
@@ -36,8 +38,22 @@ class TuneConfig:
     num_samples: int = 1
     max_concurrent_trials: Optional[int] = None
     seed: Optional[int] = None
+    #: a trial scheduler (:mod:`hpctrain.tune.schedulers`: ASHA, HyperBand, PBT)
+    scheduler: Any = None
+    #: a search algorithm (:class:`hpctrain.tune.search.optuna.OptunaSearch`)
+    search_alg: Any = None
 
     def __post_init__(self) -> None:
+        from .schedulers import check_scheduler
+
+        self.scheduler = check_scheduler(self.scheduler)
+        if self.search_alg is not None:
+            from .search.optuna import Searcher
+
+            if not isinstance(self.search_alg, Searcher):
+                raise ConfigError(f"tune_config.search_alg: expected a search algorithm "
+                                  f"(OptunaSearch), got {type(self.search_alg).__name__}",
+                                  hint="from hpctrain.tune.search.optuna import OptunaSearch")
         if self.mode is not None and self.mode not in ("min", "max"):
             raise ConfigError(f'tune_config.mode: expected "min" or "max", got {self.mode!r}')
         if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) \
@@ -129,12 +145,45 @@ class Tuner:
             return sweep.read()
         tc = self.tune_config
         space = self.param_space
-        return open_manifest(
+        control = self._control()
+        fresh = not sweep.exists()
+        settings = tc.settings()
+        if control.scheduler is not None:
+            settings["scheduler"] = control.scheduler.describe()
+        if control.search_alg is not None:
+            settings["search_alg"] = type(control.search_alg).__name__
+        if isinstance(control.stop, dict):
+            settings["stop"] = control.stop
+        searched = control.search_alg is not None
+        m = open_manifest(
             sweep, space=space,
-            expand_fn=lambda seed: search.expand(space, tc.num_samples, seed),
+            expand_fn=lambda seed: ([{} for _ in range(search.count(space, tc.num_samples))]
+                                    if searched else search.expand(space, tc.num_samples,
+                                                                   seed)),
             fingerprint=search.fingerprint(space, tc.num_samples),
-            num_samples=tc.num_samples, seed=tc.seed, tune=tc.settings(), shape=self._shape,
+            num_samples=tc.num_samples, seed=tc.seed, tune=settings, shape=self._shape,
             space_tables=search.to_tables(space))
+        if fresh and searched:
+            with sweep.update() as fresh_m:  # their configs are asked for as they start
+                for t in fresh_m["trials"]:
+                    t["suggested"] = False
+            m = sweep.read()
+        if fresh or control.active:
+            # (a re-run with no scheduler given keeps the sweep's)
+            write_control(sweep.path, control)
+        return m
+
+    def _control(self) -> TrialControl:
+        """The scheduler, stopping criteria and search algorithm every trial consults."""
+        tc = self.tune_config
+        rc = self.run_config or self._trainer.run_config
+        stop = rc.stop if rc.stop is not None else self._trainer.run_config.stop
+        if tc.scheduler is not None:
+            tc.scheduler.set_search_properties(tc.metric, tc.mode)
+        if tc.search_alg is not None:
+            tc.search_alg.set_search_properties(tc.metric, tc.mode, self.param_space)
+        return TrialControl(scheduler=tc.scheduler, stop=stop, search_alg=tc.search_alg,
+                            metric=tc.metric, mode=tc.mode, shape=self._shape)
 
     def _trial_trainer(self, sweep: SweepDir, index: int, config: Dict[str, Any]):
         base = self._trainer
@@ -170,11 +219,15 @@ class Tuner:
                 hint="one Tuner per scaling config, or run the sweep inside one allocation "
                      "(scheduler=\"local\" in a batch job)")
         m = self._manifest(sweep)
+        tell_pending(sweep.path)
         configs = {t["index"]: t["config"] for t in m["trials"]}
         indices = to_run(sweep, m, retry_failed=self._retry_failed)
         verbose = (self.run_config or self._trainer.run_config).verbose
         make = lambda i: self._trial_trainer(sweep, i, configs[i])  # noqa: E731
         if not batch:
+            if searching(sweep.path):  # each trial asks for its config as it starts
+                make = lambda i: self._trial_trainer(  # noqa: E731
+                    sweep, i, ensure_trial_config(sweep.path, i))
             s = self._largest_scaling(configs)
             n = local_concurrency(s.num_workers, s.cpus_per_worker,
                                   self.tune_config.max_concurrent_trials, s.gpus_each)
@@ -352,15 +405,59 @@ def manifest_from_spec(sweep: SweepDir, spec: Any) -> Dict[str, Any]:
     check_json(sw.get("param_space", {}), "sweep.param_space", spec.source)  # (TOML dates)
     space = space_of(spec)
     n = sw.get("num_samples", 1)
-    m = open_manifest(sweep, space=space, expand_fn=lambda seed: search.expand(space, n, seed),
+    control = control_from_spec(spec, space)
+    searched = control.search_alg is not None
+    fresh = not sweep.exists()
+    settings = {"metric": sw.get("metric"), "mode": sw.get("mode"),
+                "max_concurrent_trials": sw.get("max_concurrent_trials")}
+    if control.scheduler is not None:
+        settings["scheduler"] = control.scheduler.describe()
+    if searched:
+        settings["search_alg"] = type(control.search_alg).__name__
+    if control.stop:
+        settings["stop"] = control.stop
+    m = open_manifest(sweep, space=space,
+                      expand_fn=lambda seed: ([{} for _ in range(search.count(space, n))]
+                                              if searched else search.expand(space, n, seed)),
                       fingerprint=search.fingerprint(space, n), num_samples=n,
-                      seed=sw.get("seed"),
-                      tune={"metric": sw.get("metric"), "mode": sw.get("mode"),
-                            "max_concurrent_trials": sw.get("max_concurrent_trials")},
+                      seed=sw.get("seed"), tune=settings,
                       shape="train_loop_config", space_tables=search.to_tables(space),
                       where="sweep.param_space", file=spec.source)
+    if fresh and searched:
+        with sweep.update() as fresh_m:  # their configs are asked for as they start
+            for t in fresh_m["trials"]:
+                t["suggested"] = False
+        m = sweep.read()
+    if fresh or control.active:
+        write_control(sweep.path, control)
     spec.sweep["seed"] = m["seed"]
     return m
+
+
+def control_from_spec(spec: Any, space: Dict[str, Any]) -> TrialControl:
+    """The scheduler, search algorithm and stopping criteria of a job file's ``[sweep]``."""
+    from ._toml import build
+
+    sw = spec.sweep
+
+    def error(key: str, message: str, hint: Optional[str] = None) -> Exception:
+        return ConfigError(f"{key}: {message}", file=spec.source, hint=hint)
+
+    scheduler = build(sw["scheduler"], "sweep.scheduler", error) if sw.get("scheduler") \
+        else None
+    search_alg = build(sw["search_alg"], "sweep.search_alg", error) \
+        if sw.get("search_alg") else None
+    try:
+        if scheduler is not None:
+            scheduler.set_search_properties(sw.get("metric"), sw.get("mode"))
+        if search_alg is not None:
+            search_alg.set_search_properties(sw.get("metric"), sw.get("mode"), space)
+    except ConfigError as e:
+        raise ConfigError(e.message.replace("tune_config.", "sweep."), file=spec.source,
+                          hint=(e.hint or "").replace("TuneConfig", "[sweep]")) from None
+    return TrialControl(scheduler=scheduler, stop=sw.get("stop") or None,
+                        search_alg=search_alg, metric=sw.get("metric"), mode=sw.get("mode"),
+                        shape="train_loop_config")
 
 
 def sweep_path_of(spec: Any) -> str:
@@ -429,9 +526,12 @@ def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
     ensure_storage_dir(os.path.dirname(sweep.path), spec)
     fresh = not os.path.exists(sweep.path)
     m = manifest_from_spec(sweep, spec)
+    tell_pending(sweep.path)
     configs = {t["index"]: t["config"] for t in m["trials"]}
     indices = to_run(sweep, m, retry_failed=retry_failed)
     if local or spec.scheduler.kind == "local":
+        config_of = (lambda i: ensure_trial_config(sweep.path, i)) if searching(sweep.path) \
+            else configs.__getitem__
         s = spec.scaling
         n = local_concurrency(s.num_workers, s.cpus_per_worker,
                               spec.sweep.get("max_concurrent_trials"), s.gpus_each)
@@ -439,7 +539,7 @@ def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
             print(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} trials to "
                   f"run here, {_at_a_time(n, s.gpus_each)} ({sweep.path})", flush=True)
         stopped = run_local(sweep, indices,
-                            lambda i: _spec_trainer(spec, sweep, i, configs[i], True),
+                            lambda i: _spec_trainer(spec, sweep, i, config_of(i), True),
                             concurrency=n, verbose=verbose,
                             warning_signal=spec.run.failure_config.warning_signal)
         return sweep, stopped

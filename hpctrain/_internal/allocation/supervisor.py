@@ -28,7 +28,7 @@ from hpctrain._internal.log import get_logger
 _logger = get_logger("supervisor")
 from hpctrain._internal.rundir.commit import verify_checkpoint
 from hpctrain._internal.fsutil import read_json
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.rundir.layout import DECISION_FILE, RunDir
 from hpctrain._internal.fsutil import atomic_write_json
 from hpctrain._internal.worker.entry import (ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_RESUME, ENV_RUN_DIR, ENV_START_ITER,
                      ENV_WARNING_SIGNAL, STOP_FILE)
@@ -37,6 +37,8 @@ FINISHED, FAILED, RUNNING, INTERRUPTED = "FINISHED", "FAILED", "RUNNING", "INTER
 #: The run stopped cleanly after the scheduler's warning; REQUEUED: waiting for its next
 #: allocation; STOPPED: not requeued (local run, requeue off, or no progress).
 PREEMPTED, REQUEUED, STOPPED = "PREEMPTED", "REQUEUED", "STOPPED"
+#: An attempt ended by a sweep's scheduler to start again (a PBT exploit).
+RESTARTED = "RESTARTED"
 #: An attempt that was RUNNING when its allocation vanished (node loss, kill -9 of the job).
 LOST = "LOST"
 
@@ -187,10 +189,13 @@ class Supervisor:
             env=env, num_workers=self.num_workers, log_dir=self.run.logs_dir(self.job_id),
             on_line=self.on_line)
         stop_written = at_deadline = False
+        decision_file = os.path.join(self.run.attempt_dir(attempt), DECISION_FILE)
         try:
             exits = None
             while exits is None:
                 exits = group.wait_any_failure(0.1)  # also how soon a warning is acted on
+                if os.path.exists(decision_file):
+                    break  # a sweep's scheduler decided (hpctrain.tune._control)
                 self.on_tick()
                 self._check_timer()
                 if self.stop_time is not None and not stop_written and exits is None:
@@ -211,6 +216,9 @@ class Supervisor:
             with self.run.update_state() as s:
                 s["status"] = INTERRUPTED
             raise
+        decision = read_json(decision_file)
+        if decision:
+            return self._after_decision(attempt, group, decision)
         if self.stop_time is None and glob.glob(os.path.join(
                 self.run.attempt_dir(attempt), "stopped.rank-*.json")):
             # the ranks got the warning signal themselves (`scancel --signal=USR1 <job>`
@@ -252,6 +260,29 @@ class Supervisor:
         with self.run.update_state() as s:
             s["status"] = FAILED
         return FAILED
+
+    def _after_decision(self, attempt: int, group, decision: Dict) -> Optional[str]:
+        """Rank 0 of a sweep's trial ended on its scheduler's decision (written at a
+        report): stop the other ranks; "stop" ends the run as FINISHED (its committed
+        checkpoints kept, ``stopped_by`` in state.json), "restart" (a PBT exploit: the
+        newest checkpoint and the config were replaced) starts the next attempt, not
+        counted as a failure."""
+        group.terminate(self.kill_grace_s)
+        self.run.clean_incomplete()
+        self.on_tick()
+        reason = decision.get("reason", "")
+        if decision.get("action") == "restart":
+            self._end_attempt(attempt, RESTARTED, None)
+            self._log(f"{reason}: restarting the worker group from the newest checkpoint")
+            return None
+        self._end_attempt(attempt, FINISHED, None)
+        with self.run.update_state() as s:
+            s["attempts"][attempt - 1]["stopped_by"] = reason
+            s["stopped_by"] = reason
+            s["stopped_at_iteration"] = decision.get("iteration")
+            s["status"] = FINISHED
+        self._log(f"stopped after report {decision.get('iteration')}: {reason}")
+        return FINISHED
 
     def _write_stop(self, attempt: int) -> None:
         self._log(f"warning: {self.stop_reason}; the ranks checkpoint at their next report "

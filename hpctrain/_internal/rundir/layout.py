@@ -33,6 +33,10 @@ from hpctrain._internal.metrics import flatten
 from hpctrain._internal.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
                      read_json, remove_tree)
 
+#: In an attempt's directory: what a sweep's scheduler decided for this trial (stop, or
+#: restart from another trial's checkpoint), written by rank 0 for the supervisor.
+DECISION_FILE = "tune_decision.json"
+
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{6,})$")
 TMP_PREFIX = ".tmp_checkpoint_i"  # + the report (iteration) that handed it in
 SHARD_MANIFEST = ".hpctrain_shard.rank-{rank}.json"

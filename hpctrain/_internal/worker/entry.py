@@ -30,6 +30,7 @@ import cloudpickle
 from hpctrain.config import CheckpointConfig, ScalingConfig
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.worker.trial import trial_control
 
 # Variables the supervisor sets for every rank of an attempt.
 ENV_RUN_DIR = "HPCTRAIN_RUN_DIR"
@@ -131,7 +132,11 @@ def run_worker(run_dir: str) -> int:
         if hasattr(fn, "resolve") and not callable(fn):
             fn = fn.resolve()
         try:
-            value = call_train_func(fn, payload.train_loop_config)
+            config = payload.train_loop_config
+            control = trial_control(run.path, getattr(payload, "trial", None))
+            if control is not None:  # a sweep's trial: PBT's or Optuna's config
+                config = control.applied_config(config, run.path)
+            value = call_train_func(fn, config)
         except StopTraining as stop:
             session.close_stopped()
             os.makedirs(adir, exist_ok=True)

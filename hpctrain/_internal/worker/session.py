@@ -40,8 +40,9 @@ from hpctrain.checkpoint import Checkpoint
 from hpctrain.cluster_env import WorkerInfo
 from hpctrain.config import CheckpointConfig
 from hpctrain._internal.rundir.commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
-from hpctrain._internal.fsutil import Background, json_default
-from hpctrain._internal.rundir.layout import ResultWriter, RunDir, autofilled
+from hpctrain._internal.fsutil import Background, atomic_write_json, json_default
+from hpctrain._internal.rundir.layout import DECISION_FILE, ResultWriter, RunDir, autofilled
+from hpctrain._internal.worker.trial import trial_control
 
 DETAILED_ENV = "HPCTRAIN_RESULT_ENABLE_DETAILED_AUTOFILLED_METRICS"
 AGREE_BUDGET_S = 0.005   # agree about this often, at most, when reports come faster
@@ -110,6 +111,8 @@ class Session:
         self._reports_since_agreement: Dict[int, Tuple[Dict[str, Any], float,
                                                        Optional[Dict[str, Any]]]] = {}
         self.last_metrics: Dict[str, Any] = {}
+        # a sweep's trial: its scheduler and stopping criteria are consulted on rank 0
+        self._tune_hook = _tune_hook(run, trial) if info.world_rank == 0 else None
         # data epochs: prepared loaders (in the order they were made) and dataset shards
         # record where a resumed run must start them (see data_epochs())
         self._epoch_counters: List[Any] = []
@@ -167,10 +170,33 @@ class Session:
         self.iteration = iteration
         self.last_metrics = row
         self._last = now
+        if self._tune_hook is not None:
+            decision = self._tune_hook.on_report(row)
+            if decision:
+                self._end_for_decision(decision)
         if agreed and self.stop_agreed and self._agreed_checkpoint:
             # every rank is here at the same report: the checkpoint handed in since the
             # stop was agreed is committed, so the training can end now and resume later
             raise StopTraining(iteration, name)
+
+    def _end_for_decision(self, decision: Dict[str, Any]) -> None:
+        """Rank 0, a sweep's scheduler decided (hpctrain.tune._control): commit what a lone
+        rank staged (a stop keeps it), hand the decision to the supervisor, and end this
+        process; the supervisor stops the other ranks and ends the trial or restarts it."""
+        if decision.get("action") == "stop" and self.info.world_size == 1:
+            self._agree_before_staging(self.iteration, False, final=True)
+            self._publish_agreed(self.iteration, False)
+        self._background.drain()
+        if self._writer is not None:
+            self._writer.close()
+        if self._rank_results is not None:
+            self._rank_results.close()
+        adir = self.run.attempt_dir(self.attempt)
+        os.makedirs(adir, exist_ok=True)
+        atomic_write_json(os.path.join(adir, DECISION_FILE), dict(decision, time=time.time()))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     def _agree_before_staging(self, iteration: int, ckpt_here: bool, *,
                               final: bool = False) -> Tuple[bool, bool]:
@@ -343,6 +369,13 @@ class Session:
             self._writer.close()
         if self._rank_results is not None:
             self._rank_results.close()
+
+
+def _tune_hook(run: RunDir, trial: Optional[Dict[str, str]]):
+    """The report hook of a sweep's trial that has a scheduler or stopping criteria."""
+    control = trial_control(run.path, trial)
+    hook = getattr(control, "report_hook", None)
+    return hook(run.path, trial["trial_id"]) if hook is not None else None
 
 
 def _outside_hpctrain() -> int:
