@@ -190,7 +190,7 @@ class ReportHook:
                  ) -> Optional[Dict[str, Any]]:
         """Copy a top trial's latest committed checkpoint in as this trial's newest,
         perturb the config, record the step; None when no candidate has a checkpoint."""
-        from .._internal.storage import RunDir, checkpoint_dir_name
+        from .._internal.rundir.layout import RunDir, checkpoint_dir_name
         from ..checkpoint import METADATA_FILE
         from ._sweep import SweepDir
 
@@ -290,7 +290,7 @@ def trial_ended(sweep_path: str, index: int, status: str) -> None:
         trial = sweep.read()["trials"][index]
         if not trial.get("suggested") or trial.get("search_told"):
             return
-        from .._internal.storage import RunDir, read_results
+        from .._internal.rundir.layout import RunDir, read_results
 
         rows = read_results(RunDir(sweep.trial_path(index)).result_file)
         control.search_alg.on_trial_complete_for(sweep_path, trial, rows[-1] if rows else None,
