@@ -55,15 +55,16 @@ def loop(config):
             t = time.perf_counter()
             hpctrain.report({"i": i})
             other_s += time.perf_counter() - t
-        background_s = None
-        if commit is not None and commit.finished is not None:
-            background_s = commit.finished - commit.started
         records.append({"ckpt_report_s": ckpt_s, "other_reports_s": other_s,
-                        "work_s": work_s, "background_s": background_s,
+                        "work_s": work_s, "commit": commit,
+                        "commit_done_before_next": commit is not None and commit.done(),
                         "warmup": i < config["warmup"]})
     t = time.perf_counter()
     get_session().wait_for_commit()  # the end of training waits for the last one
     end_wait_s = time.perf_counter() - t
+    for r in records:
+        commit = r.pop("commit")
+        r["background_s"] = None if commit is None else commit.finished - commit.started
     if rank == 0:
         with open(config["out"], "w") as f:
             json.dump({"records": records, "end_wait_s": end_wait_s}, f)

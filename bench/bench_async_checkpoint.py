@@ -118,6 +118,8 @@ def main(argv=None) -> int:
                                  if all(r["background_s"] is not None for r in timed)
                                  else None),
                 "end_wait_s": data["end_wait_s"],
+                "commits_done_before_next": sum(r["commit_done_before_next"] for r in timed),
+                "timed": len(timed),
             }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -137,6 +139,8 @@ def main(argv=None) -> int:
     print(f"{'metrics-only reports until the next (ms)':44} {ms(s['other_reports_s']):>10} "
           f"{ms(a['other_reports_s']):>10}")
     print(f"{'background commit (ms)':44} {'-':>10} {ms(a['background_s']):>10}")
+    print(f"{'  done before the next checkpoint':44} {'-':>10} "
+          f"{a['commits_done_before_next']:>5} of {a['timed']}")
     print(f"{'CPU work between checkpoints (ms)':44} {ms(s['work_s']):>10} "
           f"{ms(a['work_s']):>10}")
     print(f"{'end of training: wait for the last (ms)':44} {ms(s['end_wait_s']):>10} "
