@@ -179,3 +179,24 @@ def fails(config):
             commit._place = place_or_fail
         hpctrain.report({"step": step}, checkpoint=Checkpoint.from_directory(src)
                         if step < 2 else None, checkpoint_upload_mode="async")
+
+
+def told(config):
+    """Checkpoints when ``should_checkpoint()`` says so (rank 0's files, every rank asks
+    and reports); each rank notes the reports after which it was told."""
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    told_after = []
+    for step in range(config["steps"]):
+        ckpt = None
+        if ctx.should_checkpoint():
+            told_after.append(ctx.get_iteration())
+            if rank == 0:
+                d = _fixed_dir(ctx)
+                with open(os.path.join(d, "step.txt"), "w") as f:
+                    f.write(str(step))
+                ckpt = Checkpoint.from_directory(d)
+        time.sleep(config.get("sleep", 0))
+        hpctrain.report({"step": step}, checkpoint=ckpt,
+                        checkpoint_upload_mode=config.get("mode"))
+    _note(f"told-rank-{rank}", told_after)

@@ -2,11 +2,14 @@
 
 * ``None`` (default): the loop decides; ``should_checkpoint()`` turns true only on the
   scheduler's warning.
-* an integer N: ``should_checkpoint()`` is also true after every N-th report.
+* an integer N: ``should_checkpoint()`` is also true before every N-th report (after
+  reports N-1, 2N-1, …), so that a loop that checkpoints when told hands in a checkpoint
+  at reports N, 2N, ….
 * ``"auto"``: the Young–Daly interval, from the measured cost of this run's checkpoints
   and the interruptions this run and its site have seen, re-computed as measurements
   come in. Rank 0 decides (its clock), the decision travels with the agreement of the
-  reports, so every rank sees ``should_checkpoint()`` turn true after the same report.
+  reports, so every rank sees ``should_checkpoint()`` turn true after the same report
+  (until the next report).
 
 The interval (Daly 2006, "A higher order estimate of the optimum checkpoint interval for
 restart dumps"; Young 1974 is its first term ``sqrt(2 C M)``)::
@@ -49,7 +52,7 @@ def young_daly_interval(cost_s: float, mtbi_s: float, *,
     """Seconds of training between checkpoints (Daly's higher-order estimate).
 
     >>> round(young_daly_interval(10, 86400), 1)
-    1323.5
+    1307.9
     >>> young_daly_interval(100, 40)
     40.0
     """
@@ -57,7 +60,7 @@ def young_daly_interval(cost_s: float, mtbi_s: float, *,
         raise ValueError(f"young_daly_interval: need cost >= 0 and mtbi > 0, got "
                          f"{cost_s!r}, {mtbi_s!r}")
     if cost_s >= 2 * mtbi_s:
-        interval = mtbi_s
+        interval = float(mtbi_s)
     else:
         ratio = cost_s / (2 * mtbi_s)
         interval = (math.sqrt(2 * cost_s * mtbi_s)
@@ -158,8 +161,9 @@ class FrequencyPolicy:
         return interval is not None and self.clock() - self.last >= interval
 
     def due_by_count(self, iteration: int) -> bool:
+        """After ``iteration`` reports: should the next one carry a checkpoint?"""
         f = self.frequency
-        return isinstance(f, int) and iteration > 0 and iteration % f == 0
+        return isinstance(f, int) and (iteration + 1) % f == 0
 
 
 def describe_interval(seconds: float) -> str:

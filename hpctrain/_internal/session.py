@@ -445,6 +445,14 @@ class Session:
         return self.stop_agreed or self._due_at == self.iteration or (
             self._frequency.due_by_count(self.iteration))
 
+    def checkpoint_wanted(self) -> bool:
+        """For report callbacks that checkpoint at every event (Lightning's epoch end):
+        always, unless ``CheckpointConfig(checkpoint_frequency=...)`` is set; then only
+        when :meth:`should_checkpoint` says so (the same on every rank)."""
+        if getattr(self.checkpoint_config, "checkpoint_frequency", None) is None:
+            return True
+        return self.should_checkpoint()
+
     def close_stopped(self) -> None:
         """End after :class:`StopTraining`: no last agreement (every rank stopped at the
         same one); wait for background digests and deletions, close the results."""
