@@ -200,3 +200,33 @@ def told(config):
         hpctrain.report({"step": step}, checkpoint=ckpt,
                         checkpoint_upload_mode=config.get("mode"))
     _note(f"told-rank-{rank}", told_after)
+
+
+def torch_state(config):
+    """``deterministic`` with the state handed over as a host-memory state dict
+    (``state_dict_checkpoint``) or through ``torch.distributed.checkpoint.async_save``
+    (``dcp_checkpoint``), committed asynchronously; the model changes right after each
+    report (the next step) while the commit runs."""
+    from hpctrain.torch.checkpoints import dcp_checkpoint, state_dict_checkpoint
+
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    model, opt, start, ck = _resumable("epoch")
+    for epoch in range(start, config["epochs"]):
+        loss = _train_step(model, opt, epoch, rank)
+        if config["how"] == "dcp":
+            ckpt = dcp_checkpoint({"model": model.module.state_dict()})
+        else:
+            ckpt = state_dict_checkpoint({"model": model.module.state_dict(),
+                                          "opt": opt.state_dict(), "epoch": epoch}) \
+                if rank == 0 else None
+        hpctrain.report({"loss": loss.item(), "epoch": epoch}, checkpoint=ckpt,
+                        checkpoint_upload_mode="async")
+        with torch.no_grad():  # what the commit must not see
+            kept = [p.detach().clone() for p in model.parameters()]
+            for p in model.parameters():
+                p.fill_(float("nan"))
+            for p, k in zip(model.parameters(), kept):
+                p.copy_(k)
+    if rank == 0:
+        torch.save(model.module.state_dict(), _out("final.pt"))

@@ -151,3 +151,39 @@ def torch_load(path):
     import torch
 
     return torch.load(path)
+
+
+def test_state_dict_checkpoint_is_a_host_copy_written_in_the_background(storage):
+    sync = fit(async_workloads.deterministic, storage, config={"epochs": 3, "mode": "sync"},
+               name="sync")
+    asyn = fit(async_workloads.torch_state, storage, config={"epochs": 3, "how": "state"},
+               name="state")
+    assert asyn.error is None
+    a, b = _committed(sync.path), _committed(asyn.path)
+    assert [c.iteration for c in a] == [c.iteration for c in b]
+    for x, y in zip(a, b):
+        assert verify_checkpoint(y.path) == []
+        assert sorted(f for f in os.listdir(y.path) if not f.startswith(".")) == ["state.pt"]
+        sx, sy = _load(x.path), _load(y.path)
+        assert sx["epoch"] == sy["epoch"]
+        assert_same_state(sx["model"], sy["model"])
+    assert_same_state(torch_load(out(sync, "final.pt")), torch_load(out(asyn, "final.pt")))
+
+
+def test_dcp_async_save_is_committed_as_one_sharded_checkpoint(storage):
+    import torch.distributed.checkpoint as dcp
+
+    sync = fit(async_workloads.deterministic, storage, config={"epochs": 3, "mode": "sync"},
+               name="sync")
+    asyn = fit(async_workloads.torch_state, storage, config={"epochs": 3, "how": "dcp"},
+               name="dcp")
+    assert asyn.error is None
+    a, b = _committed(sync.path), _committed(asyn.path)
+    assert [c.iteration for c in a] == [c.iteration for c in b]
+    for x, y in zip(a, b):
+        assert verify_checkpoint(y.path) == []
+        assert ".metadata" in os.listdir(y.path)
+        expected = _load(x.path)["model"]
+        loaded = {"model": {k: v.clone().zero_() for k, v in expected.items()}}
+        dcp.load(loaded, checkpoint_id=y.path, no_dist=True)
+        assert_same_state(expected, loaded["model"])

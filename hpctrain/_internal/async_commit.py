@@ -22,6 +22,11 @@ In ``report()``, on the calling thread:
 4. a background thread stages the snapshot exactly as a synchronous report would
    (:func:`.commit.stage_shard`: copy or link, fsync, manifest last), then removes it.
 
+A checkpoint made by :mod:`hpctrain.torch.checkpoints` has no files yet: its snapshot is
+the state dict copied to host memory (or DCP's own staging, for
+``torch.distributed.checkpoint.async_save``), and the background thread writes the files
+(or waits for DCP's future) before staging them.
+
 No collective ever runs off the calling thread. Completion travels with the agreements
 that the reports make anyway: each rank says whether a commit of its own is still in
 flight; rank 0 publishes what is staged only at an agreement where no rank has one in
@@ -49,7 +54,7 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..checkpoint import Checkpoint
 from ..config import CheckpointUploadMode, upload_mode
@@ -113,13 +118,15 @@ class BackgroundCommit:
     the shard's manifest, or raises the commit's error."""
 
     def __init__(self, run: RunDir, iteration: int, rank: int, snapshot_dir: str, *,
-                 sync: bool, announce: bool, wait_for_rank0: bool):
+                 sync: bool, announce: bool, wait_for_rank0: bool,
+                 complete: Optional[Callable[[], Any]] = None):
         self.run, self.iteration, self.rank = run, iteration, rank
         self.snapshot_dir = snapshot_dir
         self.started = time.perf_counter()
         self.finished: Optional[float] = None
         self._manifest: Optional[Dict[str, Any]] = None
         self._error: Optional[BaseException] = None
+        self._complete = complete
         self._thread = threading.Thread(
             target=self._run, args=(sync, announce, wait_for_rank0),
             name=f"hpctrain-commit-{iteration}", daemon=True)
@@ -127,6 +134,8 @@ class BackgroundCommit:
 
     def _run(self, sync: bool, announce: bool, wait_for_rank0: bool) -> None:
         try:
+            if self._complete is not None:
+                self._complete()  # write the files (torch state copied to host memory)
             self._manifest = stage_shard(self.run, self.iteration, self.rank,
                                          Checkpoint(self.snapshot_dir), sync=sync,
                                          announce=announce, wait_for_rank0=wait_for_rank0)

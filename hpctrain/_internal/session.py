@@ -178,14 +178,18 @@ class Session:
             use_async = False
             if self._inflight is not None:
                 self._harvest()
+        complete = getattr(checkpoint, "_complete", None)  # hpctrain.torch.checkpoints
         if checkpoint is not None and use_async:
             snap = snapshot(self.run, rank, iteration, checkpoint)
             self._inflight = BackgroundCommit(
                 self.run, iteration, rank, snap, sync=self.checkpoint_config.sync_to_disk,
-                announce=self.info.world_size > 1, wait_for_rank0=rank0_now and rank != 0)
+                announce=self.info.world_size > 1, wait_for_rank0=rank0_now and rank != 0,
+                complete=complete)
             if getattr(checkpoint, "_temporary", False):
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
         elif checkpoint is not None:
+            if complete is not None:
+                complete()  # the files of a torch state checkpoint, written now
             manifest = stage_shard(self.run, iteration, rank, checkpoint,
                                    sync=self.checkpoint_config.sync_to_disk,
                                    announce=self.info.world_size > 1,
