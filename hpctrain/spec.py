@@ -643,7 +643,9 @@ class JobSpec:
                            "checkpoint_score_attribute": ck.checkpoint_score_attribute,
                            "checkpoint_score_order": ck.checkpoint_score_order,
                            "sync_to_disk": ck.sync_to_disk,
-                           "checkpoint_upload_mode": ck.upload_mode_name,
+                           # only when set: a spec.toml of an older run compares equal
+                           "checkpoint_upload_mode": None if ck.upload_mode_name == "sync"
+                           else ck.upload_mode_name,
                            "checkpoint_frequency": ck.checkpoint_frequency},
             "failure": {"max_failures": fl.max_failures, "warning_signal": fl.warning_signal,
                         "warning_time": f"{fl.warning_s}s", "requeue": fl.requeue,
