@@ -230,3 +230,43 @@ def torch_state(config):
                 p.copy_(k)
     if rank == 0:
         torch.save(model.module.state_dict(), _out("final.pt"))
+
+
+def stopped(config):
+    """``deterministic`` with async checkpoints at every epoch, rank 0's background
+    commits slowed (0.3 s before each file), and, in the first attempt, rank 1 asking for
+    a stop (what the scheduler's warning signal does) just before the report of epoch
+    ``stop_at``: that report must wait for epoch ``stop_at - 1``'s commit in flight,
+    commit its own, and stop the training."""
+    import hpctrain._internal.commit as commit
+    from hpctrain._internal.session import request_stop
+
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    if rank == 0 and ctx.get_attempt() == 1:
+        real = commit._place
+
+        def slow(src, dst, move):
+            if threading.current_thread() is not threading.main_thread():
+                time.sleep(0.3)
+            real(src, dst, move)
+
+        commit._place = slow
+    model, opt, start, ck = _resumable("epoch")
+    if ck:
+        _note(f"resumed-attempt-{ctx.get_attempt()}-rank-{rank}",
+              {"checkpoint": os.path.basename(ck.path), "start": start})
+    src = _fixed_dir(ctx)
+    for epoch in range(start, config["epochs"]):
+        loss = _train_step(model, opt, epoch, rank)
+        torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
+                    "epoch": epoch}, os.path.join(src, "state.pt"))
+        with open(os.path.join(src, f"rank-{rank}.txt"), "w") as f:
+            f.write(f"{epoch}\n")
+        if epoch == config["stop_at"] and ctx.get_attempt() == 1 and rank == 1:
+            request_stop()
+        hpctrain.report({"loss": loss.item(), "epoch": epoch},
+                        checkpoint=Checkpoint.from_directory(src),
+                        checkpoint_upload_mode="async")
+    if rank == 0:
+        torch.save(model.module.state_dict(), _out("final.pt"))

@@ -187,3 +187,30 @@ def test_dcp_async_save_is_committed_as_one_sharded_checkpoint(storage):
         loaded = {"model": {k: v.clone().zero_() for k, v in expected.items()}}
         dcp.load(loaded, checkpoint_id=y.path, no_dist=True)
         assert_same_state(expected, loaded["model"])
+
+
+def test_a_stop_waits_for_the_commit_in_flight_and_resumes_where_it_stopped(storage):
+    from hpctrain import TrainingStoppedError
+    from hpctrain.torch import TorchTrainer
+
+    sync = fit(async_workloads.deterministic, storage, config={"epochs": 5, "mode": "sync"},
+               name="sync")
+    with pytest.raises(TrainingStoppedError) as info:
+        fit(async_workloads.stopped, storage, name="stopped",
+            config={"epochs": 5, "stop_at": 2})
+    path = info.value.result.path
+    # the stop came at report 3 (epoch 2): epoch 1's commit, in flight then, and epoch
+    # 2's own checkpoint are both committed before the ranks stopped
+    assert [c.iteration for c in _committed(path)] == [1, 2, 3]
+    assert all(verify_checkpoint(c.path) == [] for c in _committed(path))
+    attempt = os.path.join(path, ".hpctrain", "attempt-001")
+    stops = [json.load(open(os.path.join(attempt, f"stopped.rank-{r}.json"))) for r in (0, 1)]
+    assert [rec["iteration"] for rec in stops] == [3, 3]
+    assert stops[0]["checkpoint"] == "checkpoint_000002"  # rank 0 published it
+    result = TorchTrainer.restore(path).fit()
+    assert result.status == "FINISHED"
+    for r in (0, 1):
+        assert json.load(open(out(result, f"resumed-attempt-2-rank-{r}"))) == {
+            "checkpoint": "checkpoint_000002", "start": 3}
+    assert_same_state(torch_load(out(sync, "final.pt")), torch_load(out(result, "final.pt")))
+    _assert_same_checkpoints(sync.path, result.path)
