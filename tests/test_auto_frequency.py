@@ -208,3 +208,21 @@ def test_every_nth_report(storage):
                  ckpt=CheckpointConfig(checkpoint_frequency=3))
     assert json.load(open(out(result, "told-rank-1"))) == [2, 5]
     assert [c.iteration for c in RunDir(result.path).list_checkpoints()] == [3, 6]
+
+
+def test_lightning_report_callback_checkpoints_at_the_epochs_due(storage):
+    """RayTrainReportCallback with checkpoint_frequency=2 (and async commits): a report
+    at every epoch end, a checkpoint at epochs 2 and 4 only."""
+    pytest.importorskip("lightning", reason="Lightning is not installed")
+    import framework_workloads
+    from hpctrain._internal.commit import verify_checkpoint
+
+    result = fit(framework_workloads.lightning_deterministic, storage, name="pl-every-2",
+                 config={"epochs": 4},
+                 ckpt=CheckpointConfig(checkpoint_frequency=2, checkpoint_upload_mode="async"))
+    rows = [json.loads(line) for line in open(os.path.join(result.path, "result.json"))]
+    assert [r["epoch"] for r in rows] == [0, 1, 2, 3]
+    committed = RunDir(result.path).list_checkpoints()
+    assert [c.iteration for c in committed] == [2, 4]
+    assert [c.metrics["epoch"] for c in committed] == [1, 3]
+    assert all(verify_checkpoint(c.path) == [] for c in committed)
