@@ -270,3 +270,28 @@ def stopped(config):
                         checkpoint_upload_mode="async")
     if rank == 0:
         torch.save(model.module.state_dict(), _out("final.pt"))
+
+
+def hands_back(config):
+    """Commits a checkpoint, then hands the committed directory back in (asynchronously)
+    as the next report's checkpoint: it must be copied, not taken apart. A symbolic link
+    in a directory of the loop's own is committed as the content it points at."""
+    from hpctrain._internal.storage import RunDir
+
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    src = _fixed_dir(ctx)
+    with open(os.path.join(src, f"{rank}.bin"), "wb") as f:
+        f.write(bytes([rank]) * 5000)
+    target = os.path.join(ctx.get_run_dir(), "test-out", f"target-{rank}.txt")
+    with open(target, "w") as f:
+        f.write("pointed at\n")
+    os.symlink(target, os.path.join(src, f"link-{rank}.txt"))
+    hpctrain.report({"step": 0}, checkpoint=Checkpoint.from_directory(src),
+                    checkpoint_upload_mode="async")
+    _wait_for_own_commit()  # every rank: the next agreement publishes it
+    hpctrain.report({"step": 1})
+    _wait_committed(ctx, 1)
+    latest = RunDir(ctx.get_run_dir()).latest_checkpoint()
+    hpctrain.report({"step": 2}, checkpoint=latest.checkpoint() if rank == 0 else None,
+                    checkpoint_upload_mode="async")

@@ -214,3 +214,18 @@ def test_a_stop_waits_for_the_commit_in_flight_and_resumes_where_it_stopped(stor
             "checkpoint": "checkpoint_000002", "start": 3}
     assert_same_state(torch_load(out(sync, "final.pt")), torch_load(out(result, "final.pt")))
     _assert_same_checkpoints(sync.path, result.path)
+
+
+def test_a_committed_checkpoint_handed_back_is_copied_and_links_are_followed(storage):
+    result = fit(async_workloads.hands_back, storage, name="back")
+    assert result.error is None
+    first, second = _committed(result.path)
+    assert (first.iteration, second.iteration) == (1, 3)
+    for c in (first, second):
+        assert verify_checkpoint(c.path) == []
+        names = sorted(f for f in os.listdir(c.path) if not f.startswith("."))
+        assert names == ["0.bin", "1.bin", "link-0.txt", "link-1.txt"]
+        for r in (0, 1):
+            assert not os.path.islink(os.path.join(c.path, f"link-{r}.txt"))
+            assert open(os.path.join(c.path, f"link-{r}.txt")).read() == "pointed at\n"
+            assert open(os.path.join(c.path, f"{r}.bin"), "rb").read() == bytes([r]) * 5000

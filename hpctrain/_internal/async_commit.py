@@ -17,8 +17,9 @@ In ``report()``, on the calling thread:
    user's directory is free to be reused or deleted as soon as ``report()`` returns, and
    nothing the user writes afterwards can reach the checkpoint. (Ray's ASYNC mode
    likewise deletes the local checkpoint once uploaded.) A directory that cannot be
-   renamed from (another filesystem under the same parent, no write permission) is
-   copied instead, without fsync;
+   renamed from (another filesystem under the same parent, no write permission), and a
+   committed checkpoint handed back in, are copied instead, without fsync; a symbolic
+   link is copied (its target's content), never moved;
 4. a background thread stages the snapshot exactly as a synchronous report would
    (:func:`.commit.stage_shard`: copy or link, fsync, manifest last), then removes it.
 
@@ -56,7 +57,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from ..checkpoint import Checkpoint
+from ..checkpoint import METADATA_FILE, Checkpoint
 from ..config import CheckpointUploadMode, upload_mode
 from .commit import _copy_file, _is_staged, stage_shard
 from .fsutil import walk_files
@@ -75,9 +76,14 @@ def snapshot(run: RunDir, rank: int, iteration: int, checkpoint: Checkpoint) -> 
     names = walk_files(src)
     base = os.path.join(run.staging_root, f"rank-{rank}")
     os.makedirs(base, exist_ok=True)
+    # a committed checkpoint handed back in (get_checkpoint(), Result.checkpoint) is never
+    # taken apart: copied, as a synchronous report would
+    committed = os.path.exists(os.path.join(src, METADATA_FILE))
     same_fs = _same_device(src, base)
     dst = None
-    if same_fs:
+    if committed:
+        pass
+    elif same_fs:
         dst = tempfile.mkdtemp(prefix=f"async-{iteration}-", dir=base)
     else:
         with contextlib.suppress(OSError):
@@ -88,7 +94,9 @@ def snapshot(run: RunDir, rank: int, iteration: int, checkpoint: Checkpoint) -> 
             return dst
         except OSError:
             # a bind mount or the like under the same parent: put back what moved, copy
-            _move_all(dst, src, walk_files(dst))
+            for rel in walk_files(dst):
+                if not os.path.lexists(os.path.join(src, rel)):
+                    _move_all(dst, src, [rel])
             shutil.rmtree(dst, ignore_errors=True)
     dst = tempfile.mkdtemp(prefix=f"async-{iteration}-", dir=base)
     for rel in names:
@@ -109,7 +117,11 @@ def _move_all(src: str, dst: str, names: List[str]) -> None:
     for rel in names:
         d = os.path.join(dst, rel)
         os.makedirs(os.path.dirname(d), exist_ok=True)
-        os.rename(os.path.join(src, rel), d)
+        s = os.path.join(src, rel)
+        if os.path.islink(s):
+            _copy_file(s, d)  # the content it points at, as a synchronous report copies
+        else:
+            os.rename(s, d)
 
 
 class BackgroundCommit:
