@@ -147,8 +147,8 @@ def main(argv=None) -> int:
           f"{ms(a['end_wait_s']):>10}")
     print(f"{'floor: copytree + fsync (ms)':44} {ms(figures['copytree_fsync_s']):>10}")
     verdict = "OK" if ratio <= 0.1 else "ABOVE TARGET"
-    print(f"async / sync blocked: {ratio:.3f}× (target ≤ 0.1×: {verdict}); sync / copytree+fsync:"
-          f" {s['blocked_s'] / figures['copytree_fsync_s']:.2f}×")
+    print(f"async / sync blocked: {ratio:.3f}× (target ≤ 0.1×: {verdict}); "
+          f"sync / copytree+fsync: {s['blocked_s'] / figures['copytree_fsync_s']:.2f}×")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"figures": figures, "ratio": ratio, "args": vars(args)}, f, indent=1)
