@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from .checkpoint import Checkpoint
-from .config import (CheckpointConfig, DataConfig, FailureConfig, PbsConfig, RunConfig,
+from .config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig, PbsConfig, RunConfig,
                      ScalingConfig, SchedulerConfig, SetupConfig, SlurmConfig, SyncConfig)
 from .errors import (CheckpointError, ConfigError, HpctrainError, MissingFrameworkError, RunLockedError,
                      TrainingFailedError, TrainingStoppedError)
@@ -28,7 +28,7 @@ from .result import Result
 __version__ = "0.1.0"
 
 __all__ = [
-    "Checkpoint", "CheckpointConfig", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
+    "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
     "SchedulerConfig", "SlurmConfig", "PbsConfig", "SetupConfig", "DataConfig", "SyncConfig",
     "report", "get_checkpoint", "get_context", "get_dataset_shard", "TrainingFailedError",
     "TrainingStoppedError", "ConfigError",
@@ -36,16 +36,23 @@ __all__ = [
 ]
 
 
-def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None) -> None:
+def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None, *,
+           checkpoint_upload_mode: Any = None) -> None:
     """Report this iteration's metrics (rank 0's are recorded) and, optionally, a checkpoint.
 
     Every rank must call ``report`` the same number of times. When any rank passes a
     checkpoint, every rank's files are gathered into one committed checkpoint
     (``checkpoints/checkpoint_NNNNNN``), published atomically once all ranks are done.
+
+    ``checkpoint_upload_mode`` (Ray's name; default ``CheckpointConfig``'s, ``"sync"``):
+    ``CheckpointUploadMode.ASYNC`` returns once the files are moved aside (the directory
+    is yours again) and commits in the background; the next checkpoint report, a stop
+    and the end of the training wait for it.
     """
     from hpctrain._internal.worker.session import get_session
 
-    get_session("report()").report(metrics, checkpoint)
+    get_session("report()").report(metrics, checkpoint,
+                                   checkpoint_upload_mode=checkpoint_upload_mode)
 
 
 def get_checkpoint() -> Optional[Checkpoint]:

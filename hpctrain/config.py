@@ -5,10 +5,11 @@ spec, so the Python API and ``job.toml`` describe the same :class:`~hpctrain.spe
 """
 from __future__ import annotations
 
+import enum
 import math
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Union
 
 from .errors import ConfigError
@@ -212,6 +213,31 @@ class ScalingConfig:
         return math.ceil(res["CPU"]) if "CPU" in res else None
 
 
+class CheckpointUploadMode(str, enum.Enum):
+    """How ``report()`` commits a checkpoint (Ray Train's ``CheckpointUploadMode``).
+
+    ``SYNC``: committed (copied, fsynced, published) before ``report()`` returns.
+    ``ASYNC``: ``report()`` returns after a snapshot (the files are moved aside); the
+    copy and the fsyncs run in the background and the checkpoint is published at a later
+    report, or when the training stops or ends (docs/guide/async-checkpoints.md).
+    """
+
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+def upload_mode(value: Any, where: str = "checkpoint_upload_mode") -> CheckpointUploadMode:
+    """``"sync"``/``"async"`` (any case), the enum, or Ray's enum (by its name)."""
+    if isinstance(value, CheckpointUploadMode):
+        return value
+    name = getattr(value, "name", value)  # ray.train.CheckpointUploadMode.ASYNC
+    if isinstance(name, str) and name.lower() in ("sync", "async"):
+        return CheckpointUploadMode(name.lower())
+    raise ConfigError(f"{where}: expected \"sync\" or \"async\", got {value!r}",
+                      hint="CheckpointUploadMode.ASYNC (or \"async\") commits in the "
+                           "background; \"sync\" (the default) before report() returns")
+
+
 @dataclass
 class CheckpointConfig:
     """Checkpoint retention, as in Ray Train.
@@ -222,14 +248,39 @@ class CheckpointConfig:
 
     ``sync_to_disk`` (hpctrain only): fsync checkpoint files before publishing them, so a
     committed checkpoint survives a node crash, not only a process kill.
+
+    ``checkpoint_upload_mode``: ``"sync"`` (default) commits a checkpoint before
+    ``report()`` returns; ``"async"`` (Ray's ``CheckpointUploadMode.ASYNC``) returns after
+    moving the files aside and commits in the background, with the same atomicity (see
+    docs/guide/async-checkpoints.md). ``report(..., checkpoint_upload_mode=...)``
+    overrides it per call.
+
+    ``checkpoint_frequency``: ``None`` (the loop decides), a number of reports, or
+    ``"auto"`` — the Young–Daly interval from the measured checkpoint cost and the
+    interruptions seen by the run and its site (``FailureConfig.mtbi``). The loop asks
+    ``hpctrain.get_context().should_checkpoint()``; ``frequency=`` is accepted as a
+    shorter spelling.
     """
 
     num_to_keep: Optional[int] = None
     checkpoint_score_attribute: Optional[str] = None
     checkpoint_score_order: str = "max"
     sync_to_disk: bool = True
+    checkpoint_upload_mode: Any = "sync"
+    checkpoint_frequency: Any = None
+    frequency: InitVar[Any] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, frequency: Any = None) -> None:
+        from ._internal.checkpoint_interval import frequency_value
+
+        if frequency is not None:
+            if self.checkpoint_frequency not in (None, frequency):
+                raise ConfigError("checkpoint: give checkpoint_frequency or frequency, not "
+                                  f"both ({self.checkpoint_frequency!r}, {frequency!r})")
+            self.checkpoint_frequency = frequency
+        self.checkpoint_frequency = frequency_value(self.checkpoint_frequency)
+        self.checkpoint_upload_mode = upload_mode(self.checkpoint_upload_mode,
+                                                  "checkpoint.checkpoint_upload_mode").value
         if self.num_to_keep is not None:
             _check_int("checkpoint.num_to_keep", self.num_to_keep, minimum=1)
         if self.checkpoint_score_order not in ("max", "min"):
@@ -244,6 +295,11 @@ class CheckpointConfig:
                 "checkpoint.checkpoint_score_attribute: expected a metric name (string), got "
                 f"{self.checkpoint_score_attribute!r}"
             )
+
+    @property
+    def upload_mode_name(self) -> str:
+        """``"sync"`` or ``"async"``."""
+        return str(self.checkpoint_upload_mode)
 
 
 #: Signals a scheduler may send as the warning before the time limit or preemption.
@@ -276,6 +332,10 @@ class FailureConfig:
     warning_time: Union[str, int] = "120s"
     requeue: bool = True
     max_requeues: int = -1
+    #: Mean time between interruptions at this site (a duration; None: one a day), the
+    #: prior of ``CheckpointConfig(checkpoint_frequency="auto")``; a site config sets it
+    #: under ``[failure] mtbi = "12h"``.
+    mtbi: Union[str, int, None] = None
 
     def __post_init__(self) -> None:
         _check_int("failure.max_failures", self.max_failures, minimum=-1)
@@ -291,6 +351,11 @@ class FailureConfig:
                 f"{self.warning_signal!r}",
                 hint="USR1 (the default) is what sites document for `#SBATCH --signal`")
         self.warning_signal = sig.upper()
+        if isinstance(self.mtbi, bool) or not isinstance(self.mtbi, (int, str, type(None))) \
+                or isinstance(self.mtbi, int) and self.mtbi <= 0:
+            raise ConfigError("failure.mtbi: expected a duration such as \"12h\" (or "
+                              f"seconds > 0, from Python), got {self.mtbi!r}")
+        self.mtbi_s  # noqa: B018 - checks the duration now
         if isinstance(self.warning_time, bool) or not isinstance(self.warning_time, (int, str)):
             raise ConfigError("failure.warning_time: expected a duration such as \"120s\" or "
                               f"\"2m\" (or seconds, from Python), got {self.warning_time!r}")
@@ -299,6 +364,19 @@ class FailureConfig:
             raise ConfigError(
                 f"failure.warning_time: expected between 10 s and 65535 s (Slurm's limit), "
                 f"got {self.warning_time!r} ({seconds} s)")
+
+    @property
+    def mtbi_s(self) -> Optional[int]:
+        """``mtbi`` in seconds (None: not set)."""
+        if self.mtbi is None or isinstance(self.mtbi, int) and not isinstance(self.mtbi, bool):
+            return self.mtbi
+        from .units import UnitError, parse_walltime
+
+        try:
+            return parse_walltime(self.mtbi)
+        except UnitError as e:
+            raise ConfigError(f"failure.mtbi: {e}", hint="a duration such as \"12h\" or "
+                              "\"2d\": the mean time between interruptions") from None
 
     @property
     def warning_s(self) -> int:

@@ -184,7 +184,8 @@ def prepare_trainer(trainer: "pl.Trainer") -> "pl.Trainer":
 
 class RayTrainReportCallback(pl.callbacks.Callback):
     """Reports ``trainer.callback_metrics`` (plus ``epoch`` and ``step``) and a
-    checkpoint at every training epoch end::
+    checkpoint at every training epoch end (with ``CheckpointConfig(checkpoint_frequency=
+    ...)``: at the epoch ends where ``get_context().should_checkpoint()`` says so)::
 
         checkpoints/checkpoint_00000N/
         └─ checkpoint.ckpt          the Lightning checkpoint (trainer.save_checkpoint)
@@ -204,6 +205,12 @@ class RayTrainReportCallback(pl.callbacks.Callback):
                    for k, v in trainer.callback_metrics.items()}
         metrics["epoch"] = trainer.current_epoch
         metrics["step"] = trainer.global_step
+        from ._internal.context import get_session
+
+        if not get_session("RayTrainReportCallback").checkpoint_wanted():
+            # CheckpointConfig(checkpoint_frequency=...): not due at this epoch
+            hpctrain.report(metrics)
+            return
         # on the run's filesystem: the commit moves the file instead of copying it
         staging = _context().get_checkpoint_staging_dir()
         trainer.save_checkpoint(os.path.join(staging, self.CHECKPOINT_NAME), weights_only=False)

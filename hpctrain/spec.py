@@ -66,6 +66,7 @@ _EXPECTED = {
     "split": '"all" or an array of dataset names',
     "tune": 'a table with type = "..." and the options of that class',
     "thresholds": "a table of result names and numbers",
+    "frequency": '"auto" or a number of reports (an integer >= 1)',
 }
 
 #: Allowed keys per section; ``None`` marks a free-form table ([config], [env]).
@@ -83,9 +84,10 @@ SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
     "checkpoint": {
         "num_to_keep": "int", "checkpoint_score_attribute": "str",
         "checkpoint_score_order": "str", "sync_to_disk": "bool",
+        "checkpoint_upload_mode": "str", "checkpoint_frequency": "frequency",
     },
     "failure": {"max_failures": "int", "warning_signal": "str", "warning_time": "walltime",
-                "requeue": "bool", "max_requeues": "int"},
+                "requeue": "bool", "max_requeues": "int", "mtbi": "walltime"},
     "scheduler": {
         "kind": "str", "partition": "str", "queue": "str", "account": "str", "qos": "str",
         "constraint": "str", "time": "walltime", "after": "str", "launcher": "str",
@@ -129,6 +131,7 @@ _CHOICES: Dict[str, Sequence[str]] = {
     "scheduler.launcher": ("srun", "mpiexec", "mpirun", "local"),
     "scheduler.gpu_binding": ("none", "local_rank", "local_rank_reverse"),
     "sweep.mode": ("min", "max"),
+    "checkpoint.checkpoint_upload_mode": ("sync", "async"),
 }
 _MINIMUM: Dict[str, int] = {f"{b}.timeout_s": 1 for b in BACKENDS}
 _MINIMUM.update({"sweep.num_samples": 1, "sweep.max_concurrent_trials": 1, "sweep.seed": 0})
@@ -141,6 +144,9 @@ def _matches(kind: str, value: Any) -> bool:
         return isinstance(value, list)
     if kind == "split":
         return value == "all" or isinstance(value, list)
+    if kind == "frequency":
+        return value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
+                                   and value >= 0)
     if kind == "space":
         return isinstance(value, dict)
     if kind == "int":
@@ -630,10 +636,15 @@ class JobSpec:
             "checkpoint": {"num_to_keep": ck.num_to_keep,
                            "checkpoint_score_attribute": ck.checkpoint_score_attribute,
                            "checkpoint_score_order": ck.checkpoint_score_order,
-                           "sync_to_disk": ck.sync_to_disk},
+                           "sync_to_disk": ck.sync_to_disk,
+                           # only when set: a spec.toml of an older run compares equal
+                           "checkpoint_upload_mode": None if ck.upload_mode_name == "sync"
+                           else ck.upload_mode_name,
+                           "checkpoint_frequency": ck.checkpoint_frequency},
             "failure": {"max_failures": fl.max_failures, "warning_signal": fl.warning_signal,
                         "warning_time": f"{fl.warning_s}s", "requeue": fl.requeue,
-                        "max_requeues": fl.max_requeues},
+                        "max_requeues": fl.max_requeues,
+                        "mtbi": None if fl.mtbi is None else f"{fl.mtbi_s}s"},
             "scheduler": {k: v for k, v in vars(self.scheduler).items()
                           if v not in (None, [], {}) and v != getattr(_SCHED_DEFAULTS, k)},
             "setup": {k: v for k, v in vars(self.setup).items() if v},

@@ -219,6 +219,7 @@ class DataParallelTrainer:
             datasets_to_split=self.dataset_config.datasets_to_split,
             metadata=self.metadata,
             trial={"trainer": type(self).__name__, **(self._trial or {})},
+            mtbi_s=self.run_config.failure_config.mtbi_s,
         ).save(run)
         from hpctrain._internal.allocation.tracking import save_callbacks
 

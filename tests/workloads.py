@@ -209,7 +209,7 @@ def kill_during_checkpoint(config):
             with open(os.path.join(d, name), "wb") as f:
                 f.write(bytes([step]) * 100_000)
         if step == 1 and ctx.get_world_rank() == 0:
-            real = commit._copy_file
+            real = commit.copy_file
             calls = []
 
             def copy_then_die(src, dst):
@@ -218,7 +218,7 @@ def kill_during_checkpoint(config):
                     os.kill(os.getpid(), signal.SIGKILL)
                 return real(src, dst)
 
-            commit._copy_file = copy_then_die
+            commit.copy_file = copy_then_die
         hpctrain.report({"step": step},
                         checkpoint=Checkpoint.from_directory(d) if ctx.get_world_rank() == 0 else None)
 

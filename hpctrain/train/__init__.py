@@ -89,8 +89,8 @@ import cloudpickle
 
 from .. import get_checkpoint, get_context, report as _hpctrain_report
 from ..checkpoint import DICT_FILE, Checkpoint
-from ..config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
-                      SyncConfig, default_storage_path)
+from ..config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig,
+                      RunConfig, ScalingConfig, SyncConfig, default_storage_path)
 from ..errors import ConfigError, TrainingFailedError
 from ..result import Result
 from hpctrain._internal.fsutil import atomic_write_bytes, json_default, remove_tree
@@ -103,7 +103,8 @@ from ..backends.torch import TorchConfig  # noqa: E402 (Ray 1.x: ray.train.Torch
 __all__ = [
     # Ray Train 2.x (``ray.train``): the same objects as ``hpctrain``'s
     "report", "get_checkpoint", "get_context", "get_dataset_shard", "Checkpoint",
-    "ScalingConfig", "RunConfig", "CheckpointConfig", "FailureConfig", "DataConfig", "SyncConfig",
+    "ScalingConfig", "RunConfig", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig",
+    "DataConfig", "SyncConfig",
     "Result", "TrainingFailedError",
     # Ray Train 1.x
     "Trainer", "TrainingIterator", "TrainingCallback", "JsonLoggerCallback", "PrintCallback",
@@ -337,7 +338,7 @@ def _worker_state() -> Optional[_WorkerState]:
 
 
 def report(metrics: Optional[Dict[str, Any]] = None, *, checkpoint: Optional[Checkpoint] = None,
-           **kwargs: Any) -> None:
+           checkpoint_upload_mode: Any = None, **kwargs: Any) -> None:
     """Report this iteration's results; every worker must call it the same number of times.
 
     Both of Ray's forms: Ray 2's ``train.report({"loss": x}, checkpoint=ckpt)`` is
@@ -352,7 +353,8 @@ def report(metrics: Optional[Dict[str, Any]] = None, *, checkpoint: Optional[Che
     if current_session() is None:
         _warn_session_misuse("report")
         return
-    _hpctrain_report(dict(metrics if metrics is not None else kwargs), checkpoint=checkpoint)
+    _hpctrain_report(dict(metrics if metrics is not None else kwargs), checkpoint=checkpoint,
+                     checkpoint_upload_mode=checkpoint_upload_mode)
 
 
 def save_checkpoint(**kwargs) -> None:

@@ -8,6 +8,10 @@ is redrawn). Elsewhere (CI, batch logs, a notebook without ipywidgets): one line
 report, at most every ``interval`` seconds, plus the last one::
 
     [hpctrain] iter 12 | 3.4s | 3.5 it/s | loss=0.25 acc=0.9 checkpoint=checkpoint_000002
+
+With ``CheckpointConfig(checkpoint_frequency="auto")`` the interval chosen (rank 0 writes
+it into each row as ``_checkpoint_interval_s``) is shown too: ``| checkpoint every
+22m04s (auto)``.
 """
 from __future__ import annotations
 
@@ -119,8 +123,10 @@ class Progress:
         ck = f" checkpoint={self.last_checkpoint}" if self.last_checkpoint else ""
         rate = self.rate()
         pace = f" | {rate:.3g} it/s" if rate else ""
-        print(f"[hpctrain] iter {it} | {time.time() - self.start:.1f}s{pace} | {metrics}{ck}",
-              file=self.stream, flush=True)
+        every = self.checkpoint_interval()
+        every = f" | checkpoint every {every} (auto)" if every else ""
+        print(f"[hpctrain] iter {it} | {time.time() - self.start:.1f}s{pace}{every} | "
+              f"{metrics}{ck}", file=self.stream, flush=True)
         self._printed_at = time.time()
         self._printed_iter = it
 
@@ -134,6 +140,16 @@ class Progress:
         its = row.get("_training_iteration", self.count) - it0
         return its / dt if dt > 0 and its > 0 else None
 
+    def checkpoint_interval(self) -> Optional[str]:
+        """The interval ``CheckpointConfig(checkpoint_frequency="auto")`` chose, as text
+        (None: not in use)."""
+        seconds = (self.latest or {}).get("_checkpoint_interval_s")
+        if not isinstance(seconds, (int, float)):
+            return None
+        from hpctrain._internal.checkpoint_interval import describe_interval
+
+        return describe_interval(seconds)
+
     def _render(self):
         from rich.table import Table
 
@@ -146,10 +162,14 @@ class Progress:
         for k, _ in metrics:
             t.add_column(k, justify="right")
         t.add_column("checkpoint")
+        every = self.checkpoint_interval()
+        if every:
+            t.add_column("checkpoint every (auto)", justify="right")
         rate = self.rate()
         t.add_row(str(row.get("_training_iteration", "-")), f"{time.time() - self.start:.1f}s",
                   f"{rate:.3g}" if rate else "-",
-                  *[_fmt(v) for _, v in metrics], self.last_checkpoint or "-")
+                  *[_fmt(v) for _, v in metrics], self.last_checkpoint or "-",
+                  *([every] if every else []))
         return t
 
     def close(self) -> None:

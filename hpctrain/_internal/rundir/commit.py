@@ -59,7 +59,7 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     if not os.path.isdir(src):
         raise CheckpointError(f"rank {rank}: checkpoint directory {src} does not exist")
     tmp = run.staging_tmp(iteration)
-    move = _is_staged(run, src)
+    move = is_staged(run, src)
     files: Dict[str, Dict[str, Any]] = {}
     duplicates: List[str] = []  # names rank 0 writes: not written here
     written: List[str] = []     # paths this rank created, for the full-disk clean-up
@@ -163,7 +163,7 @@ def _place(src: str, dst: str, move: bool) -> None:
     if move:
         os.link(src, dst)
     else:
-        _copy_file(src, dst)
+        copy_file(src, dst)
 
 
 def _rank0_claims(tmp: str, *, wait: bool) -> set:
@@ -189,7 +189,7 @@ def _write_failed(rank: int, iteration: int, tmp: str, e: OSError) -> Checkpoint
         f"untouched.{hint}")
 
 
-def _copy_file(src: str, dst: str) -> None:
+def copy_file(src: str, dst: str) -> None:
     """Copy into a file created here (O_EXCL: fails if another rank made it first),
     in the kernel (sendfile), as ``shutil.copyfile`` does. Not copyfile itself: it would
     reopen the file with O_TRUNC, and ext4 flushes a truncated-then-rewritten file on
@@ -222,7 +222,7 @@ def _flusher():
     return _FLUSHER
 
 
-def _is_staged(run: RunDir, src: str) -> bool:
+def is_staged(run: RunDir, src: str) -> bool:
     """True for directories from ``get_context().get_checkpoint_staging_dir()``: these
     are on the storage filesystem and owned by hpctrain, so they are moved, not copied."""
     root = run.staging_root + os.sep

@@ -65,6 +65,9 @@ class WorkerPayload:
     metadata: Optional[Dict[str, Any]] = None   # the trainer's metadata= (Ray)
     # experiment_name, trial_id, trial_name for get_context() (a sweep's trial sets them)
     trial: Optional[Dict[str, str]] = None
+    #: FailureConfig.mtbi in seconds (the site's interruption rate, for
+    #: CheckpointConfig(checkpoint_frequency="auto"))
+    mtbi_s: Optional[int] = None
 
     def save(self, run: RunDir) -> None:
         # 0600: train_loop_config may hold what only the user should read
@@ -124,7 +127,8 @@ def run_worker(run_dir: str) -> int:
             datasets_to_split=payload.datasets_to_split,
             metadata=getattr(payload, "metadata", None),
             trial=getattr(payload, "trial", None),
-            gpus_per_worker=payload.scaling.gpus_each)
+            gpus_per_worker=payload.scaling.gpus_each,
+            mtbi_s=getattr(payload, "mtbi_s", None))
         set_session(session)
         if rank == 0:
             _watch_stop_file(os.path.join(adir, STOP_FILE))

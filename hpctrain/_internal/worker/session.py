@@ -39,6 +39,7 @@ from hpctrain._internal.context import (  # noqa: F401
 from hpctrain.checkpoint import Checkpoint
 from hpctrain.cluster_env import WorkerInfo
 from hpctrain.config import CheckpointConfig
+from hpctrain._internal.rundir.async_commit import BackgroundCommit, snapshot
 from hpctrain._internal.rundir.commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
 from hpctrain._internal.fsutil import Background, atomic_write_json, json_default
 from hpctrain._internal.rundir.layout import DECISION_FILE, ResultWriter, RunDir, autofilled
@@ -47,6 +48,7 @@ from hpctrain._internal.worker.trial import trial_control
 DETAILED_ENV = "HPCTRAIN_RESULT_ENABLE_DETAILED_AUTOFILLED_METRICS"
 AGREE_BUDGET_S = 0.005   # agree about this often, at most, when reports come faster
 MAX_GAP = 64             # and at least every MAX_GAP reports
+NOTHING_IN_FLIGHT = 2**31 - 1  # "no background commit" in the agreement (any int type)
 
 
 class StopTraining(BaseException):
@@ -70,8 +72,10 @@ class Session:
                  datasets: Optional[Dict[str, Any]] = None,
                  datasets_to_split: Any = "all",
                  metadata: Optional[Dict[str, Any]] = None,
-                 trial: Optional[Dict[str, str]] = None, gpus_per_worker: int = 0):
+                 trial: Optional[Dict[str, str]] = None, gpus_per_worker: int = 0,
+                 mtbi_s: Optional[float] = None):
         self.info = info
+        self.mtbi_s = mtbi_s  # FailureConfig.mtbi: checkpoint_frequency="auto"'s prior
         self.run = run
         self.coordinator = coordinator
         self.checkpoint_config = checkpoint_config
@@ -108,6 +112,14 @@ class Session:
         self._agreed_at, self._agreed_iteration = time.perf_counter(), start_iteration
         self._staged_since_agreement = False
         self._publish_due = False
+        self._need_proof = False
+        self._publish_below = NOTHING_IN_FLIGHT  # publish staged reports before this one
+        self._inflight: Optional[Any] = None  # this rank's BackgroundCommit
+        self._due_at = -1  # the report after which checkpoint_frequency="auto" said so
+        self.committed: List[Tuple[int, str]] = []  # (iteration, name) published here
+        from hpctrain._internal.checkpoint_interval import FrequencyPolicy
+
+        self._frequency = FrequencyPolicy.for_session(self)
         self._reports_since_agreement: Dict[int, Tuple[Dict[str, Any], float,
                                                        Optional[Dict[str, Any]]]] = {}
         self.last_metrics: Dict[str, Any] = {}
@@ -119,7 +131,8 @@ class Session:
         self._resume_epochs: Optional[Dict[str, Any]] = None
 
     # -- reporting ----------------------------------------------------------------
-    def report(self, metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None) -> None:
+    def report(self, metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None,
+               checkpoint_upload_mode: Any = None) -> None:
         if not isinstance(metrics, dict):
             raise TypeError(f"hpctrain.report: metrics must be a dict, got {type(metrics).__name__}")
         if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
@@ -127,16 +140,39 @@ class Session:
                             "(e.g. Checkpoint.from_directory(path)), got "
                             f"{type(checkpoint).__name__}")
         started = time.time()
+        blocked_from = time.perf_counter()
         iteration = self.iteration + 1
         rank = self.info.world_rank
         files: List[str] = []
         aside: List[str] = []
+        use_async = checkpoint is not None and self._async(checkpoint_upload_mode)
+        # one background commit in flight per rank: a later checkpoint waits for it; a
+        # finished one is taken in (its error raised) before any agreement
+        if self._inflight is not None and (checkpoint is not None or self._inflight.done()):
+            self._harvest()
         agreed = iteration >= self._next_agreement
         # at an agreement report the ranks agree before staging (who hands in a
         # checkpoint now, rank 0 among them?) and prove it staged after
-        ckpt_now, rank0_now = (self._agree_before_staging(iteration, checkpoint is not None)
+        ckpt_now, rank0_now = (self._agree_before_staging(iteration, checkpoint is not None,
+                                                          async_here=use_async)
                                if agreed else (False, False))
-        if checkpoint is not None:
+        if agreed and self.stop_agreed:
+            # the training stops after this report's checkpoint: everything synchronous
+            use_async = False
+            if self._inflight is not None:
+                self._harvest()
+        complete = getattr(checkpoint, "_complete", None)  # hpctrain.torch.checkpoints
+        if checkpoint is not None and use_async:
+            snap = snapshot(self.run, rank, iteration, checkpoint)
+            self._inflight = BackgroundCommit(
+                self.run, iteration, rank, snap, sync=self.checkpoint_config.sync_to_disk,
+                announce=self.info.world_size > 1, wait_for_rank0=rank0_now and rank != 0,
+                complete=complete)
+            if getattr(checkpoint, "_temporary", False):
+                shutil.rmtree(checkpoint.path, ignore_errors=True)
+        elif checkpoint is not None:
+            if complete is not None:
+                complete()  # the files of a torch state checkpoint, written now
             manifest = stage_shard(self.run, iteration, rank, checkpoint,
                                    sync=self.checkpoint_config.sync_to_disk,
                                    announce=self.info.world_size > 1,
@@ -150,7 +186,7 @@ class Session:
         if rank == 0:
             self._reports_since_agreement[iteration] = (dict(metrics), started,
                                                         self.data_epochs())
-        published = self._publish_agreed(iteration, ckpt_now) if agreed else {}
+        published = self._publish_agreed(iteration) if agreed else {}
         name = published.get(iteration)
         if files:  # after the commit, so that hashing never competes with it
             self._background.submit(digest_shard, self.run, iteration, rank, files, name,
@@ -160,6 +196,9 @@ class Session:
         row.update(autofilled(iteration, now - self._last, time.time() - self._started,
                               self._detailed))
         row["checkpoint_dir_name"] = name
+        if self._writer is not None and self._frequency.frequency == "auto":
+            # the interval checkpoint_frequency="auto" chose (the progress output shows it)
+            row["_checkpoint_interval_s"] = round(self._frequency.interval_s(), 3)
         if self._writer is not None:
             self._writer.write(row)
         if self._rank_results is not None:
@@ -170,6 +209,8 @@ class Session:
         self.iteration = iteration
         self.last_metrics = row
         self._last = now
+        if checkpoint is not None and rank == 0:
+            self._frequency.observe_cost(time.perf_counter() - blocked_from)
         if self._tune_hook is not None:
             decision = self._tune_hook.on_report(row)
             if decision:
@@ -199,44 +240,76 @@ class Session:
         os._exit(0)
 
     def _agree_before_staging(self, iteration: int, ckpt_here: bool, *,
-                              final: bool = False) -> Tuple[bool, bool]:
+                              final: bool = False, async_here: bool = False
+                              ) -> Tuple[bool, bool]:
         """One agreement (every rank at the same report): learn whether any rank staged a
         checkpoint since the last agreement or hands one in at this very report (rank 0
-        among them?), whether any asked to stop, and when the next agreement is. Returns
+        among them?), whether any asked to stop, and when the next agreement is; whether
+        a rank has a background commit in flight or hands in an asynchronous checkpoint
+        now (then nothing is published yet, see :mod:`.async_commit`), and whether a
+        checkpoint is due (``checkpoint_frequency="auto"``: rank 0's decision). Returns
         (a checkpoint is handed in now, rank 0 hands one in now)."""
         gap = 0
+        due_here = 0
         if self.info.world_rank == 0 and not final:
             now = time.perf_counter()
             pace = (now - self._agreed_at) / max(1, iteration - self._agreed_iteration)
             gap = MAX_GAP if pace <= 0 else max(1, min(MAX_GAP, int(AGREE_BUDGET_S / pace)))
+            due_here = int(self._frequency.due_by_time())
         rank0_here = int(ckpt_here and self.info.world_rank == 0)
         local = [int(self._staged_since_agreement), int(self._stop_requested.is_set()), gap,
-                 int(ckpt_here), rank0_here]
-        any_ckpt, stop, gap, ckpt_now, rank0_now = (
-            self.coordinator.allreduce_max(local) if self.info.world_size > 1 else local)
+                 int(ckpt_here), rank0_here,
+                 # the lowest iteration in flight anywhere (a max of negated values)
+                 -(self._inflight.iteration if self._inflight is not None
+                   else iteration if ckpt_here and async_here else NOTHING_IN_FLIGHT),
+                 int(ckpt_here and async_here), int(ckpt_here and not async_here), due_here]
+        (any_ckpt, stop, gap, ckpt_now, rank0_now, neg_in_flight, async_now, sync_now,
+         due) = (self.coordinator.allreduce_max(local) if self.info.world_size > 1
+                 else local)
+        in_flight = -neg_in_flight
+        any_inflight = in_flight != NOTHING_IN_FLIGHT
         self.stop_agreed = self.stop_agreed or bool(stop)
         # a checkpoint of this very report: stopping after it loses no iteration
         self._agreed_checkpoint = bool(ckpt_now)
+        if final or self.stop_agreed:
+            # every rank waits for its commit in flight and stages synchronously; one
+            # more collective proves it, then rank 0 publishes everything staged
+            self._need_proof = bool(ckpt_now or any_inflight)
+            self._publish_below = NOTHING_IN_FLIGHT
+        else:
+            # what a rank still has in flight (this report's included) is not complete:
+            # publish only the checkpoints of earlier reports
+            self._need_proof = bool(sync_now)
+            self._publish_below = in_flight
+        if any_ckpt or ckpt_now:
+            self._frequency.checkpointed()
+        if due and not (ckpt_now or final):
+            self._due_at = iteration  # should_checkpoint() says so after this report
         # after a checkpoint, agree at the next report too: a loop that checkpoints at
         # every report then agrees at every one, so that rank 0's names are known
-        # before the other ranks copy (no name is written twice)
+        # before the other ranks copy (no name is written twice); the same while a
+        # commit is in flight, so that it is published soon after it ends
+        self._publish_due = self._publish_due or bool(any_ckpt or ckpt_now)
         self._next_agreement = iteration + (
-            1 if self.stop_agreed or any_ckpt or ckpt_now else max(1, gap))
+            1 if self.stop_agreed or any_ckpt or ckpt_now or any_inflight
+            or self._publish_due else max(1, gap))
         self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
         self._staged_since_agreement = False
-        self._publish_due = bool(any_ckpt or ckpt_now)
         return bool(ckpt_now), bool(rank0_now)
 
-    def _publish_agreed(self, iteration: int, ckpt_now: bool) -> Dict[int, str]:
+    def _publish_agreed(self, iteration: int) -> Dict[int, str]:
         """After the agreement and this report's staging: when a rank staged at this
-        report, one more collective proves every rank done; then rank 0 publishes what is
-        staged up to ``iteration``. Returns {iteration: published checkpoint name}."""
-        if ckpt_now and self.info.world_size > 1:
+        report (or waited for its background commit), one more collective proves every
+        rank done; then rank 0 publishes what is staged up to ``iteration`` — unless a
+        commit is still in flight somewhere (then at a later agreement). Returns
+        {iteration: published checkpoint name}."""
+        if self._need_proof and self.info.world_size > 1:
             self.coordinator.allreduce_max([0])  # every rank staged this report's files
         published: Dict[int, str] = {}
+        below = self._publish_below
         if self.info.world_rank == 0:
             if self._publish_due:
-                for it in staged_iterations(self.run, up_to=iteration):
+                for it in staged_iterations(self.run, up_to=min(iteration, below - 1)):
                     metrics, started, epochs = self._reports_since_agreement.get(
                         it, ({}, time.time(), None))
                     name, dropped = publish(
@@ -247,10 +320,41 @@ class Session:
                     if name:
                         self.next_checkpoint_index += 1
                         published[it] = name
+                        self.committed.append((it, name))
                     for path in dropped:
                         self._background.submit(shutil.rmtree, path, ignore_errors=True)
-            self._reports_since_agreement.clear()
+            for it in [it for it in self._reports_since_agreement if it < below]:
+                del self._reports_since_agreement[it]
+        # a checkpoint still in flight is published at a later agreement
+        self._publish_due = self._publish_due and below != NOTHING_IN_FLIGHT
         return published
+
+    # -- asynchronous commits (see .async_commit) --------------------------------------
+    def _async(self, mode: Any) -> bool:
+        from hpctrain.config import CheckpointUploadMode, upload_mode
+
+        if mode is None:
+            mode = getattr(self.checkpoint_config, "checkpoint_upload_mode", "sync")
+        return upload_mode(mode) is CheckpointUploadMode.ASYNC
+
+    def _harvest(self) -> None:
+        """Wait for this rank's commit in flight; raise its error (the run's error: its
+        ``.tmp_`` directory is never published), or count its shard as staged."""
+        commit, self._inflight = self._inflight, None
+        if commit is None:
+            return
+        manifest = commit.result()
+        self._staged_since_agreement = True
+        files = list(manifest["files"])
+        if files:
+            aside = [rel for rel, info in manifest["files"].items() if info.get("aside")]
+            self._background.submit(digest_shard, self.run, commit.iteration, commit.rank,
+                                    files, None, aside)
+
+    def wait_for_commit(self) -> None:
+        """Wait for this rank's checkpoint commit in flight (its shard staged and
+        fsynced); raise its error. Publishing follows at the next agreement."""
+        self._harvest()
 
     def _warn_duplicates(self, duplicated: Dict[str, List[int]]) -> None:
         """Rank 0, once per run: several ranks handed in the same file names."""
@@ -348,7 +452,16 @@ class Session:
 
     def should_checkpoint(self) -> bool:
         """The agreed decision: the same on every rank after the same report."""
-        return self.stop_agreed
+        return self.stop_agreed or self._due_at == self.iteration or (
+            self._frequency.due_by_count(self.iteration))
+
+    def checkpoint_wanted(self) -> bool:
+        """For report callbacks that checkpoint at every event (Lightning's epoch end):
+        always, unless ``CheckpointConfig(checkpoint_frequency=...)`` is set; then only
+        when :meth:`should_checkpoint` says so (the same on every rank)."""
+        if getattr(self.checkpoint_config, "checkpoint_frequency", None) is None:
+            return True
+        return self.should_checkpoint()
 
     def close_stopped(self) -> None:
         """End after :class:`StopTraining`: no last agreement (every rank stopped at the
@@ -361,9 +474,13 @@ class Session:
 
     def close(self) -> None:
         """End of the training function (every rank): a last agreement commits what was
-        staged since the previous one; then wait for background digests and deletions."""
+        staged since the previous one (every rank waits for its commit in flight first);
+        then wait for background digests and deletions."""
+        if self._inflight is not None and self._inflight.done():
+            self._harvest()
         self._agree_before_staging(self.iteration, False, final=True)
-        self._publish_agreed(self.iteration, False)
+        self._harvest()
+        self._publish_agreed(self.iteration)
         self._background.drain()
         if self._writer is not None:
             self._writer.close()
@@ -458,7 +575,10 @@ class TrainContext:
 
     def should_checkpoint(self) -> bool:
         """True once the scheduler warned of the time limit or a preemption: report a
-        checkpoint now; the run stops cleanly after that report and resumes later.
+        checkpoint now; the run stops cleanly after that report and resumes later. Also
+        true when ``CheckpointConfig(checkpoint_frequency=...)`` says a checkpoint is due:
+        after every N-th report, or (``"auto"``) once the Young–Daly interval has passed
+        since the last checkpoint.
 
         The answer is agreed across ranks: it turns true on every rank after the same
         ``report()`` (the warning travels with the reports, so a loop learns of it at its
