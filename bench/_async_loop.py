@@ -26,7 +26,7 @@ def _work(n):
 
 
 def loop(config):
-    from hpctrain._internal.session import get_session
+    from hpctrain._internal.worker.session import get_session
 
     ctx = hpctrain.get_context()
     rank = ctx.get_world_rank()

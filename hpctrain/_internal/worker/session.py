@@ -225,8 +225,7 @@ class Session:
         rank staged (a stop keeps it), hand the decision to the supervisor, and end this
         process; the supervisor stops the other ranks and ends the trial or restarts it."""
         if decision.get("action") == "stop" and self.info.world_size == 1:
-            self._agree_before_staging(self.iteration, False, final=True)
-            self._publish_agreed(self.iteration, False)
+            self._commit_what_is_staged()
         self._background.drain()
         if self._writer is not None:
             self._writer.close()
@@ -472,15 +471,20 @@ class Session:
         if self._rank_results is not None:
             self._rank_results.close()
 
-    def close(self) -> None:
-        """End of the training function (every rank): a last agreement commits what was
-        staged since the previous one (every rank waits for its commit in flight first);
-        then wait for background digests and deletions."""
+    def _commit_what_is_staged(self) -> None:
+        """A last agreement (every rank waits for its commit in flight first) and the
+        publication of what was staged since the previous one."""
         if self._inflight is not None and self._inflight.done():
             self._harvest()
         self._agree_before_staging(self.iteration, False, final=True)
         self._harvest()
         self._publish_agreed(self.iteration)
+
+    def close(self) -> None:
+        """End of the training function (every rank): a last agreement commits what was
+        staged since the previous one (every rank waits for its commit in flight first);
+        then wait for background digests and deletions."""
+        self._commit_what_is_staged()
         self._background.drain()
         if self._writer is not None:
             self._writer.close()
