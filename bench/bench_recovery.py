@@ -93,6 +93,10 @@ LOOPS = {
 }
 
 
+#: [env] of every hpctrain job (``--fork-ranks`` sets HPCTRAIN_FORK_RANKS=1)
+EXTRA_ENV: Dict[str, str] = {}
+
+
 class BenchError(RuntimeError):
     pass
 
@@ -380,6 +384,8 @@ class HpJob:
                                     sleep=STEP_SLEEP, every=every,
                                     ignore="true" if ignore else "false",
                                     trace=self.trace.path))
+            if EXTRA_ENV:  # --fork-ranks: one process per node imports, forks its ranks
+                f.write("\n[env]\n" + "".join(f'{k} = "{v}"\n' for k, v in EXTRA_ENV.items()))
         p = sh([sys.executable, "-m", "hpctrain", "submit", self.toml], cwd=work)
         m = _SUBMITTED.search(p.stdout + p.stderr)
         if p.returncode != 0 or not m:
@@ -744,6 +750,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="bare jobs for the anchor (default 5, --quick 2)")
     p.add_argument("--periodic", type=int, default=None,
                    help="preemptions of each periodic loop (default 2, --quick 1; 0 skips)")
+    p.add_argument("--fork-ranks", action="store_true",
+                   help="HPCTRAIN_FORK_RANKS=1 in the jobs' [env]: one process per node "
+                        "imports torch once and forks the node's ranks (fast restarts)")
     p.add_argument("--no-hold-run", action="store_true",
                    help="skip the preemption that waits out Slurm's hold (~2 min)")
     p.add_argument("--quick", action="store_true",
@@ -766,6 +775,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     baseline = args.baseline if args.baseline is not None else (2 if args.quick else 5)
     periodic = args.periodic if args.periodic is not None else (1 if args.quick else 2)
     hold_run = not (args.no_hold_run or args.quick)
+    if args.fork_ranks:
+        EXTRA_ENV["HPCTRAIN_FORK_RANKS"] = "1"
     wait_idle = args.wait_idle if args.wait_idle is not None else (30 if args.quick else 120)
     cmdline = shlex.join([os.path.basename(sys.executable)] + [
         os.path.relpath(sys.argv[0]) if sys.argv[0] else "bench/bench_recovery.py"]
