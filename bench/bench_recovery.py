@@ -777,6 +777,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     hold_run = not (args.no_hold_run or args.quick)
     if args.fork_ranks:
         EXTRA_ENV["HPCTRAIN_FORK_RANKS"] = "1"
+        EXTRA_ENV["HPCTRAIN_ZYGOTE_VERBOSE"] = "1"  # each rank's end in launcher.out
     wait_idle = args.wait_idle if args.wait_idle is not None else (30 if args.quick else 120)
     cmdline = shlex.join([os.path.basename(sys.executable)] + [
         os.path.relpath(sys.argv[0]) if sys.argv[0] else "bench/bench_recovery.py"]

@@ -108,3 +108,76 @@ def test_a_spare_started_with_other_interpreter_settings_is_not_used(tmp_path):
     finally:
         launcher.close()
     assert _spare_processes(run.path) == []
+
+
+# -- the node zygote (HPCTRAIN_FORK_RANKS=1 under srun) ----------------------------------
+# Without a Slurm cluster: a launcher that starts one node's zygote with the SLURM_*
+# variables srun gives a one-task-per-node step (the real step is measured by
+# bench/bench_recovery.py --fork-ranks on the test cluster).
+
+class _OneNodeZygoteLauncher:
+    name = "local"
+
+    def launch(self, *, command, env, num_workers, log_dir, on_line=None):
+        import socket
+
+        from hpctrain.launchers.step import StepWorkerGroup
+
+        env = dict(env, SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_PROCID="0",
+                   SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1",
+                   SLURM_STEP_NUM_TASKS="1", SLURM_STEP_TASKS_PER_NODE="1",
+                   SLURM_STEP_NODELIST=socket.gethostname(),
+                   HPCTRAIN_RANKS_PER_NODE=str(num_workers))
+        return StepWorkerGroup([command[0], "-m", "hpctrain._internal.nodezygote",
+                                command[3]], env, log_dir)
+
+
+def _zygote_processes(run_path):
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"hpctrain._internal.nodezygote" in args and \
+                any(run_path.encode() in a for a in args):
+            found.append(pid)
+    return found
+
+
+def test_ranks_forked_by_a_node_zygote_train_and_restart_to_the_same_model(
+        storage, monkeypatch):
+    import hpctrain.launchers
+
+    straight = fit(workloads.deterministic, storage, config={"epochs": 5})
+    monkeypatch.setattr(hpctrain.launchers, "launcher_for",
+                        lambda spec, here=False: _OneNodeZygoteLauncher())
+    killed = fit(workloads.deterministic, storage, max_failures=1,
+                 config={"epochs": 5, "crash_at": 2, "crash_rank": 1, "crash_how": "sigkill"})
+    assert_same_state(final_state(straight.path), final_state(killed.path))
+    state = json.load(open(os.path.join(killed.path, "state.json")))
+    assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
+    # the zygote wrote the record a rank killed by a signal cannot write itself
+    assert state["attempts"][0]["failed_rank"] == 1
+    assert "killed by signal 9" in state["attempts"][0]["error"]
+    for rank in (0, 1):
+        path, start, restarts = open(out(killed, f"resumed-attempt-2-rank-{rank}")).read().split()
+        assert os.path.basename(path) == "checkpoint_000001" and start == "2"
+    assert _zygote_processes(killed.path) == []
+
+
+def test_the_ranks_see_a_step_of_one_task_per_rank():
+    from hpctrain import cluster_env
+    from hpctrain._internal.nodezygote import child_env
+
+    base = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1",
+            "SLURM_LOCALID": "0", "SLURM_NODEID": "1", "SLURM_STEP_NUM_NODES": "2",
+            "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+            "SLURM_STEP_NODELIST": "n[1-2]"}
+    infos = [cluster_env.worker_info_from_env(
+        child_env(base, node=1, nodes=2, per_node=3, local=i), hostname="n2")
+        for i in range(3)]
+    assert [(i.world_rank, i.local_rank, i.node_rank, i.world_size, i.local_world_size)
+            for i in infos] == [(3, 0, 1, 6, 3), (4, 1, 1, 6, 3), (5, 2, 1, 6, 3)]
+    assert {i.master_addr for i in infos} == {"n1"}

@@ -143,10 +143,11 @@ def main(argv=None) -> None:
         rank = children.pop(pid, None)
         if rank is None:
             continue
-        if status != 0:
-            print(f"[hpctrain] node zygote: rank {rank} (pid {pid}) ended with "
-                  f"{'signal ' + str(os.WTERMSIG(status)) if os.WIFSIGNALED(status) else 'exit code ' + str(os.WEXITSTATUS(status))}",
-                  file=sys.stderr, flush=True)
+        if status != 0 or os.environ.get("HPCTRAIN_ZYGOTE_VERBOSE"):
+            how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                   else f"exit code {os.WEXITSTATUS(status)}")
+            print(f"[hpctrain] node zygote: rank {rank} (pid {pid}) ended with {how} at "
+                  f"{time.time():.3f}", file=sys.stderr, flush=True)
         if status != 0 and code == 0:
             _record_death(run_dir, rank, status)
             code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else \
