@@ -135,10 +135,14 @@ def main(argv=None) -> None:
     code = 0
     while children:
         try:
-            pid, status = os.wait()
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             break
         except InterruptedError:
+            continue
+        if pid == 0:
+            _end_stuck_after_stop(run_dir, children)
+            time.sleep(0.05)
             continue
         rank = children.pop(pid, None)
         if rank is None:
@@ -161,6 +165,37 @@ def main(argv=None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+#: A rank that left ``stopped.rank-R.json`` (it stopped cleanly after the warning) and is
+#: still alive this many seconds later is stuck in teardown: it is ended with SIGKILL.
+STOPPED_GRACE_S = 3.0
+
+
+def _end_stuck_after_stop(run_dir: str, children: dict) -> None:
+    """Seen on the test cluster: a forked rank that had written its stop record never
+    returned from the process group's teardown; the step then lingered until the
+    supervisor's deadline. Once a rank's stop is on record nothing it still does matters
+    to the run, so a rank still alive ``STOPPED_GRACE_S`` later is ended (SIGKILL, and its
+    exit counted as clean)."""
+    attempt = int(os.environ.get("HPCTRAIN_ATTEMPT", "1"))
+    adir = os.path.join(run_dir, ".hpctrain", f"attempt-{attempt:03d}")
+    now = time.time()
+    for pid, rank in list(children.items()):
+        try:
+            stopped = os.stat(os.path.join(adir, f"stopped.rank-{rank}.json")).st_mtime
+        except OSError:
+            continue
+        if now - stopped > STOPPED_GRACE_S:
+            print(f"[hpctrain] node zygote: rank {rank} (pid {pid}) stopped cleanly "
+                  f"{now - stopped:.1f} s ago but is still alive; ending it",
+                  file=sys.stderr, flush=True)
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            children.pop(pid, None)
 
 
 def _stop_all(children: dict, deadline: float) -> None:
