@@ -185,12 +185,14 @@ def _dur(s: float) -> str:
     return f"{s / HOUR:.1f} h"
 
 
-# Costs measured on this project's machine (bench/README.md: bench_core 3a, a 256 MiB
-# checkpoint per rank; bench_restart warm spares / cold; bench_recovery warning → resumed
-# report, hold released) and assumed costs of big runs.
+# Costs measured on this project's machine and assumed to hold per node at scale (C: README
+# figure 3a, a 256 MiB checkpoint per rank committed with fsync, 0.257 s; R: bench_restart.py,
+# kill -9 → first resumed report, 0.36 s with warm spares, 4.63 s cold; Rp: bench_recovery.py,
+# warning → first resumed report with the hold released, 11.2 s), and assumed costs of big
+# runs (model states of tens of GB per node, restarts at scale).
 SCENARIOS = [
-    Scenario("measured here, warm spares", 1000, 5 * 8760, 1, 0.3, 0.3, 11.2),
-    Scenario("measured here, cold restart", 1000, 5 * 8760, 1, 0.3, 3.8, 11.2),
+    Scenario("measured here, warm spares", 1000, 5 * 8760, 1, 0.26, 0.36, 11.2),
+    Scenario("measured here, cold restart", 1000, 5 * 8760, 1, 0.26, 4.63, 11.2),
     Scenario("big model: C 30 s, R 60 s", 1000, 5 * 8760, 1, 30, 60, 120),
     Scenario("big model, fragile nodes (MTBF 1 y)", 1000, 8760, 4, 30, 60, 120),
     Scenario("slow storage: C 5 min, R 5 min", 1000, 2 * 8760, 2, 300, 300, 600),
