@@ -8,7 +8,8 @@ MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.sched
            "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units",
            "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod",
            "hpctrain._internal.commit", "hpctrain._internal.session",
-           "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm"]
+           "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm",
+           "hpctrain._internal.nodezygote"]
 
 
 @pytest.mark.parametrize("name", MODULES)
