@@ -111,6 +111,11 @@ def main(argv=None) -> None:
                 os.environ.update(env)
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
                     signal.signal(sig, signal.SIG_DFL)
+                if os.environ.get("HPCTRAIN_ZYGOTE_VERBOSE"):
+                    # where a rank stuck after its stop hangs: its stacks, into its log
+                    import faulthandler
+
+                    faulthandler.register(signal.SIGUSR2, all_threads=True)
                 from .worker import main as worker_main
 
                 worker_main([run_dir])
@@ -191,6 +196,9 @@ def _end_stuck_after_stop(run_dir: str, children: dict) -> None:
                   f"{now - stopped:.1f} s ago but is still alive; ending it",
                   file=sys.stderr, flush=True)
             try:
+                if os.environ.get("HPCTRAIN_ZYGOTE_VERBOSE"):
+                    os.kill(pid, signal.SIGUSR2)  # faulthandler: its stacks into its log
+                    time.sleep(0.3)
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
