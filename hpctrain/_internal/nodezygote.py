@@ -159,6 +159,9 @@ def main(argv=None) -> None:
                   f"{time.time():.3f}", file=sys.stderr, flush=True)
         if status != 0 and code == 0:
             _record_death(run_dir, rank, status)
+            # the ranks that already ended on their own too: the one killed by a signal
+            # (no record of its own) may be reaped after a peer that saw the lost connection
+            _reap_ended(run_dir, children)
             code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else \
                 (os.WEXITSTATUS(status) or 1)
             for other in list(children):
@@ -204,6 +207,21 @@ def _end_stuck_after_stop(run_dir: str, children: dict) -> None:
             except (ProcessLookupError, ChildProcessError):
                 pass
             children.pop(pid, None)
+
+
+def _reap_ended(run_dir: str, children: dict) -> None:
+    """Reap every child that has ended (before any is signalled by us), leaving the error
+    record of each that failed."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+        rank = children.pop(pid, None)
+        if rank is not None and status != 0:
+            _record_death(run_dir, rank, status)
 
 
 def _stop_all(children: dict, deadline: float) -> None:
