@@ -177,7 +177,7 @@ def main(argv=None) -> None:
 
 #: A rank that left ``stopped.rank-R.json`` (it stopped cleanly after the warning) and is
 #: still alive this many seconds later is stuck in teardown: it is ended with SIGKILL.
-STOPPED_GRACE_S = 1.0
+STOPPED_GRACE_S = 0.5
 
 
 def _end_stuck_after_stop(run_dir: str, children: dict) -> None:
