@@ -57,12 +57,22 @@ class SrunLauncher(Launcher):
         forked = zygote_argv(self, command, env)
         if forked is not None:
             argv, env = forked
-            return StepWorkerGroup(argv, env, log_dir)
+            return _ZygoteStepGroup(argv, env, log_dir)
         argv = srun_argv(nodes=self.nodes, workers_per_node=self.workers_per_node,
                          cpus_per_worker=self.cpus_per_worker,
                          gpus_per_worker=self.gpus_per_worker, extra_args=self.extra_args,
                          command=command, executable=self.executable)
         return StepWorkerGroup(argv, env, log_dir)
+
+
+class _ZygoteStepGroup(StepWorkerGroup):
+    """A step of node zygotes: srun's "task N" is a node there, not a rank, so only the
+    step's own exit is kept (the zygote leaves the failed rank's error record)."""
+
+    def _poll(self, timeout: float) -> None:
+        super()._poll(timeout)
+        if self._exit is not None:
+            self._records = [r for r in self._records if r.rank < 0]
 
 
 def zygote_argv(launcher: SrunLauncher, command: Sequence[str], env: Dict[str, str]):
