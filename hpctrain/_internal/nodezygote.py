@@ -52,7 +52,8 @@ def child_env(env, *, node: int, nodes: int, per_node: int, local: int) -> dict:
     out = dict(env)
     total = str(nodes * per_node)
     tpn = str(per_node) if nodes == 1 else f"{per_node}(x{nodes})"
-    out.update(SLURM_PROCID=str(node * per_node + local), SLURM_LOCALID=str(local),
+    out.update(HPCTRAIN_FORKED_RANK="1",
+               SLURM_PROCID=str(node * per_node + local), SLURM_LOCALID=str(local),
                SLURM_NODEID=str(node), SLURM_STEP_NUM_TASKS=total, SLURM_NTASKS=total,
                SLURM_NPROCS=total, SLURM_STEP_TASKS_PER_NODE=tpn, SLURM_TASKS_PER_NODE=tpn)
     cpus = env.get("HPCTRAIN_CPUS_PER_RANK")
