@@ -93,6 +93,10 @@ LOOPS = {
 }
 
 
+#: [env] of every hpctrain job (``--fork-ranks`` sets HPCTRAIN_FORK_RANKS=1)
+EXTRA_ENV: Dict[str, str] = {}
+
+
 class BenchError(RuntimeError):
     pass
 
@@ -369,7 +373,7 @@ class HpJob:
     def __init__(self, work: str, key: str, jobs: Jobs, poll: float) -> None:
         label, every, ignore, warning_time = LOOPS[key]
         self.key, self.label, self.every, self.poll = key, label, every, poll
-        tag = f"{key}-{os.getpid()}"
+        tag = f"{key}{'-fork' if EXTRA_ENV else ''}-{os.getpid()}"
         self.storage = os.path.join(work, "runs")
         self.run_dir = os.path.join(self.storage, tag)
         self.trace = Trace(os.path.join(work, f"trace-{tag}.txt"))
@@ -380,6 +384,8 @@ class HpJob:
                                     sleep=STEP_SLEEP, every=every,
                                     ignore="true" if ignore else "false",
                                     trace=self.trace.path))
+            if EXTRA_ENV:  # --fork-ranks: one process per node imports, forks its ranks
+                f.write("\n[env]\n" + "".join(f'{k} = "{v}"\n' for k, v in EXTRA_ENV.items()))
         p = sh([sys.executable, "-m", "hpctrain", "submit", self.toml], cwd=work)
         m = _SUBMITTED.search(p.stdout + p.stderr)
         if p.returncode != 0 or not m:
@@ -598,6 +604,27 @@ BREAKDOWN = [  # (label, event, relative to)
 ]
 
 
+def print_fork_comparison(plain: List[Dict], forked: List[Dict]) -> None:
+    """``--compare-fork``: the break-down of both modes side by side, medians, ratios."""
+    print("\nfast restarts: one interpreter per rank (today) against ranks forked by a node "
+          "zygote (HPCTRAIN_FORK_RANKS=1), same bench run, hold released; medians of "
+          f"{len(plain)} and {len(forked)} preemptions")
+    print(f"{'':68s} {'today':>8s} {'forked':>8s} {'ratio':>7s}")
+    for label, event, base in BREAKDOWN:
+        a, b = med(durations(plain, event, base)), med(durations(forked, event, base))
+        if a is None or b is None:
+            continue
+        print(f"{label:68s} {a:7.2f}s {b:7.2f}s {b / a if a else float('nan'):6.2f}×")
+    a = med(durations(plain, "resumed_report", "warning"))
+    b = med(durations(forked, "resumed_report", "warning"))
+    if a and b:
+        print(f"warning → first resumed report, forked / today = {b / a:.2f}× (target ≤ 0.5×: "
+              f"{'met' if b / a <= 0.5 else 'NOT met'})")
+    stuck = sum(1 for c in forked if c.get("stopped_at_deadline"))
+    if stuck:
+        print(f"WARNING: {stuck} forked preemption(s) stopped at the deadline")
+
+
 def durations(cycles: List[Dict], event: str, base: str) -> List[Optional[float]]:
     return [c[event] - c[base] if c.get(event) is not None and c.get(base) is not None
             else None for c in cycles]
@@ -744,6 +771,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="bare jobs for the anchor (default 5, --quick 2)")
     p.add_argument("--periodic", type=int, default=None,
                    help="preemptions of each periodic loop (default 2, --quick 1; 0 skips)")
+    p.add_argument("--fork-ranks", action="store_true",
+                   help="HPCTRAIN_FORK_RANKS=1 in the jobs' [env]: one process per node "
+                        "imports torch once and forks the node's ranks (fast restarts)")
+    p.add_argument("--compare-fork", action="store_true",
+                   help="after the on-demand preemptions, the same number again with "
+                        "HPCTRAIN_FORK_RANKS=1, and a table of both with their ratios")
     p.add_argument("--no-hold-run", action="store_true",
                    help="skip the preemption that waits out Slurm's hold (~2 min)")
     p.add_argument("--quick", action="store_true",
@@ -766,6 +799,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     baseline = args.baseline if args.baseline is not None else (2 if args.quick else 5)
     periodic = args.periodic if args.periodic is not None else (1 if args.quick else 2)
     hold_run = not (args.no_hold_run or args.quick)
+    if args.fork_ranks:
+        EXTRA_ENV["HPCTRAIN_FORK_RANKS"] = "1"
+        EXTRA_ENV["HPCTRAIN_ZYGOTE_VERBOSE"] = "1"  # each rank's end in launcher.out
     wait_idle = args.wait_idle if args.wait_idle is not None else (30 if args.quick else 120)
     cmdline = shlex.join([os.path.basename(sys.executable)] + [
         os.path.relpath(sys.argv[0]) if sys.argv[0] else "bench/bench_recovery.py"]
@@ -794,6 +830,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         notes.append("other jobs were in the queue when the bench started: "
                      + "; ".join(others))
     bare: List[Dict] = []
+    forked: List[Dict] = []
     fast: List[Dict] = []
     hold: List[Dict] = []
     loops: Dict[str, List[Dict]] = {}
@@ -817,6 +854,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         fast = [c for c in cycles if c["release"]]
         hold = [c for c in cycles if not c["release"]]
         loops["on_demand"] = cycles
+        if args.compare_fork and not args.fork_ranks:
+            EXTRA_ENV.update(HPCTRAIN_FORK_RANKS="1", HPCTRAIN_ZYGOTE_VERBOSE="1")
+            try:
+                jobs.wait_quiet(wait_idle, log)
+                log(f"on-demand loop, ranks forked by a node zygote: {preemptions} "
+                    "preemption(s) with the hold released")
+                _, fc = run_loop(work, "on_demand", jobs, cycles=preemptions, release=True,
+                                 train_s=args.train_s, poll=args.poll, hold_cycle=False,
+                                 log=log)
+            finally:
+                EXTRA_ENV.clear()
+            forked = [c for c in fc if c["release"]]
         if periodic:
             for key in ("every10", "every100"):
                 jobs.wait_quiet(wait_idle, log)
@@ -896,6 +945,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         notes.append("hold kept: skipped (" + ("--quick" if args.quick else "--no-hold-run")
                      + ")")
     print_report(header, rows, ratio_rows, lost_rows, notes)
+    if forked:
+        print_fork_comparison(fast, forked)
     if args.json:
         doc = {"command": cmdline, "header": header, "notes": notes, "summary": summary,
                "bare": bare, "released": fast, "hold": hold, "loops": loops,

@@ -11,7 +11,7 @@ import pytest
 CLUSTER_FILES = {"test_slurm_env.py", "test_slurm_jobs.py", "test_slurm_recovery.py",
                  "test_slurm_backends.py", "test_tune_slurm.py", "test_slurm_job_handle.py",
                  "test_slurm_frameworks.py", "test_slurm_gbdt.py",
-                 "test_slurm_tune_schedulers.py"}
+                 "test_slurm_tune_schedulers.py", "test_slurm_fast_restart.py"}
 
 
 # Files whose tests use the one real PBS server (scripts/pbs-server.sh): likewise one after

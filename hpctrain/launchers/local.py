@@ -78,13 +78,13 @@ class LocalWorkerGroup(WorkerGroup):
 
     def terminate(self, grace: float = 10.0) -> None:
         for p in self.procs:
-            _signal_group(p, signal.SIGTERM)
+            signal_group(p, signal.SIGTERM)
         deadline = time.monotonic() + grace
         for p in self.procs:
             try:
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _signal_group(p, signal.SIGKILL)
+                signal_group(p, signal.SIGKILL)
         for p in self.procs:
             p.wait()
         for t in self._threads:
@@ -106,7 +106,7 @@ def _drop_log(log, rank: int, err: OSError) -> None:
     return None
 
 
-def _signal_group(p: subprocess.Popen, sig: int) -> None:
+def signal_group(p: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(p.pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -54,8 +54,58 @@ class SrunLauncher(Launcher):
         if num_workers != self.nodes * self.workers_per_node:
             raise ValueError(f"srun: {num_workers} workers do not fill {self.nodes} nodes × "
                              f"{self.workers_per_node} per node")
+        forked = zygote_argv(self, command, env)
+        if forked is not None:
+            argv, env = forked
+            return _ZygoteStepGroup(argv, env, log_dir)
         argv = srun_argv(nodes=self.nodes, workers_per_node=self.workers_per_node,
                          cpus_per_worker=self.cpus_per_worker,
                          gpus_per_worker=self.gpus_per_worker, extra_args=self.extra_args,
                          command=command, executable=self.executable)
         return StepWorkerGroup(argv, env, log_dir)
+
+
+class _ZygoteStepGroup(StepWorkerGroup):
+    """A step of node zygotes: srun's "task N" is a node there, not a rank, so only the
+    step's own exit is kept (the zygote leaves the failed rank's error record)."""
+
+    def _poll(self, timeout: float) -> None:
+        super()._poll(timeout)
+        if self._exit is not None:
+            self._records = [r for r in self._records if r.rank < 0]
+
+
+def zygote_argv(launcher: SrunLauncher, command: Sequence[str], env: Dict[str, str]):
+    """With ``HPCTRAIN_FORK_RANKS=1``: ``(argv, env)`` of a step with one task per node,
+    :mod:`hpctrain._internal.nodezygote`, that imports once and forks the node's ranks
+    (fast restarts, see docs/guide/fast-restarts.md). None — the ordinary one task per
+    rank — when it is off, or when the step needs per-task binding srun must do itself
+    (GPUs per task, an ``--mpi`` plugin), or the command is not the hpctrain worker.
+
+    >>> l = SrunLauncher(nodes=2, workers_per_node=4, cpus_per_worker=2)
+    >>> argv, env = zygote_argv(l, ["py", "-m", "hpctrain._internal.worker", "/r"],
+    ...                         {"HPCTRAIN_FORK_RANKS": "1"})
+    >>> argv[1:6], argv[-3:], env["HPCTRAIN_RANKS_PER_NODE"]
+    (['--kill-on-bad-exit=1', '--nodes=2', '--ntasks=2', '--ntasks-per-node=1', '--cpus-per-task=8'], ['-m', 'hpctrain._internal.nodezygote', '/r'], '4')
+    >>> zygote_argv(l, ["py", "-m", "hpctrain._internal.worker", "/r"], {}) is None
+    True
+    """
+    from .._internal.nodezygote import fork_requested
+
+    if not fork_requested(env) or launcher.gpus_per_worker:
+        return None
+    if any(a == "--mpi" or a.startswith("--mpi=") for a in launcher.extra_args):
+        return None
+    if len(command) != 4 or list(command[1:3]) != ["-m", "hpctrain._internal.worker"]:
+        return None
+    env = dict(env)
+    env["HPCTRAIN_RANKS_PER_NODE"] = str(launcher.workers_per_node)
+    if launcher.cpus_per_worker:
+        env["HPCTRAIN_CPUS_PER_RANK"] = str(launcher.cpus_per_worker)
+    cpus = launcher.cpus_per_worker * launcher.workers_per_node \
+        if launcher.cpus_per_worker else None
+    argv = srun_argv(nodes=launcher.nodes, workers_per_node=1, cpus_per_worker=cpus,
+                     extra_args=launcher.extra_args,
+                     command=[command[0], "-m", "hpctrain._internal.nodezygote", command[3]],
+                     executable=launcher.executable)
+    return argv, env

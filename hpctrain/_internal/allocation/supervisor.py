@@ -60,6 +60,18 @@ class Failure:
     pid: int = 0
 
 
+def _maybe_warm(launcher: Launcher, python: str, extra_env: Optional[Dict[str, str]]):
+    """The local launcher with warm spares when ``HPCTRAIN_WARM_SPARES=1`` (see
+    :mod:`hpctrain.launchers.warm`); any other launcher as given."""
+    from hpctrain.launchers.local import LocalLauncher
+    from hpctrain.launchers.warm import WarmLocalLauncher, warm_spares_requested
+
+    if type(launcher) is LocalLauncher and (
+            warm_spares_requested() or warm_spares_requested(extra_env or {})):
+        return WarmLocalLauncher(python)
+    return launcher
+
+
 def is_secondary(f: Failure) -> bool:
     """True for a failure that reports a lost peer rather than its own fault."""
     return any(s in f.summary for s in SECONDARY)
@@ -74,7 +86,7 @@ class Supervisor:
                  warning_s: float = 120.0, warning_signal: str = "USR1",
                  warn_at: Optional[float] = None):
         self.run = run
-        self.launcher = launcher
+        self.launcher = _maybe_warm(launcher, python, extra_env)
         self.num_workers = num_workers
         self.max_failures = max_failures
         self.job_id = job_id
@@ -132,15 +144,20 @@ class Supervisor:
                 s["max_failures"] = self.max_failures
             latest = self.run.list_checkpoints()
             self.checkpoint_at_start = latest[-1].path if latest else None
-            while True:
-                self._check_timer()
-                if self.stop_time is not None:  # warned before (another) attempt started
-                    self._log(f"warned ({self.stop_reason}) before the ranks started; "
-                              "not starting them")
-                    return PREEMPTED
-                status = self._one_attempt()
-                if status is not None:
-                    return status
+            try:
+                while True:
+                    self._check_timer()
+                    if self.stop_time is not None:  # warned before (another) attempt started
+                        self._log(f"warned ({self.stop_reason}) before the ranks started; "
+                                  "not starting them")
+                        return PREEMPTED
+                    status = self._one_attempt()
+                    if status is not None:
+                        return status
+            finally:
+                close = getattr(self.launcher, "close", None)
+                if close is not None:  # warm spares (fast restarts) end with the run
+                    close()
 
     def made_progress(self) -> bool:
         """True when this allocation committed a checkpoint newer than the one it began

@@ -147,7 +147,10 @@ def run_worker(run_dir: str) -> int:
             atomic_write_json(os.path.join(adir, f"stopped.rank-{rank}.json"), {
                 "rank": rank, "iteration": stop.iteration, "checkpoint": stop.checkpoint,
                 "time": time.time()}, sync=False)
-            backend.on_shutdown(info)
+            if os.environ.get("HPCTRAIN_FORKED_RANK") != "1":
+                # (a rank forked by a node zygote has been seen to hang here, in
+                # destroy_process_group, once its peers had gone; it ends with os._exit)
+                backend.on_shutdown(info)
             return 0
         session.close()
         if payload.keep_return_values:
