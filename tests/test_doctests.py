@@ -9,8 +9,8 @@ MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.sched
            "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod",
            "hpctrain._internal.rundir.commit", "hpctrain._internal.worker.session",
            "hpctrain._internal.checkpoint_interval",
-           "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm"]
-           "hpctrain._internal.nodezygote",
+           "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm",
+           "hpctrain._internal.nodezygote"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -16,6 +16,9 @@ from hpctrain._internal.rundir.layout import RunDir
 from hpctrain.launchers.warm import WarmLocalLauncher, warm_spares_requested
 from helpers import assert_same_state, final_state, fit, out
 
+#: What a cold-started rank runs: the worker package's __main__ (python -m hpctrain._internal.worker)
+COLD = "__main__.py"
+
 CONFIG = {"epochs": 6, "crash_at": 3, "crash_rank": 1}
 
 
@@ -55,7 +58,7 @@ def test_a_rank_killed_with_sigkill_resumes_on_warm_spares_to_the_same_model(
     assert state["attempts"][0]["failed_rank"] == 1
     assert "signal 9" in state["attempts"][0]["error"]
     # the first attempt started cold, the second on the spares
-    assert [_program(killed, 1, r) for r in (0, 1)] == ["worker.py", "worker.py"]
+    assert [_program(killed, 1, r) for r in (0, 1)] == [COLD, COLD]
     assert [_program(killed, 2, r) for r in (0, 1)] == ["spare.py", "spare.py"]
     for rank in (0, 1):  # resumed from the checkpoint of epoch 2 on both ranks
         path, start, restarts = open(out(killed, f"resumed-attempt-2-rank-{rank}")).read().split()
@@ -71,7 +74,7 @@ def test_without_the_switch_ranks_start_cold_and_no_spare_is_started(storage, mo
     monkeypatch.delenv("HPCTRAIN_WARM_SPARES", raising=False)
     killed = fit(fast_restart_workloads.killed_once, storage, max_failures=1,
                  config=dict(CONFIG, wait_for_spares=False))
-    assert [_program(killed, 2, r) for r in (0, 1)] == ["worker.py", "worker.py"]
+    assert [_program(killed, 2, r) for r in (0, 1)] == [COLD, COLD]
     assert not os.path.exists(os.path.join(killed.path, ".hpctrain", "spares"))
 
 
