@@ -35,6 +35,7 @@ import tomli_w
 from .config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
                      SchedulerConfig, SetupConfig)
 from .errors import ConfigError
+from .schedulers import SCHEDULERS
 
 __all__ = [
     "BACKENDS", "EntryPoint", "JobSpec", "apply_overrides", "load_job_spec", "spec_from_dict",
@@ -116,7 +117,7 @@ _CHOICES: Dict[str, Sequence[str]] = {
     "job.backend": BACKENDS,
     "torch.backend": ("gloo", "nccl", "auto"),
     "horovod.controller": ("auto", "gloo", "mpi"),
-    "scheduler.kind": ("local", "slurm", "pbs"),
+    "scheduler.kind": SCHEDULERS,
     "scheduler.launcher": ("srun", "mpiexec", "mpirun", "local"),
     "scheduler.gpu_binding": ("none", "local_rank", "local_rank_reverse"),
     "sweep.mode": ("min", "max"),

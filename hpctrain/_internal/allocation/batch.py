@@ -125,17 +125,15 @@ def _run(run: RunDir, spec, pending, script: Optional[str], record_job: bool = T
     os.makedirs(run.internal_dir, exist_ok=True)
     env = dict(os.environ)
     info = cluster_env.detect_scheduler(env)
-    job_id = (env.get("SLURM_JOB_ID") if info == "slurm" else env.get("PBS_JOBID")) \
+    scheduler = get_scheduler(info)
+    # (an array task's own id, never the array's: the scheduler class says how)
+    job_id = (scheduler.job_id_from_env(env) if scheduler.is_batch else None) \
         or f"batch-{os.getpid()}"
-    if info == "slurm" and env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
-        # an array task: <array>_<task>, never its bare SLURM_JOB_ID, which for one task of
-        # the array equals the array's own id (`scontrol requeue <that>` requeues them all)
-        job_id = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
     try:
         # wait a little: the login node may still be recording the submission
         with run.exclusive(wait_s=LOCK_WAIT_S):
             prepare(run, spec, script)
-            if record_job and info in ("slurm", "pbs"):
+            if record_job and scheduler.is_batch:
                 record_submission(run, info, job_id)
             from hpctrain._internal.rundir.fsutil import read_json
 
@@ -180,12 +178,11 @@ def _run(run: RunDir, spec, pending, script: Optional[str], record_job: bool = T
                     # from here to the requeue, the scheduler's SIGTERM (the time limit)
                     # must not leave state.json saying REQUEUED with nothing queued
                     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
-                    status = after_stop(run, sup, fc, can_requeue=info in ("slurm", "pbs"))
+                    status = after_stop(run, sup, fc, can_requeue=scheduler.can_requeue)
             except BaseException:
                 tracking.end(status)
                 raise
-            end_allocation(run, status, tracking, lambda: requeue(run, get_scheduler(info),
-                                                                  job_id))
+            end_allocation(run, status, tracking, lambda: requeue(run, scheduler, job_id))
     except RunLockedError as e:
         _log(f"{e}\nThis job exits without running anything.")
         return 1
@@ -250,44 +247,29 @@ def fail_open_attempt(run: RunDir, error: str) -> None:
 
 
 def job_walltime(scheduler: Optional[str], sched, job_id: str) -> Optional[int]:
-    """The job's walltime in seconds: the spec's, else on PBS the one the server gave the
-    job (a queue's ``resources_default.walltime`` limits it just the same)."""
-    if sched.walltime_s is not None or scheduler != "pbs":
+    """The job's walltime in seconds: the spec's, else the one the scheduler gave the job
+    (PBS: a queue's ``resources_default.walltime`` limits it just the same)."""
+    from hpctrain.schedulers import get_scheduler
+
+    if sched.walltime_s is not None or scheduler is None:
         return sched.walltime_s
-    return pbs_job_walltime(job_id)
+    return get_scheduler(scheduler).job_walltime(job_id)
 
 
 def _timer(scheduler: Optional[str], walltime_s: Optional[int],
            warning_s: int) -> Optional[float]:
-    """When the supervisor warns by itself: on PBS (no warning signal exists), from the
-    job's start (``HPCTRAIN_JOB_STARTED``, set first thing by the script) and walltime."""
+    """When the supervisor warns by itself: where the scheduler sends no warning signal
+    (PBS), from the job's start (``HPCTRAIN_JOB_STARTED``, set first thing by the script)
+    and walltime."""
+    from hpctrain.schedulers import scheduler_class
+
     started = os.environ.get("HPCTRAIN_JOB_STARTED", "")
-    if scheduler != "pbs" or walltime_s is None or not started.isdigit():
+    if scheduler is None or walltime_s is None or not started.isdigit():
+        return None
+    cls = scheduler_class(scheduler)
+    if not cls.template or cls.sends_warning:
         return None
     return int(started) + walltime_s - warning_s
-
-
-def pbs_job_walltime(job_id: str) -> Optional[int]:
-    """``Resource_List.walltime`` of a PBS job in seconds (``qstat -f -F json``), None
-    when qstat cannot tell."""
-    import subprocess
-
-    from hpctrain.schedulers.pbs_submitit import _qstat_jobs
-    from hpctrain.units import parse_walltime
-
-    try:
-        p = subprocess.run(["qstat", "-f", "-F", "json", job_id], capture_output=True,
-                           text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    for job in (_qstat_jobs(p.stdout) or {}).values():
-        walltime = (job.get("Resource_List") or {}).get("walltime")
-        if walltime:
-            try:
-                return int(parse_walltime(str(walltime)))
-            except Exception:  # noqa: BLE001 - an unreadable walltime: no timer
-                return None
-    return None
 
 
 if __name__ == "__main__":
