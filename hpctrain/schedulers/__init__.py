@@ -38,6 +38,7 @@ def register_scheduler(name: str, target: str) -> None:
 register_scheduler("local", "hpctrain.schedulers.local:LocalScheduler")
 register_scheduler("slurm", "hpctrain.schedulers.slurm:SlurmScheduler")
 register_scheduler("pbs", "hpctrain.schedulers.pbs:PbsScheduler")
+register_scheduler("lsf", "hpctrain.schedulers.lsf:LsfScheduler")  # not yet run on a real LSF
 
 #: The names known when hpctrain was imported (``scheduler_names()`` is always current).
 SCHEDULERS: Tuple[str, ...] = tuple(_REGISTRY)
