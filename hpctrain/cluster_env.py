@@ -1,7 +1,8 @@
 """The worker's view of the cluster: environment variables in, :class:`WorkerInfo` out.
 
 A pure module: no torch, no subprocesses, no network. Its only I/O is reading the
-file named by ``PBS_NODEFILE``, and that goes through the injectable ``read_file``.
+host file a scheduler names (``PBS_NODEFILE``), and that goes through the injectable
+``read_file``.
 It needs only the standard library and ``hostlist`` (python-hostlist).
 
 Two layers
@@ -32,9 +33,10 @@ Two layers
    daemon. ``srun --mpi=pmi2`` sets ``PMI_RANK``/``PMI_SIZE`` but no local rank, so
    such tasks fall through to ``slurm``, which has the complete picture.
 
-2. **Allocation layer**: gives the hosts, the job id and the restart count,
-   detected by :func:`detect_scheduler`: ``slurm`` (``SLURM_JOB_ID``) > ``pbs``
-   (``PBS_JOBID``) > ``local``.
+2. **Allocation layer**: gives the hosts, the job id and the restart count. Each
+   scheduler class (:mod:`hpctrain.schedulers`) says whether ``env`` is one of its jobs
+   (``detect``: Slurm ``SLURM_JOB_ID``, PBS ``PBS_JOBID``, LSF ``LSB_JOBID``, asked in
+   registration order, else ``local``) and reads its allocation (``allocation_from_env``):
 
    * Slurm hosts: ``SLURM_STEP_NODELIST`` when the ranks are the tasks of that very
      step (launcher ``slurm``, or ``pals`` through srun), else the job-wide
@@ -43,8 +45,11 @@ Two layers
      job-wide ones are the same on every rank. The step id goes into the derived
      port under the same rule.
    * PBS hosts: the ``PBS_NODEFILE`` lines (one per MPI slot), unique, in order of
-     first appearance.
+     first appearance. LSF: ``LSB_DJOB_HOSTFILE`` likewise, else ``LSB_MCPU_HOSTS``.
    * local: ``hosts = (hostname,)``, job id ``"local"``.
+
+   A scheduler that starts the ranks itself (Slurm's ``srun``) also gives the launcher
+   layer's ranks (``is_task``/``task_ranks``): the ``slurm`` row above.
 
 Overrides set by hpctrain's own launcher win where present: ``HPCTRAIN_JOB_ID``,
 ``HPCTRAIN_RESTART_COUNT``, ``HPCTRAIN_HOSTS`` (comma-separated, hostlist syntax

@@ -71,6 +71,10 @@ def test_a_registered_scheduler_is_known_everywhere(monkeypatch):
     assert hpctrain.SchedulerConfig(kind="toy").launcher_name == "mpiexec"
     info = worker_info_from_env({"TOY_JOB": "42"}, hostname="h")
     assert (info.scheduler, info.job_id) == ("toy", "42")
+    from hpctrain.spec import spec_from_dict
+
+    assert spec_from_dict({"job": {"entrypoint": "m:f"},
+                           "scheduler": {"kind": "toy"}}).scheduler.kind == "toy"
 
 
 class ToyScheduler(Scheduler):

@@ -15,6 +15,7 @@ here, a template and one :func:`register_scheduler` line (docs/adding-a-schedule
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from typing import Dict, Optional, Tuple, Type
 
 from .base import BatchRequest, JobState, Scheduler
@@ -40,8 +41,21 @@ register_scheduler("slurm", "hpctrain.schedulers.slurm:SlurmScheduler")
 register_scheduler("pbs", "hpctrain.schedulers.pbs:PbsScheduler")
 register_scheduler("lsf", "hpctrain.schedulers.lsf:LsfScheduler")  # not yet run on a real LSF
 
-#: The names known when hpctrain was imported (``scheduler_names()`` is always current).
-SCHEDULERS: Tuple[str, ...] = tuple(_REGISTRY)
+class _Names(Sequence):
+    """The registered names, always current (a scheduler registered later is in it)."""
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return tuple(_REGISTRY)[i]
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+    def __repr__(self) -> str:
+        return repr(tuple(_REGISTRY))
+
+
+#: The registered scheduler names (a live view: ``in``, ``join``, iteration).
+SCHEDULERS: Sequence[str] = _Names()
 
 
 def scheduler_names(*, batch_only: bool = False) -> Tuple[str, ...]:
