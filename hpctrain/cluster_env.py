@@ -1,7 +1,8 @@
 """The worker's view of the cluster: environment variables in, :class:`WorkerInfo` out.
 
 A pure module: no torch, no subprocesses, no network. Its only I/O is reading the
-file named by ``PBS_NODEFILE``, and that goes through the injectable ``read_file``.
+host file a scheduler names (``PBS_NODEFILE``), and that goes through the injectable
+``read_file``.
 It needs only the standard library and ``hostlist`` (python-hostlist).
 
 Two layers
@@ -32,9 +33,10 @@ Two layers
    daemon. ``srun --mpi=pmi2`` sets ``PMI_RANK``/``PMI_SIZE`` but no local rank, so
    such tasks fall through to ``slurm``, which has the complete picture.
 
-2. **Allocation layer**: gives the hosts, the job id and the restart count,
-   detected by :func:`detect_scheduler`: ``slurm`` (``SLURM_JOB_ID``) > ``pbs``
-   (``PBS_JOBID``) > ``local``.
+2. **Allocation layer**: gives the hosts, the job id and the restart count. Each
+   scheduler class (:mod:`hpctrain.schedulers`) says whether ``env`` is one of its jobs
+   (``detect``: Slurm ``SLURM_JOB_ID``, PBS ``PBS_JOBID``, LSF ``LSB_JOBID``, asked in
+   registration order, else ``local``) and reads its allocation (``allocation_from_env``):
 
    * Slurm hosts: ``SLURM_STEP_NODELIST`` when the ranks are the tasks of that very
      step (launcher ``slurm``, or ``pals`` through srun), else the job-wide
@@ -43,8 +45,11 @@ Two layers
      job-wide ones are the same on every rank. The step id goes into the derived
      port under the same rule.
    * PBS hosts: the ``PBS_NODEFILE`` lines (one per MPI slot), unique, in order of
-     first appearance.
+     first appearance. LSF: ``LSB_DJOB_HOSTFILE`` likewise, else ``LSB_MCPU_HOSTS``.
    * local: ``hosts = (hostname,)``, job id ``"local"``.
+
+   A scheduler that starts the ranks itself (Slurm's ``srun``) also gives the launcher
+   layer's ranks (``is_task``/``task_ranks``): the ``slurm`` row above.
 
 Overrides set by hpctrain's own launcher win where present: ``HPCTRAIN_JOB_ID``,
 ``HPCTRAIN_RESTART_COUNT``, ``HPCTRAIN_HOSTS`` (comma-separated, hostlist syntax
@@ -86,9 +91,18 @@ _SOURCE = {
     "openmpi": "Open MPI's mpirun",
     "pals": "Cray PALS mpiexec (or srun --mpi=cray_shasta)",
     "pmi": "the PMI process manager (MPICH Hydra / Intel MPI mpiexec)",
-    "slurm": "srun",
     "local": "nothing",
 }
+
+
+def _source(launcher: str) -> str:
+    """Which process sets the variables of ``launcher`` (a scheduler's own task launcher,
+    such as srun, is named by its scheduler class)."""
+    if launcher in _SOURCE:
+        return _SOURCE[launcher]
+    from .schedulers import scheduler_class
+
+    return scheduler_class(launcher).task_source or launcher
 
 
 @dataclass(frozen=True)
@@ -105,8 +119,8 @@ class WorkerInfo:
     master_port: int
     job_id: str
     restart_count: int
-    launcher: str               # "torchrun", "openmpi", "pals", "pmi", "slurm", "local"
-    scheduler: str              # "slurm", "pbs", "local"
+    launcher: str               # torchrun, openmpi, pals, pmi, a scheduler's own (srun), local
+    scheduler: str              # a registered scheduler name (hpctrain.schedulers), or local
 
 
 class _Ranks(NamedTuple):
@@ -119,7 +133,7 @@ class _Ranks(NamedTuple):
 
 # --------------------------------------------------------------------- helpers
 
-def _get(env: Mapping[str, str], name: str) -> Optional[str]:
+def env_value(env: Mapping[str, str], name: str) -> Optional[str]:
     """The value of ``name``, or None when unset or blank."""
     value = env.get(name)
     if value is None or not value.strip():
@@ -127,16 +141,16 @@ def _get(env: Mapping[str, str], name: str) -> Optional[str]:
     return value.strip()
 
 
-def _first(env: Mapping[str, str], *names: str) -> tuple[Optional[str], Optional[str]]:
+def first_set(env: Mapping[str, str], *names: str) -> tuple[Optional[str], Optional[str]]:
     """(name, value) of the first of ``names`` that is set, else (None, None)."""
     for name in names:
-        value = _get(env, name)
+        value = env_value(env, name)
         if value is not None:
             return name, value
     return None, None
 
 
-def _to_int(name: str, value: str, *, what: str, source: str, minimum: int = 0) -> int:
+def env_int(name: str, value: str, *, what: str, source: str, minimum: int = 0) -> int:
     try:
         number = int(value)
     except ValueError:
@@ -150,24 +164,24 @@ def _to_int(name: str, value: str, *, what: str, source: str, minimum: int = 0) 
     return number
 
 
-def _req_int(env: Mapping[str, str], *names: str, what: str, launcher: str,
-             minimum: int = 0) -> tuple[str, int]:
+def required_int(env: Mapping[str, str], *names: str, what: str, launcher: str,
+                 minimum: int = 0) -> tuple[str, int]:
     """(name, value) of the first of ``names`` that is set; ConfigError when none is."""
-    name, value = _first(env, *names)
-    source = _SOURCE[launcher]
+    name, value = first_set(env, *names)
+    source = _source(launcher)
     if name is None or value is None:
         listed = " or ".join(names)
         raise ConfigError(f"{listed} is not set; expected {what}",
                           hint=f"the {launcher} launcher was detected, and {source} "
                                f"normally sets {listed}; was the variable removed?")
-    return name, _to_int(name, value, what=what, source=source, minimum=minimum)
+    return name, env_int(name, value, what=what, source=source, minimum=minimum)
 
 
-def _check_below(rank_name: str, rank: int, size_name: str, size: int, launcher: str) -> None:
+def check_below(rank_name: str, rank: int, size_name: str, size: int, launcher: str) -> None:
     if rank >= size:
         raise ConfigError(f"{rank_name}={rank} is not below {size_name}={size}; "
                           f"expected a rank in [0, {size_name})",
-                          hint=f"these variables come from {_SOURCE[launcher]}; a value "
+                          hint=f"these variables come from {_source(launcher)}; a value "
                                f"left over from another launch can mix them up")
 
 
@@ -302,22 +316,30 @@ def detect_launcher(env: Mapping[str, str]) -> str:
     >>> detect_launcher({"SLURM_PROCID": "0", "SLURM_JOB_ID": "7"})  # the batch script
     'local'
     """
-    if all(_get(env, v) is not None for v in ("RANK", "LOCAL_RANK", "WORLD_SIZE")):
+    if all(env_value(env, v) is not None for v in ("RANK", "LOCAL_RANK", "WORLD_SIZE")):
         return "torchrun"
-    if _get(env, "OMPI_COMM_WORLD_RANK") is not None:
+    if env_value(env, "OMPI_COMM_WORLD_RANK") is not None:
         return "openmpi"
-    if _get(env, "PALS_RANKID") is not None:
+    if env_value(env, "PALS_RANKID") is not None:
         return "pals"
-    srun_task = (_get(env, "SLURM_PROCID") is not None
-                 and _first(env, "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS")[0]
-                 is not None)
-    if _get(env, "PMI_RANK") is not None:
-        has_local = _first(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK")[0] is not None
-        if has_local or not srun_task:
+    task_of = _scheduler_task(env)  # started by the scheduler's own launcher (srun)
+    if env_value(env, "PMI_RANK") is not None:
+        has_local = first_set(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK")[0] is not None
+        if has_local or task_of is None:
             return "pmi"
-    if srun_task:
-        return "slurm"
+    if task_of is not None:
+        return task_of
     return "local"
+
+
+def _scheduler_task(env: Mapping[str, str]) -> Optional[str]:
+    """The scheduler whose own launcher started this process as a rank, if any."""
+    from .schedulers import scheduler_class, scheduler_names
+
+    for name in scheduler_names():
+        if scheduler_class(name).is_task(env):
+            return name
+    return None
 
 
 def detect_scheduler(env: Mapping[str, str]) -> str:
@@ -330,11 +352,9 @@ def detect_scheduler(env: Mapping[str, str]) -> str:
     >>> detect_scheduler({})
     'local'
     """
-    if _first(env, "SLURM_JOB_ID", "SLURM_JOBID")[0] is not None:
-        return "slurm"
-    if _get(env, "PBS_JOBID") is not None:
-        return "pbs"
-    return "local"
+    from .schedulers import detect_scheduler as detect
+
+    return detect(env)
 
 
 # ------------------------------------------------------------ launcher layer
@@ -345,17 +365,17 @@ def _ranks_torchrun(env: Mapping[str, str]) -> _Ranks:
     # LOCAL_WORLD_SIZE, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
     # https://docs.pytorch.org/docs/stable/elastic/run.html#environment-variables
     la = "torchrun"
-    _, size = _req_int(env, "WORLD_SIZE", what="the number of workers (>= 1)",
+    _, size = required_int(env, "WORLD_SIZE", what="the number of workers (>= 1)",
                        launcher=la, minimum=1)
-    _, rank = _req_int(env, "RANK", what="the global rank", launcher=la)
-    _, local_size = _req_int(env, "LOCAL_WORLD_SIZE", what="workers on this node (>= 1)",
+    _, rank = required_int(env, "RANK", what="the global rank", launcher=la)
+    _, local_size = required_int(env, "LOCAL_WORLD_SIZE", what="workers on this node (>= 1)",
                              launcher=la, minimum=1)
-    _, local = _req_int(env, "LOCAL_RANK", what="the rank on this node", launcher=la)
-    _check_below("RANK", rank, "WORLD_SIZE", size, la)
-    _check_below("LOCAL_RANK", local, "LOCAL_WORLD_SIZE", local_size, la)
+    _, local = required_int(env, "LOCAL_RANK", what="the rank on this node", launcher=la)
+    check_below("RANK", rank, "WORLD_SIZE", size, la)
+    check_below("LOCAL_RANK", local, "LOCAL_WORLD_SIZE", local_size, la)
     node: Optional[int] = None
-    if _get(env, "GROUP_RANK") is not None:
-        _, node = _req_int(env, "GROUP_RANK", what="the node (worker group) rank",
+    if env_value(env, "GROUP_RANK") is not None:
+        _, node = required_int(env, "GROUP_RANK", what="the node (worker group) rank",
                            launcher=la)
     return _Ranks(rank, local, node, size, local_size)
 
@@ -366,16 +386,16 @@ def _ranks_openmpi(env: Mapping[str, str]) -> _Ranks:
     # looking across *all* jobs": a per-node process index, NOT the node index.
     # The node index is derived later (this host in the host list, else by-slot).
     la = "openmpi"
-    _, size = _req_int(env, "OMPI_COMM_WORLD_SIZE", what="the number of processes (>= 1)",
+    _, size = required_int(env, "OMPI_COMM_WORLD_SIZE", what="the number of processes (>= 1)",
                        launcher=la, minimum=1)
-    _, rank = _req_int(env, "OMPI_COMM_WORLD_RANK", what="the MPI rank", launcher=la)
-    _, local_size = _req_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE",
+    _, rank = required_int(env, "OMPI_COMM_WORLD_RANK", what="the MPI rank", launcher=la)
+    _, local_size = required_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE",
                              what="ranks of this job on this node (>= 1)",
                              launcher=la, minimum=1)
-    _, local = _req_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", what="the rank on this node",
+    _, local = required_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", what="the rank on this node",
                         launcher=la)
-    _check_below("OMPI_COMM_WORLD_RANK", rank, "OMPI_COMM_WORLD_SIZE", size, la)
-    _check_below("OMPI_COMM_WORLD_LOCAL_RANK", local, "OMPI_COMM_WORLD_LOCAL_SIZE",
+    check_below("OMPI_COMM_WORLD_RANK", rank, "OMPI_COMM_WORLD_SIZE", size, la)
+    check_below("OMPI_COMM_WORLD_LOCAL_RANK", local, "OMPI_COMM_WORLD_LOCAL_SIZE",
                  local_size, la)
     return _Ranks(rank, local, None, size, local_size)
 
@@ -386,15 +406,15 @@ def _ranks_pals(env: Mapping[str, str]) -> _Ranks:
     # task id, PALS_NODEID=node index, PMI_SIZE=ntasks, PMI_LOCAL_SIZE=tasks on this
     # node; PBS PALS mpiexec (ALCF Polaris) sets the same names plus PALS_LOCAL_SIZE.
     la = "pals"
-    _, size = _req_int(env, "PMI_SIZE", what="the number of ranks (>= 1)",
+    _, size = required_int(env, "PMI_SIZE", what="the number of ranks (>= 1)",
                        launcher=la, minimum=1)
-    _, rank = _req_int(env, "PALS_RANKID", what="the global rank", launcher=la)
-    ls_name, local_size = _req_int(env, "PALS_LOCAL_SIZE", "PMI_LOCAL_SIZE",
+    _, rank = required_int(env, "PALS_RANKID", what="the global rank", launcher=la)
+    ls_name, local_size = required_int(env, "PALS_LOCAL_SIZE", "PMI_LOCAL_SIZE",
                                    what="ranks on this node (>= 1)", launcher=la, minimum=1)
-    _, local = _req_int(env, "PALS_LOCAL_RANKID", what="the rank on this node", launcher=la)
-    _, node = _req_int(env, "PALS_NODEID", what="the node index", launcher=la)
-    _check_below("PALS_RANKID", rank, "PMI_SIZE", size, la)
-    _check_below("PALS_LOCAL_RANKID", local, ls_name, local_size, la)
+    _, local = required_int(env, "PALS_LOCAL_RANKID", what="the rank on this node", launcher=la)
+    _, node = required_int(env, "PALS_NODEID", what="the node index", launcher=la)
+    check_below("PALS_RANKID", rank, "PMI_SIZE", size, la)
+    check_below("PALS_LOCAL_RANKID", local, ls_name, local_size, la)
     return _Ranks(rank, local, node, size, local_size)
 
 
@@ -404,48 +424,16 @@ def _ranks_pmi(env: Mapping[str, str]) -> _Ranks:
     # Intel MPI lists the same four as per-process variables:
     # https://www.intel.com/content/www/us/en/docs/mpi-library/developer-reference-linux/2021-16/environment-variables-not-propagated-by-hydra.html
     la = "pmi"
-    _, size = _req_int(env, "PMI_SIZE", what="the number of ranks (>= 1)",
+    _, size = required_int(env, "PMI_SIZE", what="the number of ranks (>= 1)",
                        launcher=la, minimum=1)
-    _, rank = _req_int(env, "PMI_RANK", what="the global rank", launcher=la)
-    ls_name, local_size = _req_int(env, "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE",
+    _, rank = required_int(env, "PMI_RANK", what="the global rank", launcher=la)
+    ls_name, local_size = required_int(env, "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE",
                                    what="ranks on this node (>= 1)", launcher=la, minimum=1)
-    lr_name, local = _req_int(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+    lr_name, local = required_int(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
                               what="the rank on this node", launcher=la)
-    _check_below("PMI_RANK", rank, "PMI_SIZE", size, la)
-    _check_below(lr_name, local, ls_name, local_size, la)
+    check_below("PMI_RANK", rank, "PMI_SIZE", size, la)
+    check_below(lr_name, local, ls_name, local_size, la)
     return _Ranks(rank, local, None, size, local_size)
-
-
-def _ranks_slurm(env: Mapping[str, str]) -> _Ranks:
-    # srun(1) OUTPUT ENVIRONMENT VARIABLES: SLURM_PROCID "the MPI rank (or relative
-    # process ID)", SLURM_LOCALID "node local task ID", SLURM_NODEID "the relative
-    # node ID of the current node", SLURM_STEP_NUM_TASKS "number of processes in the
-    # step", SLURM_STEP_TASKS_PER_NODE "number of processes per node within the step".
-    # https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES
-    la = "slurm"
-    size_name, size = _req_int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS",
-                               what="the number of tasks (>= 1)", launcher=la, minimum=1)
-    _, rank = _req_int(env, "SLURM_PROCID", what="the task rank", launcher=la)
-    _, local = _req_int(env, "SLURM_LOCALID", what="the task rank on this node", launcher=la)
-    _, node = _req_int(env, "SLURM_NODEID", what="the node index in the step", launcher=la)
-    tpn_name, tpn = _first(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
-    if tpn_name is None or tpn is None:
-        raise ConfigError("SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE is not set; "
-                          "expected the tasks on each node, e.g. '2(x3),1'",
-                          hint="srun sets both for every task; was the variable removed?")
-    try:
-        counts = parse_tasks_per_node(tpn)
-    except ConfigError as exc:
-        raise ConfigError(f"{tpn_name}: {exc.message}", hint=exc.hint) from None
-    if node >= len(counts):
-        raise ConfigError(f"SLURM_NODEID={node} is past the {len(counts)} nodes of "
-                          f"{tpn_name}={tpn!r}; expected a node index below {len(counts)}",
-                          hint="SLURM_NODEID and the tasks-per-node string come from "
-                               "different steps; launch the workers with srun directly")
-    local_size = counts[node]
-    _check_below("SLURM_PROCID", rank, size_name, size, la)
-    _check_below("SLURM_LOCALID", local, f"{tpn_name}[{node}]", local_size, la)
-    return _Ranks(rank, local, node, size, local_size)
 
 
 _LAUNCHERS: dict[str, Callable[[Mapping[str, str]], _Ranks]] = {
@@ -453,12 +441,7 @@ _LAUNCHERS: dict[str, Callable[[Mapping[str, str]], _Ranks]] = {
     "openmpi": _ranks_openmpi,
     "pals": _ranks_pals,
     "pmi": _ranks_pmi,
-    "slurm": _ranks_slurm,
 }
-
-# Launchers whose ranks are exactly the tasks of the current Slurm step, so that the
-# step's node list and step id are the same on every rank.
-_STEP_SCOPED = frozenset({"slurm", "pals"})
 
 
 # ---------------------------------------------------------------- the entry
@@ -495,50 +478,30 @@ def worker_info_from_env(env: Mapping[str, str] | None = None, *,
         hostname = socket.gethostname()
     reader = read_file if read_file is not None else _read_text
 
+    from .schedulers import scheduler_class
+
     launcher = detect_launcher(env)
     scheduler = detect_scheduler(env)
-    ranks = _LAUNCHERS[launcher](env) if launcher != "local" else _Ranks(0, 0, 0, 1, 1)
-    step_scoped = launcher in _STEP_SCOPED
+    if launcher == "local":
+        ranks = _Ranks(0, 0, 0, 1, 1)
+    elif launcher in _LAUNCHERS:
+        ranks = _LAUNCHERS[launcher](env)
+    else:  # a scheduler's own launcher (srun): its class reads the ranks
+        ranks = _Ranks(*scheduler_class(launcher).task_ranks(env))
 
-    # ---- allocation layer: hosts, job id, restart count, step
-    hosts: tuple[str, ...] = ()
-    hosts_var: Optional[str] = None
-    job_id = "local"
-    restart_count = 0
-    step = ""
-    if scheduler == "slurm":
-        job_id = _first(env, "SLURM_JOB_ID", "SLURM_JOBID")[1] or ""
-        names = (("SLURM_STEP_NODELIST",) if step_scoped else ()) + (
-            "SLURM_JOB_NODELIST", "SLURM_NODELIST")
-        hosts_var, nodelist = _first(env, *names)
-        if nodelist is not None:
-            hosts = tuple(expand_hostlist(nodelist))
-        if step_scoped:
-            step = _first(env, "SLURM_STEP_ID", "SLURM_STEPID")[1] or ""
-        # env.c sets SLURM_RESTART_COUNT only once the job was requeued (count > 0).
-        if _get(env, "SLURM_RESTART_COUNT") is not None:
-            restart_count = _to_int("SLURM_RESTART_COUNT", env["SLURM_RESTART_COUNT"].strip(),
-                                    what="a count >= 0", source="Slurm")
-    elif scheduler == "pbs":
-        job_id = _get(env, "PBS_JOBID") or ""
-        path = _get(env, "PBS_NODEFILE")
-        if path is not None and _get(env, "HPCTRAIN_HOSTS") is None:
-            try:
-                text = reader(path)
-            except OSError as exc:
-                raise ConfigError(f"PBS_NODEFILE={path!r} could not be read ({exc}); "
-                                  f"expected the job's host file",
-                                  hint="PBS writes it on the job's first node; is this "
-                                       "process running inside the job?") from None
-            hosts_var, hosts = "PBS_NODEFILE", tuple(hosts_from_nodefile(text))
+    # ---- allocation layer: hosts, job id, restart count, step (the scheduler's class)
+    alloc = scheduler_class(scheduler).allocation_from_env(env, launcher=launcher,
+                                                           read_file=reader)
+    job_id, hosts, hosts_var = alloc.job_id, tuple(alloc.hosts), alloc.hosts_var
+    step, restart_count = alloc.step, alloc.restart_count
 
     # ---- overrides from hpctrain's launcher
-    if _get(env, "HPCTRAIN_JOB_ID") is not None:
+    if env_value(env, "HPCTRAIN_JOB_ID") is not None:
         job_id = env["HPCTRAIN_JOB_ID"].strip()
-    if _get(env, "HPCTRAIN_RESTART_COUNT") is not None:
-        restart_count = _to_int("HPCTRAIN_RESTART_COUNT", env["HPCTRAIN_RESTART_COUNT"].strip(),
+    if env_value(env, "HPCTRAIN_RESTART_COUNT") is not None:
+        restart_count = env_int("HPCTRAIN_RESTART_COUNT", env["HPCTRAIN_RESTART_COUNT"].strip(),
                                 what="a count >= 0", source="hpctrain's launcher")
-    if _get(env, "HPCTRAIN_HOSTS") is not None:
+    if env_value(env, "HPCTRAIN_HOSTS") is not None:
         hosts_var, hosts = "HPCTRAIN_HOSTS", tuple(expand_hostlist(env["HPCTRAIN_HOSTS"]))
     hosts_known = bool(hosts)
     if not hosts_known:
@@ -559,12 +522,12 @@ def worker_info_from_env(env: Mapping[str, str] | None = None, *,
                                "HPCTRAIN_HOSTS or MASTER_ADDR to the hosts of this run")
 
     # ---- rendezvous address and port
-    master_addr = _get(env, "MASTER_ADDR")
+    master_addr = env_value(env, "MASTER_ADDR")
     if master_addr is None:
         if hosts_known:
             # a site whose fast network has hostnames of its own (JSC: "jwb0001" + "i" is
             # the InfiniBand name) sets HPCTRAIN_MASTER_ADDR_SUFFIX in its [env]
-            master_addr = hosts[0] + (_get(env, "HPCTRAIN_MASTER_ADDR_SUFFIX") or "")
+            master_addr = hosts[0] + (env_value(env, "HPCTRAIN_MASTER_ADDR_SUFFIX") or "")
         elif ranks.world_size > ranks.local_world_size:
             raise ConfigError(f"MASTER_ADDR is not set and the {ranks.world_size} ranks span "
                               f"several nodes with no host list; expected MASTER_ADDR",
@@ -572,9 +535,9 @@ def worker_info_from_env(env: Mapping[str, str] | None = None, *,
                                    "or run inside a Slurm/PBS allocation")
         else:
             master_addr = _LOCALHOST
-    port_text = _get(env, "MASTER_PORT")
+    port_text = env_value(env, "MASTER_PORT")
     if port_text is not None:
-        master_port = _to_int("MASTER_PORT", port_text, what="a TCP port in 1..65535",
+        master_port = env_int("MASTER_PORT", port_text, what="a TCP port in 1..65535",
                               source="the launcher or job script", minimum=1)
         if master_port > 65535:
             raise ConfigError(f"MASTER_PORT={port_text!r} is above 65535; "

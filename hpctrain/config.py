@@ -538,9 +538,10 @@ class SchedulerConfig:
     directives: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind not in ("local", "slurm", "pbs"):
-            raise ConfigError(f"scheduler.kind: expected \"local\", \"slurm\" or \"pbs\", "
-                              f"got {self.kind!r}")
+        from .schedulers import describe, scheduler_names
+
+        if self.kind not in scheduler_names():
+            raise ConfigError(f"scheduler.kind: expected {describe()}, got {self.kind!r}")
         if self.time is not None:
             from .units import UnitError, parse_walltime
 
@@ -565,20 +566,16 @@ class SchedulerConfig:
 
     @property
     def launcher_name(self) -> str:
-        """The launcher inside the allocation: as set, else srun under Slurm, mpiexec
-        under PBS, the local spawner otherwise."""
-        return self.launcher or {"slurm": "srun", "pbs": "mpiexec"}.get(self.kind, "local")
+        """The launcher inside the allocation: as set, else the scheduler's default
+        (srun under Slurm, mpiexec under PBS), the local spawner otherwise."""
+        from .schedulers import default_launcher
+
+        return self.launcher or default_launcher(self.kind)
 
 
-def SlurmConfig(**kwargs: Any) -> SchedulerConfig:
-    """``SchedulerConfig(kind="slurm", ...)``: ``TorchTrainer(..., scheduler=SlurmConfig(
-    partition="gpu", time="02:00:00"))``."""
-    return SchedulerConfig(kind="slurm", **kwargs)
-
-
-def PbsConfig(**kwargs: Any) -> SchedulerConfig:
-    """``SchedulerConfig(kind="pbs", ...)``."""
-    return SchedulerConfig(kind="pbs", **kwargs)
+# one factory per scheduler, kept with its class (hpctrain.schedulers.<name>)
+from .schedulers.pbs import PbsConfig  # noqa: E402
+from .schedulers.slurm import SlurmConfig  # noqa: E402
 
 
 @dataclass

@@ -110,7 +110,7 @@ class Site:
     name: str
     path: str
     description: str = ""
-    scheduler: str = "slurm"
+    scheduler: str = ""               # a batch scheduler's name (hpctrain.schedulers)
     docs: str = ""
     limits: Limits = field(default_factory=Limits)
     #: The job-spec sections this site sets (a layer under the job file).
@@ -173,9 +173,12 @@ def load_site_file(path: str) -> Site:
             raise err(f"site.{k}", f"expected a string, got {v!r}")
     if meta.get("name", stem) != stem:
         raise err("site.name", f"expected {stem!r} (the file's name), got {meta['name']!r}")
-    scheduler = meta.get("scheduler", "slurm")
-    if scheduler not in ("slurm", "pbs"):
-        raise err("site.scheduler", f'expected "slurm" or "pbs", got {scheduler!r}')
+    from .schedulers import describe, scheduler_names
+
+    batch = scheduler_names(batch_only=True)
+    scheduler = meta.get("scheduler", batch[0])  # the first registered batch scheduler
+    if scheduler not in batch:
+        raise err("site.scheduler", f"expected {describe(batch)}, got {scheduler!r}")
     limits = _parse_limits(data.pop("limits", {}), err)
     for section in data:
         if section not in SITE_SECTIONS:

@@ -41,6 +41,7 @@ from ._internal.tomlfile import did_you_mean as _did_you_mean
 from ._internal.tomlfile import kind_name as _kind
 from ._internal.tomlfile import read_toml as _read_toml
 from ._internal.tomlfile import show_value as _show
+from .schedulers import SCHEDULERS
 
 __all__ = [
     "BACKENDS", "EntryPoint", "JobSpec", "apply_overrides", "load_job_spec", "spec_from_dict",
@@ -127,7 +128,7 @@ _CHOICES: Dict[str, Sequence[str]] = {
     "job.backend": BACKENDS,
     "torch.backend": ("gloo", "nccl", "auto"),
     "horovod.controller": ("auto", "gloo", "mpi"),
-    "scheduler.kind": ("local", "slurm", "pbs"),
+    "scheduler.kind": SCHEDULERS,
     "scheduler.launcher": ("srun", "mpiexec", "mpirun", "local"),
     "scheduler.gpu_binding": ("none", "local_rank", "local_rank_reverse"),
     "sweep.mode": ("min", "max"),

@@ -20,8 +20,8 @@ from .checkpoint import Checkpoint
 from .config import DataConfig, RunConfig, ScalingConfig, default_storage_path
 from .errors import ConfigError
 from .result import Result, result_or_raise
+from .schedulers import SCHEDULERS  # the registry's names
 
-SCHEDULERS = ("local", "slurm", "pbs")
 _LOCAL_RUNS = itertools.count()
 
 

@@ -5,6 +5,7 @@ import importlib
 import pytest
 
 MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.schedulers.slurm",
+           "hpctrain.schedulers.pbs",
            "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units",
            "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod",
            "hpctrain._internal.rundir.commit", "hpctrain._internal.worker.session",

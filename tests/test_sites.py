@@ -120,7 +120,7 @@ BAD_SITES = [
     ("unknown-limit", "[limits]\nmax_gpus = 3\n", "limits.max_gpus: unknown limit"),
     ("bad-walltime", '[limits]\nmax_walltime = 60\n', "limits.max_walltime: walltime 60 is a bare"),
     ("wrong-name", '[site]\nname = "other"\n', "site.name: expected 'broken'"),
-    ("bad-scheduler", '[site]\nscheduler = "lsf"\n', 'site.scheduler: expected "slurm" or "pbs"'),
+    ("bad-scheduler", '[site]\nscheduler = "condor"\n', 'site.scheduler: expected "slurm", "pbs" or "lsf"'),
     ("bad-key", "[scheduler]\nqueu = 'x'\n", "scheduler.queu: unknown key"),
 ]
 

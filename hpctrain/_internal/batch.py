@@ -250,44 +250,29 @@ def fail_open_attempt(run: RunDir, error: str) -> None:
 
 
 def job_walltime(scheduler: Optional[str], sched, job_id: str) -> Optional[int]:
-    """The job's walltime in seconds: the spec's, else on PBS the one the server gave the
-    job (a queue's ``resources_default.walltime`` limits it just the same)."""
-    if sched.walltime_s is not None or scheduler != "pbs":
+    """The job's walltime in seconds: the spec's, else the one the scheduler gave the job
+    (PBS: a queue's ``resources_default.walltime`` limits it just the same)."""
+    from hpctrain.schedulers import get_scheduler
+
+    if sched.walltime_s is not None or scheduler is None:
         return sched.walltime_s
-    return pbs_job_walltime(job_id)
+    return get_scheduler(scheduler).job_walltime(job_id)
 
 
 def _timer(scheduler: Optional[str], walltime_s: Optional[int],
            warning_s: int) -> Optional[float]:
-    """When the supervisor warns by itself: on PBS (no warning signal exists), from the
-    job's start (``HPCTRAIN_JOB_STARTED``, set first thing by the script) and walltime."""
+    """When the supervisor warns by itself: where the scheduler sends no warning signal
+    (PBS), from the job's start (``HPCTRAIN_JOB_STARTED``, set first thing by the script)
+    and walltime."""
+    from hpctrain.schedulers import scheduler_class
+
     started = os.environ.get("HPCTRAIN_JOB_STARTED", "")
-    if scheduler != "pbs" or walltime_s is None or not started.isdigit():
+    if scheduler is None or walltime_s is None or not started.isdigit():
+        return None
+    cls = scheduler_class(scheduler)
+    if not cls.template or cls.sends_warning:
         return None
     return int(started) + walltime_s - warning_s
-
-
-def pbs_job_walltime(job_id: str) -> Optional[int]:
-    """``Resource_List.walltime`` of a PBS job in seconds (``qstat -f -F json``), None
-    when qstat cannot tell."""
-    import subprocess
-
-    from hpctrain.schedulers.pbs_submitit import qstat_jobs
-    from hpctrain.units import parse_walltime
-
-    try:
-        p = subprocess.run(["qstat", "-f", "-F", "json", job_id], capture_output=True,
-                           text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    for job in (qstat_jobs(p.stdout) or {}).values():
-        walltime = (job.get("Resource_List") or {}).get("walltime")
-        if walltime:
-            try:
-                return int(parse_walltime(str(walltime)))
-            except Exception:  # noqa: BLE001 - an unreadable walltime: no timer
-                return None
-    return None
 
 
 if __name__ == "__main__":

@@ -230,7 +230,7 @@ def cmd_submit(args) -> int:
         check_shared_storage(spec, trainer.run_path)
         request, script = submission.render(trainer, spec, rerender)
         sys.stdout.write(script)
-        cmd = "sbatch" if request.scheduler.name == "slurm" else "qsub"
+        cmd = request.scheduler.submit_command
         print(f"# dry run: would write {trainer.run_path}/job.sh and run `{cmd}` on it",
               file=sys.stderr)
         return 0

@@ -53,7 +53,9 @@ def cmd_sweep(args: Any) -> int:
         else:
             scripts = render_from_spec(spec, _rerender(args, name))
             sys.stdout.write("\n".join(scripts))
-            cmd = "sbatch" if spec.scheduler.kind == "slurm" else "qsub"
+            from hpctrain.schedulers import get_scheduler
+
+            cmd = get_scheduler(spec.scheduler.kind).submit_command
             print(f"# dry run: {len(scripts)} job array script(s); would prepare the trials "
                   f"under {sweep_path_of(spec)} and run `{cmd}` on each", file=sys.stderr)
         return 0

@@ -124,12 +124,18 @@ def launch_line(spec: Any, *, python: str, run_dir: str) -> List[str]:
                      + (f"{flavor}, as here" if flavor else "mpich, the MPI of this "
                         "machine is unknown") + "; Open MPI adds -x NAME per variable)")
         flavor = flavor or "mpich"
+        from ..schedulers import get_scheduler
+
+        var = get_scheduler(spec.scheduler.kind).hostfile_var
+        hostfile = f"${var}" if var else None
         argv = mpiexec_argv(flavor, executable=launcher.executable,
                             num_workers=spec.scaling.num_workers,
                             workers_per_node=launcher.workers_per_node,
-                            hostfile="$PBS_NODEFILE" if spec.scheduler.kind == "pbs" else None,
+                            hostfile=hostfile,
                             extra_args=launcher.extra_args, command=command, env={})
     else:
         return [f"{launcher.name}: {spec.scaling.num_workers} local processes"]
-    text = shlex.join(argv).replace(shlex.quote("$PBS_NODEFILE"), '"$PBS_NODEFILE"')
+    text = shlex.join(argv)
+    if launcher.name == "mpiexec" and hostfile:  # the variable expands in the job
+        text = text.replace(shlex.quote(hostfile), f'"{hostfile}"')
     return [text.replace(shlex.quote(_RUN_DIR), run_dir).replace(_RUN_DIR, run_dir)] + notes

@@ -158,7 +158,8 @@ def exported_names(env: Mapping[str, str], prefixes: Sequence[str]) -> List[str]
 
 
 def default_hostfile(hostfile: Optional[str], env: Mapping[str, str]) -> Optional[str]:
-    """``hostfile`` if given, else ``$PBS_NODEFILE`` if set, else None.
+    """``hostfile`` if given, else the scheduler's host file (``$PBS_NODEFILE``) if set,
+    else None.
 
     >>> default_hostfile(None, {"PBS_NODEFILE": "/var/spool/pbs/aux/7.pbs"})
     '/var/spool/pbs/aux/7.pbs'
@@ -167,7 +168,13 @@ def default_hostfile(hostfile: Optional[str], env: Mapping[str, str]) -> Optiona
     """
     if hostfile:
         return hostfile
-    return (env.get("PBS_NODEFILE") or "").strip() or None
+    from ..schedulers import scheduler_class, scheduler_names
+
+    for name in scheduler_names():  # the host file a scheduler names (PBS_NODEFILE)
+        var = scheduler_class(name).hostfile_var
+        if var and (env.get(var) or "").strip():
+            return env[var].strip()
+    return None
 
 
 # -------------------------------------------------------------- flavor detection

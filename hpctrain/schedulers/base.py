@@ -15,7 +15,7 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
 
@@ -61,13 +61,116 @@ class BatchRequest:
         return self.scheduler.render(self)
 
 
+class Allocation(NamedTuple):
+    """What the environment of a job says about its allocation (:mod:`hpctrain.cluster_env`)."""
+
+    job_id: str
+    hosts: Tuple[str, ...] = ()
+    hosts_var: Optional[str] = None   # the variable the hosts came from, for errors
+    step: str = ""                    # goes into the derived rendezvous port
+    restart_count: int = 0
+
+
+class ArrayJob(NamedTuple):
+    """How one job array runs a sweep's trials (:mod:`hpctrain.tune._sweep`)."""
+
+    directives: Dict[str, Any]        # added to the spec's scheduler.directives
+    index: str                        # shell expression of the task's array index
+    log_file: str                     # the task's log (shell words, $HPCTRAIN_TRIAL_DIR)
+    prelude: List[str]                # shell lines run first (e.g. skip unlisted indices)
+
+
 class Scheduler:
-    """One batch system: render, submit, watch, cancel."""
+    """One batch system: render, submit, watch, cancel, and what its jobs see.
+
+    Everything hpctrain knows about one batch system is an attribute or method here;
+    the rest of the package asks the registry (:mod:`hpctrain.schedulers`)."""
 
     name = "base"
     template: Optional[str] = None
     #: The variable holding the job id inside the job.
     job_id_var = "JOB_ID"
+    #: The launcher inside the allocation unless ``scheduler.launcher`` names one.
+    default_launcher = "local"
+    #: The variable naming the job's host file, handed to ``mpiexec --hostfile`` (None:
+    #: the MPI reads the allocation from the scheduler itself).
+    hostfile_var: Optional[str] = None
+    #: The command that cancels a job (named in hints).
+    cancel_command: Optional[str] = None
+    #: False when the batch system sends no signal before the walltime ends: the
+    #: supervisor then warns by its own timer, from the job's start and walltime.
+    sends_warning = True
+    #: A run stopped cleanly continues in a new allocation (:meth:`requeue`).
+    can_requeue = False
+    #: The largest job array (indices 0 … size-1) when the site config sets no limit.
+    max_array_size = 1001
+    #: Directive keys a sweep sets itself (refused in a sweep's spec).
+    array_directive_keys: Tuple[str, ...] = ()
+    #: Where the scheduler starts the ranks itself (srun's tasks), the launcher name
+    #: :func:`hpctrain.cluster_env.detect_launcher` reports for them is the scheduler's
+    #: name and this says which program sets their variables (for error hints).
+    task_source: Optional[str] = None
+
+    @property
+    def is_batch(self) -> bool:
+        """True for a batch system (a job with a script), False for ``local``."""
+        return self.template is not None
+
+    # -- inside the job: what the environment says ---------------------------------------
+    @classmethod
+    def detect(cls, env: Mapping[str, str]) -> bool:
+        """True when ``env`` is the environment of a job of this scheduler."""
+        return False
+
+    @classmethod
+    def job_id_from_env(cls, env: Mapping[str, str]) -> Optional[str]:
+        """The id by which this job is requeued/cancelled, from inside the job."""
+        return (env.get(cls.job_id_var) or "").strip() or None
+
+    @classmethod
+    def allocation_from_env(cls, env: Mapping[str, str], *, launcher: str,
+                            read_file: Callable[[str], str]) -> Allocation:
+        """Job id, hosts (in rank order), step and restart count of the allocation.
+        ``launcher`` is the detected launcher; ``read_file`` reads host files."""
+        return Allocation(cls.job_id_from_env(env) or "")
+
+    @classmethod
+    def is_task(cls, env: Mapping[str, str]) -> bool:
+        """True when this scheduler's own launcher started this process as one rank."""
+        return False
+
+    @classmethod
+    def task_ranks(cls, env: Mapping[str, str]) -> Tuple[int, int, Optional[int], int, int]:
+        """(world rank, local rank, node rank or None, world size, local size) of a
+        task :meth:`is_task` recognises."""
+        raise NotImplementedError
+
+    def job_walltime(self, job_id: str) -> Optional[int]:
+        """The walltime the scheduler gave the job (seconds) when the spec sets none."""
+        return None
+
+    # -- job arrays (sweeps) --------------------------------------------------------------
+    def array_job(self, tasks: Sequence[int], offset: int,
+                  max_concurrent: Optional[int]) -> ArrayJob:
+        """The directives, index expression, log and prelude of one job array running
+        the trials ``offset + t`` for ``t`` in ``tasks``."""
+        raise ConfigError(f"scheduler.kind: the {self.name!r} scheduler has no job arrays",
+                          hint="a sweep runs as job arrays on a batch scheduler")
+
+    def is_array(self, tasks: Sequence[int]) -> bool:
+        """True when :meth:`array_job` gives a job array (not a plain job) for ``tasks``."""
+        return True
+
+    def array_task_id(self, array_id: str, task: int) -> str:
+        """The job id of task ``task`` of the array ``array_id``."""
+        return f"{array_id}_{task}"
+
+    def array_active(self, job_id: str) -> bool:
+        """True while any task of the array (or the job) is queued or running."""
+        try:
+            return not self.state(job_id).done
+        except Exception:  # noqa: BLE001 - the scheduler cannot tell
+            return True
 
     # -- rendering -------------------------------------------------------------------
     def directives(self, request: BatchRequest) -> List[str]:
@@ -78,11 +181,14 @@ class Scheduler:
         """The script; ``overrides`` replace template variables (a sweep's job array runs
         each task's trial: ``run_dir``, ``log_file``, ``prelude``, ``batch_args``)."""
         from .. import __version__
+        from . import scheduler_names
 
         if self.template is None:
             raise ConfigError(f"scheduler.kind: the {self.name!r} scheduler has no batch script",
                               file=request.spec.where("scheduler.kind"),
-                              hint='use "slurm" or "pbs" to render or submit a batch job')
+                              hint="use a batch scheduler (" + ", ".join(
+                                  scheduler_names(batch_only=True)) + ") to render or "
+                                   "submit a batch job")
         spec = request.spec
         check_run_path(request.run_path, spec)
         warning_seconds(spec)  # refuse an impossible warning before anything else
@@ -287,6 +393,27 @@ def merge_directives(computed: Sequence[Tuple[str, Any]], spec: Any) -> List[Tup
             continue
         out[key] = value
     return [(k, v) for k, v in out.items() if v != ""]
+
+
+def array_ranges(indices: Sequence[int]) -> str:
+    """An array index list (Slurm's ``--array``), runs of consecutive indices as ranges.
+
+    >>> array_ranges([0, 1, 2])
+    '0-2'
+    >>> array_ranges([1, 3, 4, 5, 9])
+    '1,3-5,9'
+    """
+    out, run = [], []
+    for i in sorted(indices):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [i]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(out)
 
 
 def job_name(request: BatchRequest) -> str:

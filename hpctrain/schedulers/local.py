@@ -2,9 +2,13 @@
 (``hpctrain run``, ``Trainer.fit()`` without a scheduler)."""
 from __future__ import annotations
 
-from .base import Scheduler
+from .base import Allocation, Scheduler
 
 
 class LocalScheduler(Scheduler):
     name = "local"
     template = None
+
+    @classmethod
+    def allocation_from_env(cls, env, *, launcher, read_file) -> Allocation:
+        return Allocation("local")

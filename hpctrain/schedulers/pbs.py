@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ..units import format_pbs_memory, format_pbs_walltime, parse_memory
-from .base import BatchRequest, JobState, Scheduler, check_directive, job_name, merge_directives
+from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, check_directive,
+                   job_name, merge_directives)
 
 #: ``qsub -W`` attributes (OpenPBS qsub man page).
 W_ATTRIBUTES = {"depend", "block", "umask", "group_list", "stagein", "stageout", "sandbox",
@@ -85,6 +86,101 @@ class PbsScheduler(Scheduler):
     template = "pbs.sh.j2"
     job_id_var = "PBS_JOBID"
     submit_command = "qsub"
+    cancel_command = "qdel"
+    default_launcher = "mpiexec"
+    hostfile_var = "PBS_NODEFILE"
+    #: PBS sends no signal before the walltime ends: the supervisor's timer warns.
+    sends_warning = False
+    can_requeue = True
+    #: PBS's default max_array_size (indices 0 … 9999).
+    max_array_size = 10000
+    array_directive_keys = ("-J", "J", "max_run_subjobs")
+
+    # -- inside the job ------------------------------------------------------------------
+    @classmethod
+    def detect(cls, env: Mapping[str, str]) -> bool:
+        return bool((env.get("PBS_JOBID") or "").strip())
+
+    @classmethod
+    def allocation_from_env(cls, env: Mapping[str, str], *, launcher: str,
+                            read_file: Callable[[str], str]) -> Allocation:
+        """Hosts: the ``PBS_NODEFILE`` lines (one per MPI slot), unique, in order of first
+        appearance; not read when ``HPCTRAIN_HOSTS`` names them."""
+        from ..cluster_env import env_value, hosts_from_nodefile
+        from ..errors import ConfigError
+
+        job_id = env_value(env, "PBS_JOBID") or ""
+        path = env_value(env, "PBS_NODEFILE")
+        if path is None or env_value(env, "HPCTRAIN_HOSTS") is not None:
+            return Allocation(job_id)
+        try:
+            text = read_file(path)
+        except OSError as exc:
+            raise ConfigError(f"PBS_NODEFILE={path!r} could not be read ({exc}); "
+                              f"expected the job's host file",
+                              hint="PBS writes it on the job's first node; is this "
+                                   "process running inside the job?") from None
+        return Allocation(job_id, tuple(hosts_from_nodefile(text)), "PBS_NODEFILE")
+
+    def job_walltime(self, job_id: str) -> Optional[int]:
+        """``Resource_List.walltime`` of a PBS job in seconds (``qstat -f -F json``; a
+        queue's ``resources_default.walltime`` limits a job just the same), None when
+        qstat cannot tell."""
+        from ..units import parse_walltime
+        from .pbs_submitit import qstat_jobs
+
+        try:
+            p = subprocess.run(["qstat", "-f", "-F", "json", job_id], capture_output=True,
+                               text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        for job in (qstat_jobs(p.stdout) or {}).values():
+            walltime = (job.get("Resource_List") or {}).get("walltime")
+            if walltime:
+                try:
+                    return int(parse_walltime(str(walltime)))
+                except Exception:  # noqa: BLE001 - an unreadable walltime: no timer
+                    return None
+        return None
+
+    # -- job arrays ----------------------------------------------------------------------
+    def array_job(self, tasks: Sequence[int], offset: int,
+                  max_concurrent: Optional[int]) -> ArrayJob:
+        """``-J lo-hi`` (PBS arrays need two indices or more: one task is a plain job) and
+        ``max_run_subjobs``; ``-J`` takes no list, so the subjobs between the listed
+        tasks end at once."""
+        lo, hi = min(tasks), max(tasks)
+        directives: dict = {}
+        if lo < hi:
+            directives["-J"] = f"{lo}-{hi}"
+            if max_concurrent and max_concurrent < hi - lo + 1:
+                directives["max_run_subjobs"] = max_concurrent
+            index = f"$(( {offset} + PBS_ARRAY_INDEX ))"
+        else:
+            index = str(offset + lo)
+        prelude: List[str] = []
+        if len(tasks) < hi - lo + 1:
+            listed = " ".join(str(offset + t) for t in sorted(tasks))
+            prelude = [
+                "# -J takes no list: the subjobs between this array's trials end here at once",
+                f'case " {listed} " in *" $HPCTRAIN_TRIAL_INDEX "*) ;; *)',
+                '  echo "hpctrain: trial $HPCTRAIN_TRIAL_INDEX is not run by this array"; '
+                'exit 0 ;;',
+                "esac",
+            ]
+        return ArrayJob(directives, index, "$HPCTRAIN_TRIAL_DIR/logs/pbs-${PBS_JOBID}.out",
+                        prelude)
+
+    def is_array(self, tasks: Sequence[int]) -> bool:
+        return min(tasks) < max(tasks)
+
+    def array_task_id(self, array_id: str, task: int) -> str:
+        """``<seq>[<task>].<server>``.
+
+        >>> PbsScheduler().array_task_id("2[].pbshost", 1)
+        '2[1].pbshost'
+        """
+        return array_id.replace("[]", f"[{task}]", 1)
 
     def directives(self, request: BatchRequest) -> List[str]:
         spec = request.spec
@@ -189,3 +285,10 @@ def _script_depend(script_path: str) -> Optional[str]:
         return None
     m = re.search(r"^#PBS\s+-W\s+depend=(\S+)", text, re.MULTILINE)
     return m.group(1) if m else None
+
+
+def PbsConfig(**kwargs: Any):
+    """``SchedulerConfig(kind="pbs", ...)``."""
+    from ..config import SchedulerConfig
+
+    return SchedulerConfig(kind=PbsScheduler.name, **kwargs)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..units import format_slurm_memory, format_slurm_walltime, parse_memory
-from .base import (BatchRequest, JobState, Scheduler, check_directive, job_name,
-                   merge_directives, warning_seconds)
+from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, array_ranges,
+                   check_directive, job_name, merge_directives, warning_seconds)
 
 #: States in which a Slurm job still holds or waits for an allocation.
 #: (PREEMPTED is an end state in Slurm's list; STOPPED keeps its allocation.)
@@ -57,6 +57,130 @@ class SlurmScheduler(Scheduler):
     template = "slurm.sh.j2"
     job_id_var = "SLURM_JOB_ID"
     submit_command = "sbatch"
+    cancel_command = "scancel"
+    default_launcher = "srun"
+    can_requeue = True
+    #: Slurm's default MaxArraySize (indices 0 … 1000).
+    max_array_size = 1001
+    array_directive_keys = ("array", "a", "-a")
+    task_source = "srun"
+    #: Launchers whose ranks are exactly the tasks of the current Slurm step (srun's own,
+    #: and Cray PALS through ``srun --mpi=cray_shasta``), so that the step's node list and
+    #: step id are the same on every rank.
+    step_scoped = ("slurm", "pals")
+
+    # -- inside the job ------------------------------------------------------------------
+    @classmethod
+    def detect(cls, env: Mapping[str, str]) -> bool:
+        from ..cluster_env import first_set
+
+        return first_set(env, "SLURM_JOB_ID", "SLURM_JOBID")[0] is not None
+
+    @classmethod
+    def job_id_from_env(cls, env: Mapping[str, str]) -> Optional[str]:
+        """``SLURM_JOB_ID``; for one task of an array ``<array>_<task>``, never its bare
+        ``SLURM_JOB_ID``, which for a task of the array equals the array's own id
+        (``scontrol requeue <that>`` requeues them all).
+
+        >>> SlurmScheduler.job_id_from_env({"SLURM_JOB_ID": "9", "SLURM_ARRAY_JOB_ID": "7",
+        ...                                 "SLURM_ARRAY_TASK_ID": "2"})
+        '7_2'
+        """
+        if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+            return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+        return env.get("SLURM_JOB_ID") or None
+
+    @classmethod
+    def allocation_from_env(cls, env: Mapping[str, str], *, launcher: str,
+                            read_file: Callable[[str], str]) -> Allocation:
+        """Hosts: ``SLURM_STEP_NODELIST`` when the ranks are the tasks of that very step,
+        else the job-wide ``SLURM_JOB_NODELIST``/``SLURM_NODELIST`` (ranks started by
+        ``mpirun`` or over ssh carry the variables of *different* steps on different
+        nodes); the step id goes into the derived port under the same rule."""
+        from ..cluster_env import env_int, env_value, expand_hostlist, first_set
+
+        step_scoped = launcher in cls.step_scoped
+        job_id = first_set(env, "SLURM_JOB_ID", "SLURM_JOBID")[1] or ""
+        names = (("SLURM_STEP_NODELIST",) if step_scoped else ()) + (
+            "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+        hosts_var, nodelist = first_set(env, *names)
+        hosts = tuple(expand_hostlist(nodelist)) if nodelist is not None else ()
+        step = (first_set(env, "SLURM_STEP_ID", "SLURM_STEPID")[1] or "") if step_scoped else ""
+        restart_count = 0
+        # env.c sets SLURM_RESTART_COUNT only once the job was requeued (count > 0).
+        if env_value(env, "SLURM_RESTART_COUNT") is not None:
+            restart_count = env_int("SLURM_RESTART_COUNT", env["SLURM_RESTART_COUNT"].strip(),
+                                    what="a count >= 0", source="Slurm")
+        return Allocation(job_id, hosts, hosts_var if hosts else None, step, restart_count)
+
+    @classmethod
+    def is_task(cls, env: Mapping[str, str]) -> bool:
+        """A task started by srun: ``SLURM_PROCID`` *and* a step variable.
+        ``SLURM_PROCID`` alone is not: slurmstepd exports ``SLURM_PROCID=0`` to the batch
+        script itself."""
+        from ..cluster_env import env_value, first_set
+
+        return (env_value(env, "SLURM_PROCID") is not None
+                and first_set(env, "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS")[0]
+                is not None)
+
+    @classmethod
+    def task_ranks(cls, env: Mapping[str, str]) -> Tuple[int, int, Optional[int], int, int]:
+        # srun(1) OUTPUT ENVIRONMENT VARIABLES: SLURM_PROCID "the MPI rank (or relative
+        # process ID)", SLURM_LOCALID "node local task ID", SLURM_NODEID "the relative
+        # node ID of the current node", SLURM_STEP_NUM_TASKS "number of processes in the
+        # step", SLURM_STEP_TASKS_PER_NODE "number of processes per node within the step".
+        # https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES
+        from ..cluster_env import check_below, first_set, parse_tasks_per_node, required_int
+        from ..errors import ConfigError
+
+        la = cls.name
+        size_name, size = required_int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
+                                       "SLURM_NPROCS", what="the number of tasks (>= 1)",
+                                       launcher=la, minimum=1)
+        _, rank = required_int(env, "SLURM_PROCID", what="the task rank", launcher=la)
+        _, local = required_int(env, "SLURM_LOCALID", what="the task rank on this node",
+                                launcher=la)
+        _, node = required_int(env, "SLURM_NODEID", what="the node index in the step",
+                               launcher=la)
+        tpn_name, tpn = first_set(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+        if tpn_name is None or tpn is None:
+            raise ConfigError("SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE is not set; "
+                              "expected the tasks on each node, e.g. '2(x3),1'",
+                              hint="srun sets both for every task; was the variable removed?")
+        try:
+            counts = parse_tasks_per_node(tpn)
+        except ConfigError as exc:
+            raise ConfigError(f"{tpn_name}: {exc.message}", hint=exc.hint) from None
+        if node >= len(counts):
+            raise ConfigError(f"SLURM_NODEID={node} is past the {len(counts)} nodes of "
+                              f"{tpn_name}={tpn!r}; expected a node index below {len(counts)}",
+                              hint="SLURM_NODEID and the tasks-per-node string come from "
+                                   "different steps; launch the workers with srun directly")
+        local_size = counts[node]
+        check_below("SLURM_PROCID", rank, size_name, size, la)
+        check_below("SLURM_LOCALID", local, f"{tpn_name}[{node}]", local_size, la)
+        return rank, local, node, size, local_size
+
+    # -- job arrays ----------------------------------------------------------------------
+    def array_job(self, tasks: Sequence[int], offset: int,
+                  max_concurrent: Optional[int]) -> ArrayJob:
+        """``--array=<ranges>[%max]``; the index is ``SLURM_ARRAY_TASK_ID``."""
+        return ArrayJob(
+            {"array": array_ranges(tasks) + (f"%{max_concurrent}" if max_concurrent else "")},
+            f"$(( {offset} + SLURM_ARRAY_TASK_ID ))",
+            "$HPCTRAIN_TRIAL_DIR/logs/slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out",
+            [])
+
+    def array_active(self, job_id: str) -> bool:
+        try:
+            p = subprocess.run(["squeue", "-h", "-r", "-j", job_id, "-o", "%i"],
+                               capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return True  # cannot tell: do not assume it ended
+        if p.returncode != 0:
+            return "invalid job id" not in p.stderr.lower()
+        return bool(p.stdout.strip())
 
     def directives(self, request: BatchRequest) -> List[str]:
         """``--key=value`` per directive; ``true`` gives a bare ``--key``.
@@ -171,3 +295,11 @@ def parse_scontrol(text: str) -> Dict[str, str]:
     fields = dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", text))
     return {"State": fields.get("JobState", "UNKNOWN"), "Reason": fields.get("Reason", ""),
             "NodeList": fields.get("NodeList", ""), "ExitCode": fields.get("ExitCode", "")}
+
+
+def SlurmConfig(**kwargs: Any):
+    """``SchedulerConfig(kind="slurm", ...)``: ``TorchTrainer(..., scheduler=SlurmConfig(
+    partition="gpu", time="02:00:00"))``."""
+    from ..config import SchedulerConfig
+
+    return SchedulerConfig(kind=SlurmScheduler.name, **kwargs)

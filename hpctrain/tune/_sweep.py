@@ -28,16 +28,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from filelock import FileLock
 
 from ..errors import ConfigError
+from ..schedulers.base import array_ranges  # noqa: F401 - (moved there) used here and by tuner
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.rundir.layout import RunDir
 
 MANIFEST = "sweep.json"
 FINISHED, FAILED, RUNNING, PENDING, INTERRUPTED = (
     "FINISHED", "FAILED", "RUNNING", "PENDING", "INTERRUPTED")
-#: Slurm's default MaxArraySize and PBS's default max_array_size (indices 0 … size-1).
-DEFAULT_MAX_ARRAY = {"slurm": 1001, "pbs": 10000}
-#: The directives a sweep sets itself.
-ARRAY_DIRECTIVES = ("array", "a", "-a", "-J", "J", "max_run_subjobs")
 
 
 def trial_id(index: int) -> str:
@@ -337,27 +334,6 @@ def _sweep_signals(warning_signal: str, on_warning: Callable[[str], None]) -> It
 
 
 # --------------------------------------------------------------------------- job arrays
-def array_ranges(indices: Sequence[int]) -> str:
-    """Slurm's array index list, runs of consecutive indices as ranges.
-
-    >>> array_ranges([0, 1, 2])
-    '0-2'
-    >>> array_ranges([1, 3, 4, 5, 9])
-    '1,3-5,9'
-    """
-    out, run = [], []
-    for i in sorted(indices):
-        if run and i == run[-1] + 1:
-            run.append(i)
-            continue
-        if run:
-            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-        run = [i]
-    if run:
-        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    return ",".join(out)
-
-
 def split_arrays(indices: Sequence[int], max_size: int) -> List[Tuple[int, List[int]]]:
     """Trial indices → ``(offset, array indices)`` per array: an array's indices stay below
     ``max_size`` (the site's maximum array size), and task ``t`` of an array runs trial
@@ -389,7 +365,9 @@ def max_array_size(spec: Any) -> int:
                                           qos=sched.qos, constraint=sched.constraint)
         if limits.get("max_array_size"):
             return int(limits["max_array_size"])
-    return DEFAULT_MAX_ARRAY.get(spec.scheduler.kind, 1001)
+    from ..schedulers import scheduler_class
+
+    return scheduler_class(spec.scheduler.kind).max_array_size
 
 
 def render_array(spec: Any, sweep_path: str, offset: int, tasks: Sequence[int], *,
@@ -402,90 +380,52 @@ def render_array(spec: Any, sweep_path: str, offset: int, tasks: Sequence[int], 
     trial (PBS arrays need two indices or more)."""
     from ..schedulers import BatchRequest, get_scheduler
 
-    kind = spec.scheduler.kind
-    for key in ARRAY_DIRECTIVES:
+    scheduler = get_scheduler(spec.scheduler.kind)
+    for key in scheduler.array_directive_keys:
         if key in spec.scheduler.directives:
             raise ConfigError(f"scheduler.directives.{key}: a sweep makes its own job arrays",
                               file=spec.where(f"scheduler.directives.{key}"),
                               hint="remove it; [sweep] max_concurrent_trials limits how many "
                                    "trials run at once")
+    if not scheduler.is_batch:
+        from ..schedulers import describe, scheduler_names
+
+        raise ConfigError(f"scheduler.kind: a sweep runs as job arrays on "
+                          f"{describe(scheduler_names(batch_only=True))}, got "
+                          f"{spec.scheduler.kind!r}", file=spec.where("scheduler.kind"))
+    array = scheduler.array_job(tasks, offset, max_concurrent)
     array_spec = copy.copy(spec)
     array_spec.scheduler = copy.copy(spec.scheduler)
-    directives = dict(spec.scheduler.directives)
-    if kind == "slurm":
-        directives["array"] = array_ranges(tasks) + (f"%{max_concurrent}" if max_concurrent
-                                                     else "")
-        index = f"$(( {offset} + SLURM_ARRAY_TASK_ID ))"
-        log = "$HPCTRAIN_TRIAL_DIR/logs/slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out"
-    elif kind == "pbs":
-        lo, hi = min(tasks), max(tasks)
-        if lo < hi:
-            directives["-J"] = f"{lo}-{hi}"
-            if max_concurrent and max_concurrent < hi - lo + 1:
-                directives["max_run_subjobs"] = max_concurrent
-            index = f"$(( {offset} + PBS_ARRAY_INDEX ))"
-        else:
-            index = str(offset + lo)
-        log = "$HPCTRAIN_TRIAL_DIR/logs/pbs-${PBS_JOBID}.out"
-    else:
-        raise ConfigError(f"scheduler.kind: a sweep runs as job arrays on \"slurm\" or "
-                          f"\"pbs\", got {kind!r}", file=spec.where("scheduler.kind"))
-    array_spec.scheduler.directives = directives
+    array_spec.scheduler.directives = {**spec.scheduler.directives, **array.directives}
+    log = array.log_file
     prelude = [
         f"# this task runs one trial of the sweep: trial_<{offset} + array index>",
-        f"HPCTRAIN_TRIAL_INDEX={index}",
-    ]
-    if kind == "pbs" and len(tasks) < max(tasks) - min(tasks) + 1:
-        listed = " ".join(str(offset + t) for t in sorted(tasks))
-        prelude += [
-            "# -J takes no list: the subjobs between this array's trials end here at once",
-            f'case " {listed} " in *" $HPCTRAIN_TRIAL_INDEX "*) ;; *)',
-            '  echo "hpctrain: trial $HPCTRAIN_TRIAL_INDEX is not run by this array"; exit 0 ;;',
-            "esac",
-        ]
+        f"HPCTRAIN_TRIAL_INDEX={array.index}",
+    ] + array.prelude
     prelude += [
         f"printf -v HPCTRAIN_TRIAL_DIR '%s/trial_%05d' {shlex.quote(sweep_path)} "
         '"$HPCTRAIN_TRIAL_INDEX"',
     ]
     request = BatchRequest(array_spec, sweep_path, rerender=rerender)
-    return get_scheduler(kind).render(
+    return scheduler.render(
         request, run_dir='"$HPCTRAIN_TRIAL_DIR"', log_file=log, prelude=prelude,
         batch_args=' --sweep-trial "$HPCTRAIN_TRIAL_INDEX"', spec_toml=spec.to_toml(),
         run_name=label)
 
 
 def trial_job_id(kind: str, array_id: str, task: int, is_array: bool = True) -> str:
-    """The id of one array task: Slurm ``<array>_<task>``, PBS ``<seq>[<task>].<server>``.
+    """The id of one array task (the scheduler's :meth:`array_task_id`), or the job's own
+    for a plain job."""
+    from ..schedulers import get_scheduler
 
-    >>> trial_job_id("slurm", "417", 2), trial_job_id("pbs", "2[].pbshost", 1)
-    ('417_2', '2[1].pbshost')
-    """
-    if not is_array:
-        return array_id
-    if kind == "slurm":
-        return f"{array_id}_{task}"
-    return array_id.replace("[]", f"[{task}]", 1)
+    return get_scheduler(kind).array_task_id(array_id, task) if is_array else array_id
 
 
 def array_active(kind: str, job_id: str) -> bool:
     """True while any task of the array (or the job) is queued or running."""
-    import subprocess
-
-    if kind == "slurm":
-        try:
-            p = subprocess.run(["squeue", "-h", "-r", "-j", job_id, "-o", "%i"],
-                               capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return True  # cannot tell: do not assume it ended
-        if p.returncode != 0:
-            return "invalid job id" not in p.stderr.lower()
-        return bool(p.stdout.strip())
     from ..schedulers import get_scheduler
 
-    try:
-        return not get_scheduler(kind).state(job_id).done
-    except Exception:  # noqa: BLE001 - the scheduler cannot tell
-        return True
+    return get_scheduler(kind).array_active(job_id)
 
 
 def own_job(sweep: SweepDir, index: int) -> Optional[Dict[str, Any]]:
@@ -507,7 +447,9 @@ def refuse_if_active(sweep: SweepDir, manifest: Dict[str, Any]) -> None:
                            job["scheduler"], job["job_id"]))
     for what, kind, job_id in queued:
         if array_active(kind, job_id):
-            cancel = "scancel" if kind == "slurm" else "qdel"
+            from ..schedulers import get_scheduler
+
+            cancel = get_scheduler(kind).cancel_command
             raise ConfigError(
                 f"run.name: the sweep {sweep.name!r} still has {what} queued or running "
                 f"({sweep.path})",
@@ -566,7 +508,7 @@ def submit_arrays(sweep: SweepDir, spec: Any, indices: Sequence[int], *,
         else:
             job_id = scheduler.submit(path)
         previous = job_id
-        is_array = kind == "slurm" or min(tasks) < max(tasks)
+        is_array = scheduler.is_array(tasks)
         record = {"job_id": job_id, "scheduler": kind, "script": os.path.relpath(path, sweep.path),
                   "submission": submission, "offset": offset, "tasks": array_ranges(tasks),
                   "trials": [offset + t for t in tasks], "time": time.time()}
