@@ -19,13 +19,16 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from .checkpoint import Checkpoint
-from .config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig, PbsConfig, RunConfig,
-                     ScalingConfig, SchedulerConfig, SetupConfig, SlurmConfig, SyncConfig)
+from .config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig, RunConfig,
+                     ScalingConfig, SchedulerConfig, SetupConfig, SyncConfig)
+# one factory per scheduler, kept with its class (hpctrain.schedulers.<name>)
+from .schedulers.pbs import PbsConfig
+from .schedulers.slurm import SlurmConfig
 from .errors import (CheckpointError, ConfigError, HpctrainError, MissingFrameworkError, RunLockedError,
                      TrainingFailedError, TrainingStoppedError)
 from .result import Result
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig", "RunConfig", "ScalingConfig", "Result",

@@ -100,7 +100,7 @@ def _source(launcher: str) -> str:
     such as srun, is named by its scheduler class)."""
     if launcher in _SOURCE:
         return _SOURCE[launcher]
-    from .schedulers import scheduler_class
+    from ._internal.registry import scheduler_class
 
     return scheduler_class(launcher).task_source or launcher
 
@@ -334,7 +334,7 @@ def detect_launcher(env: Mapping[str, str]) -> str:
 
 def _scheduler_task(env: Mapping[str, str]) -> Optional[str]:
     """The scheduler whose own launcher started this process as a rank, if any."""
-    from .schedulers import scheduler_class, scheduler_names
+    from ._internal.registry import scheduler_class, scheduler_names
 
     for name in scheduler_names():
         if scheduler_class(name).is_task(env):
@@ -352,7 +352,7 @@ def detect_scheduler(env: Mapping[str, str]) -> str:
     >>> detect_scheduler({})
     'local'
     """
-    from .schedulers import detect_scheduler as detect
+    from ._internal.registry import detect_scheduler as detect
 
     return detect(env)
 
@@ -478,7 +478,7 @@ def worker_info_from_env(env: Mapping[str, str] | None = None, *,
         hostname = socket.gethostname()
     reader = read_file if read_file is not None else _read_text
 
-    from .schedulers import scheduler_class
+    from ._internal.registry import scheduler_class
 
     launcher = detect_launcher(env)
     scheduler = detect_scheduler(env)

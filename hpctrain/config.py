@@ -538,7 +538,7 @@ class SchedulerConfig:
     directives: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from .schedulers import describe, scheduler_names
+        from ._internal.registry import describe, scheduler_names
 
         if self.kind not in scheduler_names():
             raise ConfigError(f"scheduler.kind: expected {describe()}, got {self.kind!r}")
@@ -568,14 +568,10 @@ class SchedulerConfig:
     def launcher_name(self) -> str:
         """The launcher inside the allocation: as set, else the scheduler's default
         (srun under Slurm, mpiexec under PBS), the local spawner otherwise."""
-        from .schedulers import default_launcher
+        from ._internal.registry import default_launcher
 
         return self.launcher or default_launcher(self.kind)
 
-
-# one factory per scheduler, kept with its class (hpctrain.schedulers.<name>)
-from .schedulers.pbs import PbsConfig  # noqa: E402
-from .schedulers.slurm import SlurmConfig  # noqa: E402
 
 
 @dataclass

@@ -173,7 +173,7 @@ def load_site_file(path: str) -> Site:
             raise err(f"site.{k}", f"expected a string, got {v!r}")
     if meta.get("name", stem) != stem:
         raise err("site.name", f"expected {stem!r} (the file's name), got {meta['name']!r}")
-    from .schedulers import describe, scheduler_names
+    from ._internal.registry import describe, scheduler_names
 
     batch = scheduler_names(batch_only=True)
     scheduler = meta.get("scheduler", batch[0])  # the first registered batch scheduler

@@ -41,7 +41,7 @@ from ._internal.tomlfile import did_you_mean as _did_you_mean
 from ._internal.tomlfile import kind_name as _kind
 from ._internal.tomlfile import read_toml as _read_toml
 from ._internal.tomlfile import show_value as _show
-from .schedulers import SCHEDULERS
+from ._internal.registry import SCHEDULERS
 
 __all__ = [
     "BACKENDS", "EntryPoint", "JobSpec", "apply_overrides", "load_job_spec", "spec_from_dict",

@@ -20,7 +20,7 @@ from .checkpoint import Checkpoint
 from .config import DataConfig, RunConfig, ScalingConfig, default_storage_path
 from .errors import ConfigError
 from .result import Result, result_or_raise
-from .schedulers import SCHEDULERS  # the registry's names
+from ._internal.registry import SCHEDULERS  # the registry's names
 
 _LOCAL_RUNS = itertools.count()
 

@@ -61,7 +61,7 @@ def test_detection_asks_each_scheduler_in_registration_order():
 
 
 def test_a_registered_scheduler_is_known_everywhere(monkeypatch):
-    from hpctrain import schedulers
+    from hpctrain._internal import registry as schedulers
     from hpctrain.cluster_env import worker_info_from_env
 
     monkeypatch.setattr(schedulers, "_REGISTRY", dict(schedulers._REGISTRY))

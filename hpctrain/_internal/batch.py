@@ -125,17 +125,15 @@ def _run(run: RunDir, spec, pending, script: Optional[str], record_job: bool = T
     os.makedirs(run.internal_dir, exist_ok=True)
     env = dict(os.environ)
     info = cluster_env.detect_scheduler(env)
-    job_id = (env.get("SLURM_JOB_ID") if info == "slurm" else env.get("PBS_JOBID")) \
+    scheduler = get_scheduler(info)
+    # (an array task's own id, never the array's: the scheduler class says how)
+    job_id = (scheduler.job_id_from_env(env) if scheduler.is_batch else None) \
         or f"batch-{os.getpid()}"
-    if info == "slurm" and env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
-        # an array task: <array>_<task>, never its bare SLURM_JOB_ID, which for one task of
-        # the array equals the array's own id (`scontrol requeue <that>` requeues them all)
-        job_id = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
     try:
         # wait a little: the login node may still be recording the submission
         with run.exclusive(wait_s=LOCK_WAIT_S):
             prepare(run, spec, script)
-            if record_job and info in ("slurm", "pbs"):
+            if record_job and scheduler.is_batch:
                 record_submission(run, info, job_id)
             from hpctrain._internal.fsutil import read_json
 
@@ -180,12 +178,11 @@ def _run(run: RunDir, spec, pending, script: Optional[str], record_job: bool = T
                     # from here to the requeue, the scheduler's SIGTERM (the time limit)
                     # must not leave state.json saying REQUEUED with nothing queued
                     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
-                    status = after_stop(run, sup, fc, can_requeue=info in ("slurm", "pbs"))
+                    status = after_stop(run, sup, fc, can_requeue=scheduler.can_requeue)
             except BaseException:
                 tracking.end(status)
                 raise
-            end_allocation(run, status, tracking, lambda: requeue(run, get_scheduler(info),
-                                                                  job_id))
+            end_allocation(run, status, tracking, lambda: requeue(run, scheduler, job_id))
     except RunLockedError as e:
         _log(f"{e}\nThis job exits without running anything.")
         return 1

@@ -124,7 +124,7 @@ def launch_line(spec: Any, *, python: str, run_dir: str) -> List[str]:
                      + (f"{flavor}, as here" if flavor else "mpich, the MPI of this "
                         "machine is unknown") + "; Open MPI adds -x NAME per variable)")
         flavor = flavor or "mpich"
-        from ..schedulers import get_scheduler
+        from .._internal.registry import get_scheduler
 
         var = get_scheduler(spec.scheduler.kind).hostfile_var
         hostfile = f"${var}" if var else None

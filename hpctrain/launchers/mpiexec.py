@@ -168,7 +168,7 @@ def default_hostfile(hostfile: Optional[str], env: Mapping[str, str]) -> Optiona
     """
     if hostfile:
         return hostfile
-    from ..schedulers import scheduler_class, scheduler_names
+    from .._internal.registry import scheduler_class, scheduler_names
 
     for name in scheduler_names():  # the host file a scheduler names (PBS_NODEFILE)
         var = scheduler_class(name).hostfile_var

@@ -180,7 +180,7 @@ class Scheduler:
     def render(self, request: BatchRequest, **overrides: Any) -> str:
         """The script; ``overrides`` replace template variables (a sweep's job array runs
         each task's trial: ``run_dir``, ``log_file``, ``prelude``, ``batch_args``)."""
-        from .. import __version__
+        from hpctrain._version import __version__
         from . import scheduler_names
 
         if self.template is None:

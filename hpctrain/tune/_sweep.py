@@ -122,7 +122,7 @@ def open_manifest(sweep: SweepDir, *, space: Dict[str, Any], expand_fn: Callable
         return m
     seed = secrets.randbelow(2 ** 31) if seed is None else seed
     configs = expand_fn(seed)
-    from .. import __version__
+    from hpctrain._version import __version__
 
     with sweep.update() as m:
         m.update({"name": sweep.name, "created": time.time(), "hpctrain_version": __version__,
