@@ -92,6 +92,33 @@ def test_the_config_classes_are_the_only_declaration():
 
 
 # ------------------------------------------------------------------ the JSON Schema
+WALLTIMES = ["02:00:00", "1-12:00:00", "90m", "2h", "1d12h", "1h30m", "45s", "1d", "05:30",
+             "100:00:00", "1-12", "2-00:30", "1-02:03:04", " 2h ", "2H", "1-23:59:59",
+             "00:00:01", "0-00:00:01", "1:60:00", "1-25", "1-24", "60", "1.5", "abc", "",
+             "-1:00:00", "1:2:3:4", "1h2d", "0:00:00", "0s", "00:00", "0-00", "h", "1d 2h",
+             "2h30", "60:00"]
+MEMORIES = ["512M", "512MB", "4G", "4GB", "4GiB", "4gb", "1.5G", "2T", "1024K", "1500K",
+            " 4G ", ".5G", "4.G", "0.0001K", "4096", "G", "4 G", "4X", "-4G", "0G", "0.0G",
+            "4GiBs", ""]
+
+
+@pytest.mark.parametrize("pattern, parse, samples", [
+    pytest.param("WALLTIME_PATTERN", "parse_walltime", WALLTIMES, id="walltime"),
+    pytest.param("MEMORY_PATTERN", "parse_memory", MEMORIES, id="memory"),
+])
+def test_unit_patterns_accept_what_the_parsers_accept(pattern, parse, samples):
+    from hpctrain import units
+
+    regex = re.compile(getattr(units, pattern))
+    for text in samples:
+        try:
+            getattr(units, parse)(text)
+            parsed = True
+        except units.UnitError:
+            parsed = False
+        assert bool(regex.search(text)) == parsed, (text, parsed)
+
+
 def test_schema_has_enums_patterns_and_refuses_unknown_keys():
     from hpctrain._internal.registry import scheduler_names
 
