@@ -88,7 +88,8 @@ def key_schema(key: TomlKey) -> Dict[str, Any]:
     own schema, and its minimum; its doc and the expected value as ``description``."""
     if key.kind not in _KINDS:  # a kind the spec knows but the schema does not
         raise KeyError(f"no JSON Schema for the value kind {key.kind!r}")
-    out: Dict[str, Any] = {}
+    out: Dict[str, Any] = {"description": (f"{key.doc} " if key.doc else "")
+                           + f"Expected: {EXPECTED[key.kind]}."}
     out.update(json.loads(json.dumps(_KINDS[key.kind])))  # a copy
     if key.schema is not None:
         out.update(key.schema)
@@ -96,7 +97,6 @@ def key_schema(key: TomlKey) -> Dict[str, Any]:
         out["enum"] = list(key.choices)
     if key.minimum is not None:
         out["minimum"] = key.minimum
-    out["description"] = (f"{key.doc} " if key.doc else "") + f"Expected: {EXPECTED[key.kind]}."
     return out
 
 
