@@ -13,6 +13,7 @@ from dataclasses import InitVar, dataclass, field, fields, is_dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .errors import ConfigError
+from .naming import RUN_NAME_PATTERN
 from ._internal.registry import SCHEDULERS
 
 DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
@@ -33,8 +34,9 @@ class TomlKey:
     * ``choices``: the allowed values; ``minimum``: the smallest integer.
     * ``own_check``: the class checks ``choices``/``minimum`` itself, with its own
       message (and perhaps more spellings); the job spec does not check them first.
-    * ``schema``: JSON Schema that replaces the one ``choices`` gives (a value the
-      class accepts in more spellings than ``choices`` lists).
+    * ``schema``: more JSON Schema for the key (a ``pattern`` the class checks too), or
+      what replaces the ``enum`` of ``choices`` (a value the class accepts in more
+      spellings than ``choices`` lists).
     """
 
     kind: str
@@ -161,7 +163,8 @@ class ScalingConfig:
     mem_per_worker: Optional[str] = field(default=None, metadata=toml(
         "memory", 'Memory for each worker, e.g. "16G".'))
     accelerator_type: Optional[str] = field(default=None, metadata=toml(
-        "str", 'The GPU type, e.g. "a100" (Slurm GRES type; PBS refuses it).'))
+        "str", 'The GPU type, e.g. "a100" (Slurm GRES type; PBS refuses it).',
+        schema={"pattern": _GPU_TYPE.pattern}))
     trainer_resources: Optional[Dict[str, float]] = field(default=None, metadata=python_only(
         "Ray's reservation for its coordinator; accepted from Python and ignored"))
 
@@ -552,7 +555,7 @@ class RunConfig:
 
     name: Optional[str] = field(default=None, metadata=toml(
         "str", "The run's name: its directory is <storage_path>/<name>; the same name "
-        "again continues the run."))
+        "again continues the run.", schema={"pattern": RUN_NAME_PATTERN}))
     storage_path: Optional[str] = field(default=None, metadata=toml(
         "str", "Where run directories go: a directory every node mounts (~ and $VARS "
         "expand; relative to the job file)."))

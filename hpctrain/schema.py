@@ -81,6 +81,10 @@ _SECTION_DOCS = {
     "sweep": "A hyperparameter sweep (`hpctrain sweep`): param_space overlays [config] per "
              "trial.",
 }
+#: What a section needs besides its keys' own schemas.
+_SECTION_RULES = {
+    "sweep": {"dependentRequired": {"metric": ["mode"], "mode": ["metric"]}},
+}
 
 
 def key_schema(key: TomlKey) -> Dict[str, Any]:
@@ -91,10 +95,9 @@ def key_schema(key: TomlKey) -> Dict[str, Any]:
     out: Dict[str, Any] = {"description": (f"{key.doc} " if key.doc else "")
                            + f"Expected: {EXPECTED[key.kind]}."}
     out.update(json.loads(json.dumps(_KINDS[key.kind])))  # a copy
-    if key.schema is not None:
-        out.update(key.schema)
-    elif key.choices is not None:
+    if key.choices is not None and not (key.schema and "anyOf" in key.schema):
         out["enum"] = list(key.choices)
+    out.update(key.schema or {})
     if key.minimum is not None:
         out["minimum"] = key.minimum
     return out
@@ -107,7 +110,7 @@ def _section_schema(name: str, keys: Optional[Dict[str, TomlKey]]) -> Dict[str, 
                                   f"\"{name}\").")
     return {"description": doc, "type": "object",
             "properties": {key: key_schema(k) for key, k in keys.items()},
-            "additionalProperties": False}
+            "additionalProperties": False, **_SECTION_RULES.get(name, {})}
 
 
 def json_schema() -> Dict[str, Any]:

@@ -96,7 +96,8 @@ def _callback(what: str) -> TomlKey:
 _SPEC_SECTIONS: Dict[str, Optional[Dict[str, TomlKey]]] = {
     "job": {
         "entrypoint": TomlKey("str", 'The training function: "train.py:train_func" (a file, '
-                              'relative to the job file) or "package.module:train_func".'),
+                              'relative to the job file) or "package.module:train_func".',
+                              schema={"pattern": r"^\s*[^:\s].*:[A-Za-z_][A-Za-z0-9_]*\s*$"}),
         "backend": TomlKey("str", "The framework whose communication is set up in each "
                            "worker.", choices=BACKENDS),
         # where a "module:function" entry point's module is looked for (written into

@@ -140,6 +140,38 @@ def test_schema_has_enums_patterns_and_refuses_unknown_keys():
         assert props[name]["description"]
 
 
+SAMPLES = [0, 1, -1, -2, 5, 2.5, True, False, "", "x", "auto", "all", "sync", "async", "min",
+           "max", "slurm", "srun", "local_rank", "USR1", "sigusr2", "4G", "02:00:00", "90m",
+           "torch", "nccl", "a100", "a b", "../x", "~/runs", "file:///x", "m.n:f",
+           "t.py:train", [], ["a"], [1], {}, {"CPU": 2}, {"a": "b"}, {"type": "asha"},
+           {"a": True}, {"a": False}, {"a": -1}, {"lr": {"grid_search": [1, 2]}}]
+
+
+def test_the_schema_refuses_nothing_the_job_spec_accepts(tmp_path, validator, monkeypatch):
+    """Each key with values of every kind: whatever the job spec accepts, the schema
+    accepts too (an editor must not underline a valid job file)."""
+    import warnings
+
+    from hpctrain.spec import spec_from_dict
+
+    (tmp_path / "t.py").write_text("def train(config):\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    refused = []
+    for section, keys in KEYS.items():
+        for key in keys or {}:
+            for value in SAMPLES:
+                doc = {section: {key: value}}
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        spec_from_dict(doc, file="job.toml", base_dir=str(tmp_path))
+                except ConfigError:
+                    continue
+                if not validator.is_valid(doc):
+                    refused.append(f"{section}.{key} = {value!r}")
+    assert not refused
+
+
 def _job_files():
     for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.toml"))):
         yield pytest.param(os.path.relpath(path, ROOT), open(path).read(),
