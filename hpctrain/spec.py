@@ -43,7 +43,8 @@ from ._internal.tomlfile import read_toml as _read_toml
 from ._internal.tomlfile import show_value as _show
 
 __all__ = [
-    "BACKENDS", "EntryPoint", "JobSpec", "KEYS", "SECTIONS", "apply_overrides", "load_job_spec", "spec_from_dict",
+    "BACKENDS", "EntryPoint", "JobSpec", "KEYS", "SECTIONS", "apply_overrides", "load_job_spec",
+    "spec_from_dict",
 ]
 
 BACKENDS = ("torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm")

@@ -539,8 +539,10 @@ def cmd_validate(args) -> int:
         from hpctrain.tune.tuner import control_from_spec, space_of
 
         control_from_spec(spec, space_of(spec))  # the scheduler's and searcher's options
-    if spec.scheduler.kind != "local":  # what `render` (or `sweep --dry-run`) would refuse
-        if spec.sweep:
+    from hpctrain._internal.registry import scheduler_class
+
+    if scheduler_class(spec.scheduler.kind).template:  # a batch job: what `render` (a
+        if spec.sweep:                                 # sweep: `sweep --dry-run`) refuses
             _sweep_scripts(args, spec)
         else:
             _batch_script(args, spec, trainer)
