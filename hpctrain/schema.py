@@ -32,7 +32,6 @@ SCHEMA_ID = "urn:hpctrain:job-file"
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 _NUMBER = {"type": "number"}
-_SCALAR = {"type": ["string", "number", "boolean"]}
 
 #: JSON Schema of each value kind (hpctrain.spec.EXPECTED says them in words).
 _KINDS: Dict[str, Dict[str, Any]] = {
@@ -62,8 +61,9 @@ _FREE: Dict[str, Dict[str, Any]] = {
     "config": {"description": "The training function's config (train_loop_config): any "
                               "keys and values.",
                "type": "object"},
-    "datasets": {"description": "Datasets split over the ranks: name = \"file.h5:col1,col2\" "
-                                "or a table of options (path, columns, format…).",
+    "datasets": {"description": "The datasets the ranks read (split over them, unless [data] "
+                                "says otherwise): name = \"file.h5:col1,col2\" or a table of "
+                                "options.",
                  "type": "object", "additionalProperties": {"type": ["string", "object"]}},
 }
 
