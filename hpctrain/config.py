@@ -9,14 +9,70 @@ import enum
 import math
 import os
 import re
-from dataclasses import InitVar, dataclass, field, fields
-from typing import Any, Dict, List, Optional, Union
+from dataclasses import InitVar, dataclass, field, fields, is_dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .errors import ConfigError
+from .naming import RUN_NAME_PATTERN
+from ._internal.registry import SCHEDULERS
 
 DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 #: A GPU type (Slurm GRES type names: ``a100``, ``a100_3g.20gb``, ``h100-80gb``…).
 _GPU_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+# --------------------------------------------------------------------------- TOML keys
+@dataclass(frozen=True)
+class TomlKey:
+    """How one key of a job file's section is read; declared once, next to the field it
+    sets (``field(metadata=toml("int", ...))``). :mod:`hpctrain.spec` checks job files
+    with it and :mod:`hpctrain.schema` exports it as JSON Schema.
+
+    * ``kind``: the value kind (``"int"``, ``"str"``, ``"walltime"``…; the list is
+      ``hpctrain.spec.EXPECTED``).
+    * ``doc``: one line for people (the schema's description, editor tooltips).
+    * ``choices``: the allowed values; ``minimum``: the smallest integer.
+    * ``own_check``: the class checks ``choices``/``minimum`` itself, with its own
+      message (and perhaps more spellings); the job spec does not check them first.
+    * ``schema``: more JSON Schema for the key (a ``pattern`` the class checks too), or
+      what replaces the ``enum`` of ``choices`` (a value the class accepts in more
+      spellings than ``choices`` lists).
+    """
+
+    kind: str
+    doc: str = ""
+    choices: Optional[Sequence[Any]] = None
+    minimum: Optional[int] = None
+    own_check: bool = False
+    schema: Optional[Mapping[str, Any]] = None
+
+
+def toml(kind: str, doc: str = "", **options: Any) -> Dict[str, Any]:
+    """A field's metadata: the TOML key of the same name, of ``kind`` (:class:`TomlKey`)."""
+    return {"toml": TomlKey(kind, doc, **options)}
+
+
+def python_only(why: str) -> Dict[str, Any]:
+    """A field's metadata: not a key of the field's section in a job file (``why``: where
+    it comes from instead)."""
+    return {"toml": None, "python_only": why}
+
+
+def toml_keys(cls: Any) -> Dict[str, TomlKey]:
+    """The TOML keys of a config class, in field order: a dataclass's fields (each must
+    declare :func:`toml` or :func:`python_only`), or a plain class's ``TOML_KEYS``.
+    TypeError for a field that declares neither, so that a new field cannot be
+    forgotten by the job file."""
+    if not is_dataclass(cls):
+        return dict(cls.TOML_KEYS)
+    out: Dict[str, TomlKey] = {}
+    for f in fields(cls):
+        if "toml" not in f.metadata:
+            raise TypeError(f"{cls.__name__}.{f.name} declares no TOML key: give it "
+                            "field(metadata=toml(kind, doc)) or python_only(why)")
+        if f.metadata["toml"] is not None:
+            out[f.name] = f.metadata["toml"]
+    return out
 
 
 def default_storage_path() -> str:
@@ -89,16 +145,28 @@ class ScalingConfig:
       more with ``cpus_per_worker``/``mem_per_worker``.
     """
 
-    num_workers: int = 1
-    use_gpu: bool = False
-    resources_per_worker: Optional[Dict[str, float]] = None
-    num_nodes: Optional[int] = None
-    workers_per_node: Optional[int] = None
-    cpus_per_worker: Optional[int] = None
-    gpus_per_worker: Optional[int] = None
-    mem_per_worker: Optional[str] = None
-    accelerator_type: Optional[str] = None
-    trainer_resources: Optional[Dict[str, float]] = None
+    num_workers: int = field(default=1, metadata=toml(
+        "int", "Training processes (ranks) in all.", minimum=1))
+    use_gpu: bool = field(default=False, metadata=toml(
+        "bool", "One GPU per worker (unless gpus_per_worker says otherwise)."))
+    resources_per_worker: Optional[Dict[str, float]] = field(default=None, metadata=toml(
+        "numbers", 'What each worker gets, as in Ray: {CPU = 8, GPU = 1}.'))
+    num_nodes: Optional[int] = field(default=None, metadata=toml(
+        "int", "Nodes of the allocation (default: num_workers / workers_per_node, else 1).",
+        minimum=1))
+    workers_per_node: Optional[int] = field(default=None, metadata=toml(
+        "int", "Workers on each node.", minimum=1))
+    cpus_per_worker: Optional[int] = field(default=None, metadata=toml(
+        "int", "CPU cores for each worker.", minimum=1))
+    gpus_per_worker: Optional[int] = field(default=None, metadata=toml(
+        "int", "GPUs for each worker (0: none, even with use_gpu).", minimum=0))
+    mem_per_worker: Optional[str] = field(default=None, metadata=toml(
+        "memory", 'Memory for each worker, e.g. "16G".'))
+    accelerator_type: Optional[str] = field(default=None, metadata=toml(
+        "str", 'The GPU type, e.g. "a100" (Slurm GRES type; PBS refuses it).',
+        schema={"pattern": _GPU_TYPE.pattern}))
+    trainer_resources: Optional[Dict[str, float]] = field(default=None, metadata=python_only(
+        "Ray's reservation for its coordinator; accepted from Python and ignored"))
 
     def __post_init__(self) -> None:
         if any(_is_search_space(getattr(self, f.name)) for f in fields(self)):
@@ -262,12 +330,22 @@ class CheckpointConfig:
     shorter spelling.
     """
 
-    num_to_keep: Optional[int] = None
-    checkpoint_score_attribute: Optional[str] = None
-    checkpoint_score_order: str = "max"
-    sync_to_disk: bool = True
-    checkpoint_upload_mode: Any = "sync"
-    checkpoint_frequency: Any = None
+    num_to_keep: Optional[int] = field(default=None, metadata=toml(
+        "int", "Checkpoints kept (the best ones by checkpoint_score_attribute, else the "
+        "latest), besides the latest one.", minimum=1))
+    checkpoint_score_attribute: Optional[str] = field(default=None, metadata=toml(
+        "str", "The reported metric that ranks checkpoints."))
+    checkpoint_score_order: str = field(default="max", metadata=toml(
+        "str", "Whether a larger (max) or a smaller (min) score is better.",
+        choices=("max", "min"), own_check=True))
+    sync_to_disk: bool = field(default=True, metadata=toml(
+        "bool", "fsync checkpoint files before publishing them."))
+    checkpoint_upload_mode: Any = field(default="sync", metadata=toml(
+        "str", "sync: committed before report() returns; async: committed in the background.",
+        choices=("sync", "async")))
+    checkpoint_frequency: Any = field(default=None, metadata=toml(
+        "frequency", '"auto" (the Young-Daly interval) or a number of reports; unset: the '
+        "loop decides."))
     frequency: InitVar[Any] = None
 
     def __post_init__(self, frequency: Any = None) -> None:
@@ -306,6 +384,18 @@ class CheckpointConfig:
 WARNING_SIGNALS = ("USR1", "USR2", "HUP", "URG", "XCPU")
 
 
+def _signal_schema() -> Dict[str, Any]:
+    """``warning_signal`` in JSON Schema: the names (for completion), and any case with or
+    without ``SIG``, as :class:`FailureConfig` accepts them."""
+    def any_case(text: str) -> str:
+        return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else re.escape(c)
+                       for c in text)
+
+    names = "|".join(any_case(s) for s in WARNING_SIGNALS)
+    return {"anyOf": [{"enum": list(WARNING_SIGNALS)},
+                      {"pattern": f"^(?:{any_case('SIG')})?(?:{names})$"}]}
+
+
 @dataclass
 class FailureConfig:
     """What happens when something goes wrong.
@@ -327,15 +417,23 @@ class FailureConfig:
       the chain stops after 3 allocations in a row that committed no new checkpoint.
     """
 
-    max_failures: int = 0
-    warning_signal: str = "USR1"
-    warning_time: Union[str, int] = "120s"
-    requeue: bool = True
-    max_requeues: int = -1
+    max_failures: int = field(default=0, metadata=toml(
+        "int", "Restarts of the worker group after a rank died (-1: unlimited).", minimum=-1))
+    warning_signal: str = field(default="USR1", metadata=toml(
+        "str", "The scheduler's signal before the time limit or a preemption.",
+        choices=WARNING_SIGNALS, own_check=True, schema=_signal_schema()))
+    warning_time: Union[str, int] = field(default="120s", metadata=toml(
+        "walltime", 'How long before the time limit the warning comes, e.g. "120s".'))
+    requeue: bool = field(default=True, metadata=toml(
+        "bool", "After a clean stop at the warning, continue in a new allocation."))
+    max_requeues: int = field(default=-1, metadata=toml(
+        "int", "How many times the run may be requeued (-1: unlimited).", minimum=-1))
     #: Mean time between interruptions at this site (a duration; None: one a day), the
     #: prior of ``CheckpointConfig(checkpoint_frequency="auto")``; a site config sets it
     #: under ``[failure] mtbi = "12h"``.
-    mtbi: Union[str, int, None] = None
+    mtbi: Union[str, int, None] = field(default=None, metadata=toml(
+        "walltime", 'Mean time between interruptions at the site, e.g. "12h" (the prior '
+        'of checkpoint_frequency = "auto").'))
 
     def __post_init__(self) -> None:
         _check_int("failure.max_failures", self.max_failures, minimum=-1)
@@ -455,18 +553,27 @@ class RunConfig:
     continues that run from its latest committed checkpoint.
     """
 
-    name: Optional[str] = None
-    storage_path: Optional[str] = None
-    checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
-    failure_config: FailureConfig = field(default_factory=FailureConfig)
-    verbose: int = 1
-    callbacks: List[Any] = field(default_factory=list)
+    name: Optional[str] = field(default=None, metadata=toml(
+        "str", "The run's name: its directory is <storage_path>/<name>; the same name "
+        "again continues the run.", schema={"pattern": RUN_NAME_PATTERN}))
+    storage_path: Optional[str] = field(default=None, metadata=toml(
+        "str", "Where run directories go: a directory every node mounts (~ and $VARS "
+        "expand; relative to the job file)."))
+    checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig,
+                                                metadata=python_only("the [checkpoint] section"))
+    failure_config: FailureConfig = field(default_factory=FailureConfig,
+                                          metadata=python_only("the [failure] section"))
+    verbose: int = field(default=1, metadata=toml(
+        "int", "How much the driver prints: 0, 1 or 2.", choices=(0, 1, 2), own_check=True))
+    callbacks: List[Any] = field(default_factory=list,
+                                 metadata=python_only("the [callbacks] section"))
     #: Ray's upload settings: a no-op here (storage is shared); see :class:`SyncConfig`.
-    sync_config: Optional[SyncConfig] = None
+    sync_config: Optional[SyncConfig] = field(default=None, metadata=python_only(
+        "Ray's upload settings, a no-op here"))
     #: A sweep's stopping criteria (Ray Tune's): ``{"training_iteration": 10, "loss": 0.1}``
     #: (a trial stops once any reported value reaches its threshold, ``>=``) or a function
     #: ``(trial_id, result) -> bool``. Given to the Tuner's (or the trainer's) RunConfig.
-    stop: Any = None
+    stop: Any = field(default=None, metadata=python_only("[sweep] stop"))
 
     def __post_init__(self) -> None:
         if self.sync_config is None:
@@ -522,20 +629,35 @@ class SchedulerConfig:
     directive set by an earlier layer (site config or hpctrain's own).
     """
 
-    kind: str = "local"
-    partition: Optional[str] = None
-    queue: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    constraint: Optional[str] = None
-    time: Optional[str] = None
-    after: Optional[str] = None
-    launcher: Optional[str] = None
-    launcher_args: List[str] = field(default_factory=list)
-    gpu_binding: str = "none"
-    gpu_binding_var: str = "CUDA_VISIBLE_DEVICES"
-    python: Optional[str] = None
-    directives: Dict[str, Any] = field(default_factory=dict)
+    kind: str = field(default="local", metadata=toml(
+        "str", "The batch system: local runs on this machine.", choices=SCHEDULERS))
+    partition: Optional[str] = field(default=None, metadata=toml(
+        "str", "The Slurm partition (the same as queue)."))
+    queue: Optional[str] = field(default=None, metadata=toml(
+        "str", "The PBS queue (the same as partition)."))
+    account: Optional[str] = field(default=None, metadata=toml(
+        "str", "The account (project) the job is charged to."))
+    qos: Optional[str] = field(default=None, metadata=toml("str", "The quality of service."))
+    constraint: Optional[str] = field(default=None, metadata=toml(
+        "str", 'Node features, e.g. "a100&hbm80g" (Slurm --constraint).'))
+    time: Optional[str] = field(default=None, metadata=toml(
+        "walltime", 'The walltime, e.g. "02:00:00", "1-12:00:00" or "90m".'))
+    after: Optional[str] = field(default=None, metadata=toml(
+        "str", "A job id this job starts after (once it ended)."))
+    launcher: Optional[str] = field(default=None, metadata=toml(
+        "str", "What starts the ranks inside the allocation (default: the scheduler's: srun "
+        "under Slurm, mpiexec under PBS).", choices=LAUNCHERS))
+    launcher_args: List[str] = field(default_factory=list, metadata=toml(
+        "strlist", "Extra arguments for the launcher."))
+    gpu_binding: str = field(default="none", metadata=toml(
+        "str", "Bind each rank to GPUs by its local rank.", choices=GPU_BINDINGS))
+    gpu_binding_var: str = field(default="CUDA_VISIBLE_DEVICES", metadata=toml(
+        "str", "The variable gpu_binding sets (ROCR_VISIBLE_DEVICES on AMD GPUs)."))
+    python: Optional[str] = field(default=None, metadata=toml(
+        "str", "The Python interpreter in the job (default: the one that submits)."))
+    directives: Dict[str, Any] = field(default_factory=dict, metadata=toml(
+        "directives", 'Extra scheduler options: {"mail-type" = "END"} (Slurm), '
+        '{filesystems = "home:eagle"} (PBS); "" removes one.'))
 
     def __post_init__(self) -> None:
         from ._internal.registry import describe, scheduler_names
@@ -579,8 +701,11 @@ class SetupConfig:
     """Shell set-up before training in the batch job: ``module load`` each of
     ``modules`` in order, then run ``commands`` (e.g. ``source ~/venv/bin/activate``)."""
 
-    modules: List[str] = field(default_factory=list)
-    commands: List[str] = field(default_factory=list)
+    modules: List[str] = field(default_factory=list, metadata=toml(
+        "strlist", "Environment modules to load, in order (module load ...)."))
+    commands: List[str] = field(default_factory=list, metadata=toml(
+        "strlist", "Shell lines run before training, one line each (e.g. source "
+        "~/venv/bin/activate)."))
 
 
 def _is_search_space(value: Any) -> bool:
@@ -615,6 +740,11 @@ class DataConfig:
     >>> DataConfig(datasets_to_split=["train"]).splits("val")
     False
     """
+
+    #: The ``[data]`` section's keys (the arguments of ``__init__``).
+    TOML_KEYS = {"datasets_to_split": TomlKey(
+        "split", '"all", or the names of the [datasets] split over the ranks (the others '
+        "are read whole by every rank).")}
 
     def __init__(self, datasets_to_split: Union[str, List[str]] = "all"):
         if isinstance(datasets_to_split, tuple):

@@ -5,7 +5,9 @@ import re
 
 from .errors import ConfigError
 
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+#: A run name (a directory and a job name), as a JSON Schema ``pattern`` too.
+RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$"
+_SAFE_NAME = re.compile(RUN_NAME_PATTERN[1:-1])
 
 
 def check_run_name(name: object, key: str = "run.name", file: str | None = None) -> str:

@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - Python < 3.11
 import tomli_w
 
 from .config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
-                     SchedulerConfig, SetupConfig)
+                     SchedulerConfig, SetupConfig, TomlKey, toml_keys)
 from . import sites
 from .errors import ConfigError
 from .sites import Site, derive_nodes
@@ -41,19 +41,24 @@ from ._internal.tomlfile import did_you_mean as _did_you_mean
 from ._internal.tomlfile import kind_name as _kind
 from ._internal.tomlfile import read_toml as _read_toml
 from ._internal.tomlfile import show_value as _show
-from ._internal.registry import SCHEDULERS
 
 __all__ = [
-    "BACKENDS", "EntryPoint", "JobSpec", "apply_overrides", "load_job_spec", "spec_from_dict",
+    "BACKENDS", "EntryPoint", "JobSpec", "KEYS", "SECTIONS", "apply_overrides", "load_job_spec",
+    "spec_from_dict",
 ]
 
 BACKENDS = ("torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm")
 
 # --------------------------------------------------------------------------- schema
+# Each key of a job file is declared once: a config class's fields declare their own
+# (hpctrain.config.toml), the sections that are no class's fields are declared here, and
+# SECTIONS, the choices and the minima below are derived from both. hpctrain.schema
+# exports the same declarations as JSON Schema.
+#
 # Value kinds: "int" (not bool), "bool", "str", "numbers" (table of str -> int/float),
 # "strlist" (array of strings), "directives" (table of option -> string/number/true),
 # "walltime" and "memory" (strings with units, see hpctrain.units).
-_EXPECTED = {
+EXPECTED = {
     "int": "an integer",
     "bool": "true or false",
     "str": "a string",
@@ -70,73 +75,113 @@ _EXPECTED = {
     "frequency": '"auto" or a number of reports (an integer >= 1)',
 }
 
-#: Allowed keys per section; ``None`` marks a free-form table ([config], [env]).
-SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
-    # entrypoint_dir: where a "module:function" entry point's module is looked for (written
-    # into spec.toml by hpctrain: the job file's directory, so the job finds it too)
-    "job": {"entrypoint": "str", "backend": "str", "entrypoint_dir": "str"},
-    "scaling": {
-        "num_workers": "int", "use_gpu": "bool", "num_nodes": "int",
-        "workers_per_node": "int", "resources_per_worker": "numbers",
-        "cpus_per_worker": "int", "gpus_per_worker": "int", "mem_per_worker": "memory",
-        "accelerator_type": "str",
+#: The sections whose keys are a config class's fields; each class declares its keys
+#: (:func:`hpctrain.config.toml_keys`).
+CLASS_SECTIONS: Dict[str, Any] = {
+    "scaling": ScalingConfig, "run": RunConfig, "checkpoint": CheckpointConfig,
+    "failure": FailureConfig, "scheduler": SchedulerConfig, "setup": SetupConfig,
+    # which [datasets] are split over the ranks (hpctrain.DataConfig); the others whole
+    "data": DataConfig,
+}
+
+
+def _timeout(what: str) -> TomlKey:
+    return TomlKey("int", f"Seconds to wait for {what} before giving up.", minimum=1)
+
+
+def _callback(what: str) -> TomlKey:
+    return TomlKey("callback", f"{what}: true, false, or a table of its options.")
+
+
+#: The sections that are no config class's fields; ``None`` marks a free-form table.
+_SPEC_SECTIONS: Dict[str, Optional[Dict[str, TomlKey]]] = {
+    "job": {
+        "entrypoint": TomlKey("str", 'The training function: "train.py:train_func" (a file, '
+                              'relative to the job file) or "package.module:train_func".',
+                              schema={"pattern": r"^\s*[^:\s].*:[A-Za-z_][A-Za-z0-9_]*\s*$"}),
+        "backend": TomlKey("str", "The framework whose communication is set up in each "
+                           "worker.", choices=BACKENDS),
+        # where a "module:function" entry point's module is looked for (written into
+        # spec.toml by hpctrain: the job file's directory, so the job finds it too)
+        "entrypoint_dir": TomlKey("str", "Where a module entry point is looked for "
+                                  "(hpctrain writes it into spec.toml)."),
     },
-    "run": {"name": "str", "storage_path": "str", "verbose": "int"},
-    "checkpoint": {
-        "num_to_keep": "int", "checkpoint_score_attribute": "str",
-        "checkpoint_score_order": "str", "sync_to_disk": "bool",
-        "checkpoint_upload_mode": "str", "checkpoint_frequency": "frequency",
-    },
-    "failure": {"max_failures": "int", "warning_signal": "str", "warning_time": "walltime",
-                "requeue": "bool", "max_requeues": "int", "mtbi": "walltime"},
-    "scheduler": {
-        "kind": "str", "partition": "str", "queue": "str", "account": "str", "qos": "str",
-        "constraint": "str", "time": "walltime", "after": "str", "launcher": "str",
-        "launcher_args": "strlist", "gpu_binding": "str", "gpu_binding_var": "str",
-        "python": "str", "directives": "directives",
-    },
-    "setup": {"modules": "strlist", "commands": "strlist"},
     "env": None,
     "config": None,
     # name = "file.h5:col1,col2" or a table (hpctrain.data.as_dataset checks each entry)
     "datasets": None,
-    # which [datasets] are split over the ranks (hpctrain.DataConfig); the others whole
-    "data": {"datasets_to_split": "split"},
     # tracking callbacks: name = true | false | { option = value } (hpctrain.callbacks)
-    "callbacks": {"json": "callback", "csv": "callback", "tensorboard": "callback",
-                  "mlflow": "callback", "wandb": "callback"},
+    "callbacks": {"json": _callback("Metrics as JSON lines"),
+                  "csv": _callback("Metrics as CSV"),
+                  "tensorboard": _callback("TensorBoard event files"),
+                  "mlflow": _callback("MLflow tracking"),
+                  "wandb": _callback("Weights & Biases")},
     # Backend options: one section per backend name.
-    "torch": {"backend": "str", "timeout_s": "int"},
-    "tensorflow": {"timeout_s": "int", "legacy_keras": "bool"},
-    "horovod": {"timeout_s": "int", "controller": "str"},
-    "mpi": {"timeout_s": "int"},
-    "xgboost": {"xgboost_communicator": "str", "timeout_s": "int"},
-    "lightgbm": {"timeout_s": "int", "inject_network_params": "bool"},
+    "torch": {"backend": TomlKey("str", "The process group backend (auto: NCCL on GPUs, "
+                                 "Gloo on CPUs).", choices=("gloo", "nccl", "auto")),
+              "timeout_s": _timeout("the process group")},
+    "tensorflow": {"timeout_s": _timeout("the other workers"),
+                   "legacy_keras": TomlKey("bool", "Use tf-keras (Keras 2) instead of "
+                                           "Keras 3.")},
+    "horovod": {"timeout_s": _timeout("the other workers"),
+                "controller": TomlKey("str", "Horovod's controller.",
+                                      choices=("auto", "gloo", "mpi"))},
+    "mpi": {"timeout_s": _timeout("the other ranks")},
+    "xgboost": {"xgboost_communicator": TomlKey("str", "XGBoost's communicator."),
+                "timeout_s": _timeout("the tracker")},
+    "lightgbm": {"timeout_s": _timeout("the other machines"),
+                 "inject_network_params": TomlKey("bool", "Set LightGBM's machines and "
+                                                  "ports in the parameters.")},
     # A hyperparameter sweep (``hpctrain sweep``): param_space overlays [config] per trial.
-    "sweep": {"num_samples": "int", "metric": "str", "mode": "str",
-              "max_concurrent_trials": "int", "seed": "int", "param_space": "space",
-              "scheduler": "tune", "search_alg": "tune", "stop": "thresholds"},
+    "sweep": {
+        "num_samples": TomlKey("int", "Repeats of the grid (or samples of the random "
+                               "domains).", minimum=1),
+        "metric": TomlKey("str", "The reported metric that ranks the trials."),
+        "mode": TomlKey("str", "Whether a smaller (min) or a larger (max) metric is better.",
+                        choices=("min", "max")),
+        "max_concurrent_trials": TomlKey("int", "Trials running at once.", minimum=1),
+        "seed": TomlKey("int", "The seed of the random domains.", minimum=0),
+        "param_space": TomlKey("space", "Config keys and their domains: lr = {loguniform = "
+                               "[1e-4, 1e-1]}, bs = {grid_search = [32, 64]}."),
+        "scheduler": TomlKey("tune", 'A trial scheduler: {type = "asha", ...}.'),
+        "search_alg": TomlKey("tune", 'A search algorithm: {type = "optuna", ...}.'),
+        "stop": TomlKey("thresholds", "Stop a trial once a reported value reaches its "
+                        "threshold: {training_iteration = 20}."),
+    },
+}
+
+#: Every section's keys in order, with their kinds, docs and choices (``None``: a
+#: free-form table).
+KEYS: Dict[str, Optional[Dict[str, TomlKey]]] = {
+    name: toml_keys(CLASS_SECTIONS[name]) if name in CLASS_SECTIONS else _SPEC_SECTIONS[name]
+    for name in ("job", "scaling", "run", "checkpoint", "failure", "scheduler", "setup",
+                 "env", "config", "datasets", "data", "callbacks", *BACKENDS, "sweep")
+}
+
+#: Allowed keys per section and their kinds; ``None`` marks a free-form table ([config],
+#: [env]).
+SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
+    name: None if keys is None else {key: k.kind for key, k in keys.items()}
+    for name, keys in KEYS.items()
 }
 
 #: Top-level keys that are not sections.
-TOP_LEVEL = {"site": "str"}
+TOP_LEVEL_KEYS = {"site": TomlKey("str", "The site config layered under this file "
+                                  "(`hpctrain sites` lists them).")}
+TOP_LEVEL = {name: k.kind for name, k in TOP_LEVEL_KEYS.items()}
 
 #: Table kinds whose entries merge key by key across layers (site < job file < --set).
 _MERGED_TABLES = ("numbers", "directives", "callback", "space")
 
-_CHOICES: Dict[str, Sequence[str]] = {
-    "job.backend": BACKENDS,
-    "torch.backend": ("gloo", "nccl", "auto"),
-    "horovod.controller": ("auto", "gloo", "mpi"),
-    "scheduler.kind": SCHEDULERS,
-    "scheduler.launcher": ("srun", "mpiexec", "mpirun", "local"),
-    "scheduler.gpu_binding": ("none", "local_rank", "local_rank_reverse"),
-    "sweep.mode": ("min", "max"),
-    "checkpoint.checkpoint_upload_mode": ("sync", "async"),
-}
-_MINIMUM: Dict[str, int] = {f"{b}.timeout_s": 1 for b in BACKENDS}
-_MINIMUM.update({"sweep.num_samples": 1, "sweep.max_concurrent_trials": 1, "sweep.seed": 0})
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CHOICES: Dict[str, Sequence[Any]] = {
+    f"{name}.{key}": k.choices for name, keys in KEYS.items() for key, k in (keys or {}).items()
+    if k.choices is not None and not k.own_check}
+_MINIMUM: Dict[str, int] = {
+    f"{name}.{key}": k.minimum for name, keys in KEYS.items() for key, k in (keys or {}).items()
+    if k.minimum is not None and not k.own_check}
+#: An ``[env]`` name (JSON Schema's ``propertyNames`` too).
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_ENV_NAME = re.compile(ENV_NAME_PATTERN)
 
 def _matches(kind: str, value: Any) -> bool:
     if kind in ("walltime", "memory"):
@@ -317,7 +362,7 @@ def _check_value(ctx: Ctx, key: str, kind: str, value: Any) -> Any:
         elif kind == "split":
             hint = ('e.g. datasets_to_split = ["train"]: "train" is split over the ranks, '
                     "the other datasets are read whole by every rank")
-        raise ctx.error(key, f"expected {_EXPECTED[kind]}, got {_show(value)} ({_kind(value)})",
+        raise ctx.error(key, f"expected {EXPECTED[kind]}, got {_show(value)} ({_kind(value)})",
                         hint)
     if kind in ("walltime", "memory"):
         from .units import UnitError, parse_memory, parse_walltime

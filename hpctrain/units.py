@@ -30,6 +30,8 @@ __all__ = [
     "parse_memory",
     "format_slurm_memory",
     "format_pbs_memory",
+    "WALLTIME_PATTERN",
+    "MEMORY_PATTERN",
 ]
 
 _MINUTE = 60
@@ -69,6 +71,16 @@ _DAY_RE = re.compile(r"(\d+)-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?")
 # Unit forms: d, h, m, s in that order, each at most once, at least one present.
 _UNITS_RE = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", re.IGNORECASE)
 _DIGITS_RE = re.compile(r"[+-]?\d+(?:\.\d*)?|[+-]?\.\d+")
+
+#: The walltime forms above as one JSON Schema ``pattern`` (ECMA-262 and Python alike):
+#: what an editor can check while typing (a zero total, only zeros, is refused too).
+WALLTIME_PATTERN = (
+    r"^\s*(?![0:dDhHmMsS-]+\s*$)"                                  # not all zeros
+    r"(?:\d+:[0-5]?\d:[0-5]?\d"                                     # HH:MM:SS
+    r"|[0-5]?\d:[0-5]?\d"                                          # MM:SS
+    r"|\d+-(?:[01]?\d|2[0-3])(?::[0-5]?\d(?::[0-5]?\d)?)?"          # D-HH[:MM[:SS]]
+    r"|(?=\d)(?:\d+[dD])?(?:\d+[hH])?(?:\d+[mM])?(?:\d+[sS])?"      # 1d12h, 90m
+    r")\s*$")
 
 
 def _clock(seconds: int) -> str:
@@ -257,6 +269,8 @@ def format_walltime(seconds: int) -> str:
 # --------------------------------------------------------------------------- memory
 
 _MEMORY_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([KMGT])(B|iB)?", re.IGNORECASE)
+#: The memory sizes :func:`parse_memory` accepts, as a JSON Schema ``pattern`` (not zero).
+MEMORY_PATTERN = r"^\s*(?![0.]+[KMGTkmgt])(?:\d+(?:\.\d*)?|\.\d+)[KMGTkmgt](?:[bB]|[iI][bB])?\s*$"
 # Size of one unit, in KiB (so that K needs no fractions).
 _UNIT_KIB = {"K": 1, "M": 1024, "G": 1024 ** 2, "T": 1024 ** 3}
 

@@ -11,7 +11,7 @@ MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.sched
            "hpctrain._internal.rundir.commit", "hpctrain._internal.worker.session",
            "hpctrain._internal.checkpoint_interval",
            "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm",
-           "hpctrain._internal.nodezygote"]
+           "hpctrain._internal.nodezygote", "hpctrain.schema"]
 
 
 @pytest.mark.parametrize("name", MODULES)

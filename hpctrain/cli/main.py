@@ -13,6 +13,7 @@
     hpctrain results SWEEP_DIR                                 the sweep's trials, ranked
     hpctrain list [STORAGE_PATH]                               runs and sweeps, with status
     hpctrain sites [NAME]                                      known site configs, your defaults
+    hpctrain schema [-o hpctrain.schema.json]                  the job file's JSON Schema (editors)
 
 RUN is a run directory, or a run name under the default storage path ($HPCTRAIN_STORAGE_PATH,
 the user config's storage_path, ~/hpctrain_results). -q/--quiet and -v/--verbose (before or
@@ -84,8 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_spec_args(run, site=False)
     _add_force_arg(run)
     val = sub.add_parser("validate", parents=[common], help="check a job spec; print the resolved spec",
-                         description="Check a job spec (types, unknown keys, entry point) and "
-                                     "print the resolved spec. Starts nothing.")
+                         description="Check a job spec (types, unknown keys, entry point, "
+                                     "data files, the site's limits) and print the resolved "
+                                     "spec. A batch job's script is rendered as `hpctrain "
+                                     "render` (a sweep's: as `hpctrain sweep --dry-run`) "
+                                     "would, and discarded, so validate refuses what they "
+                                     "refuse. Starts nothing, creates nothing.")
     _add_spec_args(val)
     ren = sub.add_parser("render", parents=[common], help="print the batch script of a job spec",
                          description="Print the exact batch script `hpctrain submit` would "
@@ -171,6 +176,17 @@ def _parser() -> argparse.ArgumentParser:
                          description="List site configs (package, /etc/hpctrain/sites, "
                                      "$HPCTRAIN_SITE_PATH), or show one.")
     sit.add_argument("name", nargs="?", help="show this site's file")
+    sch = sub.add_parser("schema", parents=[common],
+                         help="print the job file's JSON Schema (editor completion)",
+                         description="Print the JSON Schema (draft 2020-12) of a job file: "
+                                     "every section and key, its type, allowed values and "
+                                     "description, made from the declarations `hpctrain "
+                                     "validate` checks with. Point your editor at it (Taplo, "
+                                     "VS Code's Even Better TOML: a first line "
+                                     "`#:schema ./hpctrain.schema.json`) to complete keys "
+                                     "and flag mistakes while typing.")
+    sch.add_argument("-o", "--output", default=None, metavar="FILE",
+                     help="write it to FILE instead of printing it")
     return p
 
 
@@ -209,12 +225,46 @@ def _batch_trainer(args):
     return spec, trainer
 
 
-def cmd_render(args) -> int:
+def _batch_script(args, spec, trainer):
+    """The batch request and the exact script `render` prints and `submit` submits, with
+    every check on the way (the site's limits, the scheduler's refusals, directives,
+    warning time, launcher); `validate` makes it too, and discards it."""
     from hpctrain._internal.driver.submission import render
 
+    return render(trainer, spec, _rerender_command(args, trainer.run_name))
+
+
+def _sweep_scripts(args, spec):
+    """The job array scripts `hpctrain sweep --dry-run` prints (writes nothing)."""
+    import copy
+
+    from hpctrain.cli.sweep import rerender_command
+    from hpctrain.tune.tuner import render_from_spec, sweep_path_of
+
+    spec = copy.copy(spec)
+    spec.sweep = copy.deepcopy(spec.sweep)  # rendering picks a seed; the spec keeps none
+    name = os.path.basename(sweep_path_of(spec))
+    return render_from_spec(spec, rerender_command(args, name))
+
+
+def cmd_render(args) -> int:
     spec, trainer = _batch_trainer(args)
-    _, script = render(trainer, spec, _rerender_command(args, trainer.run_name))
+    _, script = _batch_script(args, spec, trainer)
     sys.stdout.write(script)
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from hpctrain.schema import schema_text
+
+    text = schema_text()
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    from hpctrain._internal.fsutil import atomic_write_bytes
+
+    atomic_write_bytes(args.output, text.encode(), sync=False)
+    print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
 
@@ -228,7 +278,7 @@ def cmd_submit(args) -> int:
         from hpctrain._internal.rundir.checks import check_shared_storage
 
         check_shared_storage(spec, trainer.run_path)
-        request, script = submission.render(trainer, spec, rerender)
+        request, script = _batch_script(args, spec, trainer)
         sys.stdout.write(script)
         cmd = request.scheduler.submit_command
         print(f"# dry run: would write {trainer.run_path}/job.sh and run `{cmd}` on it",
@@ -483,11 +533,19 @@ def cmd_validate(args) -> int:
     from hpctrain.trainer import trainer_from_spec
 
     spec = _load(args)
-    trainer_from_spec(spec).check_datasets()  # the entry point, every config, data files
+    trainer = trainer_from_spec(spec)
+    trainer.check_datasets()  # the entry point, every config, data files
     if spec.sweep and (spec.sweep.get("scheduler") or spec.sweep.get("search_alg")):
         from hpctrain.tune.tuner import control_from_spec, space_of
 
         control_from_spec(spec, space_of(spec))  # the scheduler's and searcher's options
+    from hpctrain._internal.registry import scheduler_class
+
+    if scheduler_class(spec.scheduler.kind).template:  # a batch job: what `render` (a
+        if spec.sweep:                                 # sweep: `sweep --dry-run`) refuses
+            _sweep_scripts(args, spec)
+        else:
+            _batch_script(args, spec, trainer)
     sys.stdout.write(spec.to_toml())
     print(f"# OK: {args.job} is valid", file=sys.stderr)
     return 0
@@ -597,7 +655,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     handler = {"run": cmd_run, "validate": cmd_validate, "results": cmd_results,
                "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
                "logs": cmd_logs, "cancel": cmd_cancel, "sites": cmd_sites,
-               "plot": cmd_plot, "sweep": cmd_sweep, "list": cmd_list}[args.command]
+               "plot": cmd_plot, "sweep": cmd_sweep, "list": cmd_list,
+               "schema": cmd_schema}[args.command]
     try:
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not while Python exits

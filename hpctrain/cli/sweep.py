@@ -23,7 +23,8 @@ def sweep_dir_of(name_or_path: str) -> Optional[str]:
     return next((os.path.abspath(c) for c in candidates if SweepDir.is_sweep(c)), None)
 
 
-def _rerender(args: Any, name: str) -> str:
+def rerender_command(args: Any, name: str) -> str:
+    """The ``hpctrain sweep ... --dry-run`` command that prints a sweep's scripts again."""
     words = ["hpctrain", "sweep", os.path.abspath(args.job)]
     if args.site:
         words += ["--site", args.site]
@@ -51,7 +52,7 @@ def cmd_sweep(args: Any) -> int:
         if local:
             _print_plan(spec)
         else:
-            scripts = render_from_spec(spec, _rerender(args, name))
+            scripts = render_from_spec(spec, rerender_command(args, name))
             sys.stdout.write("\n".join(scripts))
             from hpctrain.schedulers import get_scheduler
 
@@ -59,7 +60,7 @@ def cmd_sweep(args: Any) -> int:
             print(f"# dry run: {len(scripts)} job array script(s); would prepare the trials "
                   f"under {sweep_path_of(spec)} and run `{cmd}` on each", file=sys.stderr)
         return 0
-    sweep, stopped = run_spec(spec, rerender=_rerender(args, name), local=local,
+    sweep, stopped = run_spec(spec, rerender=rerender_command(args, name), local=local,
                               follow=local or args.follow, retry_failed=args.retry_failed)
     if local or args.follow:
         code = print_results(sweep.path, final=True)
