@@ -1,8 +1,8 @@
 """Schedulers: render a batch script for an allocation, submit it, watch it, cancel it.
 
 One small module per scheduler behind :class:`~hpctrain.schedulers.base.Scheduler`:
-``local`` (the embedded default), ``slurm`` (through submitit), ``pbs`` (a submitit
-plugin executor over qsub/qstat/qdel) and ``lsf`` (bsub/bjobs/bkill; not yet run against
+``local`` (the embedded default), ``slurm`` (through submitit), ``pbs`` (qsub/qstat/qdel,
+states watched with submitit's InfoWatcher) and ``lsf`` (bsub/bjobs/bkill; not yet run against
 a real LSF).
 
 This package is the **scheduler registry**: every fact about one batch system (its name,

@@ -1,5 +1,5 @@
-"""PBS (OpenPBS, PBS Pro): ``#PBS`` directives, submission through hpctrain's submitit
-plugin executor (:mod:`hpctrain.schedulers.pbs_submitit`).
+"""PBS (OpenPBS, PBS Pro): ``#PBS`` directives; ``qsub`` of the script, its job id and the
+job's state from ``qstat`` in :mod:`hpctrain.schedulers.pbs_submitit`.
 
 Directive keys: one starting with ``-`` is an option as written (``"-r" = "y"`` →
 ``#PBS -r y``); a ``-W`` attribute (``depend``, ``block``, ``umask``, …) gives
