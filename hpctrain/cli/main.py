@@ -194,7 +194,8 @@ def _rerender_command(args, run_name: str) -> str:
     return shlex.join(words)
 
 
-def _batch_trainer(args):
+def _batch_run(args):
+    from hpctrain.run import Run, RunOptions
     from hpctrain.trainer import trainer_from_spec
 
     spec = _load(args)
@@ -204,42 +205,37 @@ def _batch_trainer(args):
                           "a batch job, got \"local\"", file=spec.where("scheduler.kind"),
                           hint="give a site (--site NAME, `hpctrain sites` lists them) or "
                                "--set scheduler.kind=slurm; `hpctrain run` runs here")
-    trainer = trainer_from_spec(spec)
-    trainer._force_resume = getattr(args, "force", False)
-    return spec, trainer
+    run = Run(trainer_from_spec(spec), RunOptions(force_resume=getattr(args, "force", False)))
+    return spec, run
 
 
 def cmd_render(args) -> int:
-    from hpctrain._internal.driver.submission import render
-
-    spec, trainer = _batch_trainer(args)
-    _, script = render(trainer, spec, _rerender_command(args, trainer.run_name))
+    spec, run = _batch_run(args)
+    _, script = run.render(_rerender_command(args, run.name))
     sys.stdout.write(script)
     return 0
 
 
 def cmd_submit(args) -> int:
-    from hpctrain._internal.driver import submission
-
-    spec, trainer = _batch_trainer(args)
-    trainer.check_datasets()
-    rerender = _rerender_command(args, trainer.run_name)
+    spec, run = _batch_run(args)
+    rerender = _rerender_command(args, run.name)
     if args.dry_run:
         from hpctrain._internal.rundir.checks import check_shared_storage
 
-        check_shared_storage(spec, trainer.run_path)
-        request, script = submission.render(trainer, spec, rerender)
+        run.trainer.check_datasets()
+        check_shared_storage(spec, run.path)
+        request, script = run.render(rerender)
         sys.stdout.write(script)
         cmd = request.scheduler.submit_command
-        print(f"# dry run: would write {trainer.run_path}/job.sh and run `{cmd}` on it",
+        print(f"# dry run: would write {run.path}/job.sh and run `{cmd}` on it",
               file=sys.stderr)
         return 0
-    sub = submission.submit(trainer, spec, rerender=rerender)
+    sub = run.submit(rerender)  # (checks the datasets first)
     print(f"submitted {sub.scheduler} job {sub.job_id}")
-    print(f"run directory: {sub.run_path}")
-    print(f"  hpctrain status {sub.run_path} --follow")
+    print(f"run directory: {sub.path}")
+    print(f"  hpctrain status {sub.path} --follow")
     if args.follow:
-        return _follow(sub.run_path, _verbosity(args))
+        return _follow(sub.path, _verbosity(args))
     return 0
 
 
@@ -494,16 +490,17 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from hpctrain.run import Run, RunOptions
     from hpctrain.trainer import trainer_from_spec
 
     spec = _load(args, check_limits=False)
     _refuse_sweep(spec)
     trainer = trainer_from_spec(spec)
-    trainer._local_only = True  # `run` runs here, whatever scheduler the spec names
     if args.quiet or args.verbose:  # what this command prints (RunConfig.verbose)
         trainer.run_config.verbose = 0 if args.quiet else 2
-    trainer._force_resume = args.force
-    return _outcome(trainer.fit, trainer.run_path, lead="\n")
+    # `run` runs here, whatever scheduler the spec names
+    run = Run(trainer, RunOptions(local_only=True, force_resume=args.force))
+    return _outcome(run.fit, run.path, lead="\n")
 
 
 def _print_summary(result) -> None:
