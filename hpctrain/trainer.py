@@ -1,9 +1,10 @@
 """``DataParallelTrainer``: the driver side of a run.
 
-``fit()`` resolves the configs into one :class:`~hpctrain.spec.JobSpec`, prepares the run
-directory (spec.toml, the pickled training function), then hands the run to the
-supervisor — in this process for the local default, in the batch job on a cluster — and
-returns the :class:`~hpctrain.Result` read back from the run directory.
+``fit()`` builds a :class:`~hpctrain.run.Run` of the trainer: the configs resolved into one
+:class:`~hpctrain.spec.JobSpec`, the run directory prepared (spec.toml, the pickled
+training function), then the run handed to the supervisor — in this process for the local
+default, in the batch job on a cluster — and the :class:`~hpctrain.Result` read back from
+the run directory.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from ._internal.worker.entry import WorkerPayload
 from .checkpoint import Checkpoint
 from .config import DataConfig, RunConfig, ScalingConfig, default_storage_path
 from .errors import ConfigError
-from .result import Result, result_or_raise  # noqa: F401 - result_or_raise: its old home
-from .run import FROM_PYTHON, Run, RunOptions, driver_pythonpath  # noqa: F401
+from .result import Result
+from .run import FROM_PYTHON, Run, RunOptions
 from ._internal.registry import SCHEDULERS  # the registry's names
 
 
