@@ -88,14 +88,16 @@ class Run:
 
     def __init__(self, trainer: Any, options: Optional[RunOptions] = None):
         self.trainer = trainer
+        """The trainer."""
         self.options: RunOptions = options if options is not None else trainer.run_options
-        #: the run directory's absolute path
+        """The run's options."""
         self.path: str = (os.path.abspath(self.options.path) if self.options.path
                           else trainer.run_path)
-        #: the run directory
+        """The run directory's absolute path."""
         self.run_dir = RunDir(self.path)
-        #: the resolved :class:`~hpctrain.spec.JobSpec`
+        """The run directory (its files and ``state.json``)."""
         self.spec = trainer.job_spec()
+        """The resolved :class:`~hpctrain.spec.JobSpec`."""
 
     def __repr__(self) -> str:
         return f"Run({self.path!r})"
