@@ -27,12 +27,13 @@ from .schedulers.slurm import SlurmConfig
 from .errors import (CheckpointError, ConfigError, HpctrainError, MissingFrameworkError, RunLockedError,
                      TrainingFailedError, TrainingStoppedError)
 from .result import Result
+from .run import Run, RunOptions
 
 from ._version import __version__
 
 __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
-    "SchedulerConfig", "SlurmConfig", "PbsConfig", "SetupConfig", "DataConfig", "SyncConfig",
+    "Run", "RunOptions", "SchedulerConfig", "SlurmConfig", "PbsConfig", "SetupConfig", "DataConfig", "SyncConfig",
     "report", "get_checkpoint", "get_context", "get_dataset_shard", "TrainingFailedError",
     "TrainingStoppedError", "ConfigError",
     "CheckpointError", "HpctrainError", "MissingFrameworkError", "RunLockedError", "__version__",

@@ -52,6 +52,11 @@ class Job:
         """The scheduler's id of the run's latest job."""
         return self._last()["job_id"]
 
+    @property
+    def scheduler(self) -> str:
+        """The name of the scheduler that runs the run's latest job (``slurm``, ``pbs``…)."""
+        return self._last()["scheduler"]
+
     def status(self) -> str:
         """The run's status (``state.json``): PENDING until the job starts, RUNNING,
         REQUEUED while it waits for its next allocation, then FINISHED, FAILED or

@@ -1,28 +1,26 @@
 """``DataParallelTrainer``: the driver side of a run.
 
-``fit()`` resolves the configs into one :class:`~hpctrain.spec.JobSpec`, prepares the run
-directory (spec.toml, the pickled training function), then hands the run to the
-supervisor — in this process for the local default, in the batch job on a cluster — and
-returns the :class:`~hpctrain.Result` read back from the run directory.
+``fit()`` builds a :class:`~hpctrain.run.Run` of the trainer: the configs resolved into one
+:class:`~hpctrain.spec.JobSpec`, the run directory prepared (spec.toml, the pickled
+training function), then the run handed to the supervisor — in this process for the local
+default, in the batch job on a cluster — and the :class:`~hpctrain.Result` read back from
+the run directory.
 """
 from __future__ import annotations
 
-import itertools
+import copy
 import os
 import time
 from typing import Any, Callable, Dict, Optional
 
-from hpctrain._internal.driver.progress import Progress
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.allocation.supervisor import FINISHED, INTERRUPTED, Supervisor
 from ._internal.worker.entry import WorkerPayload
 from .checkpoint import Checkpoint
 from .config import DataConfig, RunConfig, ScalingConfig, default_storage_path
 from .errors import ConfigError
-from .result import Result, result_or_raise
+from .result import Result
+from .run import FROM_PYTHON, Run, RunOptions
 from ._internal.registry import SCHEDULERS  # the registry's names
-
-_LOCAL_RUNS = itertools.count()
 
 
 class DataParallelTrainer:
@@ -104,24 +102,38 @@ class DataParallelTrainer:
                               f"SchedulerConfig, got {type(scheduler).__name__}")
         self.scheduler = scheduler
         self.site = site
-        self._spec = None  # a JobSpec loaded from TOML (hpctrain submit): used as is
-        self._local_only = False  # hpctrain run / the batch step: run here
-        self._force_resume = False  # hpctrain run/submit --force: continue a changed run
+        self._spec = None  # a JobSpec loaded from TOML (trainer_from_spec): used as is
         self._spec_layer: Dict[str, Any] = {}  # [setup]/[env] of a restored batch run
-        # extension points for the seed-era adapter
-        self._per_rank_results = False
-        self._keep_return_values = False
-        self._run_path: Optional[str] = None
-        self._echo_worker_output: Optional[bool] = None  # None: when verbose >= 1
-        self._first_checkpoint_index = 0  # the seed-era API numbers from 1, as Ray 1.x did
-        # a sweep's trial: experiment_name, trial_id, trial_name for get_context()
-        self._trial: Optional[Dict[str, str]] = None
+        # the run restore() continues: its directory, trial and payload options
+        self._restored: Optional[RunOptions] = None
+
+    @property
+    def run_options(self) -> RunOptions:
+        """The :class:`~hpctrain.run.RunOptions` ``fit()`` runs with: those of the run
+        :meth:`restore` continues (its directory…), else the defaults. A copy."""
+        return copy.copy(self._restored) if self._restored is not None else RunOptions()
+
+    def with_configs(self, **changes: Any) -> "DataParallelTrainer":
+        """A copy of this trainer with some of its configs replaced
+        (``train_loop_config=``, ``scaling_config=``, ``run_config=``): what a sweep's
+        trial runs. The copy's spec is made from its configs: a job file's spec (of
+        ``trainer_from_spec``), which they no longer match, is not kept."""
+        allowed = ("train_loop_config", "scaling_config", "run_config")
+        unknown = [k for k in changes if k not in allowed]
+        if unknown:
+            raise TypeError(f"with_configs: unexpected {', '.join(unknown)}; expected "
+                            f"{', '.join(allowed)}")
+        t = copy.copy(self)
+        for key, value in changes.items():
+            setattr(t, key, value)
+        t._spec = None
+        return t
 
     # -- the run directory ---------------------------------------------------------------
     @property
     def run_name(self) -> str:
-        if self._run_path:
-            return os.path.basename(self._run_path)
+        if self._restored is not None and self._restored.path:
+            return os.path.basename(self._restored.path)
         if self.run_config.name is None:
             stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
             self.run_config.name = f"{type(self).__name__}_{stamp}_{os.getpid() % 10000:04d}"
@@ -129,8 +141,8 @@ class DataParallelTrainer:
 
     @property
     def run_path(self) -> str:
-        if self._run_path:
-            return self._run_path
+        if self._restored is not None and self._restored.path:
+            return self._restored.path
         storage = os.path.expandvars(os.path.expanduser(
             self.run_config.storage_path or default_storage_path()))
         return os.path.join(os.path.abspath(storage), self.run_name)
@@ -190,48 +202,6 @@ class DataParallelTrainer:
             scheduler=self.scheduler, site=self.site, datasets=dict(self.datasets),
             data_config=self.dataset_config)
 
-    def _prepare_run(self) -> RunDir:
-        run = RunDir(self.run_path)
-        state = run.read_state() if run.exists() else {}
-        if state.get("status") == FINISHED and not self._run_path:
-            raise ConfigError(
-                f"run.name: a finished run named {self.run_name!r} already exists at {run.path}",
-                hint="pick another name, or leave run.name unset for a fresh timestamped one")
-        if run.exists() and not self._run_path and not self._force_resume:
-            from hpctrain._internal.rundir.resume import check_resume
-
-            check_resume(run.path, run.spec_file, self.job_spec().to_toml_dict(),
-                         self.run_name)
-        run.create()
-        with open(run.spec_file, "w") as f:
-            f.write(self.job_spec().to_toml())
-        WorkerPayload(
-            train_func=self.train_loop_per_worker,
-            train_loop_config=self.train_loop_config,
-            backend=self._backend_name,
-            backend_config=self.backend_config,
-            scaling=self.scaling_config,
-            checkpoint_config=self.run_config.checkpoint_config,
-            run_name=self.run_name,
-            per_rank_results=self._per_rank_results,
-            keep_return_values=self._keep_return_values,
-            datasets=self.datasets,
-            datasets_to_split=self.dataset_config.datasets_to_split,
-            metadata=self.metadata,
-            trial={"trainer": type(self).__name__, **(self._trial or {})},
-            mtbi_s=self.run_config.failure_config.mtbi_s,
-        ).save(run)
-        from hpctrain._internal.allocation.tracking import save_callbacks
-
-        save_callbacks(run, self.run_config.callbacks)
-        # The driver's sys.path additions, for a batch job to import what the payload
-        # pickled by reference (read before the payload is unpickled).
-        from hpctrain._internal.fsutil import atomic_write_json
-
-        atomic_write_json(run.driver_file, {"pythonpath": driver_pythonpath()["PYTHONPATH"]},
-                          sync=False)
-        return run
-
     def check_datasets(self) -> None:
         """Open each dataset's file and check its columns before anything is written."""
         for name, source in self.datasets.items():
@@ -246,96 +216,15 @@ class DataParallelTrainer:
     # -- fit -------------------------------------------------------------------------------
     def fit(self) -> Result:
         """Run the training to the end and return its Result. Raises
-        :class:`TrainingFailedError` (with ``.result``) when it failed for good."""
-        spec = self.job_spec()
-        self.check_datasets()
-        if spec.scheduler.kind != "local" and not self._local_only:
-            return self._fit_batch(spec)
-        from .backends import check_installed
-
-        check_installed(self._backend_name)  # before anything is written, not after every rank failed
-        from hpctrain._internal.rundir.checks import ensure_storage_dir
-
-        ensure_storage_dir(os.path.dirname(self.run_path), spec)
-        run = RunDir(self.run_path)
-        os.makedirs(run.internal_dir, exist_ok=True)
-        with run.exclusive():  # refuse a second live run of this directory before touching it
-            self._prepare_run()
-            status = self._run_local(run)
-        return result_or_raise(run.path, status)
+        :class:`TrainingFailedError` (with ``.result``) when it failed for good.
+        (``Run(trainer).fit()``: see :class:`hpctrain.run.Run`.)"""
+        return Run(self, self.run_options).fit()
 
     def submit(self):
         """Submit the run as a batch job and return at once: a :class:`~hpctrain.job.Job`
         (``status()``, ``wait()``, ``result()``, ``cancel()``, as submitit's). Needs a
         Slurm or PBS scheduler (``scheduler=``/``site=``); ``fit()`` submits and waits."""
-        spec = self.job_spec()
-        if spec.scheduler.kind == "local":
-            raise ConfigError("scheduler: submit() needs a batch scheduler, got \"local\"",
-                              hint='give scheduler="slurm"/"pbs" or site="NAME"; fit() runs '
-                                   "a local run here")
-        self.check_datasets()
-        from ._internal.driver import submission
-        from .job import Job
-
-        sub = submission.submit(self, spec, rerender="(submitted from Python; "
-                                "`hpctrain render` renders job files)")
-        return Job(sub.run_path)
-
-    def _fit_batch(self, spec) -> Result:
-        """Submit the run as a batch job, follow it, return its Result. Ctrl-C detaches
-        (the job runs on) and re-raises KeyboardInterrupt."""
-        from ._internal.driver import submission
-
-        sub = submission.submit(self, spec, rerender="(submitted from Python; "
-                                "`hpctrain render` renders job files)")
-        if self.run_config.verbose >= 1:
-            print(f"[hpctrain] submitted {sub.scheduler} job {sub.job_id}; run directory "
-                  f"{sub.run_path}", flush=True)
-        status = submission.follow(sub.run_path, verbose=self.run_config.verbose)
-        return submission.result_of(sub.run_path, status)
-
-    def _run_local(self, run: RunDir, on_tick: Optional[Callable[[], None]] = None) -> str:
-        from hpctrain._internal.allocation.tracking import CallbackRunner
-        from .launchers import launcher_for
-
-        launcher = launcher_for(self.job_spec(), here=True)
-        extra_env = driver_pythonpath()
-        if launcher.name != "local":
-            extra_env.update(_local_mpi_env())
-
-        progress = Progress(run, verbose=self.run_config.verbose, echo=self._echo_worker_output)
-        tracking = CallbackRunner(run, self.run_config.callbacks).start()
-        tick = (lambda: (progress.tick(), tracking.tick())) if on_tick is None else \
-            (lambda: (progress.tick(), tracking.tick(), on_tick()))
-        from hpctrain._internal.allocation.recovery import EARLY, after_stop, supervisor_signals
-        from hpctrain._internal.allocation.supervisor import PREEMPTED
-
-        # unique per fit(), also for trials side by side in one process (a sweep): the
-        # job id seeds the derived rendezvous ports of MPI-launched ranks
-        job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_LOCAL_RUNS)}"
-        fc = self.run_config.failure_config
-        sup = Supervisor(
-            run, launcher=launcher, num_workers=self.scaling_config.num_workers,
-            max_failures=fc.max_failures, job_id=job_id,
-            initial_checkpoint=self.resume_from_checkpoint.path if self.resume_from_checkpoint else None,
-            on_line=progress.worker_line, on_tick=tick, extra_env=extra_env,
-            first_checkpoint_index=self._first_checkpoint_index, warning_s=fc.warning_s,
-            warning_signal=fc.warning_signal)
-        status = INTERRUPTED
-        try:
-            # SIGTERM/SIGHUP stop the ranks (they run in their own sessions and would not
-            # get it); the warning signal (USR1) stops them cleanly at a checkpoint
-            with supervisor_signals(sup, fc.warning_signal):
-                early = EARLY.take()  # a warning while `hpctrain run` was starting
-                if early:
-                    sup.request_stop(early)
-                status = sup.run_to_end()
-                if status == PREEMPTED:  # nothing here can requeue a local run
-                    status = after_stop(run, sup, fc, can_requeue=False)
-                return status
-        finally:
-            progress.close()
-            tracking.end(status)
+        return Run(self, self.run_options).submit(FROM_PYTHON)
 
     # -- restore ---------------------------------------------------------------------------
     @classmethod
@@ -382,13 +271,14 @@ class DataParallelTrainer:
             datasets=payload.datasets, metadata=getattr(payload, "metadata", None),
             dataset_config=DataConfig(payload.datasets_to_split),
             **_batch_settings(run, scheduler))
-        trainer._run_path = run.path
-        trainer._trial = {k: v for k, v in (getattr(payload, "trial", None) or {}).items()
-                          if k != "trainer"} or None
+        trainer._restored = RunOptions(
+            path=run.path,
+            trial={k: v for k, v in (getattr(payload, "trial", None) or {}).items()
+                   if k != "trainer"} or None,
+            per_rank_results=payload.per_rank_results,
+            keep_return_values=payload.keep_return_values)
         if scheduler is None:
             trainer._spec_layer = _setup_and_env(run)
-        trainer._per_rank_results = payload.per_rank_results
-        trainer._keep_return_values = payload.keep_return_values
         return trainer
 
 
@@ -408,33 +298,6 @@ def _checked_metadata(metadata: Any) -> Dict[str, Any]:
         raise ConfigError(f"metadata: expected a JSON-serializable dict: {e}",
                           hint="it is stored in each checkpoint's .metadata.json: use "
                                "numbers, strings, booleans, lists and dicts") from None
-
-
-def driver_pythonpath() -> Dict[str, str]:
-    """``PYTHONPATH`` for workers: the driver's own sys.path additions (the script's
-    directory, a notebook's cwd, pytest's rootdir…) so that functions pickled by reference
-    import in the workers exactly as they did in the driver."""
-    import sys
-
-    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    extra = []
-    for entry in sys.path:
-        path = os.path.realpath(entry or os.getcwd())
-        if os.path.isdir(path) and not any(path == p or path.startswith(p + os.sep)
-                                           for p in prefixes) and path not in extra:
-            extra.append(path)
-    current = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": os.pathsep.join(extra + ([current] if current else []))}
-
-
-def _local_mpi_env() -> Dict[str, str]:
-    """What ``mpirun`` needs to start ranks on this one machine: more ranks than cores
-    (Open MPI refuses without ``--oversubscribe``), and as root (a container, a test VM)
-    Open MPI's explicit consent. Set only where the user's environment does not."""
-    env = {"OMPI_MCA_rmaps_base_oversubscribe": "1"}
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    return {k: os.environ.get(k, v) for k, v in env.items()}
 
 
 def _batch_settings(run: RunDir, scheduler: Any) -> Dict[str, Any]:

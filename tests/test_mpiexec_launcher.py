@@ -31,7 +31,8 @@ from hpctrain.launchers.mpiexec import (
     flavor_from_version_text,
     mpiexec_argv,
 )
-from hpctrain.trainer import driver_pythonpath, result_or_raise
+from hpctrain.run import Run, driver_pythonpath
+from hpctrain.result import result_or_raise
 
 CMD = ["/usr/bin/python3", "-m", "hpctrain._internal.worker", "/runs/r1"]
 
@@ -307,7 +308,7 @@ def mpirun_launcher():
 
 def fit_with(launcher, func, storage, *, config, name, max_failures=0):
     """``TorchTrainer.fit()`` with the supervisor driving ``launcher`` instead of the
-    local one (what ``_run_local`` does, launcher aside); launcher None: a plain fit()."""
+    local one (what ``Run.run_here`` does, launcher aside); launcher None: a plain fit()."""
     from hpctrain.torch import TorchTrainer
 
     trainer = TorchTrainer(func, train_loop_config=config,
@@ -319,7 +320,7 @@ def fit_with(launcher, func, storage, *, config, name, max_failures=0):
     run = RunDir(trainer.run_path)
     os.makedirs(run.internal_dir, exist_ok=True)
     with run.exclusive():
-        trainer._prepare_run()
+        Run(trainer).prepare()
         sup = Supervisor(run, launcher=launcher, num_workers=2, max_failures=max_failures,
                          job_id=f"mpi-{uuid.uuid4().hex[:10]}",
                          extra_env={**driver_pythonpath(), **_mpirun_env()})

@@ -185,6 +185,7 @@ def test_launcher_for_spec(tmp_path, site_dir):
 def test_restore_of_a_batch_run_keeps_its_scheduler_setup_and_env(tmp_path):
     from hpctrain._internal.rundir.layout import RunDir
     from hpctrain.schedulers import BatchRequest
+    from hpctrain.run import Run
     from hpctrain.torch import TorchTrainer
     from hpctrain.trainer import trainer_from_spec
 
@@ -199,7 +200,7 @@ commands = ["source /opt/venv/bin/activate"]
 [env]
 DATA_DIR = "/data/x"
 ''')
-    trainer_from_spec(load_job_spec(path))._prepare_run()
+    Run(trainer_from_spec(load_job_spec(path))).prepare()
     with RunDir(tmp_path / "rs").update_state() as s:
         s["status"] = "FAILED"
     restored = TorchTrainer.restore(str(tmp_path / "rs"))

@@ -367,7 +367,7 @@ def test_the_requeue_comes_before_the_callbacks_end(tmp_path, monkeypatch):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "fake_pbs"))
     import _fakepbs as fakepbs
 
-    from hpctrain._internal.batch import end_allocation
+    from hpctrain._internal.allocation.attempts import end_allocation
     from hpctrain._internal.allocation.recovery import requeue
     from hpctrain._internal.allocation.tracking import CallbackRunner
     from hpctrain.schedulers import get_scheduler

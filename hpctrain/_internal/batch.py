@@ -21,10 +21,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 import time
-from typing import Callable, List, Optional
+from typing import Dict, List, Optional
 
 try:
     import tomllib
@@ -55,12 +54,11 @@ def load_spec(text: str, run_dir: str):
 def prepare(run: RunDir, spec, script: Optional[str]) -> None:
     """Create the run from the spec when nothing was submitted from Python; keep the
     script that runs it as ``job.sh``."""
+    from hpctrain.run import Run, RunOptions
     from hpctrain.trainer import trainer_from_spec
 
     if not os.path.exists(run.payload_file):
-        trainer = trainer_from_spec(spec)
-        trainer._run_path = run.path
-        trainer._prepare_run()
+        Run(trainer_from_spec(spec), RunOptions(path=run.path)).prepare()
     job_sh = os.path.join(run.path, "job.sh")
     if script and os.path.isfile(script) and not os.path.exists(job_sh):
         shutil.copyfile(script, job_sh)
@@ -115,11 +113,13 @@ def _run(run: RunDir, spec, pending, script: Optional[str], record_job: bool = T
     from hpctrain import cluster_env
     from hpctrain.errors import ConfigError, RunLockedError
     from hpctrain.launchers import launcher_for
+    from hpctrain.run import driver_pythonpath
     from hpctrain.schedulers import get_scheduler
     from hpctrain.schedulers.base import warning_seconds
-    from hpctrain.trainer import driver_pythonpath
-    from hpctrain._internal.allocation.recovery import after_stop, requeue
-    from hpctrain._internal.allocation.supervisor import FINISHED, PREEMPTED, REQUEUED, STOPPED, Supervisor
+    from hpctrain._internal.allocation.attempts import supervise
+    from hpctrain._internal.allocation.recovery import requeue
+    from hpctrain._internal.allocation.supervisor import FINISHED, REQUEUED, STOPPED, Supervisor
+    from hpctrain._internal.allocation.tracking import CallbackRunner, load_callbacks
 
     fc = spec.run.failure_config
     os.makedirs(run.internal_dir, exist_ok=True)
@@ -143,18 +143,13 @@ def _run(run: RunDir, spec, pending, script: Optional[str], record_job: bool = T
                 extra["PYTHONPATH"] = os.pathsep.join(
                     p for p in (submitted_from, extra["PYTHONPATH"]) if p)
             sched = spec.scheduler
-            if sched.gpu_binding != "none":
-                extra.update({ENV_GPU_BINDING: sched.gpu_binding,
-                              ENV_GPU_BINDING_VAR: sched.gpu_binding_var,
-                              ENV_GPUS_PER_WORKER: str(max(1, spec.scaling.gpus_each))})
+            extra.update(gpu_binding_env(spec))
             _log(f"job {job_id}: run {run.path}, {spec.scaling.num_workers} workers on "
                  f"{spec.scaling.nodes} node(s) with {sched.launcher_name}")
             walltime_s = job_walltime(info, sched, job_id)
             warning_s = warning_seconds(spec)
             if sched.walltime_s is None and walltime_s is not None and warning_s * 2 > walltime_s:
                 warning_s = max(10, min(warning_s, walltime_s // 4))  # the queue's walltime
-            from hpctrain._internal.allocation.tracking import CallbackRunner, load_callbacks
-
             tracking = CallbackRunner(run, load_callbacks(run))
             sup = Supervisor(run, launcher=launcher_for(spec),
                              num_workers=spec.scaling.num_workers,
@@ -169,20 +164,11 @@ def _run(run: RunDir, spec, pending, script: Optional[str], record_job: bool = T
             if run.read_state().get("status") == FINISHED:
                 _log(f"run {run.path} has already finished; nothing to do")
                 return 0
-            pending.hand_over(sup)  # a warning from now on reaches the supervisor
-            status = "INTERRUPTED"
-            tracking.start()
-            try:
-                status = sup.run_to_end()
-                if status == PREEMPTED:
-                    # from here to the requeue, the scheduler's SIGTERM (the time limit)
-                    # must not leave state.json saying REQUEUED with nothing queued
-                    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
-                    status = after_stop(run, sup, fc, can_requeue=scheduler.can_requeue)
-            except BaseException:
-                tracking.end(status)
-                raise
-            end_allocation(run, status, tracking, lambda: requeue(run, scheduler, job_id))
+            # the one attempt loop (a local run's too): the warning from now on reaches
+            # the supervisor; a clean stop requeues when the scheduler can
+            status = supervise(run, sup, fc, tracking=tracking, pending=pending,
+                               requeue=lambda: requeue(run, scheduler, job_id),
+                               can_requeue=scheduler.can_requeue)
     except RunLockedError as e:
         _log(f"{e}\nThis job exits without running anything.")
         return 1
@@ -196,21 +182,14 @@ def _run(run: RunDir, spec, pending, script: Optional[str], record_job: bool = T
     return 0 if status in (FINISHED, STOPPED) else 1
 
 
-def end_allocation(run: RunDir, status: str, tracking, requeue: Callable[[], object]) -> None:
-    """The allocation's end: requeue first (the scheduler's warning window is for the
-    requeue, not for the trackers), then the callbacks' last reports and ``on_end``:
-    with the status the run is left in (STOPPED when the requeue failed). After a Slurm
-    requeue the scheduler may end this process during the callbacks (SIGTERM is blocked
-    here; SIGKILL follows after Slurm's KillWait): what they had not delivered, the next
-    allocation delivers (the offset in ``tracking.json``)."""
-    from hpctrain._internal.allocation.supervisor import REQUEUED
-
-    try:
-        if status == REQUEUED:
-            requeue()
-            status = run.read_state().get("status", status)
-    finally:
-        tracking.end(status)
+def gpu_binding_env(spec) -> Dict[str, str]:
+    """The ranks' environment for the GPU binding the site asks for (applied in the
+    worker); empty without one."""
+    sched = spec.scheduler
+    if sched.gpu_binding == "none":
+        return {}
+    return {ENV_GPU_BINDING: sched.gpu_binding, ENV_GPU_BINDING_VAR: sched.gpu_binding_var,
+            ENV_GPUS_PER_WORKER: str(max(1, spec.scaling.gpus_each))}
 
 
 def record_submission(run: RunDir, scheduler: str, job_id: str) -> None:

@@ -210,7 +210,8 @@ def _rerender_command(args, run_name: str) -> str:
     return shlex.join(words)
 
 
-def _batch_trainer(args):
+def _batch_run(args):
+    from hpctrain.run import Run, RunOptions
     from hpctrain.trainer import trainer_from_spec
 
     spec = _load(args)
@@ -220,18 +221,15 @@ def _batch_trainer(args):
                           "a batch job, got \"local\"", file=spec.where("scheduler.kind"),
                           hint="give a site (--site NAME, `hpctrain sites` lists them) or "
                                "--set scheduler.kind=slurm; `hpctrain run` runs here")
-    trainer = trainer_from_spec(spec)
-    trainer._force_resume = getattr(args, "force", False)
-    return spec, trainer
+    run = Run(trainer_from_spec(spec), RunOptions(force_resume=getattr(args, "force", False)))
+    return spec, run
 
 
-def _batch_script(args, spec, trainer):
+def _batch_script(args, spec, run):
     """The batch request and the exact script `render` prints and `submit` submits, with
     every check on the way (the site's limits, the scheduler's refusals, directives,
     warning time, launcher); `validate` makes it too, and discards it."""
-    from hpctrain._internal.driver.submission import render
-
-    return render(trainer, spec, _rerender_command(args, trainer.run_name))
+    return run.render(_rerender_command(args, run.name))
 
 
 def _sweep_scripts(args, spec):
@@ -248,8 +246,8 @@ def _sweep_scripts(args, spec):
 
 
 def cmd_render(args) -> int:
-    spec, trainer = _batch_trainer(args)
-    _, script = _batch_script(args, spec, trainer)
+    spec, run = _batch_run(args)
+    _, script = _batch_script(args, spec, run)
     sys.stdout.write(script)
     return 0
 
@@ -269,27 +267,25 @@ def cmd_schema(args) -> int:
 
 
 def cmd_submit(args) -> int:
-    from hpctrain._internal.driver import submission
-
-    spec, trainer = _batch_trainer(args)
-    trainer.check_datasets()
-    rerender = _rerender_command(args, trainer.run_name)
+    spec, run = _batch_run(args)
+    rerender = _rerender_command(args, run.name)
     if args.dry_run:
         from hpctrain._internal.rundir.checks import check_shared_storage
 
-        check_shared_storage(spec, trainer.run_path)
-        request, script = _batch_script(args, spec, trainer)
+        run.trainer.check_datasets()
+        check_shared_storage(spec, run.path)
+        request, script = _batch_script(args, spec, run)
         sys.stdout.write(script)
         cmd = request.scheduler.submit_command
-        print(f"# dry run: would write {trainer.run_path}/job.sh and run `{cmd}` on it",
+        print(f"# dry run: would write {run.path}/job.sh and run `{cmd}` on it",
               file=sys.stderr)
         return 0
-    sub = submission.submit(trainer, spec, rerender=rerender)
+    sub = run.submit(rerender)  # (checks the datasets first)
     print(f"submitted {sub.scheduler} job {sub.job_id}")
-    print(f"run directory: {sub.run_path}")
-    print(f"  hpctrain status {sub.run_path} --follow")
+    print(f"run directory: {sub.path}")
+    print(f"  hpctrain status {sub.path} --follow")
     if args.follow:
-        return _follow(sub.run_path, _verbosity(args))
+        return _follow(sub.path, _verbosity(args))
     return 0
 
 
@@ -545,23 +541,26 @@ def cmd_validate(args) -> int:
         if spec.sweep:                                 # sweep: `sweep --dry-run`) refuses
             _sweep_scripts(args, spec)
         else:
-            _batch_script(args, spec, trainer)
+            from hpctrain.run import Run
+
+            _batch_script(args, spec, Run(trainer))
     sys.stdout.write(spec.to_toml())
     print(f"# OK: {args.job} is valid", file=sys.stderr)
     return 0
 
 
 def cmd_run(args) -> int:
+    from hpctrain.run import Run, RunOptions
     from hpctrain.trainer import trainer_from_spec
 
     spec = _load(args, check_limits=False)
     _refuse_sweep(spec)
     trainer = trainer_from_spec(spec)
-    trainer._local_only = True  # `run` runs here, whatever scheduler the spec names
     if args.quiet or args.verbose:  # what this command prints (RunConfig.verbose)
         trainer.run_config.verbose = 0 if args.quiet else 2
-    trainer._force_resume = args.force
-    return _outcome(trainer.fit, trainer.run_path, lead="\n")
+    # `run` runs here, whatever scheduler the spec names
+    run = Run(trainer, RunOptions(local_only=True, force_resume=args.force))
+    return _outcome(run.fit, run.path, lead="\n")
 
 
 def _print_summary(result) -> None:

@@ -97,6 +97,7 @@ from hpctrain._internal.fsutil import atomic_write_bytes, json_default, remove_t
 from hpctrain._internal.worker.session import current_session
 from hpctrain._internal.rundir.layout import ResultTail, RunDir, checkpoints_to_delete
 from ..result import result_or_raise
+from ..run import Run, RunOptions
 
 from ..backends.torch import TorchConfig  # noqa: E402 (Ray 1.x: ray.train.TorchConfig)
 
@@ -582,7 +583,9 @@ class _Run:
                            sync=False)
         return Checkpoint(d)
 
-    def _trainer(self):
+    def _run_of_trainer(self) -> Run:
+        """The hpctrain :class:`~hpctrain.run.Run` of this call: the trainer of the
+        backend, with the seed-era API's payload options."""
         t = self.trainer
         kwargs = {t._config_keyword: t._backend_config} if t._backend_config is not None else {}
         trainer = t._trainer_cls(
@@ -593,17 +596,16 @@ class _Run:
                                  checkpoint_config=self.entry.strategy._checkpoint_config(),
                                  failure_config=FailureConfig(max_failures=t._max_retries)),
             resume_from_checkpoint=self._resume_checkpoint(), **kwargs)
-        trainer._per_rank_results = True
-        trainer._keep_return_values = True
-        trainer._echo_worker_output = True   # "(rank R) …", as Ray 1.x shows worker output
-        trainer._first_checkpoint_index = 1  # checkpoint ids start at 1, as in Ray
-        return trainer
+        return Run(trainer, RunOptions(
+            per_rank_results=True, keep_return_values=True,
+            echo_worker_output=True,   # "(rank R) …", as Ray 1.x shows worker output
+            first_checkpoint_index=1))  # checkpoint ids start at 1, as in Ray
 
     def execute(self, on_results: Callable[[List[Dict[str, Any]]], None]) -> None:
         """Run to the end, handing every complete iteration to ``on_results`` (from the
         supervisor's tick, while the workers run). Raises TrainingFailedError."""
-        trainer = self._trainer()
-        run = trainer._prepare_run()
+        one = self._run_of_trainer()
+        run = one.prepare()
         tracker = _ResultTracker(run, self.trainer._num_workers)
 
         def note(name: str) -> None:
@@ -616,7 +618,7 @@ class _Run:
                 on_results(results)
 
         try:
-            status = trainer._run_local(run, on_tick=tick)
+            status = one.run_here(on_tick=tick)
             tick(final=True)
         finally:
             self._clean_up(run)
@@ -939,12 +941,15 @@ class LegacyTrainable:
         takes_config = len(inspect.signature(self.train_func).parameters) == 1
         strategy = CheckpointStrategy()
         kwargs = {t._config_keyword: t._backend_config} if t._backend_config is not None else {}
-        trainer = t._trainer_cls(
+        return t._trainer_cls(
             _WorkerEntry(self.train_func, takes_config, strategy, None),
             scaling_config=ScalingConfig(num_workers=t._num_workers, use_gpu=t._use_gpu,
                                          resources_per_worker=t._resources_per_worker),
             run_config=RunConfig(verbose=0, checkpoint_config=strategy._checkpoint_config(),
                                  failure_config=FailureConfig(max_failures=t._max_retries)),
             **kwargs)
-        trainer._first_checkpoint_index = 1  # checkpoint ids start at 1, as in Ray 1.x
-        return trainer
+
+    @staticmethod
+    def run_options() -> RunOptions:
+        """How each trial runs: checkpoint ids start at 1, as in Ray 1.x."""
+        return RunOptions(first_checkpoint_index=1)

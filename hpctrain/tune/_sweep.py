@@ -211,9 +211,10 @@ def local_concurrency(num_workers: int, cpus_per_worker: Optional[int],
     return min(n, max_concurrent) if max_concurrent else n
 
 
-def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[int], Any], *,
+def run_local(sweep: SweepDir, indices: Sequence[int], make_run: Callable[[int], Any], *,
               concurrency: int, verbose: int = 1, warning_signal: str = "USR1") -> bool:
-    """Run the trials ``indices`` here, ``concurrency`` at a time. Ctrl-C (or SIGTERM,
+    """Run the trials ``indices`` here, ``concurrency`` at a time (``make_run(index)``:
+    the trial's :class:`~hpctrain.run.Run`). Ctrl-C (or SIGTERM,
     SIGHUP) stops every running trial (each resumes from its latest checkpoint when the
     sweep runs again) and re-raises KeyboardInterrupt. The scheduler's warning
     (``warning_signal``: a sweep run inside a batch job) stops the running trials cleanly
@@ -235,15 +236,15 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_trainer: Callable[[i
     def one(index: int) -> None:
         if stop.is_set() or warned:
             return
-        trainer = make_trainer(index)
-        run = RunDir(trainer.run_path)
+        trial = make_run(index)
+        run = trial.run_dir
         os.makedirs(run.internal_dir, exist_ok=True)
         status = INTERRUPTED
         try:
             with run.exclusive():
-                trainer._prepare_run()
+                trial.prepare()
                 sweep.set_trial(index, status=RUNNING)
-                status = trainer._run_local(run, on_tick=tick)
+                status = trial.run_here(on_tick=tick)
         except _Interrupted:
             status = INTERRUPTED
         finally:

@@ -17,6 +17,7 @@ import cloudpickle
 
 from ..config import RunConfig, default_storage_path
 from ..errors import ConfigError
+from ..run import Run, RunOptions
 from . import search
 from ._sweep import (SweepDir, local_concurrency, open_manifest, run_local, submit_arrays,
                      to_run, train_loop_config, trial_id)
@@ -98,7 +99,7 @@ class Tuner:
             raise ConfigError(f"tune_config: expected a TuneConfig, got "
                               f"{type(self.tune_config).__name__}")
         self.param_space = dict(param_space or {})
-        self._trainer, self._shape = _as_trainer(trainable, self.param_space)
+        self._trainer, self._shape, self._options = _as_trainer(trainable, self.param_space)
         self.run_config = run_config
         self._restored = False
         self._retry_failed = False
@@ -185,21 +186,22 @@ class Tuner:
         return TrialControl(scheduler=tc.scheduler, stop=stop, search_alg=tc.search_alg,
                             metric=tc.metric, mode=tc.mode, shape=self._shape)
 
-    def _trial_trainer(self, sweep: SweepDir, index: int, config: Dict[str, Any]):
+    def _trial_run(self, sweep: SweepDir, index: int, config: Dict[str, Any]) -> Run:
+        """Trial ``index``'s :class:`~hpctrain.run.Run`: the trainer with the trial's
+        config, in the trial's directory."""
         base = self._trainer
-        t = copy.copy(base)
-        t.train_loop_config = train_loop_config(base.train_loop_config, config, self._shape)
+        changes: Dict[str, Any] = {
+            "train_loop_config": train_loop_config(base.train_loop_config, config, self._shape)}
         if self._shape == "train_loop_config":
-            t.scaling_config = trial_scaling(base.scaling_config, config)
+            changes["scaling_config"] = trial_scaling(base.scaling_config, config)
         # each trial its own callbacks: trials side by side must not share a writer
         # or a tracking run (a pickle round trip, as a batch trial gets them)
         callbacks = cloudpickle.loads(cloudpickle.dumps(list(base.run_config.callbacks or [])))
-        t.run_config = replace(base.run_config, name=trial_id(index),
-                               storage_path=sweep.path, verbose=0, callbacks=callbacks)
-        t._run_path = sweep.trial_path(index)
-        t._spec = None
-        t._trial = _trial_context(sweep, index)
-        return t
+        changes["run_config"] = replace(base.run_config, name=trial_id(index),
+                                        storage_path=sweep.path, verbose=0, callbacks=callbacks)
+        return Run(base.with_configs(**changes),
+                   replace(self._options, path=sweep.trial_path(index),
+                           trial=_trial_context(sweep, index)))
 
     def fit(self) -> ResultGrid:
         """Run (or submit and follow) every trial that did not finish; return the
@@ -210,7 +212,7 @@ class Tuner:
         sweep = SweepDir(self._path)
         fresh = not os.path.exists(sweep.path)
         spec = self._trainer.job_spec()
-        batch = spec.scheduler.kind != "local" and not self._trainer._local_only
+        batch = spec.scheduler.kind != "local" and not self._options.local_only
         if batch and ("scaling_config" in self.param_space or any(
                 "scaling_config" in t["config"] for t in sweep.read().get("trials", []))):
             raise ConfigError(
@@ -223,10 +225,10 @@ class Tuner:
         configs = {t["index"]: t["config"] for t in m["trials"]}
         indices = to_run(sweep, m, retry_failed=self._retry_failed)
         verbose = (self.run_config or self._trainer.run_config).verbose
-        make = lambda i: self._trial_trainer(sweep, i, configs[i])  # noqa: E731
+        make = lambda i: self._trial_run(sweep, i, configs[i])  # noqa: E731
         if not batch:
             if searching(sweep.path):  # each trial asks for its config as it starts
-                make = lambda i: self._trial_trainer(  # noqa: E731
+                make = lambda i: self._trial_run(  # noqa: E731
                     sweep, i, ensure_trial_config(sweep.path, i))
             s = self._largest_scaling(configs)
             n = local_concurrency(s.num_workers, s.cpus_per_worker,
@@ -299,18 +301,17 @@ def _removed_on_failure(sweep: SweepDir, fresh: bool):
         raise
 
 
-def _prepare_batch_trial(trainer: Any, sweep: SweepDir) -> None:
+def _prepare_batch_trial(trial: Run, sweep: SweepDir) -> None:
     """A trial's run directory for a batch job: payload, spec.toml and its own job.sh
     (the trial alone: what a resubmission after a stop submits)."""
     from hpctrain._internal.fsutil import atomic_write_bytes
-    from hpctrain._internal.rundir.layout import RunDir
     from ..schedulers import BatchRequest
 
-    run = RunDir(trainer.run_path)
+    run = trial.run_dir
     os.makedirs(run.internal_dir, exist_ok=True)
     with run.exclusive():
-        trainer._prepare_run()
-        script = BatchRequest(trainer.job_spec(), run.path,
+        trial.prepare()
+        script = BatchRequest(trial.spec, run.path,
                               rerender=f"(a trial of the sweep {sweep.path})").materialize()
         atomic_write_bytes(run.job_script, script.encode(), sync=False)
         os.chmod(run.job_script, 0o755)
@@ -356,8 +357,8 @@ def trial_scaling(base: Any, config: Dict[str, Any]) -> Any:
     return base if table is None else ScalingConfig(**table)
 
 
-def _as_trainer(trainable: Any, param_space: Dict[str, Any]):
-    """``(trainer, config shape)`` for what a Tuner was given."""
+def _as_trainer(trainable: Any, param_space: Dict[str, Any]) -> Tuple[Any, str, RunOptions]:
+    """``(trainer, config shape, the trials' run options)`` for what a Tuner was given."""
     from ..train import LegacyTrainable
 
     DataParallelTrainer = _trainer_classes()
@@ -373,15 +374,15 @@ def _as_trainer(trainable: Any, param_space: Dict[str, Any]):
             raise ConfigError("param_space.train_loop_config: expected a dict")
         if "scaling_config" in param_space:
             param_space["scaling_config"] = scaling_space(param_space["scaling_config"])
-        return trainable, "train_loop_config"
+        return trainable, "train_loop_config", trainable.run_options
     if isinstance(trainable, LegacyTrainable):
-        return trainable.trainer(), "flat"
+        return trainable.trainer(), "flat", trainable.run_options()
     if callable(trainable):
         from .. import ScalingConfig
         from ..torch import TorchTrainer
 
         return TorchTrainer(trainable, scaling_config=ScalingConfig(num_workers=1),
-                            run_config=RunConfig()), "flat"
+                            run_config=RunConfig()), "flat", RunOptions()
     raise ConfigError(f"trainable: expected a trainer (e.g. TorchTrainer(...)), a training "
                       f"function or Trainer.to_tune_trainable(...), got "
                       f"{type(trainable).__name__}")
@@ -469,18 +470,17 @@ def sweep_path_of(spec: Any) -> str:
     return os.path.join(os.path.abspath(storage), spec.run.name)
 
 
-def _spec_trainer(spec: Any, sweep: SweepDir, index: int, config: Dict[str, Any],
-                  local: bool):
+def _spec_trial(spec: Any, sweep: SweepDir, index: int, config: Dict[str, Any],
+                local: bool) -> Run:
+    """Trial ``index``'s :class:`~hpctrain.run.Run` of a job file's sweep."""
     from ..trainer import trainer_from_spec
     from ._batch import trial_spec
 
     one = trial_spec(spec, sweep, index, config)
     one.run.verbose = 0
-    trainer = trainer_from_spec(one)
-    trainer._run_path = sweep.trial_path(index)
-    trainer._local_only = local
-    trainer._trial = _trial_context(sweep, index)
-    return trainer
+    return Run(trainer_from_spec(one),
+               RunOptions(path=sweep.trial_path(index), local_only=local,
+                          trial=_trial_context(sweep, index)))
 
 
 def _trial_context(sweep: SweepDir, index: int) -> Dict[str, str]:
@@ -539,7 +539,7 @@ def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
             print(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} trials to "
                   f"run here, {_at_a_time(n, s.gpus_each)} ({sweep.path})", flush=True)
         stopped = run_local(sweep, indices,
-                            lambda i: _spec_trainer(spec, sweep, i, config_of(i), True),
+                            lambda i: _spec_trial(spec, sweep, i, config_of(i), True),
                             concurrency=n, verbose=verbose,
                             warning_signal=spec.run.failure_config.warning_signal)
         return sweep, stopped
@@ -549,7 +549,7 @@ def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
         return sweep, False
 
     def prepare(i: int) -> None:
-        _prepare_batch_trial(_spec_trainer(spec, sweep, i, configs[i], False), sweep)
+        _prepare_batch_trial(_spec_trial(spec, sweep, i, configs[i], False), sweep)
 
     with _removed_on_failure(sweep, fresh):
         arrays = submit_arrays(sweep, spec, indices, prepare_trial=prepare,

@@ -13,7 +13,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from hpctrain.errors import ConfigError, TrainingFailedError
 from hpctrain._internal.fsutil import atomic_write_bytes
@@ -30,29 +30,32 @@ class Submission:
     script_path: str
 
 
-def render(trainer: Any, spec: Any, rerender: str = ""):
-    """The :class:`~hpctrain.schedulers.BatchRequest` and its script, checked."""
+def render(run_path: str, spec: Any, rerender: str = ""):
+    """The :class:`~hpctrain.schedulers.BatchRequest` of the run at ``run_path`` and its
+    script, checked."""
     from hpctrain.schedulers import BatchRequest
     from hpctrain.sites import check_limits
 
     check_limits(spec)
-    request = BatchRequest(spec, trainer.run_path, rerender=rerender)
+    request = BatchRequest(spec, run_path, rerender=rerender)
     return request, request.materialize()
 
 
-def submit(trainer: Any, spec: Any, *, rerender: str = "") -> Submission:
-    """Prepare ``trainer``'s run directory and submit its batch script.
+def submit(run_path: str, spec: Any, prepare: Callable[[], Any], *,
+           rerender: str = "") -> Submission:
+    """Prepare the run directory at ``run_path`` (``prepare()``, under the directory's
+    lock: :meth:`hpctrain.run.Run.prepare`) and submit its batch script.
 
     Nothing is created when the script cannot be rendered; a run directory created here
     is removed again when the scheduler refuses the job."""
-    request, script = render(trainer, spec, rerender)
+    request, script = render(run_path, spec, rerender)
     from hpctrain._internal.rundir.checks import check_shared_storage, ensure_storage_dir
 
-    check_shared_storage(spec, trainer.run_path)
+    check_shared_storage(spec, run_path)
     scheduler = request.scheduler
     scheduler.check_available()
-    ensure_storage_dir(os.path.dirname(trainer.run_path), spec)
-    run = RunDir(trainer.run_path)
+    ensure_storage_dir(os.path.dirname(run_path), spec)
+    run = RunDir(run_path)
     fresh = not os.path.exists(run.path)
     os.makedirs(run.internal_dir, exist_ok=True)
     script_path = os.path.join(run.path, "job.sh")
@@ -62,7 +65,7 @@ def submit(trainer: Any, spec: Any, *, rerender: str = "") -> Submission:
             owned = fresh
             state = run.read_state() if os.path.exists(run.state_file) else {}
             _refuse_if_active(run, state, scheduler)
-            trainer._prepare_run()
+            prepare()
             atomic_write_bytes(script_path, script.encode(), sync=False)
             os.chmod(script_path, 0o755)
             job_id = scheduler.submit(script_path)
