@@ -5,6 +5,11 @@ group, ``TF_CONFIG``, …), provides the :class:`Coordinator` that ``report()`` 
 agree across ranks, and tears down afterwards. Backends are imported lazily, so that
 ``import hpctrain`` works without any framework installed.
 
+This package holds the **backend registry**'s lines: one :func:`register_backend` per
+backend names its class, its config dataclass (the job file's ``[name]`` section), its
+trainer and the modules it needs; ``job.backend``'s choices, ``hpctrain run`` and the 1.x
+API read them (:mod:`hpctrain._internal.registry`).
+
 =============== ====================================== ========================= ==========
 backend         set-up                                 report()'s agreement      launcher
 =============== ====================================== ========================= ==========
