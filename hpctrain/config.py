@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .errors import ConfigError
 from .naming import RUN_NAME_PATTERN
-from ._internal.registry import SCHEDULERS
+from ._internal.registry import LAUNCHERS, SCHEDULERS
 
 DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 #: A GPU type (Slurm GRES type names: ``a100``, ``a100_3g.20gb``, ``h100-80gb``…).
@@ -614,7 +614,8 @@ class RunConfig:
 
 
 GPU_BINDINGS = ("none", "local_rank", "local_rank_reverse")
-LAUNCHERS = ("srun", "mpiexec", "mpirun", "local")
+# LAUNCHERS, the ``scheduler.launcher`` values, is the launcher registry's live view of
+# its names (hpctrain._internal.registry.register_launcher).
 
 
 @dataclass

@@ -44,9 +44,15 @@ _LIMIT_KEYS = {"max_walltime": "walltime", "max_nodes": "int", "min_nodes": "int
                # <word> stands for letters, digits, '_', '-' and '.'; the rest is literal
                "account_form": "form"}
 _SELECTORS = ("partitions", "qos", "constraints")
-#: Job-spec sections a site may set (not the entry point, the run's name or its config).
-SITE_SECTIONS = ("scheduler", "scaling", "env", "setup", "run", "checkpoint", "failure",
-                 "torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm")
+_SITE_SECTIONS = ("scheduler", "scaling", "env", "setup", "run", "checkpoint", "failure")
+
+
+def site_sections() -> Tuple[str, ...]:
+    """Job-spec sections a site may set (not the entry point, the run's name or its
+    config): those above and every registered backend's section."""
+    from ._internal.registry import backend_names
+
+    return _SITE_SECTIONS + backend_names()
 
 
 def search_path() -> List[str]:
@@ -181,10 +187,10 @@ def load_site_file(path: str) -> Site:
         raise err("site.scheduler", f"expected {describe(batch)}, got {scheduler!r}")
     limits = _parse_limits(data.pop("limits", {}), err)
     for section in data:
-        if section not in SITE_SECTIONS:
+        if section not in site_sections():
             raise err(section, "a site config cannot set this section",
                       "site configs hold [site], [limits] and " +
-                      ", ".join(f"[{s}]" for s in SITE_SECTIONS))
+                      ", ".join(f"[{s}]" for s in site_sections()))
     layer = dict(data)
     layer.setdefault("scheduler", {})
     if not isinstance(layer["scheduler"], dict):

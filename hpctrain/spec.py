@@ -41,13 +41,16 @@ from ._internal.tomlfile import did_you_mean as _did_you_mean
 from ._internal.tomlfile import kind_name as _kind
 from ._internal.tomlfile import read_toml as _read_toml
 from ._internal.tomlfile import show_value as _show
+from ._internal import registry as _registry
 
 __all__ = [
     "BACKENDS", "EntryPoint", "JobSpec", "KEYS", "SECTIONS", "apply_overrides", "load_job_spec",
     "spec_from_dict",
 ]
 
-BACKENDS = ("torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm")
+#: The registered backend names (a live view of the backend registry,
+#: :func:`hpctrain._internal.registry.register_backend`).
+BACKENDS = _registry.BACKENDS
 
 # --------------------------------------------------------------------------- schema
 # Each key of a job file is declared once: a config class's fields declare their own
@@ -75,9 +78,7 @@ EXPECTED = {
     "frequency": '"auto" or a number of reports (an integer >= 1)',
 }
 
-#: The sections whose keys are a config class's fields; each class declares its keys
-#: (:func:`hpctrain.config.toml_keys`).
-CLASS_SECTIONS: Dict[str, Any] = {
+_FIXED_CLASS_SECTIONS: Dict[str, Any] = {
     "scaling": ScalingConfig, "run": RunConfig, "checkpoint": CheckpointConfig,
     "failure": FailureConfig, "scheduler": SchedulerConfig, "setup": SetupConfig,
     # which [datasets] are split over the ranks (hpctrain.DataConfig); the others whole
@@ -85,8 +86,39 @@ CLASS_SECTIONS: Dict[str, Any] = {
 }
 
 
-def _timeout(what: str) -> TomlKey:
-    return TomlKey("int", f"Seconds to wait for {what} before giving up.", minimum=1)
+class _Derived(Mapping):
+    """A table derived from the registered backends, rebuilt when they change (a backend
+    registered later has its ``[name]`` section, its name among ``job.backend``'s
+    choices)."""
+
+    def __init__(self, build: Callable[[], Dict[str, Any]]) -> None:
+        self._build, self._key, self._value = build, None, {}
+
+    def _table(self) -> Dict[str, Any]:
+        key = _registry.backend_entries()
+        if key != self._key:
+            self._value, self._key = self._build(), key
+        return self._value
+
+    def __getitem__(self, name: str) -> Any:
+        return self._table()[name]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __repr__(self) -> str:
+        return repr(self._table())
+
+
+#: The sections whose keys are a config class's fields; each class declares its keys
+#: (:func:`hpctrain.config.toml_keys`). A backend's section is its registered config
+#: dataclass (``[torch]``: :class:`~hpctrain.backends.torch.TorchConfig`).
+CLASS_SECTIONS: Mapping[str, Any] = _Derived(lambda: {
+    **_FIXED_CLASS_SECTIONS,
+    **{e.name: _registry.load(e.config) for e in _registry.backend_entries()}})
 
 
 def _callback(what: str) -> TomlKey:
@@ -116,22 +148,6 @@ _SPEC_SECTIONS: Dict[str, Optional[Dict[str, TomlKey]]] = {
                   "tensorboard": _callback("TensorBoard event files"),
                   "mlflow": _callback("MLflow tracking"),
                   "wandb": _callback("Weights & Biases")},
-    # Backend options: one section per backend name.
-    "torch": {"backend": TomlKey("str", "The process group backend (auto: NCCL on GPUs, "
-                                 "Gloo on CPUs).", choices=("gloo", "nccl", "auto")),
-              "timeout_s": _timeout("the process group")},
-    "tensorflow": {"timeout_s": _timeout("the other workers"),
-                   "legacy_keras": TomlKey("bool", "Use tf-keras (Keras 2) instead of "
-                                           "Keras 3.")},
-    "horovod": {"timeout_s": _timeout("the other workers"),
-                "controller": TomlKey("str", "Horovod's controller.",
-                                      choices=("auto", "gloo", "mpi"))},
-    "mpi": {"timeout_s": _timeout("the other ranks")},
-    "xgboost": {"xgboost_communicator": TomlKey("str", "XGBoost's communicator."),
-                "timeout_s": _timeout("the tracker")},
-    "lightgbm": {"timeout_s": _timeout("the other machines"),
-                 "inject_network_params": TomlKey("bool", "Set LightGBM's machines and "
-                                                  "ports in the parameters.")},
     # A hyperparameter sweep (``hpctrain sweep``): param_space overlays [config] per trial.
     "sweep": {
         "num_samples": TomlKey("int", "Repeats of the grid (or samples of the random "
@@ -150,20 +166,24 @@ _SPEC_SECTIONS: Dict[str, Optional[Dict[str, TomlKey]]] = {
     },
 }
 
+def _keys() -> Dict[str, Optional[Dict[str, TomlKey]]]:
+    classes = dict(CLASS_SECTIONS)
+    return {name: toml_keys(classes[name]) if name in classes else _SPEC_SECTIONS[name]
+            for name in ("job", "scaling", "run", "checkpoint", "failure", "scheduler",
+                         "setup", "env", "config", "datasets", "data", "callbacks",
+                         *BACKENDS, "sweep")}
+
+
 #: Every section's keys in order, with their kinds, docs and choices (``None``: a
 #: free-form table).
-KEYS: Dict[str, Optional[Dict[str, TomlKey]]] = {
-    name: toml_keys(CLASS_SECTIONS[name]) if name in CLASS_SECTIONS else _SPEC_SECTIONS[name]
-    for name in ("job", "scaling", "run", "checkpoint", "failure", "scheduler", "setup",
-                 "env", "config", "datasets", "data", "callbacks", *BACKENDS, "sweep")
-}
+KEYS: Mapping[str, Optional[Dict[str, TomlKey]]] = _Derived(_keys)
 
 #: Allowed keys per section and their kinds; ``None`` marks a free-form table ([config],
 #: [env]).
-SECTIONS: Dict[str, Optional[Dict[str, str]]] = {
+SECTIONS: Mapping[str, Optional[Dict[str, str]]] = _Derived(lambda: {
     name: None if keys is None else {key: k.kind for key, k in keys.items()}
     for name, keys in KEYS.items()
-}
+})
 
 #: Top-level keys that are not sections.
 TOP_LEVEL_KEYS = {"site": TomlKey("str", "The site config layered under this file "
@@ -173,12 +193,12 @@ TOP_LEVEL = {name: k.kind for name, k in TOP_LEVEL_KEYS.items()}
 #: Table kinds whose entries merge key by key across layers (site < job file < --set).
 _MERGED_TABLES = ("numbers", "directives", "callback", "space")
 
-_CHOICES: Dict[str, Sequence[Any]] = {
+_CHOICES: Mapping[str, Sequence[Any]] = _Derived(lambda: {
     f"{name}.{key}": k.choices for name, keys in KEYS.items() for key, k in (keys or {}).items()
-    if k.choices is not None and not k.own_check}
-_MINIMUM: Dict[str, int] = {
+    if k.choices is not None and not k.own_check})
+_MINIMUM: Mapping[str, int] = _Derived(lambda: {
     f"{name}.{key}": k.minimum for name, keys in KEYS.items() for key, k in (keys or {}).items()
-    if k.minimum is not None and not k.own_check}
+    if k.minimum is not None and not k.own_check})
 #: An ``[env]`` name (JSON Schema's ``propertyNames`` too).
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _ENV_NAME = re.compile(ENV_NAME_PATTERN)

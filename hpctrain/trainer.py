@@ -253,7 +253,10 @@ class DataParallelTrainer:
         run = existing_run(path, f"{cls.__name__}.restore", restorable=True)
         payload = WorkerPayload.load(run)
         if cls is not DataParallelTrainer and cls._backend_name != payload.backend:
-            theirs = _TRAINERS.get(payload.backend, ("", "the matching trainer", ""))[1]
+            from ._internal.registry import BACKENDS, backend_entry
+
+            theirs = (backend_entry(payload.backend).trainer.partition(":")[2]
+                      if payload.backend in BACKENDS else "the matching trainer")
             raise ConfigError(
                 f"{cls.__name__}.restore: {run.path} is a run of {theirs} (backend "
                 f"{payload.backend!r}), not of {cls.__name__}",
@@ -351,10 +354,10 @@ def trainer_from_spec(spec) -> DataParallelTrainer:
         raise ConfigError("job.entrypoint: expected \"module:function\" or \"file.py:function\", "
                           "got nothing", file=spec.source)
     spec.entrypoint.check()
-    import importlib
+    from ._internal.registry import backend_entry, load
 
-    module, trainer_name, keyword = _TRAINERS[spec.backend]
-    cls = getattr(importlib.import_module(module), trainer_name)
+    entry = backend_entry(spec.backend)
+    cls, keyword = load(entry.trainer), entry.config_keyword
     trainer = cls(
         spec.entrypoint, train_loop_config=dict(spec.config),
         **{keyword: cls._backend_config_cls(**spec.backend_options)},
@@ -362,14 +365,3 @@ def trainer_from_spec(spec) -> DataParallelTrainer:
         site=spec.site, datasets=spec.datasets, dataset_config=spec.data_config)
     trainer._spec = spec
     return trainer
-
-
-#: job.backend → (module, trainer class, the trainer's keyword for its backend config)
-_TRAINERS = {
-    "torch": ("hpctrain.torch", "TorchTrainer", "torch_config"),
-    "tensorflow": ("hpctrain.tensorflow", "TensorflowTrainer", "tensorflow_config"),
-    "horovod": ("hpctrain.horovod", "HorovodTrainer", "horovod_config"),
-    "mpi": ("hpctrain.mpi", "MPITrainer", "mpi_config"),
-    "xgboost": ("hpctrain.xgboost", "XGBoostTrainer", "xgboost_config"),
-    "lightgbm": ("hpctrain.lightgbm", "LightGBMTrainer", "lightgbm_config"),
-}

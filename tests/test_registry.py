@@ -1,7 +1,9 @@
-"""The registries: every scheduler fact lives in its class under hpctrain/schedulers/."""
+"""The registries: every scheduler fact lives in its class under hpctrain/schedulers/;
+every backend and launcher is one registration (hpctrain/backends, hpctrain/launchers)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import pathlib
 import subprocess
 import sys
@@ -13,6 +15,11 @@ from hpctrain.errors import ConfigError
 from hpctrain.schedulers import (detect_scheduler, get_scheduler, register_scheduler,
                                  scheduler_class, scheduler_names)
 from hpctrain.schedulers.base import Scheduler
+from hpctrain.backends import Backend, get_backend
+from hpctrain.config import LAUNCHERS, toml, toml_keys
+from hpctrain.launchers import Launcher
+from hpctrain.schema import json_schema
+from hpctrain.spec import BACKENDS, KEYS, SECTIONS, spec_from_dict
 
 PACKAGE = pathlib.Path(hpctrain.__file__).parent
 
@@ -90,8 +97,96 @@ class ToyScheduler(Scheduler):
 
 def test_import_hpctrain_imports_no_framework():
     code = ("import sys, hpctrain, hpctrain.cluster_env, hpctrain.schedulers; "
-            "import hpctrain.schedulers.slurm, hpctrain.schedulers.pbs; "
+            "import hpctrain.schedulers.slurm, hpctrain.schedulers.pbs, hpctrain.spec; "
+            "dict(hpctrain.spec.KEYS); import hpctrain.launchers; "
             "print(sorted(m for m in ('torch', 'tensorflow', 'submitit') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ backends and launchers
+@pytest.fixture
+def registries(monkeypatch):
+    """The backend and launcher registries, restored afterwards (hpctrain's own entries
+    loaded first, so that the copies hold them)."""
+    from hpctrain._internal import registry
+
+    registry.backend_names(), registry.launcher_names()
+    monkeypatch.setattr(registry, "_BACKENDS", dict(registry._BACKENDS))
+    monkeypatch.setattr(registry, "_LAUNCHERS", dict(registry._LAUNCHERS))
+    return registry
+
+
+@dataclasses.dataclass
+class ToyConfig:
+    rounds: int = dataclasses.field(default=3, metadata=toml("int", "Rounds.", minimum=1))
+    flavour: str = dataclasses.field(default="plain", metadata=toml(
+        "str", "The flavour.", choices=("plain", "fancy")))
+
+
+class ToyBackend(Backend):
+    pass
+
+
+class ToyTrainer:
+    _backend_name = "toy"
+    _backend_config_cls = ToyConfig
+
+
+class ToyLauncher(Launcher):
+    name = "toyrun"
+
+
+def test_every_registered_backend_loads():
+    from hpctrain._internal.registry import backend_entries, load
+
+    assert [e.name for e in backend_entries()] == list(BACKENDS)
+    for e in backend_entries():
+        assert issubclass(load(e.backend), Backend), e.name
+        assert dataclasses.is_dataclass(load(e.config)), e.name
+        assert KEYS[e.name] == toml_keys(load(e.config))
+
+
+def test_a_registered_backend_is_known_to_the_job_spec(registries):
+    registries.register_backend("toy", backend=f"{__name__}:ToyBackend",
+                                config=f"{__name__}:ToyConfig",
+                                trainer=f"{__name__}:ToyTrainer", config_keyword="toy_config")
+    assert "toy" in BACKENDS and "toy" in KEYS["job"]["backend"].choices
+    assert SECTIONS["toy"] == {"rounds": "int", "flavour": "str"}
+    spec = spec_from_dict({"job": {"entrypoint": "m:f", "backend": "toy"},
+                           "toy": {"rounds": 5}})
+    assert (spec.backend, spec.backend_options) == ("toy", {"rounds": 5})
+    with pytest.raises(ConfigError, match="toy.round: unknown key"):
+        spec_from_dict({"job": {"backend": "toy"}, "toy": {"round": 5}})
+    with pytest.raises(ConfigError, match="toy.rounds: expected an integer ≥ 1"):
+        spec_from_dict({"job": {"backend": "toy"}, "toy": {"rounds": 0}})
+    with pytest.raises(ConfigError, match='toy.flavour: expected one of "plain", "fancy"'):
+        spec_from_dict({"job": {"backend": "toy"}, "toy": {"flavour": "odd"}})
+    assert "toy" in json_schema()["properties"]
+    assert isinstance(get_backend("toy", ToyConfig()), ToyBackend)
+    assert registries.load(registries.backend_entry("toy").trainer) is ToyTrainer
+
+    registries.unregister_backend("toy")
+    assert "toy" not in BACKENDS and "toy" not in SECTIONS and "toy" not in KEYS
+    with pytest.raises(ConfigError, match="job.backend: expected one of"):
+        spec_from_dict({"job": {"backend": "toy"}})
+    with pytest.raises(ConfigError, match="unknown section"):
+        spec_from_dict({"toy": {"rounds": 5}})
+
+
+def test_a_registered_launcher_is_a_scheduler_launcher_choice(registries):
+    from hpctrain.launchers import launcher_for
+
+    registries.register_launcher("toyrun", f"{__name__}:ToyLauncher")
+    assert "toyrun" in LAUNCHERS and "toyrun" in KEYS["scheduler"]["launcher"].choices
+    schema = json_schema()["properties"]["scheduler"]["properties"]["launcher"]
+    assert "toyrun" in schema["enum"]
+    spec = spec_from_dict({"job": {"entrypoint": "m:f"}, "scheduler": {"launcher": "toyrun"}})
+    assert isinstance(launcher_for(spec), ToyLauncher)
+
+    registries.unregister_launcher("toyrun")
+    assert "toyrun" not in LAUNCHERS
+    with pytest.raises(ConfigError, match="scheduler.launcher: expected one of"):
+        hpctrain.SchedulerConfig(launcher="toyrun")
+    assert list(LAUNCHERS) == ["srun", "mpiexec", "mpirun", "local"]

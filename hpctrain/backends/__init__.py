@@ -5,6 +5,11 @@ group, ``TF_CONFIG``, …), provides the :class:`Coordinator` that ``report()`` 
 agree across ranks, and tears down afterwards. Backends are imported lazily, so that
 ``import hpctrain`` works without any framework installed.
 
+This package holds the **backend registry**'s lines: one :func:`register_backend` per
+backend names its class, its config dataclass (the job file's ``[name]`` section), its
+trainer and the modules it needs; ``job.backend``'s choices, ``hpctrain run`` and the 1.x
+API read them (:mod:`hpctrain._internal.registry`).
+
 =============== ====================================== ========================= ==========
 backend         set-up                                 report()'s agreement      launcher
 =============== ====================================== ========================= ==========
@@ -18,37 +23,53 @@ backend         set-up                                 report()'s agreement     
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from typing import Any, Dict, Mapping
 
 from ..errors import ConfigError, MissingFrameworkError
+from .._internal.registry import (backend_entry, backend_names, load, register_backend)
 from .base import Backend
 
-# name: (module, class, modules the framework needs, how to install them)
-_REGISTRY = {
-    "torch": ("hpctrain.backends.torch", "TorchBackend", ("torch",),
-              "pip install 'hpctrain[torch]'"),
-    "tensorflow": ("hpctrain.backends.tensorflow", "TensorflowBackend",
-                   ("tensorflow", "tf_keras"), "pip install 'hpctrain[tensorflow]' "
-                   "(tensorflow-cpu or tensorflow, and tf-keras)"),
-    "horovod": ("hpctrain.backends.horovod", "HorovodBackend", ("torch", "horovod"),
-                "bash scripts/install-horovod.sh (builds Horovod 0.28.1 against torch 2.x; "
-                "`pip install horovod` does not build with torch 2.x)"),
-    "mpi": ("hpctrain.backends.mpi", "MPIBackend", ("mpi4py",),
-            "pip install 'hpctrain[mpi]' (mpi4py, built against the job's MPI: load the MPI "
-            "module first)"),
-    "xgboost": ("hpctrain.backends.xgboost", "XGBoostBackend", ("xgboost",),
-                "pip install 'hpctrain[xgboost]'"),
-    "lightgbm": ("hpctrain.backends.lightgbm", "LightGBMBackend", ("lightgbm",),
-                 "pip install 'hpctrain[lightgbm]'"),
-}
+# The backend registry (hpctrain._internal.registry): one line per backend.
+register_backend("torch", backend="hpctrain.backends.torch:TorchBackend",
+                 config="hpctrain.backends.torch:TorchConfig",
+                 trainer="hpctrain.torch:TorchTrainer", config_keyword="torch_config",
+                 requires=("torch",), install="pip install 'hpctrain[torch]'",
+                 legacy_api=True)
+register_backend("tensorflow", backend="hpctrain.backends.tensorflow:TensorflowBackend",
+                 config="hpctrain.backends.tensorflow:TensorflowConfig",
+                 trainer="hpctrain.tensorflow:TensorflowTrainer",
+                 config_keyword="tensorflow_config", requires=("tensorflow", "tf_keras"),
+                 install="pip install 'hpctrain[tensorflow]' (tensorflow-cpu or tensorflow, "
+                 "and tf-keras)", legacy_api=True)
+register_backend("horovod", backend="hpctrain.backends.horovod:HorovodBackend",
+                 config="hpctrain.backends.horovod:HorovodConfig",
+                 trainer="hpctrain.horovod:HorovodTrainer", config_keyword="horovod_config",
+                 requires=("torch", "horovod"),
+                 install="bash scripts/install-horovod.sh (builds Horovod 0.28.1 against "
+                 "torch 2.x; `pip install horovod` does not build with torch 2.x)",
+                 legacy_api=True)
+register_backend("mpi", backend="hpctrain.backends.mpi:MPIBackend",
+                 config="hpctrain.backends.mpi:MPIConfig",
+                 trainer="hpctrain.mpi:MPITrainer", config_keyword="mpi_config",
+                 requires=("mpi4py",),
+                 install="pip install 'hpctrain[mpi]' (mpi4py, built against the job's MPI: "
+                 "load the MPI module first)")
+register_backend("xgboost", backend="hpctrain.backends.xgboost:XGBoostBackend",
+                 config="hpctrain.backends.xgboost:XGBoostConfig",
+                 trainer="hpctrain.xgboost:XGBoostTrainer", config_keyword="xgboost_config",
+                 requires=("xgboost",), install="pip install 'hpctrain[xgboost]'")
+register_backend("lightgbm", backend="hpctrain.backends.lightgbm:LightGBMBackend",
+                 config="hpctrain.backends.lightgbm:LightGBMConfig",
+                 trainer="hpctrain.lightgbm:LightGBMTrainer", config_keyword="lightgbm_config",
+                 requires=("lightgbm",), install="pip install 'hpctrain[lightgbm]'")
 
 
 def check_installed(name: str) -> None:
     """Raise :class:`MissingFrameworkError` (an ImportError), saying what to install, when
     backend ``name``'s framework is not importable here. Nothing is imported."""
-    _, _, modules, install = _REGISTRY[name]
+    entry = backend_entry(name)
+    modules, install = entry.requires, entry.install
     missing = [m for m in modules if not _findable(m)]
     if missing:
         raise MissingFrameworkError(
@@ -65,12 +86,11 @@ def _findable(module: str) -> bool:
 
 def get_backend(name: str, config: Any = None) -> Backend:
     """``get_backend("torch", TorchConfig())`` → a TorchBackend instance."""
-    try:
-        module, cls, _, _ = _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(f"job.backend: expected one of {sorted(_REGISTRY)}, got {name!r}") from None
+    if name not in backend_names():
+        raise ConfigError(f"job.backend: expected one of {sorted(backend_names())}, "
+                          f"got {name!r}")
     check_installed(name)
-    return getattr(importlib.import_module(module), cls)(config)
+    return load(backend_entry(name).backend)(config)
 
 
 def needs_mpi_launcher(name: str, options: Mapping[str, Any]) -> bool:

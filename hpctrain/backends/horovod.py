@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..cluster_env import WorkerInfo
+from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 
@@ -38,8 +39,10 @@ class HorovodConfig:
     ``timeout_s``: how long ranks wait for each other at start-up and in hpctrain's
     agreement (also ``HOROVOD_GLOO_TIMEOUT_SECONDS`` unless set)."""
 
-    controller: str = "auto"
-    timeout_s: int = 1800
+    controller: str = field(default="auto", metadata=toml(
+        "str", "Horovod's controller.", choices=("auto", "gloo", "mpi")))
+    timeout_s: int = field(default=1800, metadata=toml(
+        "int", "Seconds to wait for the other workers before giving up.", minimum=1))
 
     def __post_init__(self) -> None:
         if self.controller not in CONTROLLERS:

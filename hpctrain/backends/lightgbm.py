@@ -16,10 +16,11 @@ they set it (``LightGBMConfig(inject_network_params=False)`` turns both off).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ..cluster_env import WorkerInfo
+from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 from .xgboost import cores_per_rank, worker_ip
@@ -37,8 +38,10 @@ class LightGBMConfig:
     ``inject_network_params``: add the network parameters (and ``num_threads``: this
     rank's share of the node's cores) to ``lightgbm.train``'s params when they set none."""
 
-    timeout_s: int = 1800
-    inject_network_params: bool = True
+    timeout_s: int = field(default=1800, metadata=toml(
+        "int", "Seconds to wait for the other machines before giving up.", minimum=1))
+    inject_network_params: bool = field(default=True, metadata=toml(
+        "bool", "Set LightGBM's machines and ports in the parameters."))
 
     def __post_init__(self) -> None:
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int) or self.timeout_s <= 0:

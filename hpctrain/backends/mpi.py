@@ -10,11 +10,12 @@ rank would be a world of one) and runs ``report()``'s agreement over its own dup
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Sequence
 
 from hpctrain._internal.context import Coordinator
 from ..cluster_env import WorkerInfo
+from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 
@@ -24,7 +25,8 @@ class MPIConfig:
     """``timeout_s``: kept for symmetry with the other backends (MPI has no timeout of
     its own; a rank that dies makes the launcher end the others)."""
 
-    timeout_s: int = 1800
+    timeout_s: int = field(default=1800, metadata=toml(
+        "int", "Seconds to wait for the other ranks before giving up.", minimum=1))
 
     def __post_init__(self) -> None:
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int) or self.timeout_s <= 0:

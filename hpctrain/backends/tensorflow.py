@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
 from ..cluster_env import WorkerInfo
+from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 
@@ -40,8 +41,10 @@ class TensorflowConfig:
     ``legacy_keras``: set ``TF_USE_LEGACY_KERAS=1`` (tf.keras is Keras 2) unless the
     environment already sets it."""
 
-    timeout_s: int = 1800
-    legacy_keras: bool = True
+    timeout_s: int = field(default=1800, metadata=toml(
+        "int", "Seconds to wait for the other workers before giving up.", minimum=1))
+    legacy_keras: bool = field(default=True, metadata=toml(
+        "bool", "Use tf-keras (Keras 2) instead of Keras 3."))
 
     def __post_init__(self) -> None:
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int) or self.timeout_s <= 0:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import datetime
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 from hpctrain._internal.context import Coordinator, current_session
 from ..cluster_env import WorkerInfo
+from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 
@@ -24,8 +25,11 @@ class TorchConfig:
     """``backend``: "nccl", "gloo" or None (NCCL when GPUs are used, else Gloo).
     ``timeout_s``: collective timeout for the process group."""
 
-    backend: Optional[str] = None
-    timeout_s: int = 1800
+    backend: Optional[str] = field(default=None, metadata=toml(
+        "str", "The process group backend (auto: NCCL on GPUs, Gloo on CPUs).",
+        choices=("gloo", "nccl", "auto")))
+    timeout_s: int = field(default=1800, metadata=toml(
+        "int", "Seconds to wait for the process group before giving up.", minimum=1))
 
     def __post_init__(self) -> None:
         if self.backend == "auto":

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from ..cluster_env import WorkerInfo
+from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 from .tensorflow import worker_address
@@ -29,8 +30,10 @@ class XGBoostConfig:
     ``timeout_s``: how long a rank waits for the others (set-up and each agreement; also
     the tracker's)."""
 
-    xgboost_communicator: str = "rabit"
-    timeout_s: int = 1800
+    xgboost_communicator: str = field(default="rabit", metadata=toml(
+        "str", "XGBoost's communicator."))
+    timeout_s: int = field(default=1800, metadata=toml(
+        "int", "Seconds to wait for the tracker before giving up.", minimum=1))
 
     def __post_init__(self) -> None:
         if self.xgboost_communicator != "rabit":

@@ -8,19 +8,29 @@ from __future__ import annotations
 
 from typing import Any, List
 
+from .._internal.registry import LAUNCHERS, launcher_class, register_launcher
 from .base import ExitRecord, Launcher, WorkerGroup
 from .local import LocalLauncher
 
 __all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "launcher_for",
            "launch_line", "without_gpu_args"]
 
-NAMES = ("local", "srun", "mpiexec", "mpirun")
+# The launcher registry (hpctrain._internal.registry): one line per ``scheduler.launcher``
+# value, in the order the docs and the schema list them.
+register_launcher("srun", "hpctrain.launchers.srun:SrunLauncher")
+register_launcher("mpiexec", "hpctrain.launchers.mpiexec:MpiexecLauncher")
+register_launcher("mpirun", "hpctrain.launchers.mpiexec:MpiexecLauncher")
+register_launcher("local", "hpctrain.launchers.local:LocalLauncher")
+
+#: The registered launcher names (a live view).
+NAMES = LAUNCHERS
 
 
 def launcher_for(spec: Any, *, here: bool = False) -> Launcher:
     """The launcher a :class:`~hpctrain.spec.JobSpec` asks for inside its allocation
-    (``scheduler.launcher``; by default srun under Slurm, mpiexec under PBS), or, with
-    ``here``, on this machine (the local spawner).
+    (``scheduler.launcher``; by default the scheduler's own: srun under Slurm, mpiexec
+    under PBS), or, with ``here``, on this machine (the local spawner). The name is looked
+    up in the launcher registry and the class builds itself (:meth:`Launcher.for_spec`).
 
     Backends whose ranks must be one MPI job (``mpi``; ``horovod`` with the MPI
     controller) get ``mpiexec`` instead of the local spawner, and ``srun --mpi=pmix``
@@ -34,29 +44,8 @@ def launcher_for(spec: Any, *, here: bool = False) -> Launcher:
     mpi = needs_mpi_launcher(spec.backend, spec.backend_options)
     if name == "local" and mpi:
         name = "mpiexec"
-    if name == "local":
-        return LocalLauncher()
-    if name == "srun":
-        from .srun import SrunLauncher
-
-        extra = tuple(launcher_args)
-        if mpi and not any(a == "--mpi" or a.startswith("--mpi=") for a in extra):
-            extra = ("--mpi=pmix",) + extra
-        return SrunLauncher(nodes=scaling.nodes, workers_per_node=scaling.per_node,
-                            cpus_per_worker=scaling.cpus_each,
-                            gpus_per_worker=scaling.gpus_each if sched.gpu_binding == "none"
-                            else 0, extra_args=extra)
-    if name in ("mpiexec", "mpirun"):
-        from .mpiexec import DEFAULT_EXPORT_PREFIXES, MpiexecLauncher
-
-        # Open MPI passes only -x variables to ranks on other nodes: also the spec's own
-        # [env] and what modules and environments set up
-        exports = tuple(DEFAULT_EXPORT_PREFIXES) + tuple(sorted(spec.env)) + (
-            "PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX")
-        return MpiexecLauncher(flavor="auto", executable=name,
-                               workers_per_node=scaling.per_node,
-                               extra_args=launcher_args, export_prefixes=exports)
-    raise ValueError(f"unknown launcher {name!r}; expected one of: {', '.join(NAMES)}")
+    return launcher_class(name).for_spec(spec, name=name, launcher_args=launcher_args,
+                                         mpi=mpi)
 
 
 def _is_gpu_option(arg: str) -> bool:

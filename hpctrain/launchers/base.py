@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 LineSink = Callable[[int, str], None]
 
@@ -33,6 +33,16 @@ class WorkerGroup:
 
 class Launcher:
     name = "base"
+
+    @classmethod
+    def for_spec(cls, spec: Any, *, name: str, launcher_args: Sequence[str],
+                 mpi: bool) -> "Launcher":
+        """This launcher for a :class:`~hpctrain.spec.JobSpec`'s ranks in its allocation
+        (``name``: the ``scheduler.launcher`` value it is registered as; ``launcher_args``:
+        the site's and job's arguments, GPU options gone when the job asks for no GPU;
+        ``mpi``: the backend needs its ranks to be one MPI job). The base takes no
+        options."""
+        return cls()
 
     def launch(self, *, command: Sequence[str], env: Dict[str, str], num_workers: int,
                log_dir: str, on_line: Optional[LineSink] = None) -> WorkerGroup:

@@ -245,6 +245,18 @@ class MpiexecLauncher(Launcher):
 
     name = "mpiexec"
 
+    @classmethod
+    def for_spec(cls, spec, *, name: str, launcher_args: Sequence[str],
+                 mpi: bool) -> "MpiexecLauncher":
+        """One ``mpiexec`` (or ``mpirun``: ``name``) of the spec's ranks; the dialect is
+        read from ``--version`` when it starts."""
+        # Open MPI passes only -x variables to ranks on other nodes: also the spec's own
+        # [env] and what modules and environments set up
+        exports = tuple(DEFAULT_EXPORT_PREFIXES) + tuple(sorted(spec.env)) + (
+            "PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX")
+        return cls(flavor="auto", executable=name, workers_per_node=spec.scaling.per_node,
+                   extra_args=launcher_args, export_prefixes=exports)
+
     def __init__(self, *, flavor: str = "auto", executable: str = "mpiexec",
                  workers_per_node: Optional[int] = None, hostfile: Optional[str] = None,
                  extra_args: Sequence[str] = (),

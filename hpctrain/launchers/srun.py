@@ -39,6 +39,20 @@ def srun_argv(*, nodes: int, workers_per_node: int, command: Sequence[str],
 class SrunLauncher(Launcher):
     name = "srun"
 
+    @classmethod
+    def for_spec(cls, spec, *, name: str, launcher_args: Sequence[str],
+                 mpi: bool) -> "SrunLauncher":
+        """A job step of the spec's ranks; ``--mpi=pmix`` for a backend that needs MPI
+        unless the launcher arguments name an ``--mpi`` plugin themselves."""
+        sched, scaling = spec.scheduler, spec.scaling
+        extra = tuple(launcher_args)
+        if mpi and not any(a == "--mpi" or a.startswith("--mpi=") for a in extra):
+            extra = ("--mpi=pmix",) + extra
+        return cls(nodes=scaling.nodes, workers_per_node=scaling.per_node,
+                   cpus_per_worker=scaling.cpus_each,
+                   gpus_per_worker=scaling.gpus_each if sched.gpu_binding == "none" else 0,
+                   extra_args=extra)
+
     def __init__(self, *, nodes: int, workers_per_node: int,
                  cpus_per_worker: Optional[int] = None, gpus_per_worker: int = 0,
                  extra_args: Sequence[str] = (), executable: str = "srun"):

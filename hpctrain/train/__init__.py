@@ -496,21 +496,20 @@ class _Interrupted(Exception):
     """Raised from the run's tick to stop it (an abandoned iterator, shutdown, exit)."""
 
 
-_BACKENDS = {  # name: (module, trainer class, config class, trainer's config keyword)
-    "torch": ("hpctrain.torch", "TorchTrainer", "TorchConfig", "torch_config"),
-    "tensorflow": ("hpctrain.tensorflow", "TensorflowTrainer", "TensorflowConfig",
-                   "tensorflow_config"),
-    "horovod": ("hpctrain.horovod", "HorovodTrainer", "HorovodConfig", "horovod_config"),
-}
+def _legacy_backends():
+    """The backend names of the 1.x API (``backend="torch"``): the registered backends
+    that say ``legacy_api``."""
+    from hpctrain._internal.registry import backend_entries
+
+    return tuple(e.name for e in backend_entries() if e.legacy_api)
 
 
 def _backend_classes(name: str):
-    import importlib
+    from hpctrain._internal.registry import backend_entry, load
 
-    module, trainer, config, keyword = _BACKENDS[name]
+    entry = backend_entry(name)
     try:
-        mod = importlib.import_module(module)
-        return getattr(mod, trainer), getattr(mod, config), keyword
+        return load(entry.trainer), load(entry.config), entry.config_keyword
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"backend {name!r} is not available in this hpctrain installation "
                           f"({e})") from e
@@ -519,13 +518,13 @@ def _backend_classes(name: str):
 def _resolve_backend(backend: Any):
     """``(trainer class, config keyword, config or None)`` for a name or a config object."""
     if isinstance(backend, str):
-        if backend not in _BACKENDS:
+        if backend not in _legacy_backends():
             raise ConfigError(f"Invalid backend: {backend!r}. Supported string values are: "
-                              f"{sorted(_BACKENDS)}",
+                              f"{sorted(_legacy_backends())}",
                               hint="or pass a backend config such as hpctrain.torch.TorchConfig()")
         cls, _, keyword = _backend_classes(backend)
         return cls, keyword, None
-    for name in _BACKENDS:
+    for name in _legacy_backends():
         try:
             cls, config_cls, keyword = _backend_classes(name)
         except ConfigError:
@@ -533,7 +532,7 @@ def _resolve_backend(backend: Any):
         if isinstance(backend, config_cls):
             return cls, keyword, backend
     raise TypeError(f"Invalid type for backend: {type(backend)}. Expected one of "
-                    f"{sorted(_BACKENDS)} or a backend config such as TorchConfig().")
+                    f"{sorted(_legacy_backends())} or a backend config such as TorchConfig().")
 
 
 def _load_dict(path: Union[str, os.PathLike]) -> Dict:
