@@ -64,3 +64,33 @@ def small_disk(tmp_path):
         yield str(small)
     finally:
         subprocess.run(["umount", "-l", str(small)])
+
+
+SIGNAL_LEAKS = "/tmp/hpctrain-signal-leaks.txt"
+
+
+@pytest.fixture(autouse=True)
+def _no_signal_state_leaks(request):
+    """A test that leaves signals blocked (or SIGINT ignored) in this pytest process hands
+    that to every process started afterwards: a driver that never sees Ctrl-C, ranks that
+    never see SIGTERM. After each test, restore what it found and name the test in
+    SIGNAL_LEAKS, so that the source can be fixed."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    sigint = signal.getsignal(signal.SIGINT)
+    yield
+    leaked = []
+    now = signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if now != mask:
+        leaked.append(f"blocked {sorted(s.name for s in now - mask)}")
+    if signal.getsignal(signal.SIGINT) is not sigint:
+        leaked.append(f"SIGINT handler {signal.getsignal(signal.SIGINT)!r}")
+        signal.signal(signal.SIGINT, sigint)
+    if leaked:
+        with open(SIGNAL_LEAKS, "a") as f:
+            f.write(f"{request.node.nodeid}: {'; '.join(leaked)}\n")
