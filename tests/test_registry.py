@@ -67,21 +67,22 @@ def test_detection_asks_each_scheduler_in_registration_order():
     assert detect_scheduler({"PBS_JOBID": "2.x"}) == "pbs"
 
 
-def test_a_registered_scheduler_is_known_everywhere(monkeypatch):
-    from hpctrain._internal import registry as schedulers
+def test_a_registered_scheduler_is_known_everywhere():
+    from hpctrain._internal.registry import SCHEDULERS
     from hpctrain.cluster_env import worker_info_from_env
-
-    monkeypatch.setattr(schedulers, "_REGISTRY", dict(schedulers._REGISTRY))
-    monkeypatch.setattr(schedulers, "_CLASSES", dict(schedulers._CLASSES))
-    register_scheduler("toy", f"{__name__}:ToyScheduler")
-    assert "toy" in scheduler_names()
-    assert hpctrain.SchedulerConfig(kind="toy").launcher_name == "mpiexec"
-    info = worker_info_from_env({"TOY_JOB": "42"}, hostname="h")
-    assert (info.scheduler, info.job_id) == ("toy", "42")
     from hpctrain.spec import spec_from_dict
 
-    assert spec_from_dict({"job": {"entrypoint": "m:f"},
-                           "scheduler": {"kind": "toy"}}).scheduler.kind == "toy"
+    with SCHEDULERS.scoped():
+        register_scheduler("toy", f"{__name__}:ToyScheduler")
+        assert "toy" in scheduler_names()
+        assert hpctrain.SchedulerConfig(kind="toy").launcher_name == "mpiexec"
+        info = worker_info_from_env({"TOY_JOB": "42"}, hostname="h")
+        assert (info.scheduler, info.job_id) == ("toy", "42")
+        assert spec_from_dict({"job": {"entrypoint": "m:f"},
+                               "scheduler": {"kind": "toy"}}).scheduler.kind == "toy"
+    assert "toy" not in scheduler_names()
+    with pytest.raises(ValueError, match="unknown scheduler 'toy'"):
+        scheduler_class("toy")
 
 
 class ToyScheduler(Scheduler):
@@ -107,15 +108,12 @@ def test_import_hpctrain_imports_no_framework():
 
 # ------------------------------------------------------------------ backends and launchers
 @pytest.fixture
-def registries(monkeypatch):
-    """The backend and launcher registries, restored afterwards (hpctrain's own entries
-    loaded first, so that the copies hold them)."""
+def registries():
+    """The backend and launcher registries, restored afterwards."""
     from hpctrain._internal import registry
 
-    registry.backend_names(), registry.launcher_names()
-    monkeypatch.setattr(registry, "_BACKENDS", dict(registry._BACKENDS))
-    monkeypatch.setattr(registry, "_LAUNCHERS", dict(registry._LAUNCHERS))
-    return registry
+    with registry.BACKENDS.scoped(), registry.LAUNCHERS.scoped():
+        yield registry
 
 
 @dataclasses.dataclass

@@ -570,7 +570,7 @@ def test_array_tasks_run_their_trial_when_the_manifest_lock_is_busy(tmp_path, st
     sweep.json's lock in time still runs its trial (its state.json is the truth)."""
     from filelock import FileLock
 
-    from hpctrain._internal.batch import _run
+    from hpctrain._internal.batch import run_allocation
     from hpctrain._internal.allocation.recovery import PendingStop
     from hpctrain._internal.rundir.layout import RunDir
     from hpctrain.tune import _batch
@@ -585,7 +585,7 @@ def test_array_tasks_run_their_trial_when_the_manifest_lock_is_busy(tmp_path, st
     monkeypatch.setattr(_batch, "MANIFEST_WAIT_S", 0.2)
     run = RunDir(sweep.trial_path(2))
     with FileLock(sweep.manifest_file + ".lock"):  # another task holds it throughout
-        code = _batch.run_trial(run, spec, 2, lambda one, script: _run(
+        code = _batch.run_trial(run, spec, 2, lambda one, script: run_allocation(
             run, one, PendingStop(), script))
     assert code == 0
     assert run.read_state()["status"] == "FINISHED"

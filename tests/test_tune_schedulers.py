@@ -172,25 +172,32 @@ def test_stopping_criteria_end_every_trial_at_the_threshold(storage):
 
 
 def test_pbt_records_exploit_steps_and_beats_the_same_sweep_without_it(storage, four_at_once):
-    space = {"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4]), "steps": 24, "sleep": 0.15}
-    plain = tune.Tuner(w.climb, param_space=space,
+    def space(name):  # (the trials of each sweep start together: see w.climb)
+        return {"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4]), "steps": 24, "sleep": 0.25,
+                "meet": os.path.join(storage, f"{name}-started"), "population": 4}
+
+    plain = tune.Tuner(w.climb, param_space=space("plain"),
                        tune_config=tune.TuneConfig(metric="value", mode="max"),
                        run_config=RunConfig(name="plain", storage_path=storage,
                                             verbose=0)).fit()
-    pbt = tune.Tuner(w.climb, param_space=space, tune_config=tune.TuneConfig(
+    pbt = tune.Tuner(w.climb, param_space=space("pbt"), tune_config=tune.TuneConfig(
         metric="value", mode="max", scheduler=PopulationBasedTraining(
             time_attr="training_iteration", perturbation_interval=4,
             hyperparam_mutations={"lr": tune.uniform(0.1, 2.0)})),
         run_config=RunConfig(name="pbt", storage_path=storage, verbose=0)).fit()
     assert pbt.num_errors == 0
     best, baseline = pbt.get_best_result(), plain.get_best_result()
-    assert best.metrics["value"] > baseline.metrics["value"] == pytest.approx(0.4 * 24)
     manifest = read(pbt.experiment_path, "sweep.json")
     exploits = manifest["exploits"]
+    print("PBT best", best.metrics["value"], "exploits (trial, step, source's iteration, lr):",
+          [(e["trial"][-1], e["step"], e["source_iteration"], round(e["new_config"]["lr"], 3))
+           for e in exploits])
+    assert best.metrics["value"] > baseline.metrics["value"] == pytest.approx(0.4 * 24)
     assert exploits
     for e in exploits:
         assert e["source"] != e["trial"] and e["old_config"] != e["new_config"]
-        assert e["new_config"]["steps"] == 24  # only lr is mutated
+        assert {k: v for k, v in e["new_config"].items() if k != "lr"} == \
+            {k: v for k, v in e["old_config"].items() if k != "lr"}  # only lr is mutated
         # the source's lr, perturbed (×1.2, ×0.8) or resampled
         src_lr, new_lr = e["source_config"]["lr"], e["new_config"]["lr"]
         assert new_lr in (pytest.approx(src_lr * 1.2), pytest.approx(src_lr * 0.8)) or \

@@ -41,8 +41,13 @@ def quality(config):
 def climb(config):
     """PBT's toy: ``value`` grows by ``lr`` per step while lr ≤ 2 and falls by lr above
     it. A population started at low lrs reaches a high ``value`` only by exploiting and
-    perturbing lr upwards."""
+    perturbing lr upwards. With ``meet`` (a directory) and ``population``, a trial's first
+    start waits (60 s at most) until the whole population has started: on a loaded machine
+    the trials' processes start seconds apart, and a trial that ends before the others
+    reach their first perturbation leaves them nothing but its final state to exploit."""
     state = _restored({"step": 0, "value": 0.0})
+    if state["step"] == 0 and config.get("meet"):
+        _meet(config["meet"], config["population"])
     value = state["value"]
     for step in range(state["step"] + 1, config.get("steps", 24) + 1):
         time.sleep(config.get("sleep", 0.0))
@@ -50,6 +55,14 @@ def climb(config):
         value += lr if lr <= 2.0 else -lr
         hpctrain.report({"value": value, "lr": lr},
                         checkpoint=_save({"step": step, "value": value}))
+
+
+def _meet(directory, population, timeout=60.0):
+    os.makedirs(directory, exist_ok=True)
+    open(os.path.join(directory, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + timeout
+    while len(os.listdir(directory)) < population and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def quadratic(config):

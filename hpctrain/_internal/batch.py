@@ -104,12 +104,15 @@ def _load_and_run(run: RunDir, pending, script: Optional[str],
     if sweep_trial is not None:  # one task of a sweep's job array (hpctrain.tune)
         from hpctrain.tune._batch import run_trial
 
-        return run_trial(run, spec, sweep_trial, lambda trial_spec, job_script: _run(
+        return run_trial(run, spec, sweep_trial, lambda trial_spec, job_script: run_allocation(
             run, trial_spec, pending, job_script, record_job=False))
-    return _run(run, spec, pending, script)
+    return run_allocation(run, spec, pending, script)
 
 
-def _run(run: RunDir, spec, pending, script: Optional[str], record_job: bool = True) -> int:
+def run_allocation(run: RunDir, spec, pending, script: Optional[str],
+                   record_job: bool = True) -> int:
+    """The batch step's work in this allocation: the run's attempts to their end (or to a
+    preemption's requeue); the job's exit code."""
     from hpctrain import cluster_env
     from hpctrain.errors import ConfigError, RunLockedError
     from hpctrain.launchers import launcher_for

@@ -12,68 +12,104 @@ package, which holds those lines, on first use).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
-
-#: name -> "module:Class" (imported on first use, so that `import hpctrain` stays light)
-_REGISTRY: Dict[str, str] = {}
-_LOADED = False
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 
-def _registry() -> Dict[str, str]:
-    """The index, after hpctrain's own schedulers registered themselves (the first call
-    imports :mod:`hpctrain.schedulers`, which holds the ``register_scheduler`` lines)."""
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        importlib.import_module("hpctrain.schedulers")
-    return _REGISTRY
-_CLASSES: Dict[str, Any] = {}
+class _Index(Sequence):
+    """One axis's registrations by name, in registration order, filled on first use by
+    importing ``package`` (which holds hpctrain's own ``register_*`` lines, so that
+    ``import hpctrain`` stays light). As a sequence it is the live view of the names:
+    ``in``, iteration and ``", ".join(...)`` see an entry registered later."""
+
+    def __init__(self, package: str, what: str, listing: str = " "):
+        self._package, self._what, self._listing = package, what, listing
+        self._entries: Dict[str, Any] = {}
+        self._objects: Dict[str, Any] = {}  # name -> what its target names, once loaded
+        self._loaded = False
+
+    def entries(self) -> Dict[str, Any]:
+        """name -> entry, after hpctrain's own registrations."""
+        if not self._loaded:
+            self._loaded = True
+            importlib.import_module(self._package)
+        return self._entries
+
+    def add(self, name: str, entry: Any) -> None:
+        self.entries()[name] = entry
+        self._objects.pop(name, None)
+
+    def remove(self, name: str) -> None:
+        self.entries().pop(name, None)
+        self._objects.pop(name, None)
+
+    def entry(self, name: str) -> Any:
+        """``name``'s entry; ValueError naming the known ones otherwise."""
+        if name not in self.entries():
+            raise ValueError(f"unknown {self._what} {name!r}; expected one of"
+                             f"{self._listing}{', '.join(self.entries())}")
+        return self._entries[name]
+
+    def load(self, name: str) -> Any:
+        """What ``name``'s ``"module:Class"`` entry names (imported on first use)."""
+        if name not in self._objects or name not in self.entries():
+            self._objects[name] = load(self.entry(name))
+        return self._objects[name]
+
+    @contextlib.contextmanager
+    def scoped(self) -> Iterator["_Index"]:
+        """Registrations made inside the block are undone at its end (tests)."""
+        saved = dict(self.entries())
+        try:
+            yield self
+        finally:
+            self._entries.clear()
+            self._entries.update(saved)
+            self._objects.clear()
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return tuple(self.entries())[i]
+
+    def __len__(self) -> int:
+        return len(self.entries())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.entries()
+
+    def __repr__(self) -> str:
+        return repr(tuple(self.entries()))
+
+
+def load(target: str) -> Any:
+    """The object a ``"module:Name"`` target names (its module imported now)."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+# --------------------------------------------------------------------------- schedulers
+#: The registered scheduler names (a live view: ``in``, ``join``, iteration); entries are
+#: ``"module:Class"`` targets, imported on first use.
+SCHEDULERS = _Index("hpctrain.schedulers", "scheduler")
 
 
 def register_scheduler(name: str, target: str) -> None:
     """Register the scheduler class ``target`` (``"package.module:Class"``) as ``name``.
     Batch schedulers are detected from the environment in registration order; ``local``
     is the fallback."""
-    _REGISTRY[name] = target
-    _CLASSES.pop(name, None)
-
-
-
-class _Names(Sequence):
-    """The registered names, always current (a scheduler registered later is in it)."""
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return tuple(_registry())[i]
-
-    def __len__(self) -> int:
-        return len(_registry())
-
-    def __repr__(self) -> str:
-        return repr(tuple(_registry()))
-
-
-#: The registered scheduler names (a live view: ``in``, ``join``, iteration).
-SCHEDULERS: Sequence[str] = _Names()
+    SCHEDULERS.add(name, target)
 
 
 def scheduler_names(*, batch_only: bool = False) -> Tuple[str, ...]:
     """The registered scheduler names (``batch_only``: those with a batch script)."""
-    return tuple(n for n in _registry() if not batch_only or scheduler_class(n).template)
+    return tuple(n for n in SCHEDULERS if not batch_only or scheduler_class(n).template)
 
 
 def scheduler_class(kind: str) -> Any:
     """The class registered as ``kind``; ValueError naming the known ones otherwise."""
-    cls = _CLASSES.get(kind)
-    if cls is None:
-        if kind not in _registry():
-            raise ValueError(f"unknown scheduler {kind!r}; expected one of "
-                             f"{', '.join(_registry())}")
-        module, _, attr = _registry()[kind].partition(":")
-        cls = _CLASSES[kind] = getattr(importlib.import_module(module), attr)
-    return cls
+    return SCHEDULERS.load(kind)
 
 
 def get_scheduler(kind: str) -> Any:
@@ -84,7 +120,7 @@ def get_scheduler(kind: str) -> Any:
 def detect_scheduler(env) -> str:
     """The batch system holding this process's allocation: the first registered one whose
     :meth:`~Scheduler.detect` recognises ``env``, else ``local``."""
-    for name in _registry():
+    for name in SCHEDULERS:
         cls = scheduler_class(name)
         if cls.template and cls.detect(env):
             return name
@@ -93,7 +129,7 @@ def detect_scheduler(env) -> str:
 
 def default_launcher(kind: str) -> str:
     """The launcher a scheduler uses unless ``scheduler.launcher`` says otherwise."""
-    return scheduler_class(kind).default_launcher if kind in _registry() else "local"
+    return scheduler_class(kind).default_launcher if kind in SCHEDULERS else "local"
 
 
 def describe(kinds: Optional[Tuple[str, ...]] = None) -> str:
@@ -118,8 +154,8 @@ class BackendEntry:
     legacy_api: bool = False  #: a ``backend=`` name of the 1.x ``hpctrain.train`` API
 
 
-_BACKENDS: Dict[str, BackendEntry] = {}
-_BACKENDS_LOADED = False
+#: The registered backend names (a live view); entries are :class:`BackendEntry`.
+BACKENDS = _Index("hpctrain.backends", "backend")
 
 
 def register_backend(name: str, *, backend: str, config: str, trainer: str,
@@ -128,116 +164,51 @@ def register_backend(name: str, *, backend: str, config: str, trainer: str,
     """Register a backend: its :class:`Backend`, config dataclass (whose fields, declared
     with :func:`hpctrain.config.toml`, are the keys of the job file's ``[name]`` section),
     trainer and the trainer's keyword for the config, and the modules it needs."""
-    _backends()[name] = BackendEntry(name, backend, config, trainer, config_keyword,
-                                   tuple(requires), install, legacy_api)
+    BACKENDS.add(name, BackendEntry(name, backend, config, trainer, config_keyword,
+                                    tuple(requires), install, legacy_api))
 
 
 def unregister_backend(name: str) -> None:
     """Forget backend ``name`` (tests)."""
-    _backends().pop(name, None)
-
-
-def _backends() -> Dict[str, BackendEntry]:
-    global _BACKENDS_LOADED
-    if not _BACKENDS_LOADED:
-        _BACKENDS_LOADED = True
-        importlib.import_module("hpctrain.backends")
-    return _BACKENDS
+    BACKENDS.remove(name)
 
 
 def backend_names() -> Tuple[str, ...]:
     """The registered backend names, in registration order."""
-    return tuple(_backends())
+    return tuple(BACKENDS)
 
 
 def backend_entry(name: str) -> BackendEntry:
     """Backend ``name``'s registration (KeyError when there is none)."""
-    return _backends()[name]
+    return BACKENDS.entries()[name]
 
 
 def backend_entries() -> Tuple[BackendEntry, ...]:
     """Every registration, in order (a snapshot: equal while nothing was (un)registered)."""
-    return tuple(_backends().values())
-
-
-def load(target: str) -> Any:
-    """The object a ``"module:Name"`` target names (its module imported now)."""
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-class _BackendNames(Sequence):
-    """The registered backend names, always current."""
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return backend_names()[i]
-
-    def __len__(self) -> int:
-        return len(_backends())
-
-    def __contains__(self, name: object) -> bool:
-        return name in _backends()
-
-    def __repr__(self) -> str:
-        return repr(backend_names())
-
-
-#: The registered backend names (a live view).
-BACKENDS: Sequence[str] = _BackendNames()
+    return tuple(BACKENDS.entries().values())
 
 
 # --------------------------------------------------------------------------- launchers
-_LAUNCHERS: Dict[str, str] = {}
-_LAUNCHERS_LOADED = False
+#: The registered launcher names (a live view); entries are ``"module:Class"`` targets.
+LAUNCHERS = _Index("hpctrain.launchers", "launcher", listing=": ")
 
 
 def register_launcher(name: str, target: str) -> None:
     """Register the :class:`~hpctrain.launchers.base.Launcher` ``target``
     (``"module:Class"``) as the ``scheduler.launcher`` value ``name``."""
-    _launchers()[name] = target
+    LAUNCHERS.add(name, target)
 
 
 def unregister_launcher(name: str) -> None:
     """Forget launcher ``name`` (tests)."""
-    _launchers().pop(name, None)
-
-
-def _launchers() -> Dict[str, str]:
-    global _LAUNCHERS_LOADED
-    if not _LAUNCHERS_LOADED:
-        _LAUNCHERS_LOADED = True
-        importlib.import_module("hpctrain.launchers")
-    return _LAUNCHERS
+    LAUNCHERS.remove(name)
 
 
 def launcher_names() -> Tuple[str, ...]:
     """The registered launcher names, in registration order."""
-    return tuple(_launchers())
+    return tuple(LAUNCHERS)
 
 
 def launcher_class(name: str) -> Any:
     """The launcher class registered as ``name``; ValueError naming the known ones."""
-    if name not in _launchers():
-        raise ValueError(f"unknown launcher {name!r}; expected one of: "
-                         f"{', '.join(_launchers())}")
-    return load(_launchers()[name])
-
-
-class _LauncherNames(Sequence):
-    """The registered launcher names, always current."""
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return launcher_names()[i]
-
-    def __len__(self) -> int:
-        return len(_launchers())
-
-    def __contains__(self, name: object) -> bool:
-        return name in _launchers()
-
-    def __repr__(self) -> str:
-        return repr(launcher_names())
-
-
-#: The registered launcher names (a live view).
-LAUNCHERS: Sequence[str] = _LauncherNames()
+    return LAUNCHERS.load(name)

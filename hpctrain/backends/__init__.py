@@ -95,14 +95,17 @@ def get_backend(name: str, config: Any = None) -> Backend:
 
 def needs_mpi_launcher(name: str, options: Mapping[str, Any]) -> bool:
     """True when backend ``name`` with these options must have its ranks started by an
-    MPI launcher (mpirun/mpiexec, or srun with an --mpi plugin).
+    MPI launcher (mpirun/mpiexec, or srun with an --mpi plugin): the backend class says
+    (:meth:`Backend.needs_mpi_launcher`).
 
     >>> needs_mpi_launcher("mpi", {}), needs_mpi_launcher("horovod", {"controller": "mpi"})
     (True, True)
     >>> needs_mpi_launcher("horovod", {}), needs_mpi_launcher("torch", {})
     (False, False)
     """
-    return name == "mpi" or (name == "horovod" and options.get("controller") == "mpi")
+    if name not in backend_names():
+        return False
+    return load(backend_entry(name).backend).needs_mpi_launcher(options)
 
 
 def backend_options(config: Any) -> Dict[str, Any]:

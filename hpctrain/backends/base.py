@@ -1,7 +1,7 @@
 """The backend interface."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from hpctrain._internal.context import Coordinator, SingleProcessCoordinator
 from ..cluster_env import WorkerInfo
@@ -12,6 +12,12 @@ class Backend:
 
     def __init__(self, config: Any = None):
         self.config = config
+
+    @classmethod
+    def needs_mpi_launcher(cls, options: Mapping[str, Any]) -> bool:
+        """True when, with these options (the job file's section), the ranks must be
+        started by an MPI launcher (mpirun/mpiexec, or srun with an ``--mpi`` plugin)."""
+        return False
 
     def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
         """Called before the training function, on every rank."""

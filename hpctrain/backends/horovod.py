@@ -111,6 +111,10 @@ def interface_for(addr: str) -> Optional[str]:
 
 
 class HorovodBackend(Backend):
+    @classmethod
+    def needs_mpi_launcher(cls, options) -> bool:
+        return options.get("controller") == "mpi"
+
     def __init__(self, config: HorovodConfig = None):
         super().__init__(config or HorovodConfig())
         self._group = None

@@ -48,6 +48,10 @@ class MPICoordinator(Coordinator):
 
 
 class MPIBackend(Backend):
+    @classmethod
+    def needs_mpi_launcher(cls, options) -> bool:
+        return True  # mpi4py's COMM_WORLD is what the launcher set up
+
     def __init__(self, config: MPIConfig = None):
         super().__init__(config or MPIConfig())
         self._comm = None

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from hpctrain.errors import ConfigError
+
+if TYPE_CHECKING:  # (for the hints only)
+    from hpctrain.spec import JobSpec
 
 
 def sweep_dir_of(name_or_path: str) -> Optional[str]:
@@ -72,7 +75,7 @@ def cmd_sweep(args: Any) -> int:
     return 0
 
 
-def _print_plan(spec: Any) -> None:
+def _print_plan(spec: JobSpec) -> None:
     """A local sweep's trials (``--dry-run``): index and config."""
     from hpctrain.tune import search
     from hpctrain.tune._sweep import SweepDir, trial_id

@@ -6,11 +6,14 @@ PALS). The supervisor talks to all of them through :class:`Launcher`.
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import TYPE_CHECKING, List
 
 from .._internal.registry import LAUNCHERS, launcher_class, register_launcher
 from .base import ExitRecord, Launcher, WorkerGroup
 from .local import LocalLauncher
+
+if TYPE_CHECKING:  # (for the hints only)
+    from hpctrain.spec import JobSpec
 
 __all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "launcher_for",
            "launch_line", "without_gpu_args"]
@@ -26,7 +29,7 @@ register_launcher("local", "hpctrain.launchers.local:LocalLauncher")
 NAMES = LAUNCHERS
 
 
-def launcher_for(spec: Any, *, here: bool = False) -> Launcher:
+def launcher_for(spec: JobSpec, *, here: bool = False) -> Launcher:
     """The launcher a :class:`~hpctrain.spec.JobSpec` asks for inside its allocation
     (``scheduler.launcher``; by default the scheduler's own: srun under Slurm, mpiexec
     under PBS), or, with ``here``, on this machine (the local spawner). The name is looked
@@ -79,7 +82,7 @@ def without_gpu_args(args) -> list:
 _RUN_DIR = "\0RUN_DIR\0"
 
 
-def launch_line(spec: Any, *, python: str, run_dir: str) -> List[str]:
+def launch_line(spec: JobSpec, *, python: str, run_dir: str) -> List[str]:
     """What each attempt of the batch job runs to start the ranks, as shell text
     (``hpctrain render`` shows it as a comment): the srun or mpiexec argv. ``run_dir`` is
     the run directory as the script spells it. For ``mpiexec``, whose dialect is read from

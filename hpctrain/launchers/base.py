@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+
+if TYPE_CHECKING:  # (for the hints only)
+    from hpctrain.spec import JobSpec
 
 LineSink = Callable[[int, str], None]
 
@@ -35,7 +38,7 @@ class Launcher:
     name = "base"
 
     @classmethod
-    def for_spec(cls, spec: Any, *, name: str, launcher_args: Sequence[str],
+    def for_spec(cls, spec: JobSpec, *, name: str, launcher_args: Sequence[str],
                  mpi: bool) -> "Launcher":
         """This launcher for a :class:`~hpctrain.spec.JobSpec`'s ranks in its allocation
         (``name``: the ``scheduler.launcher`` value it is registered as; ``launcher_args``:

@@ -15,9 +15,12 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:  # (for the hints only)
+    from hpctrain.spec import JobSpec
 
 #: Characters allowed in a directive value (``#SBATCH``/``#PBS`` lines are not parsed
 #: by a shell, and each scheduler splits them differently): no whitespace, quotes, ``#``,
@@ -45,7 +48,7 @@ class JobState:
 class BatchRequest:
     """What one batch script asks for and runs."""
 
-    spec: Any                       # hpctrain.spec.JobSpec
+    spec: JobSpec                     # hpctrain.spec.JobSpec
     run_path: str
     rerender: str = ""              # the command that re-renders this script
     python: Optional[str] = None    # interpreter in the job (default: this one)
@@ -303,7 +306,7 @@ def _escape_dq(text: str) -> str:
     return text
 
 
-def shell_word(value: str, spec: Any, key: str) -> str:
+def shell_word(value: str, spec: JobSpec, key: str) -> str:
     """One shell word, quoted when it needs to be (module names like ``cray-python/3.11``
     stay readable)."""
     if "\n" in value or not value.strip():
@@ -312,7 +315,7 @@ def shell_word(value: str, spec: Any, key: str) -> str:
     return shlex.quote(value)
 
 
-def _command_line(command: str, spec: Any) -> str:
+def _command_line(command: str, spec: JobSpec) -> str:
     """``[setup] commands`` are shell lines by design (``source venv/bin/activate``); one
     line each, so that a stray newline cannot hide a second command."""
     if "\n" in command or "\r" in command:
@@ -325,7 +328,7 @@ def _command_line(command: str, spec: Any) -> str:
 DEFAULT_WARNING = "120s"
 
 
-def warning_seconds(spec: Any) -> int:
+def warning_seconds(spec: JobSpec) -> int:
     """Seconds of warning before the walltime ends (``failure.warning_time``).
 
     The default (120 s) shrinks to a quarter of a short walltime (``time = "2m"`` → 30 s,
@@ -343,7 +346,7 @@ def warning_seconds(spec: Any) -> int:
         hint='lower it (e.g. warning_time = "60s") or ask for a longer scheduler.time')
 
 
-def check_directive(key: str, value: Any, spec: Any) -> str:
+def check_directive(key: str, value: Any, spec: JobSpec) -> str:
     """``value`` as directive text, or a clear error if it cannot go on a directive line
     safely."""
     dotted = f"scheduler.directives.{key}"
@@ -361,7 +364,7 @@ def check_directive(key: str, value: Any, spec: Any) -> str:
     return text
 
 
-def check_run_path(path: str, spec: Any) -> None:
+def check_run_path(path: str, spec: JobSpec) -> None:
     """The run directory goes into directives (log paths) and the script: refuse what
     cannot be carried safely, and say what to do."""
     if not _SAFE_DIRECTIVE.fullmatch(path):
@@ -374,7 +377,7 @@ def check_run_path(path: str, spec: Any) -> None:
                  "e.g. --set run.storage_path=$SCRATCH/runs")
 
 
-def merge_directives(computed: Sequence[Tuple[str, Any]], spec: Any) -> List[Tuple[str, Any]]:
+def merge_directives(computed: Sequence[Tuple[str, Any]], spec: JobSpec) -> List[Tuple[str, Any]]:
     """hpctrain's own directives, then the spec's ``scheduler.directives`` over them (a
     key replaces hpctrain's value in place; new keys follow in order; ``""`` removes).
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from hpctrain._internal.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import RunDir
 from ._sweep import RUNNING, SweepDir, trial_id
+
+if TYPE_CHECKING:  # (for the hints only)
+    from hpctrain.spec import JobSpec
 
 
 #: How long an array task waits for the manifest's lock before it goes on without
@@ -40,7 +43,7 @@ def note_trial(sweep: SweepDir, index: int, **fields: Any) -> None:
              f"({type(e).__name__}: {e}); its state.json has it")
 
 
-def trial_spec(spec: Any, sweep: SweepDir, index: int, config: dict) -> Any:
+def trial_spec(spec: JobSpec, sweep: SweepDir, index: int, config: dict) -> Any:
     """The spec of trial ``index``: the sweep's, with the trial's config merged into
     ``[config]``, no ``[sweep]``, and the trial's run directory."""
     from ._sweep import train_loop_config
@@ -53,7 +56,7 @@ def trial_spec(spec: Any, sweep: SweepDir, index: int, config: dict) -> Any:
     return out
 
 
-def ensure_manifest(sweep: SweepDir, spec: Any) -> dict:
+def ensure_manifest(sweep: SweepDir, spec: JobSpec) -> dict:
     """The manifest, made from the spec's ``[sweep]`` when a hand-submitted array script
     starts first (its spec always carries the seed, so every task makes the same one)."""
     from filelock import FileLock
@@ -68,7 +71,7 @@ def ensure_manifest(sweep: SweepDir, spec: Any) -> dict:
         return manifest_from_spec(sweep, spec)
 
 
-def run_trial(run: RunDir, spec: Any, index: int,
+def run_trial(run: RunDir, spec: JobSpec, index: int,
               run_batch: Callable[[Any, Optional[str]], int]) -> int:
     """Run trial ``index`` of the sweep that holds ``run``; ``run_batch(spec, script)`` is
     the batch step of one run."""

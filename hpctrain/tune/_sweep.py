@@ -23,7 +23,7 @@ import shlex
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from filelock import FileLock
 
@@ -31,6 +31,9 @@ from ..errors import ConfigError
 from ..schedulers.base import array_ranges  # noqa: F401 - (moved there) used here and by tuner
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.rundir.layout import RunDir
+
+if TYPE_CHECKING:  # (for the hints only)
+    from hpctrain.spec import JobSpec
 
 MANIFEST = "sweep.json"
 FINISHED, FAILED, RUNNING, PENDING, INTERRUPTED = (
@@ -356,7 +359,7 @@ def split_arrays(indices: Sequence[int], max_size: int) -> List[Tuple[int, List[
     return sorted(groups.items())
 
 
-def max_array_size(spec: Any) -> int:
+def max_array_size(spec: JobSpec) -> int:
     """The site's ``[limits] max_array_size`` (for the partition/qos asked for), else the
     scheduler's default (Slurm 1001, PBS 10000)."""
     site = getattr(spec, "site_config", None)
@@ -371,7 +374,7 @@ def max_array_size(spec: Any) -> int:
     return scheduler_class(spec.scheduler.kind).max_array_size
 
 
-def render_array(spec: Any, sweep_path: str, offset: int, tasks: Sequence[int], *,
+def render_array(spec: JobSpec, sweep_path: str, offset: int, tasks: Sequence[int], *,
                  max_concurrent: Optional[int], rerender: str, label: str) -> str:
     """The batch script of one job array: task ``t`` runs trial ``offset + t`` of the sweep
     (its run directory ``trial_NNNNN``) with the spec's scaling, scheduler and recovery
@@ -458,7 +461,7 @@ def refuse_if_active(sweep: SweepDir, manifest: Dict[str, Any]) -> None:
                      f"{job_id}), or pick another name")
 
 
-def render_arrays(spec: Any, sweep: "SweepDir", chunks: List[Tuple[int, List[int]]], *,
+def render_arrays(spec: JobSpec, sweep: "SweepDir", chunks: List[Tuple[int, List[int]]], *,
                   max_concurrent: Optional[int], rerender: str) -> List[str]:
     """The job array script of each ``(offset, tasks)`` chunk of
     :func:`split_arrays`, labelled with the trials it runs."""
@@ -473,7 +476,7 @@ def render_arrays(spec: Any, sweep: "SweepDir", chunks: List[Tuple[int, List[int
     return scripts
 
 
-def submit_arrays(sweep: SweepDir, spec: Any, indices: Sequence[int], *,
+def submit_arrays(sweep: SweepDir, spec: JobSpec, indices: Sequence[int], *,
                   prepare_trial: Callable[[int], None], max_concurrent: Optional[int],
                   rerender: str) -> List[Dict[str, Any]]:
     """Prepare the trials ``indices`` (run directory, payload, ``job.sh``), render their

@@ -11,7 +11,7 @@ import copy
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import cloudpickle
 
@@ -24,6 +24,9 @@ from ._sweep import (SweepDir, local_concurrency, open_manifest, run_local, subm
 from ._control import (TrialControl, ensure_trial_config, searching, tell_pending,
                        write_control)
 from .result_grid import ResultGrid
+
+if TYPE_CHECKING:  # (for the hints only)
+    from hpctrain.spec import JobSpec
 
 
 @dataclass
@@ -389,7 +392,7 @@ def _as_trainer(trainable: Any, param_space: Dict[str, Any]) -> Tuple[Any, str, 
 
 
 # --------------------------------------------------------------------------- TOML
-def space_of(spec: Any) -> Dict[str, Any]:
+def space_of(spec: JobSpec) -> Dict[str, Any]:
     from ..spec import Ctx
 
     ctx = Ctx(spec.source, spec.origins)
@@ -397,7 +400,7 @@ def space_of(spec: Any) -> Dict[str, Any]:
         spec.sweep.get("param_space", {}), "sweep.param_space", ctx.error)}
 
 
-def manifest_from_spec(sweep: SweepDir, spec: Any) -> Dict[str, Any]:
+def manifest_from_spec(sweep: SweepDir, spec: JobSpec) -> Dict[str, Any]:
     """Create (or check and open) the manifest of the sweep a spec's ``[sweep]`` describes;
     the seed it used is written into ``spec.sweep``."""
     from ._sweep import check_json
@@ -435,7 +438,7 @@ def manifest_from_spec(sweep: SweepDir, spec: Any) -> Dict[str, Any]:
     return m
 
 
-def control_from_spec(spec: Any, space: Dict[str, Any]) -> TrialControl:
+def control_from_spec(spec: JobSpec, space: Dict[str, Any]) -> TrialControl:
     """The scheduler, search algorithm and stopping criteria of a job file's ``[sweep]``."""
     from ._toml import build
 
@@ -461,7 +464,7 @@ def control_from_spec(spec: Any, space: Dict[str, Any]) -> TrialControl:
                         shape="train_loop_config")
 
 
-def sweep_path_of(spec: Any) -> str:
+def sweep_path_of(spec: JobSpec) -> str:
     """``<storage_path>/<run.name>`` (a fresh timestamped name when none is given)."""
     storage = os.path.expandvars(os.path.expanduser(spec.run.storage_path or
                                                     default_storage_path()))
@@ -470,7 +473,7 @@ def sweep_path_of(spec: Any) -> str:
     return os.path.join(os.path.abspath(storage), spec.run.name)
 
 
-def _spec_trial(spec: Any, sweep: SweepDir, index: int, config: Dict[str, Any],
+def _spec_trial(spec: JobSpec, sweep: SweepDir, index: int, config: Dict[str, Any],
                 local: bool) -> Run:
     """Trial ``index``'s :class:`~hpctrain.run.Run` of a job file's sweep."""
     from ..trainer import trainer_from_spec
@@ -490,7 +493,7 @@ def _trial_context(sweep: SweepDir, index: int) -> Dict[str, str]:
             "trial_name": trial_id(index)}
 
 
-def render_from_spec(spec: Any, rerender: str) -> List[str]:
+def render_from_spec(spec: JobSpec, rerender: str) -> List[str]:
     """``hpctrain sweep --dry-run``: the array scripts a submission would submit (every
     trial of a new sweep, or the unfinished ones of an existing one); writes nothing."""
     from ._sweep import max_array_size, render_arrays, split_arrays
@@ -511,7 +514,7 @@ def render_from_spec(spec: Any, rerender: str) -> List[str]:
                          rerender=rerender)
 
 
-def run_spec(spec: Any, *, rerender: str, local: bool, follow: bool = True,
+def run_spec(spec: JobSpec, *, rerender: str, local: bool, follow: bool = True,
              retry_failed: bool = False, verbose: int = 1) -> Tuple[SweepDir, bool]:
     """``hpctrain sweep job.toml``: run the spec's sweep here (``local``) or submit it as job
     arrays (and follow it with ``follow``). Returns the sweep directory, and True when

@@ -13,11 +13,14 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from hpctrain.errors import ConfigError, TrainingFailedError
 from hpctrain._internal.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import LineTail, RunDir
+
+if TYPE_CHECKING:  # (for the hints only)
+    from hpctrain.spec import JobSpec
 
 SUBMISSIONS = "submissions"
 
@@ -30,7 +33,7 @@ class Submission:
     script_path: str
 
 
-def render(run_path: str, spec: Any, rerender: str = ""):
+def render(run_path: str, spec: JobSpec, rerender: str = ""):
     """The :class:`~hpctrain.schedulers.BatchRequest` of the run at ``run_path`` and its
     script, checked."""
     from hpctrain.schedulers import BatchRequest
@@ -41,7 +44,7 @@ def render(run_path: str, spec: Any, rerender: str = ""):
     return request, request.materialize()
 
 
-def submit(run_path: str, spec: Any, prepare: Callable[[], Any], *,
+def submit(run_path: str, spec: JobSpec, prepare: Callable[[], Any], *,
            rerender: str = "") -> Submission:
     """Prepare the run directory at ``run_path`` (``prepare()``, under the directory's
     lock: :meth:`hpctrain.run.Run.prepare`) and submit its batch script.
