@@ -69,19 +69,23 @@ def test_asha_on_a_slurm_array_ends_weak_tasks_early_and_finds_the_grids_best(st
 
 
 def test_pbt_on_a_slurm_array_exploits_between_tasks_and_beats_no_pbt(storage):
-    space = {"train_loop_config": {"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4]),
-                                   "steps": 24, "sleep": 0.3}}
-    plain = tune.Tuner(trainer(w.climb, "plain", storage), param_space=space,
+    def space(name):  # (the 4 array tasks start together: see w.climb)
+        return {"train_loop_config": {"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4]),
+                                      "steps": 24, "sleep": 0.3, "population": 4,
+                                      "meet": os.path.join(storage, f"{name}-started")}}
+
+    plain = tune.Tuner(trainer(w.climb, "plain", storage), param_space=space("plain"),
                        tune_config=tune.TuneConfig(metric="value", mode="max")).fit()
-    pbt = tune.Tuner(trainer(w.climb, "pbt", storage), param_space=space,
+    pbt = tune.Tuner(trainer(w.climb, "pbt", storage), param_space=space("pbt"),
                      tune_config=tune.TuneConfig(
                          metric="value", mode="max", scheduler=PopulationBasedTraining(
                              time_attr="training_iteration", perturbation_interval=4,
                              hyperparam_mutations={"train_loop_config": {
                                  "lr": tune.uniform(0.1, 2.0)}}))).fit()
     assert pbt.num_errors == 0
-    assert pbt.get_best_result().metrics["value"] > plain.get_best_result().metrics["value"]
     exploits = read(pbt.experiment_path, "sweep.json")["exploits"]
+    assert pbt.get_best_result().metrics["value"] > plain.get_best_result().metrics["value"], \
+        [(e["trial"], e["step"], e["source_iteration"], e["new_config"]) for e in exploits]
     assert exploits
     for e in exploits:
         assert e["source"] != e["trial"]
