@@ -46,10 +46,11 @@ set +e
 # two pytest workers (pytest-xdist): the tests that use the Slurm cluster run one after
 # another on one of them (tests/conftest.py groups them), the rest on the other; most of
 # a cluster test's time is spent waiting for Slurm, not on the CPU.
-# HPCTRAIN_TEST_WORKERS=0 runs everything in one process, in file order.
+# HPCTRAIN_TEST_WORKERS=0 runs everything in one process, in file order. --durations lists
+# the 30 slowest tests at the end (what a CI run's time goes to).
 workers="${HPCTRAIN_TEST_WORKERS:-2}"
 if [ "$workers" = 0 ]; then parallel=(); else parallel=(-n "$workers" --dist loadgroup); fi
-python3 -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@"
+python3 -m pytest -q -p no:cacheprovider --durations=30 "${parallel[@]}" "$@"
 code=$?
 set -e
 if [ "$code" -eq 5 ]; then
