@@ -5,8 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+began=$(date +%s)
+# each step's line says when it began (seconds since the start): where a fresh machine's
+# setup time goes
+step() { echo "== [+$(( $(date +%s) - began ))s] $*"; }
 # first: it also installs Open MPI, which mpi4py and Horovod need
-echo "== starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine)"
+step "starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine)"
 bash scripts/slurm-cluster.sh start
 
 # The real PBS server for tests/test_pbs_server.py: OpenPBS built from its source tarball
@@ -20,28 +24,28 @@ elif [ ! -f "$pbs_tarball" ]; then
   echo "== no real PBS server: no OpenPBS source at $pbs_tarball (set HPCTRAIN_OPENPBS_TARBALL);" \
        "the PBS tests run against the fakes"
 else
-  echo "== starting the test PBS server (scripts/pbs-server.sh: OpenPBS built once, then cached)"
+  step "starting the test PBS server (scripts/pbs-server.sh: OpenPBS built once, then cached)"
   HPCTRAIN_OPENPBS_TARBALL="$(cd "$(dirname "$pbs_tarball")" && pwd)/$(basename "$pbs_tarball")" \
     bash scripts/pbs-server.sh start \
     || echo "== the PBS server did not start (above): the real-server PBS tests are skipped"
 fi
 
-echo "== installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,deepspeed,lightgbm,dev] (editable)"
+step "installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,deepspeed,lightgbm,dev] (editable)"
 python3 -m pip install -q -e '.[torch,tensorflow,mpi,lightning,huggingface,deepspeed,lightgbm,dev]'
 # XGBoost: its CPU-only build (the `xgboost` wheel also pulls CUDA's NCCL, ~300 MB, which
 # CPU tests do not use); kept when some xgboost is installed already (one or the other)
 python3 -c 'import xgboost' 2>/dev/null || python3 -m pip install -q xgboost-cpu
 
-echo "== DeepSpeed's CPU comm op (JIT-compiled on first use, ~1 min on 2 cores; cached after)"
+step "DeepSpeed's CPU comm op (JIT-compiled on first use, ~1 min on 2 cores; cached after)"
 DS_ACCELERATOR=cpu python3 -c "from deepspeed.accelerator import get_accelerator
 get_accelerator().create_op_builder('ShareMemCommBuilder').load()" >/dev/null \
   || echo "== DeepSpeed's CPU comm op did not build (above): the DeepSpeed tests will show why"
 
-echo "== Horovod for torch 2.x (scripts/install-horovod.sh: a wheel built once, then cached)"
+step "Horovod for torch 2.x (scripts/install-horovod.sh: a wheel built once, then cached)"
 bash scripts/install-horovod.sh
 
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-echo "== running the test suite"
+step "running the test suite"
 set +e
 # two pytest workers (pytest-xdist): the tests that use the Slurm cluster run one after
 # another on one of them (tests/conftest.py groups them), the rest on the other; most of
@@ -53,6 +57,7 @@ if [ "$workers" = 0 ]; then parallel=(); else parallel=(-n "$workers" --dist loa
 python3 -m pytest -q -p no:cacheprovider --durations=30 "${parallel[@]}" "$@"
 code=$?
 set -e
+step "suite ended (pytest exit code $code)"
 if [ "$code" -eq 5 ]; then
   echo "error: pytest collected no tests" >&2
   exit 1
