@@ -184,3 +184,40 @@ def test_the_ranks_see_a_step_of_one_task_per_rank():
     assert [(i.world_rank, i.local_rank, i.node_rank, i.world_size, i.local_world_size)
             for i in infos] == [(3, 0, 1, 6, 3), (4, 1, 1, 6, 3), (5, 2, 1, 6, 3)]
     assert {i.master_addr for i in infos} == {"n1"}
+
+
+@pytest.mark.parametrize("skew_s", [-3600.0, 0.0, 3600.0],
+                         ids=["server-clock-behind", "same-clock", "server-clock-ahead"])
+def test_the_zygote_ends_a_rank_stuck_after_its_stop_record_by_its_own_clock(
+        tmp_path, monkeypatch, capfd, skew_s):
+    """A rank alive after its stop record is ended STOPPED_GRACE_S after the zygote first
+    saw the record, whatever the record's mtime says: on a shared filesystem that is the
+    file server's clock (here set an hour behind or ahead)."""
+    import subprocess
+    import time
+
+    from hpctrain._internal import nodezygote
+
+    monkeypatch.setenv("HPCTRAIN_ATTEMPT", "2")
+    monkeypatch.delenv("HPCTRAIN_ZYGOTE_VERBOSE", raising=False)
+    adir = tmp_path / ".hpctrain" / "attempt-002"
+    adir.mkdir(parents=True)
+    stuck = subprocess.Popen(["sleep", "60"])
+    running = subprocess.Popen(["sleep", "60"])
+    children, seen = {stuck.pid: 1, running.pid: 0}, {}
+    try:
+        record = adir / "stopped.rank-1.json"
+        record.write_text("{}")
+        os.utime(record, (time.time() + skew_s,) * 2)
+        nodezygote._end_stuck_after_stop(str(tmp_path), children, seen)
+        assert stuck.poll() is None and children == {stuck.pid: 1, running.pid: 0}
+        time.sleep(nodezygote.STOPPED_GRACE_S + 0.1)
+        nodezygote._end_stuck_after_stop(str(tmp_path), children, seen)
+        with pytest.raises(ProcessLookupError):  # SIGKILLed and reaped by the zygote
+            os.kill(stuck.pid, 0)
+        assert f"rank 1 (pid {stuck.pid}) stopped cleanly" in capfd.readouterr().err
+        assert children == {running.pid: 0} and running.poll() is None  # no record: kept
+    finally:
+        for p in (stuck, running):
+            p.kill()
+            p.wait()

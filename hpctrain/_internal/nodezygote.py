@@ -139,6 +139,7 @@ def main(argv=None) -> None:
     for sig in {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, warning}:
         signal.signal(sig, forward)
     code = 0
+    stop_seen: dict = {}  # pid -> when its stop record was first seen (see below)
     while children:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -147,7 +148,7 @@ def main(argv=None) -> None:
         except InterruptedError:
             continue
         if pid == 0:
-            _end_stuck_after_stop(run_dir, children)
+            _end_stuck_after_stop(run_dir, children, stop_seen)
             time.sleep(0.05)
             continue
         rank = children.pop(pid, None)
@@ -181,23 +182,25 @@ def main(argv=None) -> None:
 STOPPED_GRACE_S = 0.5
 
 
-def _end_stuck_after_stop(run_dir: str, children: dict) -> None:
+def _end_stuck_after_stop(run_dir: str, children: dict, seen: dict) -> None:
     """Seen on the test cluster: a forked rank that had written its stop record never
     returned from the process group's teardown; the step then lingered until the
     supervisor's deadline. Once a rank's stop is on record nothing it still does matters
-    to the run, so a rank still alive ``STOPPED_GRACE_S`` later is ended (SIGKILL, and its
-    exit counted as clean)."""
+    to the run, so a rank still alive ``STOPPED_GRACE_S`` after the zygote first saw that
+    record is ended (SIGKILL, and its exit counted as clean). ``seen`` (pid → time) keeps
+    when each record was first seen, on this process's monotonic clock: the record's
+    mtime is the file server's clock, which on a shared filesystem may be seconds off."""
     attempt = int(os.environ.get("HPCTRAIN_ATTEMPT", "1"))
     adir = os.path.join(run_dir, ".hpctrain", f"attempt-{attempt:03d}")
-    now = time.time()
+    now = time.monotonic()
     for pid, rank in list(children.items()):
-        try:
-            stopped = os.stat(os.path.join(adir, f"stopped.rank-{rank}.json")).st_mtime
-        except OSError:
+        if pid not in seen:
+            if os.path.exists(os.path.join(adir, f"stopped.rank-{rank}.json")):
+                seen[pid] = now
             continue
-        if now - stopped > STOPPED_GRACE_S:
+        if now - seen[pid] > STOPPED_GRACE_S:
             print(f"[hpctrain] node zygote: rank {rank} (pid {pid}) stopped cleanly "
-                  f"{now - stopped:.1f} s ago but is still alive; ending it",
+                  f"{now - seen[pid]:.1f} s ago but is still alive; ending it",
                   file=sys.stderr, flush=True)
             try:
                 if os.environ.get("HPCTRAIN_ZYGOTE_VERBOSE"):
@@ -208,6 +211,7 @@ def _end_stuck_after_stop(run_dir: str, children: dict) -> None:
             except (ProcessLookupError, ChildProcessError):
                 pass
             children.pop(pid, None)
+            seen.pop(pid, None)
 
 
 def _reap_ended(run_dir: str, children: dict) -> None:
