@@ -787,7 +787,8 @@ def cli_job(tmp_path) -> str:
     pytest.param(["--site", "generic-slurm", "--set", 'scheduler.directives.comment="a b"'],
                  ["scheduler.directives.comment", "without spaces"], id="directive"),
     pytest.param(["--set", "scaling.num_workers=2"],
-                 ['scheduler.kind: expected "slurm" or "pbs"', "--site NAME"], id="local"),
+                 ['scheduler.kind: expected "slurm", "pbs" or "lsf" to render', 'got "local"',
+                  "--site NAME"], id="local"),
 ])
 def test_render_cli_bad_input_exits_2_and_prints_nothing(tmp_path, args, expected):
     job = cli_job(tmp_path)

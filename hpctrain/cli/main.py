@@ -211,16 +211,19 @@ def _rerender_command(args, run_name: str) -> str:
 
 
 def _batch_run(args):
+    from hpctrain._internal.registry import describe, scheduler_names
     from hpctrain.run import Run, RunOptions
     from hpctrain.trainer import trainer_from_spec
 
     spec = _load(args)
     _refuse_sweep(spec)
-    if spec.scheduler.kind == "local":
-        raise ConfigError("scheduler.kind: expected \"slurm\" or \"pbs\" to render or submit "
-                          "a batch job, got \"local\"", file=spec.where("scheduler.kind"),
+    batch = scheduler_names(batch_only=True)
+    if spec.scheduler.kind not in batch:
+        raise ConfigError(f"scheduler.kind: expected {describe(batch)} to "
+                          f"render or submit a batch job, got \"{spec.scheduler.kind}\"",
+                          file=spec.where("scheduler.kind"),
                           hint="give a site (--site NAME, `hpctrain sites` lists them) or "
-                               "--set scheduler.kind=slurm; `hpctrain run` runs here")
+                               f"--set scheduler.kind={batch[0]}; `hpctrain run` runs here")
     run = Run(trainer_from_spec(spec), RunOptions(force_resume=getattr(args, "force", False)))
     return spec, run
 

@@ -106,9 +106,10 @@ def run_trial(run: RunDir, spec: JobSpec, index: int,
         # (a PBS array covers lo-hi: a re-run's gaps are finished trials)
         _log(f"trial {trial_id(index)} of {sweep.path} has already finished; nothing to do")
         return 0
-    job = os.environ.get("SLURM_ARRAY_JOB_ID")
-    task = os.environ.get("SLURM_ARRAY_TASK_ID")
-    job_id = f"{job}_{task}" if job and task else os.environ.get("PBS_JOBID", "")
+    from .._internal.registry import scheduler_class
+
+    # the array task's own id (Slurm's <array>_<task>, PBS's 2[1].host, LSF's 12[3])
+    job_id = scheduler_class(one.scheduler.kind).job_id_from_env(os.environ) or ""
     note_trial(sweep, index, status=RUNNING, job_id=job_id)
     try:
         return run_batch(one, None)
