@@ -174,6 +174,12 @@ class ScalingConfig:
             # trial's ScalingConfig is made from the resolved values, and checked then
             self._search_space = True
             return
+        if isinstance(self.num_workers, (tuple, list)):
+            raise ConfigError(
+                f"scaling.num_workers: expected an integer, got {self.num_workers!r}",
+                hint="Ray's elastic form (min_workers, max_workers) has no equivalent here: a "
+                     "batch allocation's size is fixed when it starts; give the number of "
+                     "workers (a failed rank restarts inside the allocation)")
         _check_int("scaling.num_workers", self.num_workers, minimum=1)
         self._check_trainer_resources()
         if not isinstance(self.use_gpu, bool):

@@ -222,6 +222,7 @@ def test_cli_page_names_every_subcommand():
 RAY_GUIDES = ["Data loading and preprocessing", "Configuring scale and GPUs", "Local mode",
               "Configuring persistent storage", "Monitoring and logging metrics",
               "Saving and loading checkpoints", "Validating checkpoints asynchronously",
+              "Elastic training",
               "Experiment tracking", "Inspecting training results",
               "Handling failures and node preemption", "Reproducibility",
               "Hyperparameter optimization", "Get started with PyTorch",

@@ -93,6 +93,8 @@ def test_accelerator_type_without_gpus_in_a_job_file_names_the_file(tmp_path):
      "scaling.trainer_resources: expected a table of resource name → number ≥ 0"),
     ({"trainer_resources": {"CPU": -1}}, "number ≥ 0"),
     ({"trainer_resources": 1}, "got 1\nHINT: it is Ray's reservation"),
+    ({"num_workers": (1, 8)}, "scaling.num_workers: expected an integer, got (1, 8)\n"
+                              "HINT: Ray's elastic form (min_workers, max_workers)"),
 ])
 def test_bad_scaling_values_are_refused(kwargs, message):
     with pytest.raises(ConfigError) as info:
