@@ -92,6 +92,10 @@ def _where(b) -> str:
 def test_snippets_are_well_formed(page):
     """Cheap checks of every block: Python compiles and holds no ``...`` placeholder,
     TOML parses, included files exist and are run by the suite, markers are known."""
+    check_well_formed(page)
+
+
+def check_well_formed(page):
     tests_text = "\n".join(open(p, encoding="utf-8").read()
                            for p in glob.glob(os.path.join(ROOT, "tests", "*.py"))
                            if not p.endswith("test_docs.py"))
@@ -160,20 +164,55 @@ RUN_PAGES = [p for p in PAGES if any(b["kind"] != "file" for b in _runnable(p))]
 @pytest.mark.parametrize("page", RUN_PAGES)
 def test_snippets_run(page, tmp_path):
     """The page's snippets, run as a reader would: in order, in a fresh process."""
+    p = run_snippets(_runnable(page), tmp_path)
+    assert p.returncode == 0, (f"a snippet of {page} failed (exit {p.returncode}); the last "
+                               f"'== page:line' names it:\n{p.stdout[-6000:]}\n{p.stderr[-6000:]}")
+
+
+def run_snippets(runnable, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     os.symlink(os.path.join(ROOT, "examples"), work / "examples")
-    (work / "blocks.json").write_text(json.dumps(_runnable(page)))
+    (work / "blocks.json").write_text(json.dumps(runnable))
     (work / "run_blocks.py").write_text(_RUNNER)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                HPCTRAIN_STORAGE_PATH=str(work / "runs"),  # "runs" in the snippets
                XDG_CONFIG_HOME=str(tmp_path / "xdg"), OMP_NUM_THREADS="1",
                HPCTRAIN_DOCS_TEST="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop("HPCTRAIN_SITE", None)
-    p = subprocess.run([sys.executable, "run_blocks.py", "blocks.json"], cwd=work, env=env,
-                       capture_output=True, text=True, timeout=280)
-    assert p.returncode == 0, (f"a snippet of {page} failed (exit {p.returncode}); the last "
-                               f"'== page:line' names it:\n{p.stdout[-6000:]}\n{p.stderr[-6000:]}")
+    return subprocess.run([sys.executable, "run_blocks.py", "blocks.json"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=280)
+
+
+BROKEN_PAGE = "docs/getting-started/local.md"
+
+
+def _broken_copy(tmp_path, edit):
+    """A copy of a real page whose first Python block is changed by ``edit`` (a reader's
+    typo, a placeholder), and that block's line in the copy."""
+    first = next(b for b in blocks(BROKEN_PAGE) if b["lang"] in ("python", "py")
+                 and not _includes(b))
+    text = open(os.path.join(ROOT, BROKEN_PAGE), encoding="utf-8").read()
+    broken = edit(first["code"])
+    assert broken != first["code"]
+    page = tmp_path / "broken.md"
+    page.write_text(text.replace(first["code"], broken, 1), encoding="utf-8")
+    return str(page), first["line"]
+
+
+def test_a_broken_snippet_fails_its_page_and_is_named(tmp_path):
+    """What the two tests above catch, shown on a real page broken on purpose: a snippet
+    that raises fails the run and the runner names its line; a `...` placeholder fails
+    the cheap check."""
+    page, line = _broken_copy(tmp_path, lambda code: code.replace("report(", "reprot(", 1)
+                              if "report(" in code else code + "undefined_name_here\n")
+    p = run_snippets(_runnable(page), tmp_path)
+    assert p.returncode != 0
+    assert [x for x in p.stdout.split("\n") if x.startswith("== ")][-1] == f"== {page}:{line}"
+    assert "reprot" in p.stdout + p.stderr or "undefined_name_here" in p.stderr
+    page, _ = _broken_copy(tmp_path, lambda code: code + "loss = ...\n")
+    with pytest.raises(AssertionError, match="a `...` placeholder in a Python snippet"):
+        check_well_formed(page)
 
 
 def test_readme_is_a_first_screen():
