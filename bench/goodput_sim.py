@@ -5,7 +5,9 @@
         --ckpt-s 30 --restart-s 60 --preempt-restart-s 120
     python bench/goodput_sim.py --json out.json
 
-Pure Python, seeded, no hpctrain import. A run on N nodes trains in cycles of ``τ`` s of
+Pure Python, seeded; its ``"auto"`` is hpctrain's own rule
+(``hpctrain._internal.checkpoint_interval.young_daly_interval``, the function
+``CheckpointConfig(checkpoint_frequency="auto")`` calls), not a copy. A run on N nodes trains in cycles of ``τ`` s of
 work followed by a checkpoint commit that blocks training for ``C`` s. Interruptions arrive
 as a Poisson process:
 
@@ -24,9 +26,10 @@ restarts are not useful). Time in the queue between allocations is not allocated
 is not counted; ``Rp`` is.
 
 For each scenario the simulator prints the goodput of fixed intervals, of ``"auto"`` —
-Young–Daly ``τ = sqrt(2·C·M)``, M the mean time between interruptions that lose work
-(failures and unwarned preemptions: a warned preemption loses nothing, so it does not
-shorten the interval) — and of the best interval found by scanning 120 log-spaced
+Daly's higher-order Young–Daly interval ``sqrt(2·C·M)·(1 + sqrt(C/2M)/3 + C/18M) − C``,
+M the mean time between interruptions that lose work (failures and unwarned preemptions:
+a warned preemption answered with a checkpoint loses nothing, so it does not shorten the
+interval; the product's ``observed_mtbi`` counts the same way) — and of the best interval found by scanning 120 log-spaced
 intervals with the same random interruptions (common random numbers). Beside the
 simulation, the model column is Daly's expectation for exponential failures
 (``E[segment] = e^{λR}·(e^{λ(τ+C)} − 1)/λ``) with each warned preemption costing
@@ -37,10 +40,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hpctrain._internal.checkpoint_interval import young_daly_interval  # noqa: E402
 
 HOUR, DAY = 3600.0, 86400.0
 
@@ -76,12 +83,13 @@ class Scenario:
 
 
 def young_daly(ckpt_s: float, mtbi_s: float) -> float:
-    """The ``"auto"`` interval: sqrt(2·C·M) seconds of training between checkpoints."""
+    """The ``"auto"`` interval: hpctrain's ``young_daly_interval`` (∞ without
+    interruptions that lose work)."""
     if ckpt_s <= 0:
         raise ValueError("the checkpoint cost C must be > 0")
     if not math.isfinite(mtbi_s):
         return math.inf
-    return math.sqrt(2.0 * ckpt_s * mtbi_s)
+    return young_daly_interval(ckpt_s, mtbi_s)
 
 
 def simulate(sc: Scenario, tau: float, *, horizon_interruptions: int = 4000,
@@ -186,13 +194,17 @@ def _dur(s: float) -> str:
 
 
 # Costs measured on this project's machine and assumed to hold per node at scale (C: README
-# figure 3a, a 256 MiB checkpoint per rank committed with fsync, 0.257 s; R: bench_restart.py,
-# kill -9 → first resumed report, 0.36 s with warm spares, 4.63 s cold; Rp: bench_recovery.py,
-# warning → first resumed report with the hold released, 11.2 s), and assumed costs of big
-# runs (model states of tens of GB per node, restarts at scale).
+# figure 3a, a 256 MiB checkpoint per rank committed with fsync, 0.257 s, and 0.028 s with
+# the commit asynchronous (bench_async_checkpoint.py: training blocked 28.4 ms); R:
+# bench_restart.py on a quiet machine, kill -9 → first resumed report, 0.44 s with warm
+# spares, 4.38 s cold; Rp: bench_recovery.py --compare-fork, warning → first resumed report
+# with the hold released, 8.41 s with one interpreter per rank (the default)), and assumed
+# costs of big runs (model states of tens of GB per node, restarts at scale).
 SCENARIOS = [
-    Scenario("measured here, warm spares", 1000, 5 * 8760, 1, 0.26, 0.36, 11.2),
-    Scenario("measured here, cold restart", 1000, 5 * 8760, 1, 0.26, 4.63, 11.2),
+    Scenario("measured here, warm spares", 1000, 5 * 8760, 1, 0.26, 0.44, 8.41),
+    Scenario("measured here, cold restart", 1000, 5 * 8760, 1, 0.26, 4.38, 8.41),
+    Scenario("measured here, async commit, warm spares", 1000, 5 * 8760, 1, 0.028, 0.44,
+             8.41),
     Scenario("big model: C 30 s, R 60 s", 1000, 5 * 8760, 1, 30, 60, 120),
     Scenario("big model, fragile nodes (MTBF 1 y)", 1000, 8760, 4, 30, 60, 120),
     Scenario("slow storage: C 5 min, R 5 min", 1000, 2 * 8760, 2, 300, 300, 600),

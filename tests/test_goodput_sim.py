@@ -11,8 +11,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import goodput_sim as gs  # noqa: E402
 
 
-def test_young_daly_is_sqrt_2cm():
-    assert gs.young_daly(30, 36000) == pytest.approx(math.sqrt(2 * 30 * 36000))
+def test_auto_is_the_products_own_rule():
+    from hpctrain._internal.checkpoint_interval import young_daly_interval
+
+    c, m = 30, 36000
+    assert gs.young_daly(c, m) == young_daly_interval(c, m)
+    # Daly's higher-order estimate: Young's sqrt(2CM) plus its correction, minus C
+    assert gs.young_daly(c, m) == pytest.approx(
+        math.sqrt(2 * c * m) * (1 + math.sqrt(c / (2 * m)) / 3 + c / (18 * m)) - c)
     assert gs.young_daly(1, math.inf) == math.inf
     with pytest.raises(ValueError):
         gs.young_daly(0, 100)

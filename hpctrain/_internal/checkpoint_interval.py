@@ -19,9 +19,11 @@ restart dumps"; Young 1974 is its first term ``sqrt(2 C M)``)::
 
 with C the time a checkpoint costs the training (the time ``report()`` blocks: the whole
 commit when synchronous, the snapshot when asynchronous) and M the mean time between
-interruptions. M is estimated from the run's attempts in ``state.json`` (each attempt
-that ended other than FINISHED is one interruption; the time observed is the attempts'
-running time) with the site's ``failure.mtbi`` as a prior worth one interruption::
+interruptions that lose work. M is estimated from the run's attempts in ``state.json``
+(each attempt that ended other than FINISHED is one interruption, except a preemption
+whose warning was answered with a committed checkpoint before the deadline: it lost
+nothing, so it must not shorten the interval; the time observed is the attempts' running
+time) with the site's ``failure.mtbi`` as a prior worth one interruption::
 
     M = (observed seconds + mtbi) / (interruptions + 1)
 
@@ -78,6 +80,14 @@ def observed_mtbi(attempts: Iterable[Dict[str, Any]], site_mtbi_s: float,
     >>> observed_mtbi([{"started": 0, "ended": 600, "outcome": "PREEMPTED"},
     ...                {"started": 700, "ended": 1300, "outcome": "FAILED"}], 3600.0)
     1600.0
+
+    A preemption answered with a checkpoint (the agreed stop, before the deadline) lost
+    nothing and is not an interruption:
+
+    >>> observed_mtbi([{"started": 0, "ended": 600, "outcome": "PREEMPTED",
+    ...                 "stop_checkpoint": "checkpoint_000003", "stopped_at_deadline": False},
+    ...                {"started": 700, "ended": 1300, "outcome": "FAILED"}], 3600.0)
+    2400.0
     """
     now = time.time() if now is None else now
     seconds, interruptions = 0.0, 0
@@ -88,9 +98,17 @@ def observed_mtbi(attempts: Iterable[Dict[str, Any]], site_mtbi_s: float,
         end = a.get("ended")
         end = end if isinstance(end, (int, float)) else now
         seconds += max(0.0, end - start)
-        if a.get("outcome") not in _NOT_INTERRUPTED and a.get("ended") is not None:
+        if a.get("outcome") not in _NOT_INTERRUPTED and a.get("ended") is not None \
+                and not _lost_nothing(a):
             interruptions += 1
     return (seconds + site_mtbi_s) / (interruptions + 1)
+
+
+def _lost_nothing(attempt: Dict[str, Any]) -> bool:
+    """A preempted attempt whose ranks all stopped with a committed checkpoint on the
+    warning (the supervisor's record: ``stop_checkpoint``, not ``stopped_at_deadline``)."""
+    return (attempt.get("outcome") == "PREEMPTED" and bool(attempt.get("stop_checkpoint"))
+            and not attempt.get("stopped_at_deadline"))
 
 
 def frequency_value(value: Any) -> Any:
