@@ -62,8 +62,9 @@ _FREE: Dict[str, Dict[str, Any]] = {
                               "keys and values.",
                "type": "object"},
     "datasets": {"description": "The datasets the ranks read (split over them, unless [data] "
-                                "says otherwise): name = \"file.h5:col1,col2\" or a table of "
-                                "options.",
+                                "says otherwise): name = \"file.h5:col1,col2\", "
+                                "\"data/train.parquet:col1,col2\" (a Parquet file or a "
+                                "directory of them) or a table of options.",
                  "type": "object", "additionalProperties": {"type": ["string", "object"]}},
 }
 

@@ -101,3 +101,49 @@ def read_split_and_whole(config):
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, f"rank-{ctx.get_world_rank()}.json"), "w") as f:
         json.dump(out, f)
+
+
+def make_parquet(directory, sizes, row_group_rows=64):
+    """Parquet files ``part-000.parquet``… in ``directory`` with ``sizes`` rows each,
+    numbered on across the files: x[i] = [i * 100, i * 100 + 1, i * 100 + 2] (a list
+    column), y[i] = i, name[i] = "r<i>"; row groups of ``row_group_rows`` rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(directory, exist_ok=True)
+    start = 0
+    for n, rows in enumerate(sizes):
+        i = np.arange(start, start + rows, dtype=np.int64)
+        x = (i[:, None] * 100 + np.arange(3)[None, :]).astype(np.float32)
+        table = pa.table({
+            "x": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 3),
+            "y": pa.array(i), "name": pa.array([f"r{v}" for v in i])})
+        pq.write_table(table, os.path.join(directory, f"part-{n:03d}.parquet"),
+                       row_group_size=row_group_rows)
+        start += rows
+    return directory
+
+
+def read_parquet_shards(config):
+    """Two epochs of "train" (iter_batches, then a torch DataLoader with 2 loader
+    processes): the rows each rank saw, and whether x stayed aligned with y."""
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    train = hpctrain.get_dataset_shard("train")
+    out = {"epochs": [], "aligned": True, "block_rows": train.block_rows}
+    for epoch in range(2):
+        if epoch == 0:
+            batches = list(train.iter_batches(config["batch_size"]))
+        else:
+            batches = list(train.to_torch_dataloader(config["batch_size"], num_workers=2))
+        rows = []
+        for b in batches:
+            y, x = np.asarray(b["y"]), np.asarray(b["x"])
+            out["aligned"] &= bool((x[:, 0] == y * 100).all() and (x[:, 2] == y * 100 + 2).all())
+            rows += [int(v) for v in y]
+        out["epochs"].append(rows)
+        hpctrain.report({"epoch": epoch, "rows": len(rows)})
+    d = os.path.join(ctx.get_run_dir(), "test-out")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"rank-{rank}.json"), "w") as f:
+        json.dump(out, f)

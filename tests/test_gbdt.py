@@ -226,6 +226,30 @@ def test_to_pandas_gives_each_rank_its_rows_with_the_columns(tmp_path):
     assert got.to_numpy().tolist() == [[6, 7, 8, 0], [9, 10, 11, 1]]
 
 
+def test_xgboost_trains_on_parquet_files_to_the_single_process_model(storage, tmp_path):
+    """datasets= a directory of Parquet files (two, row groups of 300 rows): each worker
+    reads its rows from the files, and the model is one process's on the whole frame."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    df = frame()
+    os.makedirs(tmp_path / "train")
+    for n, part in enumerate((df.iloc[:1200], df.iloc[1200:])):
+        pq.write_table(pa.Table.from_pandas(part, preserve_index=False),
+                       str(tmp_path / "train" / f"part-{n}.parquet"), row_group_size=300)
+    result = XGBoostTrainer(params=XGB_PARAMS, label_column="y", num_boost_round=4,
+                            scaling_config=ScalingConfig(num_workers=2),
+                            datasets={"train": {"path": str(tmp_path / "train"),
+                                                "shuffle": False}},
+                            run_config=_run(storage)).fit()
+    model = XGBoostTrainer.get_model(result.checkpoint)
+    x = xgboost.DMatrix(df.drop("y", axis=1))
+    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"]),
+                          num_boost_round=4)
+    assert model.num_boosted_rounds() == 4
+    np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+
+
 def test_ray_train_import_paths_give_hpctrains_objects():
     """``from ray.train.xgboost import ...`` -> ``from hpctrain.train.xgboost import ...``."""
     import hpctrain.lightgbm

@@ -1,5 +1,6 @@
 """Datasets on the parallel filesystem, sharded over the ranks (Ray Data's dataset shards,
-the HPC way: every rank reads its own rows of a shared HDF5 file, nothing is shipped).
+the HPC way: every rank reads its own rows of a shared HDF5 or Parquet file, nothing is
+shipped).
 
 ```python
 trainer = TorchTrainer(train_func, datasets={
@@ -13,7 +14,9 @@ def train_func(config):
         for batch in train.iter_torch_batches(batch_size=64):   # {"images": …, "labels": …}
             ...
 ```
-Job files: ``[datasets]`` with ``train = "/lustre/data/train.h5:images,labels"`` or
+Parquet: ``"/lustre/data/train/:x,label"`` (a directory of ``*.parquet`` files, a file, or
+:class:`ParquetDataset` with a list). Job files: ``[datasets]`` with
+``train = "/lustre/data/train.h5:images,labels"`` or
 ``val = { path = "val.h5", keys = ["images", "labels"], shuffle = false }``.
 ``dataset_config=hpctrain.DataConfig(datasets_to_split=["train"])`` (``[data]
 datasets_to_split``) splits only "train"; the other datasets are read whole by every rank.
@@ -24,6 +27,7 @@ is in :mod:`hpctrain.data.plan`; the shard's API in :class:`DatasetShard`.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Optional
 
 from ..errors import ConfigError, MissingFrameworkError
@@ -35,26 +39,46 @@ except ImportError as _e:  # a login node or a TF-only venv without NumPy
         f"hpctrain.data needs NumPy, which is not importable here ({_e}).\n"
         "HINT: pip install 'hpctrain[data]' (numpy and h5py)") from None
 from .hdf5 import HDF5Dataset, HDF5Shard
+from .parquet import ParquetDataset, ParquetShard, is_parquet_path
 from .plan import REMAINDERS, shard_indices
 from .sequence import SequenceDataset, SequenceShard, shard_list
 from .shard import DatasetShard
 
-__all__ = ["HDF5Dataset", "SequenceDataset", "DatasetShard", "HDF5Shard", "SequenceShard",
-           "shard_list", "shard_indices", "as_dataset", "REMAINDERS"]
+__all__ = ["HDF5Dataset", "ParquetDataset", "SequenceDataset", "DatasetShard", "HDF5Shard",
+           "ParquetShard", "SequenceShard", "shard_list", "shard_indices", "as_dataset",
+           "REMAINDERS"]
+
+
+def _parquet_path(path: Any, base_dir: Optional[str]) -> bool:
+    if isinstance(path, (list, tuple)):
+        return bool(path) and all(_parquet_path(p, base_dir) for p in path)
+    if not isinstance(path, str):
+        return False
+    path = os.path.expandvars(os.path.expanduser(path))
+    if base_dir is not None and not os.path.isabs(path):
+        path = os.path.join(base_dir, path)
+    return is_parquet_path(path)
 
 
 def as_dataset(value: Any, key: str = "datasets", base_dir: Optional[str] = None) -> Any:
     """What a ``datasets=`` value (or a ``[datasets]`` entry) means: an
-    :class:`HDF5Dataset` for ``"file.h5:keys"`` or a table, a :class:`SequenceDataset`
-    for a list, tuple or NumPy array; a ConfigError naming ``key`` otherwise."""
-    if isinstance(value, (HDF5Dataset, SequenceDataset)):
+    :class:`HDF5Dataset` for ``"file.h5:keys"`` or a table, a :class:`ParquetDataset` for
+    ``"file.parquet:columns"`` or a directory of Parquet files (or a table whose path is
+    one), a :class:`SequenceDataset` for a list, tuple or NumPy array; a ConfigError
+    naming ``key`` otherwise."""
+    if isinstance(value, (HDF5Dataset, ParquetDataset, SequenceDataset)):
         return value
     try:
         if isinstance(value, str):
             if not value.strip():
                 raise ConfigError("expected \"file.h5:dataset1,dataset2\", got an empty string")
+            head = value.rpartition(":")[0]
+            if _parquet_path(value, base_dir) or head and _parquet_path(head, base_dir):
+                return ParquetDataset.parse(value, base_dir=base_dir)
             return HDF5Dataset.parse(value, base_dir=base_dir)
         if isinstance(value, dict):
+            if _parquet_path(value.get("path"), base_dir):
+                return ParquetDataset.from_table(value, base_dir=base_dir)
             return HDF5Dataset.from_table(value, base_dir=base_dir)
         if isinstance(value, (list, tuple, np.ndarray)):
             return SequenceDataset(value)
@@ -63,11 +87,13 @@ def as_dataset(value: Any, key: str = "datasets", base_dir: Optional[str] = None
             return SequenceDataset(value.to_records(index=False))
     except ConfigError as e:
         msg = e.message.split(": ", 1)[1] if e.message.startswith(("HDF5Dataset:",
+                                                                    "ParquetDataset:",
                                                                     "SequenceDataset:")) \
             else e.message
         raise ConfigError(f"{key}: {msg}", hint=e.hint or
                           'e.g. train = "/lustre/data/train.h5:images,labels"') from None
-    raise ConfigError(f"{key}: expected \"file.h5:dataset1,dataset2\", a table (path, keys, "
+    raise ConfigError(f"{key}: expected \"file.h5:dataset1,dataset2\", "
+                      f"\"file.parquet:col1,col2\" (or a directory of them), a table (path, keys, "
                       f"shuffle, seed, remainder, window_mb), a list, an array or a pandas DataFrame; got "
                       f"{type(value).__name__}",
                       hint="for other data, pass a list of file names and read them in the "
