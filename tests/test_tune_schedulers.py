@@ -135,6 +135,33 @@ def test_asha_stops_weak_trials_early_keeps_their_checkpoints_and_finds_the_grid
     assert [r.metrics["_training_iteration"] for r in again] == iterations
 
 
+def test_hyperband_places_trials_in_brackets_and_stops_them_at_their_brackets_rungs(
+        storage, four_at_once):
+    """HyperBandScheduler in a sweep: each trial placed in one of s_max + 1 brackets (the
+    placement recorded in the sweep's scheduler state), a trial stopped early only at a
+    milestone of its own bracket, its checkpoints kept, and the grid's best found."""
+    space = {"q": tune.grid_search(Q8), "steps": 8, "sleep": 0.05}
+    hb = HyperBandScheduler(max_t=8, reduction_factor=2)
+    grid = tune.Tuner(w.quality, param_space=space, tune_config=tune.TuneConfig(
+        metric="loss", mode="min", scheduler=hb),
+        run_config=RunConfig(name="hyperband", storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0 and grid.num_terminated == 8
+    assert grid.get_best_result().config["q"] == max(Q8)
+    manifest = read(grid.experiment_path, "sweep.json")
+    assert manifest["scheduler"]["type"] == "HyperBandScheduler"
+    placed = read(grid.experiment_path, "scheduler_state.json")["bracket_of"]
+    assert len(placed) == 8 and set(placed.values()) <= set(range(hb.brackets))
+    iterations = [r.metrics["_training_iteration"] for r in grid]
+    early = [i for i, n in enumerate(iterations) if n < 8]
+    assert early, (iterations, placed)  # the weak trials of the brackets with rungs stop
+    for i in early:
+        r = grid[i]
+        bracket = placed[os.path.basename(r.path)]  # trial_0000i
+        assert iterations[i] in hb.rungs(bracket)[1:], (i, bracket, iterations[i])
+        assert "below the cutoff" in read(r.path, "state.json")["stopped_by"]
+        assert len(os.listdir(os.path.join(r.path, "checkpoints"))) == iterations[i]
+
+
 def test_a_trial_of_two_ranks_stopped_at_a_rung_ends_both_and_keeps_the_rungs_checkpoint(
         storage):
     from hpctrain import ScalingConfig
