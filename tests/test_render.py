@@ -18,6 +18,7 @@ import uuid
 
 import pytest
 
+from hpctrain._internal.registry import describe, scheduler_names
 from hpctrain.errors import ConfigError
 from hpctrain.schedulers import BatchRequest
 from hpctrain.sites import PACKAGE_SITE_DIR, SITE_PATH_ENV, available_sites
@@ -787,7 +788,8 @@ def cli_job(tmp_path) -> str:
     pytest.param(["--site", "generic-slurm", "--set", 'scheduler.directives.comment="a b"'],
                  ["scheduler.directives.comment", "without spaces"], id="directive"),
     pytest.param(["--set", "scaling.num_workers=2"],
-                 ['scheduler.kind: expected "slurm", "pbs" or "lsf" to render', 'got "local"',
+                 [f'scheduler.kind: expected {describe(scheduler_names(batch_only=True))} to render',
+                  'got "local"',
                   "--site NAME"], id="local"),
 ])
 def test_render_cli_bad_input_exits_2_and_prints_nothing(tmp_path, args, expected):

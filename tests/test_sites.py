@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from hpctrain._internal.registry import describe, scheduler_names
 from hpctrain.cluster_env import gpu_binding
 from hpctrain.errors import ConfigError
 from hpctrain.launchers import launcher_for
@@ -120,7 +121,9 @@ BAD_SITES = [
     ("unknown-limit", "[limits]\nmax_gpus = 3\n", "limits.max_gpus: unknown limit"),
     ("bad-walltime", '[limits]\nmax_walltime = 60\n', "limits.max_walltime: walltime 60 is a bare"),
     ("wrong-name", '[site]\nname = "other"\n', "site.name: expected 'broken'"),
-    ("bad-scheduler", '[site]\nscheduler = "condor"\n', 'site.scheduler: expected "slurm", "pbs" or "lsf"'),
+    # every registered batch scheduler is named (a new one registered is named too)
+    ("bad-scheduler", '[site]\nscheduler = "condor"\n',
+     f'site.scheduler: expected {describe(scheduler_names(batch_only=True))}, got \'condor\''),
     ("bad-key", "[scheduler]\nqueu = 'x'\n", "scheduler.queu: unknown key"),
 ]
 
