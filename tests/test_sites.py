@@ -116,6 +116,25 @@ def test_site_path_beats_the_package_and_lists_every_site(site_dir):
             "juwels-booster", "jean-zay", "test-cluster"} <= set(sites)
 
 
+def test_a_center_wide_install_is_found_between_the_users_path_and_the_package(
+        tmp_path, site_dir, monkeypatch):
+    """The search order docs/sites.md gives: $HPCTRAIN_SITE_PATH, then the center's
+    directory (/etc/hpctrain/sites, here a temporary one), then the package."""
+    import hpctrain.sites as sites
+
+    center = tmp_path / "etc-hpctrain-sites"
+    center.mkdir()
+    monkeypatch.setattr(sites, "SYSTEM_SITE_DIR", str(center))
+    write(center / "perlmutter.toml", '[site]\ndescription = "the center\'s own"\n')
+    write(center / "ourcluster.toml", '[site]\ndescription = "only at the center"\n')
+    assert sites.search_path() == [str(site_dir), str(center), PACKAGE_SITE_DIR]
+    assert load_site("perlmutter").description == "the center's own"     # beats the package
+    assert load_site("ourcluster").description == "only at the center"
+    write(site_dir / "perlmutter.toml", '[site]\ndescription = "the user\'s own"\n')
+    assert load_site("perlmutter").description == "the user's own"       # beats the center
+    assert available_sites()["ourcluster"] == str(center / "ourcluster.toml")
+
+
 BAD_SITES = [
     ("unknown-section", "[site]\n[job]\nentrypoint = 'x.py:f'\n", "job: a site config cannot set"),
     ("unknown-limit", "[limits]\nmax_gpus = 3\n", "limits.max_gpus: unknown limit"),

@@ -331,6 +331,23 @@ def test_restore_of_a_failed_batch_run_resubmits_it_and_resumes(storage, local_r
     assert_same_state(final_state(run), local_reference)
 
 
+def test_the_submit_from_python_example_runs_as_printed_on_the_test_cluster(tmp_path, storage):
+    """examples/submit_from_python.py as the Slurm getting-started page says: run from a
+    login-node shell, fit() submits a 2-node job, follows it and prints its Result."""
+    example = os.path.join(os.path.dirname(HERE), "examples", "submit_from_python.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PBS_"))}
+    env.update(HPCTRAIN_STORAGE_PATH=storage, PYTHONPATH=os.path.dirname(HERE))
+    p = subprocess.run([sys.executable, example], env=env, cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "final metrics: {" in p.stdout and "checkpoint: Checkpoint(" in p.stdout, p.stdout
+    run = os.path.join(storage, "from-python")
+    state = json.load(open(os.path.join(run, "state.json")))
+    assert state["status"] == "FINISHED" and len(state["job_ids"]) == 1
+    script = open(os.path.join(run, "job.sh")).read()
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --time=00:10:00" in script
+
+
 def test_ray_pytorch_quickstart_on_2_nodes_keeps_one_model_pt_from_rank_0(tmp_path, storage):
     """examples/pytorch_quickstart.py's train_func (every rank saves model.pt and reports
     it) as a 2-node job: each checkpoint holds one model.pt, rank 0's, written once."""
