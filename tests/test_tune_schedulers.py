@@ -334,7 +334,7 @@ def test_optuna_search_refuses_grid_search_and_needs_a_metric(storage):
 
 
 # --------------------------------------------------------------------------- job files
-def sweep_file(tmp_path, storage, name, fn, extra):
+def sweep_file(tmp_path, storage, name, fn, extra, metric="loss", mode="min"):
     job = tmp_path / f"{name}.toml"
     job.write_text(f"""[job]
 entrypoint = "{os.path.join(HERE, 'tune_sched_workloads.py')}:{fn}"
@@ -344,8 +344,8 @@ storage_path = "{storage}"
 [scaling]
 num_workers = 1
 [sweep]
-metric = "loss"
-mode = "min"
+metric = "{metric}"
+mode = "{mode}"
 {extra}""")
     return str(job)
 
@@ -386,6 +386,42 @@ y = {uniform = [-5, 5]}
     assert [t["search"]["optuna_trial"] for t in trials] == [0, 1, 2]
     assert all(t["search_told"] and set(t["config"]["train_loop_config"]) == {"x", "y"}
                for t in trials)
+
+
+def test_a_job_files_pbt_sweep_runs_with_its_mutations(tmp_path, storage):
+    """The guide's PBT job file shape: [sweep.scheduler] type = "pbt" with
+    [sweep.scheduler.hyperparam_mutations] naming a [config] key; the sweep runs every
+    trial to its end under PopulationBasedTraining, and an exploit (when the two trials
+    overlap) perturbs only lr, within the population's own values."""
+    from helpers import cli
+
+    job = sweep_file(tmp_path, storage, "pbt", "climb", f"""
+[sweep.scheduler]
+type = "pbt"
+time_attr = "training_iteration"
+perturbation_interval = 2
+quantile_fraction = 0.5
+resample_probability = 0.0
+[sweep.scheduler.hyperparam_mutations]
+lr = [0.1, 0.2, 0.4, 0.8]
+[sweep.param_space]
+lr = {{grid_search = [0.1, 0.8]}}
+steps = 8
+sleep = 0.1
+meet = "{tmp_path / 'meet'}"
+population = 2
+""", metric="value", mode="max")
+    cli("sweep", job)
+    manifest = read(storage, "pbt", "sweep.json")
+    assert manifest["scheduler"]["type"] == "PopulationBasedTraining"
+    assert manifest["scheduler"]["perturbation_interval"] == 2
+    grid = tune.ResultGrid.from_path(os.path.join(storage, "pbt"))
+    assert grid.num_errors == 0 and [r.metrics["_training_iteration"] for r in grid] == [8, 8]
+    for step in manifest.get("exploits", []):
+        assert step["source"] != step["trial"], step
+        assert set(step["new_config"]["train_loop_config"]) == {
+            "lr", "steps", "sleep", "meet", "population"}
+        assert step["new_config"]["train_loop_config"]["lr"] in (0.1, 0.2, 0.4, 0.8)
 
 
 def test_a_job_files_bad_scheduler_names_the_key_and_creates_nothing(tmp_path, storage):
