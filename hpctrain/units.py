@@ -7,12 +7,15 @@ unit means different things to different batch systems.
 
     >>> parse_walltime("1-02:03:04")
     93784
-    >>> format_slurm_walltime(93784), format_pbs_walltime(93784)
-    ('1-02:03:04', '26:03:04')
     >>> parse_memory("1.5G")
     1536
-    >>> format_slurm_memory(1536), format_pbs_memory(4096)
-    ('1536M', '4gb')
+    >>> format_walltime(93784)
+    '1d 2h 3m 4s'
+
+Each scheduler renders them in its own format (``format_slurm_walltime`` in
+:mod:`hpctrain.schedulers.slurm`, ``format_pbs_walltime`` in :mod:`.pbs`, LSF's in
+:mod:`.lsf`) from the helpers here (:func:`clock`, :func:`check_seconds`,
+:func:`check_mib`).
 """
 from __future__ import annotations
 
@@ -24,12 +27,12 @@ from typing import Optional
 __all__ = [
     "UnitError",
     "parse_walltime",
-    "format_slurm_walltime",
-    "format_pbs_walltime",
     "format_walltime",
+    "clock",
+    "check_seconds",
+    "check_mib",
+    "DAY",
     "parse_memory",
-    "format_slurm_memory",
-    "format_pbs_memory",
     "WALLTIME_PATTERN",
     "MEMORY_PATTERN",
 ]
@@ -37,6 +40,8 @@ __all__ = [
 _MINUTE = 60
 _HOUR = 3600
 _DAY = 86400
+#: Seconds in a day (the schedulers' walltime formats).
+DAY = _DAY
 
 _WALLTIME_FORMS = '"HH:MM:SS", "MM:SS", "D-HH[:MM[:SS]]" or units such as "90m", "2h", "1d12h"'
 _WALLTIME_EXAMPLE_HINT = 'write a walltime such as "01:30:00", "1-12:00:00" or "90m"'
@@ -83,7 +88,7 @@ WALLTIME_PATTERN = (
     r")\s*$")
 
 
-def _clock(seconds: int) -> str:
+def clock(seconds: int) -> str:
     """``3723`` -> ``"01:02:03"``; hours are zero-padded to 2 and never wrapped."""
     hours, rest = divmod(seconds, _HOUR)
     minutes, secs = divmod(rest, _MINUTE)
@@ -104,7 +109,7 @@ def _bare_number_walltime_error(number: object) -> UnitError:
     except (InvalidOperation, ValueError):
         minutes = None
     if minutes is not None:
-        hint = f'write "{_clock(minutes * _MINUTE)}" for {_describe_minutes(minutes)}, or "{minutes}m"'
+        hint = f'write "{clock(minutes * _MINUTE)}" for {_describe_minutes(minutes)}, or "{minutes}m"'
     else:
         hint = _WALLTIME_EXAMPLE_HINT
     return UnitError(message, hint=hint)
@@ -219,36 +224,12 @@ def parse_walltime(value: object) -> int:
     return total
 
 
-def _check_seconds(seconds: object) -> int:
+def check_seconds(seconds: object) -> int:
     if isinstance(seconds, bool) or not isinstance(seconds, int):
         raise UnitError(f"walltime must be a whole number of seconds, got {seconds!r}")
     if seconds <= 0:
         raise UnitError(f"walltime must be positive, got {seconds} seconds")
     return seconds
-
-
-def format_slurm_walltime(seconds: int) -> str:
-    """Render seconds for Slurm's ``--time``.
-
-    ``"D-HH:MM:SS"`` from one day up, else ``"HH:MM:SS"`` (hours zero-padded to 2):
-    ``90`` -> ``"00:01:30"``, ``86399`` -> ``"23:59:59"``, ``86400`` -> ``"1-00:00:00"``,
-    ``93784`` -> ``"1-02:03:04"``, ``360000`` -> ``"4-04:00:00"``.
-    Raises :class:`UnitError` for non-integers and values below 1.
-    """
-    seconds = _check_seconds(seconds)
-    days, rest = divmod(seconds, _DAY)
-    if days:
-        return f"{days}-{_clock(rest)}"
-    return _clock(rest)
-
-
-def format_pbs_walltime(seconds: int) -> str:
-    """Render seconds for PBS ``-l walltime=``: ``"HH:MM:SS"``, hours not wrapped.
-
-    ``90`` -> ``"00:01:30"``, ``93784`` -> ``"26:03:04"``, ``360000`` -> ``"100:00:00"``.
-    Raises :class:`UnitError` for non-integers and values below 1.
-    """
-    return _clock(_check_seconds(seconds))
 
 
 def format_walltime(seconds: int) -> str:
@@ -258,7 +239,7 @@ def format_walltime(seconds: int) -> str:
     ``45`` -> ``"45s"``, ``86400`` -> ``"1d"``.
     Raises :class:`UnitError` for non-integers and values below 1.
     """
-    seconds = _check_seconds(seconds)
+    seconds = check_seconds(seconds)
     days, rest = divmod(seconds, _DAY)
     hours, rest = divmod(rest, _HOUR)
     minutes, secs = divmod(rest, _MINUTE)
@@ -320,33 +301,9 @@ def parse_memory(value: object) -> int:
     return int(math.ceil(kib / 1024))
 
 
-def _check_mib(mib: object) -> int:
+def check_mib(mib: object) -> int:
     if isinstance(mib, bool) or not isinstance(mib, int):
         raise UnitError(f"memory must be a whole number of MiB, got {mib!r}")
     if mib <= 0:
         raise UnitError(f"memory must be positive, got {mib} MiB")
     return mib
-
-
-def format_slurm_memory(mib: int) -> str:
-    """Render MiB for Slurm's ``--mem``: whole ``G`` when divisible by 1024, else ``M``.
-
-    ``4096`` -> ``"4G"``, ``1536`` -> ``"1536M"``, ``512`` -> ``"512M"``.
-    Raises :class:`UnitError` for non-integers and values below 1.
-    """
-    mib = _check_mib(mib)
-    if mib % 1024 == 0:
-        return f"{mib // 1024}G"
-    return f"{mib}M"
-
-
-def format_pbs_memory(mib: int) -> str:
-    """Render MiB for PBS ``mem=``: ``"gb"`` when divisible by 1024, else ``"mb"``.
-
-    ``4096`` -> ``"4gb"``, ``1536`` -> ``"1536mb"``, ``512`` -> ``"512mb"``.
-    Raises :class:`UnitError` for non-integers and values below 1.
-    """
-    mib = _check_mib(mib)
-    if mib % 1024 == 0:
-        return f"{mib // 1024}gb"
-    return f"{mib}mb"

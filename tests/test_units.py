@@ -1,4 +1,5 @@
-"""Tests for hpctrain.units: walltime and memory parsing, Slurm/PBS rendering, round trips."""
+"""Tests for hpctrain.units: walltime and memory parsing, Slurm/PBS rendering (each
+scheduler's own formatters), round trips."""
 from __future__ import annotations
 
 import doctest
@@ -7,12 +8,10 @@ from typing import Optional
 import pytest
 
 import hpctrain.units as units_module
+from hpctrain.schedulers.pbs import format_pbs_memory, format_pbs_walltime
+from hpctrain.schedulers.slurm import format_slurm_memory, format_slurm_walltime
 from hpctrain.units import (
     UnitError,
-    format_pbs_memory,
-    format_pbs_walltime,
-    format_slurm_memory,
-    format_slurm_walltime,
     format_walltime,
     parse_memory,
     parse_walltime,

@@ -13,9 +13,31 @@ import re
 import subprocess
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
-from ..units import format_pbs_memory, format_pbs_walltime, parse_memory
+from ..units import check_mib, check_seconds, clock, parse_memory
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, check_directive,
                    job_name, merge_directives)
+
+
+def format_pbs_walltime(seconds: int) -> str:
+    """Render seconds for PBS ``-l walltime=``: ``"HH:MM:SS"``, hours not wrapped.
+
+    ``90`` -> ``"00:01:30"``, ``93784`` -> ``"26:03:04"``, ``360000`` -> ``"100:00:00"``.
+    Raises :class:`UnitError` for non-integers and values below 1.
+    """
+    return clock(check_seconds(seconds))
+
+
+def format_pbs_memory(mib: int) -> str:
+    """Render MiB for PBS ``mem=``: ``"gb"`` when divisible by 1024, else ``"mb"``.
+
+    ``4096`` -> ``"4gb"``, ``1536`` -> ``"1536mb"``, ``512`` -> ``"512mb"``.
+    Raises :class:`UnitError` for non-integers and values below 1.
+    """
+    mib = check_mib(mib)
+    if mib % 1024 == 0:
+        return f"{mib // 1024}gb"
+    return f"{mib}mb"
+
 
 #: ``qsub -W`` attributes (OpenPBS qsub man page).
 W_ATTRIBUTES = {"depend", "block", "umask", "group_list", "stagein", "stageout", "sandbox",

@@ -11,9 +11,37 @@ import re
 import subprocess
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..units import format_slurm_memory, format_slurm_walltime, parse_memory
+from ..units import DAY, check_mib, check_seconds, clock, parse_memory
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, array_ranges,
                    check_directive, job_name, merge_directives, warning_seconds)
+
+
+def format_slurm_walltime(seconds: int) -> str:
+    """Render seconds for Slurm's ``--time``.
+
+    ``"D-HH:MM:SS"`` from one day up, else ``"HH:MM:SS"`` (hours zero-padded to 2):
+    ``90`` -> ``"00:01:30"``, ``86399`` -> ``"23:59:59"``, ``86400`` -> ``"1-00:00:00"``,
+    ``93784`` -> ``"1-02:03:04"``, ``360000`` -> ``"4-04:00:00"``.
+    Raises :class:`UnitError` for non-integers and values below 1.
+    """
+    seconds = check_seconds(seconds)
+    days, rest = divmod(seconds, DAY)
+    if days:
+        return f"{days}-{clock(rest)}"
+    return clock(rest)
+
+
+def format_slurm_memory(mib: int) -> str:
+    """Render MiB for Slurm's ``--mem``: whole ``G`` when divisible by 1024, else ``M``.
+
+    ``4096`` -> ``"4G"``, ``1536`` -> ``"1536M"``, ``512`` -> ``"512M"``.
+    Raises :class:`UnitError` for non-integers and values below 1.
+    """
+    mib = check_mib(mib)
+    if mib % 1024 == 0:
+        return f"{mib // 1024}G"
+    return f"{mib}M"
+
 
 #: States in which a Slurm job still holds or waits for an allocation.
 #: (PREEMPTED is an end state in Slurm's list; STOPPED keeps its allocation.)
