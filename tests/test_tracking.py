@@ -100,11 +100,12 @@ def test_tensorboard_mlflow_and_wandb_files_of_a_real_run(tmp_path, storage, mon
     (log,) = glob.glob(os.path.join(run, "wandb", "offline-run-*", "run-*.wandb"))
     ds = datastore.DataStore()
     ds.open_for_scan(log)
-    history, names, exit_code = [], [], None
+    history, names, exit_code, kinds = [], [], None, []
     while (data := ds.scan_data()) is not None:
         rec = wandb_internal_pb2.Record()
         rec.ParseFromString(data)
         kind = rec.WhichOneof("record_type")
+        kinds.append(kind)
         if kind == "history":
             history.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json)
                             for i in rec.history.item})
@@ -113,7 +114,10 @@ def test_tensorboard_mlflow_and_wandb_files_of_a_real_run(tmp_path, storage, mon
             config = {u.key: json.loads(u.value_json) for u in rec.run.config.update}
         elif kind == "exit":
             exit_code = rec.exit.exit_code
-    assert names == [("tracked", "proj")] and exit_code == 0
+    # (seen once in a full-suite run, not reproduced alone or 4 at once: no "run" record;
+    # the kinds of record the log held say where the writer stopped)
+    assert names == [("tracked", "proj")] and exit_code == 0, (
+        f"{log}: {os.path.getsize(log)} bytes, records {kinds}")
     assert config["lr"] == 0.1 and config["model"] == {"width": 8}
     assert [(h["_step"], h["loss"], h["nested"]["m"] if isinstance(h.get("nested"), dict)
              else h["nested/m"]) for h in history] == \
