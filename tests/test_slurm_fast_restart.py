@@ -1,10 +1,11 @@
 """Fast restarts on the real test Slurm cluster (2 nodes × 2 ranks): with
 ``HPCTRAIN_FORK_RANKS=1`` one node zygote per node forks the ranks; a rank killed with
 SIGKILL is named, the group restarts in the allocation from the last checkpoint, and the
-training ends bit-identical to the same job with one interpreter per rank. (Against a local
-uninterrupted run it is not: neither mode is, after this crash on the cluster — found while
-writing this test, reported, not fixed here.) Without the crash, forked ranks end
-bit-identical to the local run. Timings: bench/bench_recovery.py --compare-fork."""
+training ends bit-identical to the same job with one interpreter per rank. (Not to an
+uninterrupted run: with 4 ranks a resume changes a few weights in the last bit, in plain
+PyTorch DDP over Gloo too — scripts/ddp-restart-bits.py, docs/guide/fault-tolerance.md.)
+Without the crash, forked ranks end bit-identical to the local run. Timings:
+bench/bench_recovery.py --compare-fork."""
 import json
 import os
 
