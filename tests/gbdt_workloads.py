@@ -51,7 +51,8 @@ def _record_start(ctx, start, df):
 def xgb_train(config):
     """Ray 2.x style: resume from the last checkpoint, train up to config["rounds"] trees
     with a checkpoint every config["frequency"]; on the first attempt, rank
-    config["crash_rank"] raises after round config["crash_at"] (counted from 1)."""
+    config["crash_rank"] raises after round config["crash_at"] (counted from 1), or kills
+    itself with SIGKILL when config["crash_how"] is "sigkill"."""
     import xgboost
 
     from hpctrain.xgboost import RayTrainReportCallback
@@ -65,18 +66,20 @@ def xgb_train(config):
     _record_start(ctx, start, df)
     callbacks = [RayTrainReportCallback(frequency=config.get("frequency", 0))]
     if config.get("crash_at") and ctx.get_restart_count() == 0:
-        callbacks.append(crash_callback(config["crash_at"], config.get("crash_rank", 1)))
+        callbacks.append(crash_callback(config["crash_at"], config.get("crash_rank", 1),
+                                        how=config.get("crash_how")))
     xgboost.train(XGB_PARAMS, dtrain, num_boost_round=config["rounds"] - start,
                   evals=[(dtrain, "train")], xgb_model=model, callbacks=callbacks,
                   verbose_eval=False)
 
 
-def crash_callback(at, rank, record=False):
+def crash_callback(at, rank, record=False, how=None):
     import xgboost
 
     class Crash(xgboost.callback.TrainingCallback):
         """With ``record``, rank 0 records the round each attempt starts from; on the
-        first attempt, ``rank`` raises after round ``at``."""
+        first attempt, ``rank`` raises after round ``at`` (``how="sigkill"``: kills itself,
+        no Python left to report anything)."""
 
         def before_training(self, model):
             ctx = hpctrain.get_context()
@@ -89,6 +92,10 @@ def crash_callback(at, rank, record=False):
             ctx = hpctrain.get_context()
             if model.num_boosted_rounds() == at and ctx.get_world_rank() == rank and \
                     ctx.get_restart_count() == 0:
+                if how == "sigkill":
+                    import signal
+
+                    os.kill(os.getpid(), signal.SIGKILL)
                 raise RuntimeError(f"injected crash after round {at}")
             return False
 

@@ -11,7 +11,8 @@ MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.sched
            "hpctrain._internal.rundir.commit", "hpctrain._internal.worker.session",
            "hpctrain._internal.checkpoint_interval",
            "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm",
-           "hpctrain._internal.nodezygote", "hpctrain.schema"]
+           "hpctrain._internal.nodezygote", "hpctrain.schema",
+           "hpctrain._internal.allocation.supervisor"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -58,16 +58,22 @@ def test_xgboost_on_two_workers_is_the_single_process_model(storage):
     assert result.metrics["train-logloss"] == pytest.approx(evals["train"]["logloss"][-1], rel=1e-5)
 
 
-def test_xgboost_resumes_from_the_last_checkpoint_after_a_crash(storage):
-    """Rank 1 dies after round 5; checkpoints were committed after rounds 2 and 4: the
-    restart loads the 4-tree model and trains trees 5..8, never from 0, and ends with
-    the model of an uninterrupted run."""
+@pytest.mark.parametrize("how", [None, "sigkill"], ids=["exception", "sigkill"])
+def test_xgboost_resumes_from_the_last_checkpoint_after_a_crash(storage, how):
+    """Rank 1 dies after round 5 (an exception, or SIGKILL in the middle of XGBoost's
+    collective); checkpoints were committed after rounds 2 and 4: the restart loads the
+    4-tree model and trains trees 5..8, never from 0, and ends with the model of an
+    uninterrupted run."""
     df = frame()
     result = XGBoostTrainer(xgb_train, train_loop_config={"rounds": 8, "frequency": 2,
-                                                          "crash_at": 5, "crash_rank": 1},
+                                                          "crash_at": 5, "crash_rank": 1,
+                                                          "crash_how": how},
                             scaling_config=ScalingConfig(num_workers=2),
                             datasets={"train": df}, run_config=_run(storage, 1)).fit()
     assert [(s["attempt"], s["start"]) for s in _starts(result)] == [(1, 0), (2, 4)]
+    first = json.load(open(os.path.join(result.path, "state.json")))["attempts"][0]
+    assert first["outcome"] == "FAILED" and first["failed_rank"] == 1
+    assert ("signal 9" in first["error"]) is (how == "sigkill"), first["error"]
     model = XGBoostTrainer.get_model(result.checkpoint)
     assert model.num_boosted_rounds() == 8
     x = xgboost.DMatrix(df.drop("y", axis=1))

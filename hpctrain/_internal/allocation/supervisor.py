@@ -47,7 +47,10 @@ LOST = "LOST"
 #: the root cause even when a peer's record of the lost connection carries an earlier time.
 SECONDARY = ("Connection closed by peer", "Connection reset by peer", "Read error",
              "Broken pipe", "Connection refused", "NCCL communicator was aborted",
-             "Socket Timeout", "connection closed")
+             "Socket Timeout", "connection closed",
+             # XGBoost's collective when a peer is gone ("Ring Allreduce failed. ... Poll
+             # error condition"): its message is in the traceback, above a native stack
+             "Allreduce failed", "Allgather failed", "Broadcast failed", "Poll error")
 
 
 @dataclass
@@ -73,8 +76,16 @@ def _maybe_warm(launcher: Launcher, python: str, extra_env: Optional[Dict[str, s
 
 
 def is_secondary(f: Failure) -> bool:
-    """True for a failure that reports a lost peer rather than its own fault."""
-    return any(s in f.summary for s in SECONDARY)
+    """True for a failure that reports a lost peer rather than its own fault (its last
+    line, or its traceback when a library's message sits above a native stack trace).
+
+    >>> is_secondary(Failure(0, 0.0, "[bt] (8) libxgboost.so(+0x5add07)",
+    ...                      "XGBoostError: Ring Allreduce failed. [bt] (8) ..."))
+    True
+    >>> is_secondary(Failure(1, 0.0, "ValueError: bad shape", "ValueError: bad shape"))
+    False
+    """
+    return any(s in f.summary or s in f.traceback for s in SECONDARY)
 
 
 class Supervisor:
