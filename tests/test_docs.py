@@ -280,6 +280,24 @@ def test_every_ray_guide_has_its_page():
             f"the row of {guide!r} links to no hpctrain page"
 
 
+# The Ray names hpctrain has: every one is in the porting table (with what differs)
+RAY_NAME_MODULES = ["hpctrain.train", "hpctrain.tune", "hpctrain.train.torch",
+                    "hpctrain.train.tensorflow", "hpctrain.train.horovod",
+                    "hpctrain.train.lightning", "hpctrain.train.xgboost",
+                    "hpctrain.train.lightgbm", "hpctrain.train.huggingface.transformers",
+                    "hpctrain.train.callbacks"]
+
+
+@pytest.mark.parametrize("module", RAY_NAME_MODULES)
+def test_the_porting_table_names_every_ray_name(module):
+    text = open(os.path.join(DOCS, "porting.md"), encoding="utf-8").read()
+    names = importlib.import_module(module).__all__
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)  # fenced blocks out: spans pair up
+    code = " ".join(re.findall(r"`([^`]+)`", text))      # the names in code spans
+    missing = [n for n in names if not re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", code)]
+    assert not missing, f"docs/porting.md does not name {missing} (from {module}.__all__)"
+
+
 def test_docs_build_strict(tmp_path):
     """``mkdocs build --strict``: what CI runs, warnings as errors."""
     if shutil.which("mkdocs") is None:
