@@ -259,20 +259,15 @@ def test_sigkill_of_rank_0_in_the_second_attempt_under_pbs(tmp_path, storage, pb
         (0, "rank 0 killed by signal 12"), (0, "rank 0 killed by signal 9")], state["attempts"]
 
 
-@pytest.mark.parametrize("history", [True, False], ids=["history-on", "history-off"])
-def test_sweep_as_a_job_array(tmp_path, storage, pbs, history):
-    from hpctrain import tune
-
-    if not history:
-        pbs.qmgr("set server job_history_enable=false")
-
-    path = tmp_path / "sweep.toml"
+def pbs_sweep(tmp_path, storage, name, entrypoint, sweep):
+    """A sweep's job file for the real server: one local rank per trial, on workq."""
+    path = tmp_path / f"{name}.toml"
     path.write_text(f"""
 site = "generic-pbs"
 [job]
-entrypoint = "{os.path.join(HERE, 'tune_workloads.py')}:docs_example"
+entrypoint = "{os.path.join(HERE, entrypoint)}"
 [run]
-name = "pbsweep"
+name = "{name}"
 storage_path = "{storage}"
 [scaling]
 num_workers = 1
@@ -282,6 +277,46 @@ launcher = "local"
 time = "00:05:00"
 [env]
 PYTHONPATH = "{REPO}"
+{sweep}""")
+    return str(path)
+
+
+def test_asha_on_a_pbs_job_array_stops_weak_trials_early_and_finds_the_best(
+        tmp_path, storage, pbs):
+    """Issue 16's trial schedulers on the real PBS server: an ASHA sweep of 4 trials as one
+    PBS job array (2 at a time): the weak trials' subjobs end early and cleanly, their
+    checkpoints up to the rung stay, and the best trial is the grid's best."""
+    from hpctrain import tune
+
+    import tune_sched_workloads
+
+    path = pbs_sweep(tmp_path, storage, "pbsasha", "tune_sched_workloads.py:quality",
+                     '[sweep]\nmetric = "loss"\nmode = "min"\nmax_concurrent_trials = 2\n'
+                     + tune_sched_workloads.ASHA_SWEEP_TOML)
+    out = cli("sweep", str(path), "--follow", timeout=JOB_TIMEOUT)
+    assert "submitted pbs job array" in out.stdout
+    grid = tune.ResultGrid.from_path(os.path.join(storage, "pbsasha"))
+    assert [r.status for r in grid] == ["FINISHED"] * 4
+    assert grid.get_best_result().config["train_loop_config"]["q"] == 0.7
+    iterations = [r.metrics["_training_iteration"] for r in grid]
+    assert iterations[0] == 8 and iterations[3] < 8, iterations  # q=0.1 stopped at a rung
+    for r, n in zip(grid, iterations):
+        state = json.load(open(os.path.join(r.path, "state.json")))
+        assert len(state["job_ids"]) == 1 and "[" in state["job_ids"][0]  # one subjob each
+        assert len(os.listdir(os.path.join(r.path, "checkpoints"))) == n
+        if n < 8:
+            assert "below the cutoff" in state["stopped_by"]
+    assert_no_pbs_output_in(os.getcwd())
+
+
+@pytest.mark.parametrize("history", [True, False], ids=["history-on", "history-off"])
+def test_sweep_as_a_job_array(tmp_path, storage, pbs, history):
+    from hpctrain import tune
+
+    if not history:
+        pbs.qmgr("set server job_history_enable=false")
+
+    path = pbs_sweep(tmp_path, storage, "pbsweep", "tune_workloads.py:docs_example", """
 [config]
 num_epochs = 2
 [sweep]
@@ -289,7 +324,7 @@ metric = "output"
 mode = "max"
 max_concurrent_trials = 2
 [sweep.param_space]
-input = {{grid_search = [1, 2, 3]}}
+input = {grid_search = [1, 2, 3]}
 """)
     out = cli("sweep", str(path), "--follow", timeout=JOB_TIMEOUT)
     assert "submitted pbs job array" in out.stdout

@@ -353,16 +353,8 @@ mode = "{mode}"
 def test_a_job_files_sweep_takes_a_scheduler_stopping_criteria_and_optuna(tmp_path, storage):
     from helpers import cli
 
-    job = sweep_file(tmp_path, storage, "asha", "quality", """stop = {training_iteration = 6}
-[sweep.scheduler]
-type = "asha"
-max_t = 8
-grace_period = 1
-reduction_factor = 2
-[sweep.param_space]
-q = {grid_search = [0.7, 0.5, 0.3, 0.1]}
-steps = 8
-""")
+    job = sweep_file(tmp_path, storage, "asha", "quality",
+                     "stop = {training_iteration = 6}\n" + w.ASHA_SWEEP_TOML)
     out = cli("sweep", job).stderr
     assert "stopped early (ASHAScheduler: loss=1.9 below the cutoff" in out
     grid = tune.ResultGrid.from_path(os.path.join(storage, "asha"))

@@ -7,6 +7,19 @@ import time
 import hpctrain
 
 
+
+#: A job file's ASHA sweep over ``quality`` (4 trials, q best first; 8 reports each).
+ASHA_SWEEP_TOML = """[sweep.scheduler]
+type = "asha"
+max_t = 8
+grace_period = 1
+reduction_factor = 2
+[sweep.param_space]
+q = {grid_search = [0.7, 0.5, 0.3, 0.1]}
+steps = 8
+"""
+
+
 def _restored(default):
     ckpt = hpctrain.get_checkpoint()
     if ckpt is None:
