@@ -83,12 +83,25 @@ def crash_once_at_epoch_2(config):
     start = ckpt["epoch"] + 1 if ckpt else 0
     for epoch in range(start, 4):
         if epoch == 2 and train.world_rank() == 1 and hpctrain.get_context().get_attempt() == 1:
-            # crash once the checkpoint of epoch 1 is committed: rank 1 passes the
+            # crash once the checkpoint of epoch 1 is committed (rank 1 passes the
             # agreement before rank 0 has published it, and a crash in between would
-            # (rightly) lose that not-yet-committed checkpoint
+            # rightly lose that not-yet-committed checkpoint) and rank 0 has written its
+            # result line of epoch 1's report (under load it was seen still on its way
+            # when rank 1 crashed: the report after the last checkpoint, never trained
+            # again, then has no line of rank 0 and is not an event)
             run = RunDir(hpctrain.get_context().get_run_dir())
+            rank0 = os.path.join(run.internal_dir, "worker-results", "rank-0.jsonl")
+
+            def epoch_1_reported():
+                try:
+                    with open(rank0) as f:
+                        return any('"epoch": 1' in line and '"checkpoint": true' not in line
+                                   for line in f)
+                except OSError:
+                    return False
+
             for _ in range(400):
-                if len(run.list_checkpoints()) >= 2:
+                if len(run.list_checkpoints()) >= 2 and epoch_1_reported():
                     break
                 time.sleep(0.05)
             raise RuntimeError("lost a node")

@@ -222,7 +222,9 @@ def test_pbt_records_exploit_steps_and_beats_the_same_sweep_without_it(storage, 
     assert best.metrics["value"] > baseline.metrics["value"] == pytest.approx(0.4 * 24)
     assert exploits
     for e in exploits:
-        assert e["source"] != e["trial"] and e["old_config"] != e["new_config"]
+        # (not "old != new": a trial at 0.741 that exploits one at 0.926 and perturbs it by
+        # ×0.8 gets 0.741 again — seen in a CI run)
+        assert e["source"] != e["trial"]
         assert {k: v for k, v in e["new_config"].items() if k != "lr"} == \
             {k: v for k, v in e["old_config"].items() if k != "lr"}  # only lr is mutated
         # the source's lr, perturbed (×1.2, ×0.8) or resampled
