@@ -25,6 +25,7 @@ WINDOW_MB = 1           # 15 chunks: each rank's 1000 rows (16 chunks) are 2 win
 
 @pytest.mark.parametrize("name", ["hpctrain.data.plan", "hpctrain.data.shard",
                                   "hpctrain.data.sequence", "hpctrain.data.hdf5",
+                                  "hpctrain.data.source",
                                   "hpctrain.cli.views", "hpctrain.callbacks"])
 def test_docstring_examples(name):
     assert doctest.testmod(importlib.import_module(name)).failed == 0

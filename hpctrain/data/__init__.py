@@ -27,7 +27,6 @@ is in :mod:`hpctrain.data.plan`; the shard's API in :class:`DatasetShard`.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Optional
 
 from ..errors import ConfigError, MissingFrameworkError
@@ -42,6 +41,7 @@ from .hdf5 import HDF5Dataset, HDF5Shard
 from .parquet import ParquetDataset, ParquetShard, is_parquet_path
 from .plan import REMAINDERS, shard_indices
 from .sequence import SequenceDataset, SequenceShard, shard_list
+from .source import resolve_path
 from .shard import DatasetShard
 
 __all__ = ["HDF5Dataset", "ParquetDataset", "SequenceDataset", "DatasetShard", "HDF5Shard",
@@ -52,12 +52,7 @@ __all__ = ["HDF5Dataset", "ParquetDataset", "SequenceDataset", "DatasetShard", "
 def _parquet_path(path: Any, base_dir: Optional[str]) -> bool:
     if isinstance(path, (list, tuple)):
         return bool(path) and all(_parquet_path(p, base_dir) for p in path)
-    if not isinstance(path, str):
-        return False
-    path = os.path.expandvars(os.path.expanduser(path))
-    if base_dir is not None and not os.path.isabs(path):
-        path = os.path.join(base_dir, path)
-    return is_parquet_path(path)
+    return isinstance(path, str) and is_parquet_path(resolve_path(path, base_dir))
 
 
 def as_dataset(value: Any, key: str = "datasets", base_dir: Optional[str] = None) -> Any:

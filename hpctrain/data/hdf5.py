@@ -18,11 +18,11 @@ import numpy as np
 from ..errors import ConfigError
 from . import plan
 from .shard import DatasetShard
+from .source import (DEFAULT_WINDOW_MB, changed_options, check_options, resolve_path,
+                     split_table)
 
 #: Rows of one block of an unchunked (contiguous) dataset: about this many bytes.
 CONTIGUOUS_BLOCK_BYTES = 1 << 20
-#: A rank holds about this much of its share in memory at once (one window).
-DEFAULT_WINDOW_MB = 64
 _OPTIONS = ("path", "keys", "shuffle", "seed", "remainder", "window_mb")
 
 
@@ -68,17 +68,7 @@ class HDF5Dataset:
         keys = list(keys or [])
         if not all(isinstance(k, str) and k.strip() for k in keys):
             raise ConfigError(f"{where}: keys: expected names of HDF5 datasets, got {keys!r}")
-        if not isinstance(shuffle, bool):
-            raise ConfigError(f"{where}: shuffle: expected true or false, got {shuffle!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ConfigError(f"{where}: seed: expected an integer >= 0, got {seed!r}")
-        if remainder is not None and remainder not in plan.REMAINDERS:
-            raise ConfigError(f"{where}: remainder: expected \"drop\" or \"uneven\", got "
-                              f"{remainder!r}",
-                              hint="\"drop\": equal shards (training); \"uneven\": every row "
-                                   "exactly once (evaluation)")
-        if isinstance(window_mb, bool) or not isinstance(window_mb, int) or window_mb < 1:
-            raise ConfigError(f"{where}: window_mb: expected an integer >= 1, got {window_mb!r}")
+        check_options(where, shuffle, seed, remainder, window_mb)
         self.path = os.path.abspath(os.fspath(path))
         self.keys = [k.strip() for k in keys]
         self.shuffle = shuffle
@@ -98,34 +88,18 @@ class HDF5Dataset:
         head, sep, tail = text.rpartition(":")
         if sep and head and not tail.endswith((".h5", ".hdf5", ".hdf", ".he5")):
             path, keys = head, tail
-        path = os.path.expandvars(os.path.expanduser(path))
-        if base_dir is not None and not os.path.isabs(path):
-            path = os.path.join(base_dir, path)
-        return cls(path, [k for k in keys.split(",") if k.strip()] if keys else None)
+        return cls(resolve_path(path, base_dir),
+                   [k for k in keys.split(",") if k.strip()] if keys else None)
 
     @classmethod
     def from_table(cls, table: Dict[str, Any], base_dir: Optional[str] = None) -> "HDF5Dataset":
-        unknown = [k for k in table if k not in _OPTIONS]
-        if unknown:
-            raise ConfigError(f"{unknown[0]}: unknown option; expected one of "
-                              f"{', '.join(_OPTIONS)}")
-        if "path" not in table:
-            raise ConfigError("path: missing; expected the HDF5 file's path")
-        options = dict(table)
-        path = options.pop("path")
-        if isinstance(path, str):
-            path = os.path.expandvars(os.path.expanduser(path))
-            if base_dir is not None and not os.path.isabs(path):
-                path = os.path.join(base_dir, path)
-        return cls(path, **options)
+        path, options = split_table(table, _OPTIONS, "the HDF5 file's path")
+        return cls(resolve_path(path, base_dir), **options)
 
     def to_toml(self) -> Any:
         """The text form when every option is the default, else a table."""
         text = self.path + (":" + ",".join(self.keys) if self.keys else "")
-        options = {k: getattr(self, k) for k in ("shuffle", "seed", "remainder", "window_mb")}
-        defaults = {"shuffle": True, "seed": None, "remainder": None,
-                    "window_mb": DEFAULT_WINDOW_MB}
-        changed = {k: v for k, v in options.items() if v != defaults[k]}
+        changed = changed_options(self)
         if not changed:
             return text
         return {"path": self.path, **({"keys": list(self.keys)} if self.keys else {}), **changed}

@@ -19,8 +19,9 @@ import numpy as np
 
 from ..errors import ConfigError
 from . import plan
-from .hdf5 import DEFAULT_WINDOW_MB
 from .shard import DatasetShard
+from .source import (DEFAULT_WINDOW_MB, changed_options, check_options, resolve_path,
+                     split_table)
 
 _OPTIONS = ("path", "columns", "shuffle", "seed", "remainder", "window_mb")
 SUFFIXES = (".parquet", ".pq")
@@ -79,15 +80,7 @@ class ParquetDataset:
         columns = list(columns or [])
         if not all(isinstance(c, str) and c.strip() for c in columns):
             raise ConfigError(f"{where}: columns: expected column names, got {columns!r}")
-        if not isinstance(shuffle, bool):
-            raise ConfigError(f"{where}: shuffle: expected true or false, got {shuffle!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ConfigError(f"{where}: seed: expected an integer >= 0, got {seed!r}")
-        if remainder is not None and remainder not in plan.REMAINDERS:
-            raise ConfigError(f"{where}: remainder: expected \"drop\" or \"uneven\", got "
-                              f"{remainder!r}")
-        if isinstance(window_mb, bool) or not isinstance(window_mb, int) or window_mb < 1:
-            raise ConfigError(f"{where}: window_mb: expected an integer >= 1, got {window_mb!r}")
+        check_options(where, shuffle, seed, remainder, window_mb)
         self.paths = [os.path.abspath(os.fspath(p)) for p in paths]
         self.columns = [c.strip() for c in columns]
         self.shuffle = shuffle
@@ -102,36 +95,21 @@ class ParquetDataset:
         head, sep, tail = text.rpartition(":")
         if sep and head and not tail.endswith(SUFFIXES) and "/" not in tail:
             path, cols = head, tail
-        path = os.path.expandvars(os.path.expanduser(path))
-        if base_dir is not None and not os.path.isabs(path):
-            path = os.path.join(base_dir, path)
-        return cls(path, [c for c in cols.split(",") if c.strip()] if cols else None)
+        return cls(resolve_path(path, base_dir),
+                   [c for c in cols.split(",") if c.strip()] if cols else None)
 
     @classmethod
     def from_table(cls, table: Dict[str, Any], base_dir: Optional[str] = None
                    ) -> "ParquetDataset":
-        unknown = [k for k in table if k not in _OPTIONS]
-        if unknown:
-            raise ConfigError(f"{unknown[0]}: unknown option; expected one of "
-                              f"{', '.join(_OPTIONS)}")
-        options = dict(table)
-        path = options.pop("path")
-
-        def resolve(p: Any) -> Any:
-            if not isinstance(p, str):
-                return p
-            p = os.path.expandvars(os.path.expanduser(p))
-            return os.path.join(base_dir, p) if base_dir and not os.path.isabs(p) else p
-
-        path = [resolve(p) for p in path] if isinstance(path, list) else resolve(path)
+        path, options = split_table(table, _OPTIONS,
+                                    "a Parquet file, a directory or a list of files")
+        path = ([resolve_path(p, base_dir) for p in path] if isinstance(path, list)
+                else resolve_path(path, base_dir))
         return cls(path, **options)
 
     def to_toml(self) -> Any:
         """The text form when it says everything, else a table."""
-        options = {k: getattr(self, k) for k in ("shuffle", "seed", "remainder", "window_mb")}
-        defaults = {"shuffle": True, "seed": None, "remainder": None,
-                    "window_mb": DEFAULT_WINDOW_MB}
-        changed = {k: v for k, v in options.items() if v != defaults[k]}
+        changed = changed_options(self)
         if len(self.paths) == 1 and not changed:
             return self.paths[0] + (":" + ",".join(self.columns) if self.columns else "")
         return {"path": self.paths[0] if len(self.paths) == 1 else list(self.paths),
@@ -280,11 +258,12 @@ class ParquetShard(DatasetShard):
         starts = self._layout.starts
         group = np.searchsorted(starts, rows, side="right") - 1
         out: Dict[str, Any] = {}
-        # the groups in the order they are first needed (a shuffled window visits each once)
-        _, first = np.unique(group, return_index=True)
-        for g in group[np.sort(first)].tolist():
+        # the output positions sorted by row group (one sort, not one scan of the window per
+        # group): each group the window touches is read once, in file order
+        order = np.argsort(group, kind="stable")
+        groups, bounds = np.unique(group[order], return_index=True)
+        for g, where in zip(groups.tolist(), np.split(order, bounds[1:])):
             cols = self._group(g)
-            where = np.nonzero(group == g)[0]
             local = rows[where] - starts[g]
             for c, values in cols.items():
                 if c not in out:
