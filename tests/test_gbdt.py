@@ -30,6 +30,16 @@ def _files(checkpoint):
     return sorted(f for f in os.listdir(checkpoint.path) if not f.startswith("."))
 
 
+def assert_single_process_xgboost_model(model, df, rounds):
+    """``model`` has ``rounds`` trees and predicts what ``xgboost.train`` in one process on
+    all of ``df`` predicts (XGB_PARAMS, label "y")."""
+    assert model.num_boosted_rounds() == rounds
+    x = xgboost.DMatrix(df.drop("y", axis=1))
+    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"]),
+                          num_boost_round=rounds)
+    np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+
+
 def _starts(result):
     with open(os.path.join(result.path, "test-out", "starts.jsonl")) as f:
         return [json.loads(line) for line in f]
@@ -45,12 +55,7 @@ def test_xgboost_on_two_workers_is_the_single_process_model(storage):
     assert [s["rows"] for s in _starts(result)] == [1000]  # rank 0 saw its half only
     assert _files(result.checkpoint) == ["model.ubj"]
     assert result.checkpoint.path.endswith("checkpoint_000001")  # rounds 3 and 6 only
-    distributed = XGBoostTrainer.get_model(result.checkpoint)
-    x = xgboost.DMatrix(df.drop("y", axis=1))
-    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"]),
-                          num_boost_round=6)
-    assert distributed.num_boosted_rounds() == 6
-    np.testing.assert_allclose(distributed.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+    assert_single_process_xgboost_model(XGBoostTrainer.get_model(result.checkpoint), df, 6)
     evals, labelled = {}, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"])
     xgboost.train(XGB_PARAMS, labelled, num_boost_round=6, evals=[(labelled, "train")],
                   evals_result=evals)
@@ -75,11 +80,7 @@ def test_xgboost_resumes_from_the_last_checkpoint_after_a_crash(storage, how):
     assert first["outcome"] == "FAILED" and first["failed_rank"] == 1
     assert ("signal 9" in first["error"]) is (how == "sigkill"), first["error"]
     model = XGBoostTrainer.get_model(result.checkpoint)
-    assert model.num_boosted_rounds() == 8
-    x = xgboost.DMatrix(df.drop("y", axis=1))
-    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"]),
-                          num_boost_round=8)
-    np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+    assert_single_process_xgboost_model(model, df, 8)
 
 
 def test_lightgbm_on_two_workers_is_the_single_process_model(storage):
@@ -128,11 +129,7 @@ def test_params_style_trainers_report_eval_sets_and_resume_to_num_boost_round(st
     second = XGBoostTrainer(num_boost_round=5, resume_from_checkpoint=first.checkpoint,
                             run_config=_run(storage, name="second"), **kw).fit()
     model = XGBoostTrainer.get_model(second.checkpoint)
-    assert model.num_boosted_rounds() == 5
-    x = xgboost.DMatrix(df.drop("y", axis=1))
-    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"]),
-                          num_boost_round=5)
-    np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+    assert_single_process_xgboost_model(model, df, 5)
 
     lgb = LightGBMTrainer(params=LGB_PARAMS, label_column="y", num_boost_round=4,
                           scaling_config=ScalingConfig(num_workers=2),
@@ -152,11 +149,7 @@ def test_params_style_checkpoints_every_n_rounds_and_resumes_after_a_crash(stora
                             run_config=_run(storage, 1)).fit()
     assert [(s["attempt"], s["start"]) for s in _starts(result)] == [(1, 0), (2, 4)]
     model = XGBoostTrainer.get_model(result.checkpoint)
-    assert model.num_boosted_rounds() == 8
-    x = xgboost.DMatrix(df.drop("y", axis=1))
-    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"]),
-                          num_boost_round=8)
-    np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+    assert_single_process_xgboost_model(model, df, 8)
 
 
 def test_bad_gbdt_input_is_refused_with_a_hint(storage, tmp_path):
@@ -249,11 +242,7 @@ def test_xgboost_trains_on_parquet_files_to_the_single_process_model(storage, tm
                                                 "shuffle": False}},
                             run_config=_run(storage)).fit()
     model = XGBoostTrainer.get_model(result.checkpoint)
-    x = xgboost.DMatrix(df.drop("y", axis=1))
-    alone = xgboost.train(XGB_PARAMS, xgboost.DMatrix(df.drop("y", axis=1), label=df["y"]),
-                          num_boost_round=4)
-    assert model.num_boosted_rounds() == 4
-    np.testing.assert_allclose(model.predict(x), alone.predict(x), rtol=1e-6, atol=1e-7)
+    assert_single_process_xgboost_model(model, df, 4)
 
 
 def test_ray_train_import_paths_give_hpctrains_objects():
