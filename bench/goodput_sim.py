@@ -7,8 +7,9 @@
 
 Pure Python, seeded; its ``"auto"`` is hpctrain's own rule
 (``hpctrain._internal.checkpoint_interval.young_daly_interval``, the function
-``CheckpointConfig(checkpoint_frequency="auto")`` calls), not a copy. A run on N nodes trains in cycles of ``τ`` s of
-work followed by a checkpoint commit that blocks training for ``C`` s. Interruptions arrive
+``CheckpointConfig(checkpoint_frequency="auto")`` calls), not a copy. A run on N nodes
+trains in cycles of ``τ`` s of work followed by a checkpoint commit that blocks training
+for ``C`` s. Interruptions arrive
 as a Poisson process:
 
 * **failures** (a node or rank dies, no warning): rate N / node MTBF. The work since the last
@@ -29,9 +30,9 @@ For each scenario the simulator prints the goodput of fixed intervals, of ``"aut
 Daly's higher-order Young–Daly interval ``sqrt(2·C·M)·(1 + sqrt(C/2M)/3 + C/18M) − C``,
 M the mean time between interruptions that lose work (failures and unwarned preemptions:
 a warned preemption answered with a checkpoint loses nothing, so it does not shorten the
-interval; the product's ``observed_mtbi`` counts the same way) — and of the best interval found by scanning 120 log-spaced
-intervals with the same random interruptions (common random numbers). Beside the
-simulation, the model column is Daly's expectation for exponential failures
+interval; the product's ``observed_mtbi`` counts the same way) — and of the best interval
+found by scanning 120 log-spaced intervals with the same random interruptions (common
+random numbers). Beside the simulation, the model column is Daly's expectation for exponential failures
 (``E[segment] = e^{λR}·(e^{λ(τ+C)} − 1)/λ``) with each warned preemption costing
 ``C + Rp``; its maximum over τ is the theoretical optimum.
 """

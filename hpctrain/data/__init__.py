@@ -88,9 +88,9 @@ def as_dataset(value: Any, key: str = "datasets", base_dir: Optional[str] = None
         raise ConfigError(f"{key}: {msg}", hint=e.hint or
                           'e.g. train = "/lustre/data/train.h5:images,labels"') from None
     raise ConfigError(f"{key}: expected \"file.h5:dataset1,dataset2\", "
-                      f"\"file.parquet:col1,col2\" (or a directory of them), a table (path, keys, "
-                      f"shuffle, seed, remainder, window_mb), a list, an array or a pandas DataFrame; got "
-                      f"{type(value).__name__}",
+                      f"\"file.parquet:col1,col2\" (or a directory of them), "
+                      f"a table (path, keys or columns, shuffle, seed, remainder, window_mb), "
+                      f"a list, an array or a pandas DataFrame; got {type(value).__name__}",
                       hint="for other data, pass a list of file names and read them in the "
                            "training function")
 
