@@ -377,7 +377,9 @@ y = {uniform = [-5, 5]}
 """)
     cli("sweep", job)
     trials = read(storage, "opt", "sweep.json")["trials"]
-    assert [t["search"]["optuna_trial"] for t in trials] == [0, 1, 2]
+    # one Optuna trial each; their numbers follow the order the trials asked in, and two
+    # trials that start at once ask in either order (seen in CI: [1, 0, 2])
+    assert sorted(t["search"]["optuna_trial"] for t in trials) == [0, 1, 2]
     assert all(t["search_told"] and set(t["config"]["train_loop_config"]) == {"x", "y"}
                for t in trials)
 

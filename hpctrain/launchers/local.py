@@ -8,6 +8,7 @@ Output (stdout and stderr, merged) goes to ``logs/<job>/rank-R.out`` and to ``on
 """
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import socket
@@ -19,11 +20,24 @@ from typing import Dict, List, Optional, Sequence
 from .base import ExitRecord, Launcher, LineSink, WorkerGroup
 
 
+_HANDED_OUT: "collections.deque[int]" = collections.deque(maxlen=256)
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bound to port 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port that was free a moment ago (bound to port 0, then released), and not one
+    this process handed out recently: the kernel may give a released port to the next
+    ``bind(0)``, and two trials of a local sweep, starting at once in one process, then got
+    the same port for their rank 0 (seen in CI: EADDRINUSE in the process group)."""
+    with _HANDED_OUT_LOCK:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+            if port not in _HANDED_OUT:
+                break
+        _HANDED_OUT.append(port)
+        return port
 
 
 class LocalWorkerGroup(WorkerGroup):
