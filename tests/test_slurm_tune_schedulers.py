@@ -89,8 +89,12 @@ def test_pbt_on_a_slurm_array_exploits_between_tasks_and_beats_no_pbt(storage):
     assert exploits
     for e in exploits:
         assert e["source"] != e["trial"]
-        assert e["old_config"]["train_loop_config"]["lr"] != \
-            e["new_config"]["train_loop_config"]["lr"]
+        # the source's lr perturbed (×1.2, ×0.8) or resampled; not "differs from the old
+        # one": ×0.8 of a source at 0.926 gave a trial its own 0.741 again (seen in CI, as
+        # in the local twin of this test)
+        src = e["source_config"]["train_loop_config"]["lr"]
+        new = e["new_config"]["train_loop_config"]["lr"]
+        assert new in (pytest.approx(src * 1.2), pytest.approx(src * 0.8)) or 0.1 <= new <= 2.0
         state = read(pbt.experiment_path, e["trial"], "state.json")
         # the restart from the copied checkpoint happened inside the same array task
         assert "RESTARTED" in [a["outcome"] for a in state["attempts"]]
