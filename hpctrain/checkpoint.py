@@ -16,8 +16,13 @@ from typing import Any, Dict, Iterator, Optional
 
 import cloudpickle
 
+from hpctrain._internal.formats import COMMIT_FORMAT, FORMAT_KEY
+
 DICT_FILE = "dict_checkpoint.pkl"
 METADATA_FILE = ".hpctrain_checkpoint.json"
+# The commit record's format (its FORMAT_KEY, imported above): COMMIT_FORMAT is what this
+# hpctrain writes and the highest it reads; a record without one is format 1
+# (hpctrain._internal.formats).
 #: The user's metadata (``set_metadata``/``get_metadata``), Ray's file name. Not part of
 #: the checkpoint's content record: it may change after the commit, as in Ray.
 USER_METADATA_FILE = ".metadata.json"
@@ -119,12 +124,13 @@ class Checkpoint:
 
     def commit_record(self) -> Dict[str, Any]:
         """hpctrain's record of a committed checkpoint: index, iteration, metrics, time,
-        ranks, file sizes and checksum. ``{}`` for an uncommitted directory."""
-        try:
-            with open(os.path.join(self.path, METADATA_FILE)) as f:
-                return json.load(f)
-        except FileNotFoundError:
-            return {}
+        ranks, file sizes and checksum. ``{}`` for a directory that is not committed (no
+        record, or one that cannot be read); a record written by a newer hpctrain raises
+        a ConfigError that says so."""
+        from hpctrain._internal.formats import read_commit_record
+
+        record, _why = read_commit_record(os.path.join(self.path, METADATA_FILE))
+        return record or {}
 
     @property
     def metrics(self) -> Dict[str, Any]:

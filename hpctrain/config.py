@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from .errors import ConfigError
 from .naming import RUN_NAME_PATTERN
 from ._internal.registry import LAUNCHERS, SCHEDULERS
+from ._internal.trust import SHARES
 
 DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 #: A GPU type (Slurm GRES type names: ``a100``, ``a100_3g.20gb``, ``h100-80gb``…).
@@ -580,6 +581,13 @@ class RunConfig:
     #: (a trial stops once any reported value reaches its threshold, ``>=``) or a function
     #: ``(trial_id, result) -> bool``. Given to the Tuner's (or the trainer's) RunConfig.
     stop: Any = field(default=None, metadata=python_only("[sweep] stop"))
+    #: Who besides you may read the run directory (hpctrain's; Ray has no such setting):
+    #: ``"private"`` (directories 0700, files 0600, whatever the umask) or ``"group"``
+    #: (your project group reads: 0750/0640; it never writes). None: private for a new
+    #: run, as it was for a run that continues.
+    share: Optional[str] = field(default=None, metadata=toml(
+        "str", "Who besides you reads the run directory: private (0700/0600) or group "
+        "(the project group reads, 0750/0640; never writes).", choices=SHARES))
 
     def __post_init__(self) -> None:
         if self.sync_config is None:
@@ -617,6 +625,10 @@ class RunConfig:
             check_run_name(self.name, key="run.name")
         if self.verbose not in (0, 1, 2):
             raise ConfigError(f"run.verbose: expected 0, 1 or 2, got {self.verbose!r}")
+        if self.share is not None and self.share not in SHARES:
+            raise ConfigError(f"run.share: expected one of {', '.join(map(repr, SHARES))}, "
+                              f"got {self.share!r}",
+                              hint='"group" lets your project group read the run directory')
 
 
 GPU_BINDINGS = ("none", "local_rank", "local_rank_reverse")
@@ -659,7 +671,8 @@ class SchedulerConfig:
     gpu_binding: str = field(default="none", metadata=toml(
         "str", "Bind each rank to GPUs by its local rank.", choices=GPU_BINDINGS))
     gpu_binding_var: str = field(default="CUDA_VISIBLE_DEVICES", metadata=toml(
-        "str", "The variable gpu_binding sets (ROCR_VISIBLE_DEVICES on AMD GPUs)."))
+        "str", "The variable gpu_binding sets (ROCR_VISIBLE_DEVICES on AMD GPUs).",
+        schema={"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}))
     python: Optional[str] = field(default=None, metadata=toml(
         "str", "The Python interpreter in the job (default: the one that submits)."))
     directives: Dict[str, Any] = field(default_factory=dict, metadata=toml(

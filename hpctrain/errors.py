@@ -48,6 +48,22 @@ class RunNotFoundError(HpctrainError, ValueError, FileNotFoundError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnsafePathError(HpctrainError, PermissionError):
+    """A file or directory that decides what a run does (its run directory, payload,
+    callbacks, scripts…) is owned by another user, writable by group or other, a
+    symbolic link or not a regular file: hpctrain refuses to read or reuse it, since
+    another user could make your job run their code. ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str, hint: Optional[str] = None):
+        self.path = path
+        self.message = message
+        self.hint = hint
+        super().__init__(message + (f"\nHINT: {hint}" if hint else ""))
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class CheckpointError(HpctrainError):
     """A checkpoint could not be written or read."""
 

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import os
+import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .checkpoint import Checkpoint
 from .errors import TrainingFailedError, TrainingStoppedError
 from hpctrain._internal.rundir.layout import RunDir, read_results
+from hpctrain._internal.trust import load_own_pickle, read_trusted
 
 
 @dataclass
@@ -33,13 +35,17 @@ class Result:
 
     @property
     def config(self) -> Optional[Dict[str, Any]]:
-        """The train_loop_config the run was started with."""
+        """The train_loop_config the run was started with, as its ``spec.toml`` records it
+        (a value TOML cannot hold shows as its repr). Read as data, never unpickled: a
+        Result of someone else's run runs none of their code. None when the run directory
+        has no readable ``spec.toml``."""
         try:
-            from ._internal.worker.entry import WorkerPayload
-
-            return WorkerPayload.load(RunDir(self.path)).train_loop_config
-        except Exception:  # noqa: BLE001 - payload may be unpicklable elsewhere
+            data = tomllib.loads(read_trusted(RunDir(self.path).spec_file,
+                                              what="the run's spec").decode())
+        except (OSError, ValueError):
             return None
+        config = data.get("config")
+        return dict(config) if isinstance(config, dict) else None
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> "Result":
@@ -82,7 +88,6 @@ class Result:
 def _worker_exception(run: RunDir, attempt: Dict[str, Any]) -> Optional[BaseException]:
     """The exception object the failed rank of ``attempt`` raised, when it left one
     (``error.rank-R.pickle``, see the worker) that unpickles here."""
-    from hpctrain._internal.fsutil import load_own_pickle
     from ._internal.worker.entry import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES
 
     number, rank = attempt.get("attempt"), attempt.get("failed_rank")

@@ -28,15 +28,21 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
+from hpctrain._internal.log import get_logger
 from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.trust import make_private_dir, trusted_pythonpath
 from hpctrain._internal.worker.entry import WorkerPayload
 from .errors import ConfigError
 from .result import Result, result_or_raise
+from .userconfig import default_share
 
 _LOCAL_RUNS = itertools.count()
 
 #: What the job script says about rendering it again, for a run submitted from Python.
 FROM_PYTHON = "(submitted from Python; `hpctrain render` renders job files)"
+
+_warn = get_logger("run").warning
 
 
 @dataclass
@@ -113,6 +119,12 @@ class Run:
         ``local_only``); False when it runs as a batch job."""
         return self.spec.scheduler.kind == "local" or self.options.local_only
 
+    @property
+    def share(self) -> Optional[str]:
+        """Who besides the user reads the run directory: ``run.share``, else the user
+        config's ``share``; None keeps an existing directory's (private when new)."""
+        return self.spec.run.share or default_share()
+
     # -- the run directory ---------------------------------------------------------------
     def payload(self) -> WorkerPayload:
         """What every worker loads: the training function, its config, the backend, the
@@ -153,19 +165,22 @@ class Run:
             from hpctrain._internal.rundir.resume import check_resume
 
             check_resume(run.path, run.spec_file, self.spec.to_toml_dict(), self.name)
-        run.create()
-        with open(run.spec_file, "w") as f:
-            f.write(self.spec.to_toml())
+        share = self.share
+        if self.options.trial and share:  # a sweep's directory is shared as its trials are
+            make_private_dir(os.path.dirname(run.path), share=share, what="sweep directory")
+        run.create(share)
+        from hpctrain._internal.formats import versioned_spec  # format = 1 first
+
+        atomic_write_bytes(run.spec_file, versioned_spec(self.spec.to_toml()).encode(),
+                           sync=False, mode=run.file_mode)
         self.payload().save(run)
         from hpctrain._internal.allocation.tracking import save_callbacks
 
         save_callbacks(run, self.trainer.run_config.callbacks)
         # The driver's sys.path additions, for a batch job to import what the payload
         # pickled by reference (read before the payload is unpickled).
-        from hpctrain._internal.fsutil import atomic_write_json
-
-        atomic_write_json(run.driver_file, {"pythonpath": driver_pythonpath()["PYTHONPATH"]},
-                          sync=False)
+        atomic_write_json(run.driver_file, {"pythonpath": trusted_pythonpath(
+            driver_pythonpath()["PYTHONPATH"], warn=_warn)}, sync=False, mode=0o600)
         return run
 
     # -- here ------------------------------------------------------------------------------
@@ -226,7 +241,7 @@ class Run:
         from hpctrain._internal.rundir.checks import ensure_storage_dir
 
         ensure_storage_dir(os.path.dirname(self.path), self.spec)
-        os.makedirs(self.run_dir.internal_dir, exist_ok=True)
+        self.run_dir.create(self.share)  # refuses another user's directory first
         with self.run_dir.exclusive():  # refuse a second live run of this directory first
             self.prepare()
             status = self.run_here()

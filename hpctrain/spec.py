@@ -39,6 +39,7 @@ from .sites import check_limits as check_site_limits
 from .userconfig import load_user_defaults
 from ._internal.tomlfile import did_you_mean as _did_you_mean
 from ._internal.tomlfile import kind_name as _kind
+from ._internal.tomlfile import loads_toml as _loads_toml
 from ._internal.tomlfile import read_toml as _read_toml
 from ._internal.tomlfile import show_value as _show
 from ._internal import registry as _registry
@@ -187,7 +188,11 @@ SECTIONS: Mapping[str, Optional[Dict[str, str]]] = _Derived(lambda: {
 
 #: Top-level keys that are not sections.
 TOP_LEVEL_KEYS = {"site": TomlKey("str", "The site config layered under this file "
-                                  "(`hpctrain sites` lists them).")}
+                                  "(`hpctrain sites` lists them)."),
+                  "format": TomlKey("int", "The format version of a spec.toml that hpctrain "
+                                    "wrote into a run directory (1); a job file needs none. "
+                                    "A newer one than this hpctrain reads is refused.",
+                                    minimum=1)}
 TOP_LEVEL = {name: k.kind for name, k in TOP_LEVEL_KEYS.items()}
 
 #: Table kinds whose entries merge key by key across layers (site < job file < --set).
@@ -276,9 +281,11 @@ def _check_env(ctx: Ctx, table: Any) -> Dict[str, str]:
             raise ctx.error(f"env.{name}", f"expected a string, got {_show(value)} "
                             f"({_kind(value)})", f'quote it: {name} = "{_show(value)}"'
                             if not isinstance(value, (dict, list)) else None)
-        if "\n" in value or "\0" in value:
-            raise ctx.error(f"env.{name}", "a newline or NUL byte cannot go into a variable "
-                            "exported by the batch script")
+        if script_value_problem(value) is not None:
+            raise ctx.error(f"env.{name}", "a newline, carriage return or NUL byte cannot go "
+                            "into a variable exported by the batch script",
+                            "remove the line break; a value that needs one is read from a "
+                            "file in the training function")
         if _is_credential(name) and not _ENV_REF.fullmatch(value):
             raise ctx.error(f"env.{name}", "looks like a credential: it would be written "
                             "into spec.toml and the batch script",
@@ -308,6 +315,203 @@ def _is_credential(name: str) -> bool:
     from .callbacks import CREDENTIAL_RE
 
     return bool(CREDENTIAL_RE.search(name))
+
+
+# --------------------------------------------------------------------------- script values
+#: What no value may hold once it reaches a batch script: a line break starts a new
+#: command (also inside a comment), and bash's handling of NUL differs between versions.
+_LINE_BREAKING = {"\n": "a newline (LF)", "\r": "a carriage return (CR)", "\0": "a NUL byte"}
+
+
+def script_value_problem(value: str) -> Optional[str]:
+    """What makes ``value`` unfit for a batch script (a line break or NUL), or None.
+
+    >>> script_value_problem("--cpu-bind=cores") is None
+    True
+    >>> script_value_problem("x\\necho hi")
+    'a newline (LF)'
+    """
+    found = [what for c, what in _LINE_BREAKING.items() if c in value]
+    return " and ".join(found) if found else None
+
+
+#: What a few keys expect, and how to fix them, for :func:`check_script_value`'s error.
+SCRIPT_VALUE_HELP = {
+    "scheduler.launcher_args": ("one launcher argument per entry, on a single line",
+                                "give each argument as an entry of its own: launcher_args "
+                                '= ["--cpu-bind=cores", "--exclusive"]'),
+    "scheduler.python": ("the path of a Python interpreter (a single line)",
+                         'e.g. python = "/opt/venv/bin/python"'),
+    "setup.commands": ("one shell line per entry",
+                       "give several entries instead of one with newlines"),
+    "setup.modules": ("a non-empty single line", None),
+}
+
+
+def check_script_value(value: Any, key: str, *, file: Optional[str] = None,
+                       expected: Optional[str] = None, hint: Optional[str] = None) -> Any:
+    """The one check of every value that reaches a batch script (directives, modules,
+    set-up lines, ``[env]``, launcher arguments, the interpreter, paths, the job name,
+    anything in the template's context): CR, LF and NUL are refused, with an error naming
+    ``key`` (and ``file``, the job file or override that set it), what was expected and
+    how to fix it. Returns ``value``.
+
+    >>> check_script_value("x\\nid", "scheduler.python", file="job.toml")
+    Traceback (most recent call last):
+    ...
+    hpctrain.errors.ConfigError: job.toml: scheduler.python: expected the path of a Python interpreter (a single line), got 'x\\nid', which holds a newline (LF): in the batch script it would start a new command
+    HINT: e.g. python = "/opt/venv/bin/python"
+    """
+    if isinstance(value, str):
+        problem = script_value_problem(value)
+        if problem is not None:
+            own_expected, own_hint = SCRIPT_VALUE_HELP.get(re.sub(r"\[\d+\]$", "", key),
+                                                           (None, None))
+            raise ConfigError(
+                f"{key}: expected {expected or own_expected or 'a single line'}, got "
+                f"{value!r}, which holds {problem}: in the batch script it would start a "
+                "new command", file=file,
+                hint=hint or own_hint or 'remove it (in TOML a "\\n" escape or a multi-line '
+                                         '"""string""" puts a line break in a value)')
+    return value
+
+
+#: The sections whose values reach the batch script as shell text, directives or comments
+#: (not only inside the embedded spec, a quoted heredoc of TOML where "\n" stays escaped).
+SCRIPT_SECTIONS = ("scaling", "run", "failure", "scheduler", "setup", "env")
+#: Keys whose own check refuses line breaks already, with its own words: the directives
+#: (:func:`hpctrain.schedulers.base.check_directive`) and ``[env]`` (:func:`_check_env`).
+_OWN_SCRIPT_CHECK = ("scheduler.directives", "env")
+
+
+def _check_script_values(ctx: Ctx, data: Mapping[str, Any]) -> None:
+    """Every string of the sections that reach the batch script is one line: CR, LF and
+    NUL are refused here (:func:`check_script_value`), naming the key and the file (or
+    override) that set it; the renderer checks its whole context again
+    (:func:`hpctrain.schedulers.base.check_script_context`)."""
+    def check(key: str, where: str, value: Any) -> None:
+        if isinstance(value, str):
+            check_script_value(value, key, file=ctx.where(where))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                check(f"{key}[{i}]", where, item)
+        elif isinstance(value, dict):
+            for sub, item in value.items():
+                check(f"{key}.{sub}", f"{where}.{sub}", item)
+
+    for section in SCRIPT_SECTIONS:
+        table = data.get(section)
+        if section in _OWN_SCRIPT_CHECK or not isinstance(table, dict):
+            continue
+        for key, value in table.items():
+            if f"{section}.{key}" not in _OWN_SCRIPT_CHECK:
+                check(f"{section}.{key}", f"{section}.{key}", value)
+
+
+#: What spec.toml and the batch script hold in place of a credential-looking value of a
+#: train_loop_config given in Python (the workers get the real one, from the payload).
+REDACTED = "<redacted: credential-looking key>"
+#: Words of a [config] key that name a secret wherever they stand (``db_password``).
+_SECRET_WORDS = {"password", "passwd", "passphrase", "secret", "secrets", "credential",
+                 "credentials", "apikey", "apitoken", "accesstoken", "authtoken",
+                 "secretkey", "accesskey", "privatekey"}
+#: ``<word>_key`` pairs that name a secret (``api_key``, ``access_key``…).
+_KEY_WORDS = {"api", "access", "secret", "private", "auth", "license", "signing",
+              "encryption", "client", "account", "service"}
+#: ``<word>_token`` of a tokenizer (``pad_token = "<pad>"``), not a credential.
+_TOKENIZER_WORDS = {"pad", "bos", "eos", "unk", "sep", "cls", "mask", "start", "end", "stop",
+                    "special", "additional", "max", "min", "num", "image", "vision", "audio",
+                    "video", "eot", "sot", "begin", "new", "first", "last", "decoder"}
+#: A key ending in one of these names where a secret is, not the secret
+#: (``api_key_file``, ``token_env``, ``secret_name``).
+_POINTER_WORDS = {"file", "path", "dir", "env", "var", "name", "id", "length", "len",
+                  "size", "count", "type", "kind"}
+
+
+def _key_words(name: str) -> List[str]:
+    """``"wandb.apiKey"`` → ``["wandb", "api", "key"]``."""
+    spaced = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", str(name))
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", spaced).lower()
+    return [w for w in re.split(r"[^a-z0-9]+", spaced) if w]
+
+
+def is_credential_key(name: str) -> bool:
+    """Whether a ``[config]`` key names a secret: ``api_key``, ``hf_token``, ``apiKey``,
+    ``db_password``, ``client_secret``… but not ``tokenizer``, ``max_tokens``,
+    ``pad_token`` or ``api_key_file`` (where the secret is: the way to give one).
+
+    >>> [n for n in ("api_key", "apiKey", "hf_token", "token", "db_password", "tokenizer",
+    ...              "pad_token", "max_new_tokens", "api_key_file", "WANDB_API_KEY")
+    ...  if is_credential_key(n)]
+    ['api_key', 'apiKey', 'hf_token', 'token', 'db_password', 'WANDB_API_KEY']
+    """
+    words = _key_words(name)
+    if not words or words[-1] in _POINTER_WORDS:
+        return False
+    if any(w in _SECRET_WORDS for w in words):
+        return True
+    if any(a in _KEY_WORDS and b == "key" for a, b in zip(words, words[1:])):
+        return True
+    return words[-1] == "token" and (len(words) == 1 or words[-2] not in _TOKENIZER_WORDS)
+
+
+def _holds_text(value: Any) -> bool:
+    """A non-empty string, or a table/array holding one (numbers and booleans are no
+    secrets: ``use_auth_token = true``)."""
+    if isinstance(value, str):
+        return value != "" and value != REDACTED
+    if isinstance(value, dict):
+        return any(_holds_text(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_text(v) for v in value)
+    return False
+
+
+def _credential_paths(value: Any, path: str = "") -> List[str]:
+    """The dotted paths (under ``path``) of credential-looking keys holding text."""
+    out: List[str] = []
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            key = f"{path}.{k}" if path else str(k)
+            if is_credential_key(str(k)) and _holds_text(v):
+                out.append(key)
+            else:
+                out.extend(_credential_paths(v, key))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            out.extend(_credential_paths(v, f"{path}[{i}]"))
+    return out
+
+
+def redact_config(value: Any) -> Any:
+    """``value`` (a train_loop_config) with the text under each credential-looking key
+    replaced by :data:`REDACTED`: what spec.toml and the batch script hold."""
+    if isinstance(value, Mapping):
+        return {k: REDACTED if is_credential_key(str(k)) and _holds_text(v)
+                else redact_config(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_config(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(redact_config(v) for v in value)
+    return value
+
+
+def _check_config(ctx: Ctx, table: Any) -> None:
+    """``[config]`` of a job file or site config (and ``--set config.x=...``): a
+    credential-looking key holding text is refused, as in ``[env]``: it would be copied
+    into spec.toml and the batch script. (A train_loop_config given in Python is redacted
+    there instead, :func:`redact_config`: Ray programs pass one freely.)"""
+    if not isinstance(table, Mapping):
+        return  # spec_from_dict says what a [config] section must be
+    for path in _credential_paths(table):
+        leaf = re.split(r"[.\[]", path)[-1]
+        var = "_".join(_key_words(re.sub(r"\[\d+\]", "", path))).upper()
+        raise ctx.error(
+            f"config.{path}", "looks like a credential: it would be written into spec.toml "
+            "and the batch script (and shown in their comments)",
+            f'read it in the training function instead: os.environ["{var}"] (export {var} '
+            "in the shell that submits the job; Slurm passes its environment on), or give "
+            f'the path of a file only you can read (mode 0600): {leaf}_file = "~/.{leaf}"')
 
 
 def _check_datasets(ctx: Ctx, table: Any, base_for: Callable[[str], str]) -> Dict[str, Any]:
@@ -685,6 +889,12 @@ class JobSpec:
         if isinstance(self.scheduler, str):
             self.scheduler = SchedulerConfig(kind=self.scheduler)
         self.env = _check_env(ctx, self.env or {})
+        var = getattr(self.scheduler, "gpu_binding_var", None)
+        if not isinstance(var, str) or not _ENV_NAME.fullmatch(var):
+            raise Ctx(self.source, self.origins).error(
+                "scheduler.gpu_binding_var", f"expected an environment variable name (letters, "
+                f"digits and _, not starting with a digit), got {_show(var)}",
+                'e.g. "CUDA_VISIBLE_DEVICES" (NVIDIA GPUs) or "ROCR_VISIBLE_DEVICES" (AMD)')
 
     def to_toml_dict(self) -> Dict[str, Any]:
         """The resolved spec as TOML sections; ``None`` omitted, objects as their repr."""
@@ -698,7 +908,8 @@ class JobSpec:
             "scaling": {"num_workers": s.num_workers, "use_gpu": s.use_gpu,
                         "num_nodes": s.num_nodes, "workers_per_node": s.workers_per_node,
                         "resources_per_worker": s.resources_per_worker},
-            "run": {"name": r.name, "storage_path": r.storage_path, "verbose": r.verbose},
+            "run": {"name": r.name, "storage_path": r.storage_path, "verbose": r.verbose,
+                    "share": r.share},
             "checkpoint": {"num_to_keep": ck.num_to_keep,
                            "checkpoint_score_attribute": ck.checkpoint_score_attribute,
                            "checkpoint_score_order": ck.checkpoint_score_order,
@@ -715,7 +926,9 @@ class JobSpec:
                           if v not in (None, [], {}) and v != getattr(_SCHED_DEFAULTS, k)},
             "setup": {k: v for k, v in vars(self.setup).items() if v},
             "env": self.env,
-            "config": self.config,
+            # a credential-looking key of a Python train_loop_config (a job file's is
+            # refused) stays out of spec.toml and the script: the payload carries it
+            "config": redact_config(self.config),
             "datasets": {k: v.to_toml() for k, v in (self.datasets or {}).items()
                          if v.to_toml() is not None},
             "data": {"datasets_to_split": self.data_config.datasets_to_split}
@@ -771,6 +984,19 @@ def _build(ctx: Ctx, cls: Any, **kwargs: Any) -> Any:
         raise ctx.reraise(e) from e
 
 
+def _check_spec_format(ctx: Ctx, value: int) -> None:
+    """``format`` (what a run directory's spec.toml records): 1 up to the version this
+    hpctrain writes; a newer one is refused."""
+    from ._internal.formats import SPEC_FORMAT, newer_format
+
+    if value < 1:
+        raise ctx.error("format", f"expected a format version (1, 2…), got {_show(value)}",
+                        "leave it out: hpctrain writes it into a run directory's spec.toml")
+    if value > SPEC_FORMAT:
+        raise newer_format(ctx.where("format") or "the job spec", value, SPEC_FORMAT,
+                           "the spec")
+
+
 def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_dir: str = ".",
                    origins: Optional[Mapping[str, str]] = None) -> JobSpec:
     """Validate a parsed TOML document and build the :class:`JobSpec`.
@@ -785,6 +1011,8 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
     for name, value in data.items():
         if name in TOP_LEVEL:
             _check_value(ctx, name, TOP_LEVEL[name], value)
+            if name == "format":
+                _check_spec_format(ctx, value)
             continue
         if name not in SECTIONS:
             raise _unknown_section(ctx, name)
@@ -835,12 +1063,16 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
     datasets = _check_datasets(ctx, data.get("datasets", {}), base_for)
     data_config = _check_data_config(ctx, _check_table(ctx, "data", data.get("data", {})),
                                      datasets)
-    return _build(ctx, JobSpec, entrypoint=entrypoint, backend=backend, scaling=scaling,
+    spec = _build(ctx, JobSpec, entrypoint=entrypoint, backend=backend, scaling=scaling,
                   run=run_config, config=copy.deepcopy(dict(data.get("config", {}))),
                   backend_options=backend_tables.get(backend, {}), scheduler=scheduler,
                   setup=setup, env=dict(data.get("env", {})), site=data.get("site"),
                   datasets=datasets, data_config=data_config,
                   sweep=sweep, source=file, origins=dict(ctx.origins))
+    _check_script_values(ctx, data)  # after the keys' own checks, whose errors say more
+    return spec
+
+
 def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[str] = None,
                   require_entrypoint: bool = True, check_limits: bool = True) -> JobSpec:
     """Read ``path`` (TOML), layer it, validate it.
@@ -882,6 +1114,9 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     _prefer_later_layer(merged, origins, path)
     if site_name is not None:
         merged["site"] = site_name
+    # (here, not in spec_from_dict: the spec embedded in the job.sh of a run started from
+    # Python before credentials were redacted must still load when the job is requeued)
+    _check_config(Ctx(path, origins), merged.get("config", {}))
     spec = spec_from_dict(merged, file=path, base_dir=os.path.dirname(os.path.abspath(path)),
                           origins=origins)
     spec.site_config = site_config
@@ -900,6 +1135,7 @@ def load_site(name: str, *, key: str = "site", file: Optional[str] = None) -> Si
     their own against the job spec's schema, so that a broken site config is blamed on
     itself (``<site file>: scheduler.queu: unknown key``)."""
     site = sites.load_site(name, key=key, file=file)
+    _check_config(Ctx(site.path), site.layer.get("config", {}))
     spec_from_dict(site.layer, file=site.path, base_dir=os.path.dirname(site.path))
     return site
 
@@ -1008,7 +1244,7 @@ def _override_key(text: str, raw_key: str) -> List[str]:
         raise ConfigError("empty key; expected section.key=value, e.g. scaling.num_workers=8",
                           file=where)
     try:
-        node: Any = tomllib.loads(f"{raw_key} = 0")
+        node: Any = _loads_toml(f"{raw_key} = 0", file=where)
     except tomllib.TOMLDecodeError:
         raise ConfigError(f"malformed key {raw_key!r}; expected section.key=value",
                           file=where) from None
@@ -1025,7 +1261,7 @@ def _override_value(text: str, raw: str) -> Any:
     if raw == "":
         return _DELETE
     try:
-        return tomllib.loads(f"v = {raw}")["v"]
+        return _loads_toml(f"v = {raw}", file=f"override {text!r}")["v"]
     except tomllib.TOMLDecodeError:
         if raw[:1] in "[{\"'":
             raise ConfigError(f"value {raw} is not a valid TOML value",

@@ -304,15 +304,11 @@ def _checked_metadata(metadata: Any) -> Dict[str, Any]:
 
 
 def _batch_settings(run: RunDir, scheduler: Any) -> Dict[str, Any]:
-    """The scheduler and site a run was submitted with, from its spec.toml."""
+    """The scheduler and site a run was submitted with, from its spec.toml (none: a
+    local run; a damaged one raises, naming it: never a batch run silently made local)."""
     if scheduler is not None:
         return {"scheduler": scheduler}
-    try:
-        from ._internal.tomlfile import read_toml
-
-        data = read_toml(run.spec_file)
-    except ConfigError:
-        return {}
+    data = run.read_spec() or {}
     table = dict(data.get("scheduler") or {})
     if table.get("kind", "local") == "local":
         return {}
@@ -323,12 +319,7 @@ def _batch_settings(run: RunDir, scheduler: Any) -> Dict[str, Any]:
 
 def _setup_and_env(run: RunDir) -> Dict[str, Any]:
     """The ``[setup]`` and ``[env]`` a batch run was submitted with."""
-    try:
-        from ._internal.tomlfile import read_toml
-
-        data = read_toml(run.spec_file)
-    except ConfigError:
-        return {}
+    data = run.read_spec() or {}
     return {k: data[k] for k in ("setup", "env") if data.get(k)}
 
 

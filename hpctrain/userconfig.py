@@ -5,6 +5,7 @@
 site = "perlmutter"                    # the site of job files that name none
 account = "m1234"                      # scheduler.account of every batch job
 storage_path = "$SCRATCH/hpctrain_runs"  # where run directories go
+share = "group"                        # your project group may read your runs (0750/0640)
 ```
 
 Where each value comes from, most specific first:
@@ -30,11 +31,13 @@ from typing import Any, Dict, Optional
 
 from ._internal.tomlfile import did_you_mean, kind_name, read_toml, show_value
 from .errors import ConfigError
+from ._internal.trust import SHARES
 
 SITE_ENV = "HPCTRAIN_SITE"
 STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 #: key → what it sets in a job spec
-KEYS = {"site": "site", "account": "scheduler.account", "storage_path": "run.storage_path"}
+KEYS = {"site": "site", "account": "scheduler.account", "storage_path": "run.storage_path",
+        "share": "run.share"}
 
 
 def config_path() -> str:
@@ -64,8 +67,10 @@ class UserDefaults:
         if storage and "storage_path" in self.values and \
                 not self.sources["storage_path"].startswith("$"):
             data["run"] = {"storage_path": self.values["storage_path"]}
-        return [(data, self.sources.get("account") or self.sources.get("storage_path"))] \
-            if data else []
+        if "share" in self.values:
+            data.setdefault("run", {})["share"] = self.values["share"]
+        return [(data, self.sources.get("account") or self.sources.get("storage_path")
+                 or self.sources.get("share"))] if data else []
 
 
 def load_user_defaults() -> UserDefaults:
@@ -92,6 +97,10 @@ def load_user_defaults() -> UserDefaults:
             find_site(out.values["site"], key="site", file=path)
         if "storage_path" in out.values:
             out.values["storage_path"] = _absolute(out.values["storage_path"], path)
+        if out.values.get("share", "private") not in SHARES:
+            raise ConfigError(f"share: expected one of {', '.join(map(repr, SHARES))}, got "
+                              f"{out.values['share']!r}", file=path,
+                              hint='share = "group" lets your project group read your runs')
     site = os.environ.get(SITE_ENV)
     if site:
         from .sites import find_site
@@ -104,7 +113,8 @@ def load_user_defaults() -> UserDefaults:
     return out
 
 
-_EXAMPLES = {"site": "perlmutter", "account": "m1234", "storage_path": "$SCRATCH/hpctrain_runs"}
+_EXAMPLES = {"site": "perlmutter", "account": "m1234", "storage_path": "$SCRATCH/hpctrain_runs",
+             "share": "group"}
 
 
 def _absolute(value: str, path: str) -> str:
@@ -118,6 +128,12 @@ def _absolute(value: str, path: str) -> str:
         raise ConfigError(f"storage_path: expected an absolute path (or ~/…, $VAR/…), got "
                           f"{value!r}", file=path, hint='e.g. storage_path = "$SCRATCH/runs"')
     return expanded
+
+
+def default_share() -> Optional[str]:
+    """The user config's ``share`` (who besides the user reads new run directories), or
+    None."""
+    return load_user_defaults().values.get("share")
 
 
 def default_storage_path() -> Optional[str]:

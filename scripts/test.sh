@@ -30,6 +30,9 @@ else
     || echo "== the PBS server did not start (above): the real-server PBS tests are skipped"
 fi
 
+step "the multi-user tests' users (scripts/test-users.sh: alice, bob in her group, eve)"
+bash scripts/test-users.sh
+
 step "installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,deepspeed,lightgbm,dev] (editable)"
 python3 -m pip install -q -e '.[torch,tensorflow,mpi,lightning,huggingface,deepspeed,lightgbm,dev]'
 # XGBoost: its CPU-only build (the `xgboost` wheel also pulls CUDA's NCCL, ~300 MB, which

@@ -223,3 +223,51 @@ def test_same_name_from_a_rank_that_came_first_is_replaced_by_the_lowest_ranks(t
     assert meta["files"] == {"sub/model.pt": {"size": 100, "rank": 0},
                              "extra.bin": {"size": 10, "rank": 1}}
     assert verify_checkpoint(path) == []
+
+
+def _private_workload(config):
+    import tempfile
+
+    import hpctrain
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.pt")
+        with open(path, "w") as f:
+            f.write("weights")
+        os.chmod(path, config["file_mode"])
+        hpctrain.report({"loss": 1.0}, checkpoint=Checkpoint.from_directory(d))
+
+
+@pytest.mark.parametrize("share, dirs, files", [(None, 0o700, 0o600), ("group", 0o2750, 0o640)])
+def test_a_run_directory_has_its_shares_modes_whatever_the_umask(storage, share, dirs, files):
+    """Under umask 002 (a setgid project directory's usual one), before issue 25: the run
+    directory 0775, checkpoint files 0644 even when the user's file was 0600, job.sh 0755.
+    Now everything hpctrain makes has the share's modes: nothing writable by another user,
+    nothing readable by one unless the run is shared with the group."""
+    import stat
+
+    from hpctrain import RunConfig, ScalingConfig
+    from hpctrain.torch import TorchTrainer
+
+    old = os.umask(0o002)
+    try:
+        result = TorchTrainer(_private_workload, train_loop_config={"file_mode": 0o666},
+                              scaling_config=ScalingConfig(num_workers=2),
+                              run_config=RunConfig(name="modes", storage_path=storage,
+                                                   verbose=0, share=share)).fit()
+    finally:
+        os.umask(old)
+    seen = {}
+    for root, subdirs, names in os.walk(result.path):
+        seen[root] = stat.S_IMODE(os.stat(root).st_mode)
+        for n in names:
+            seen[os.path.join(root, n)] = stat.S_IMODE(os.lstat(os.path.join(root, n)).st_mode)
+    writable = {p: f"{m:o}" for p, m in seen.items() if m & 0o022}
+    assert writable == {}, writable
+    readable = {p: f"{m:o}" for p, m in seen.items() if m & 0o004}
+    assert readable == {}, readable  # never by other users
+    assert seen[result.path] == dirs
+    for name in ("spec.toml", "state.json", "result.json", "progress.csv"):
+        assert seen[os.path.join(result.path, name)] == files, name
+    assert seen[os.path.join(result.checkpoint.path, "model.pt")] == files
+    assert seen[os.path.join(result.path, ".hpctrain", "payload.pkl")] == 0o600

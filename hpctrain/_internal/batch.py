@@ -19,8 +19,8 @@ limit without a warning).
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import shutil
 import sys
 import time
 from typing import Dict, List, Optional
@@ -30,7 +30,10 @@ try:
 except ImportError:  # pragma: no cover - Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+from hpctrain._internal.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.tomlfile import loads_toml
+from hpctrain._internal.trust import no_write_for_others, read_trusted, trusted_pythonpath
 
 #: Environment of every rank: GPU binding asked for by the site (applied in the worker).
 ENV_GPU_BINDING = "HPCTRAIN_GPU_BINDING"
@@ -47,8 +50,8 @@ def _log(msg: str) -> None:
 def load_spec(text: str, run_dir: str):
     from hpctrain.spec import spec_from_dict
 
-    data = tomllib.loads(text)
-    return spec_from_dict(data, file=os.path.join(run_dir, "spec.toml"), base_dir=run_dir)
+    file = os.path.join(run_dir, "spec.toml")
+    return spec_from_dict(loads_toml(text, file=file), file=file, base_dir=run_dir)
 
 
 def prepare(run: RunDir, spec, script: Optional[str]) -> None:
@@ -59,9 +62,22 @@ def prepare(run: RunDir, spec, script: Optional[str]) -> None:
 
     if not os.path.exists(run.payload_file):
         Run(trainer_from_spec(spec), RunOptions(path=run.path)).prepare()
-    job_sh = os.path.join(run.path, "job.sh")
-    if script and os.path.isfile(script) and not os.path.exists(job_sh):
-        shutil.copyfile(script, job_sh)
+    if script and os.path.isfile(script) and not os.path.exists(run.job_script):
+        with open(script, "rb") as f:
+            atomic_write_bytes(run.job_script, f.read(), sync=False, mode=run.script_mode)
+
+
+def _driver_pythonpath(run: RunDir) -> str:
+    """The submitting process's sys.path additions (``.hpctrain/driver.json``), read
+    through the checked loader: they go first on every rank's PYTHONPATH."""
+    try:
+        data = json.loads(read_trusted(run.driver_file, what="the driver's path list"))
+    except FileNotFoundError:
+        return ""
+    except ValueError as e:
+        raise ValueError(f"{run.driver_file}: not the JSON hpctrain writes ({e})") from None
+    value = data.get("pythonpath", "") if isinstance(data, dict) else ""
+    return value if isinstance(value, str) else ""
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -73,6 +89,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="a sweep's job array task: run this trial of the sweep in RUN_DIR's "
                         "parent directory")
     args = p.parse_args(argv)
+    no_write_for_others()
     from hpctrain._internal.log import configure
 
     configure()  # the job's log: the supervisor's notes, as `[hpctrain] ...` lines
@@ -114,7 +131,7 @@ def run_allocation(run: RunDir, spec, pending, script: Optional[str],
     """The batch step's work in this allocation: the run's attempts to their end (or to a
     preemption's requeue); the job's exit code."""
     from hpctrain import cluster_env
-    from hpctrain.errors import ConfigError, RunLockedError
+    from hpctrain.errors import ConfigError, RunLockedError, UnsafePathError
     from hpctrain.launchers import launcher_for
     from hpctrain.run import driver_pythonpath
     from hpctrain.schedulers import get_scheduler
@@ -125,7 +142,6 @@ def run_allocation(run: RunDir, spec, pending, script: Optional[str],
     from hpctrain._internal.allocation.tracking import CallbackRunner, load_callbacks
 
     fc = spec.run.failure_config
-    os.makedirs(run.internal_dir, exist_ok=True)
     env = dict(os.environ)
     info = cluster_env.detect_scheduler(env)
     scheduler = get_scheduler(info)
@@ -133,15 +149,14 @@ def run_allocation(run: RunDir, spec, pending, script: Optional[str],
     job_id = (scheduler.job_id_from_env(env) if scheduler.is_batch else None) \
         or f"batch-{os.getpid()}"
     try:
+        run.create()  # refuses a run directory another user could write, before reading it
         # wait a little: the login node may still be recording the submission
         with run.exclusive(wait_s=LOCK_WAIT_S):
             prepare(run, spec, script)
             if record_job and scheduler.is_batch:
                 record_submission(run, info, job_id)
-            from hpctrain._internal.fsutil import read_json
-
             extra = driver_pythonpath()
-            submitted_from = (read_json(run.driver_file) or {}).get("pythonpath", "")
+            submitted_from = trusted_pythonpath(_driver_pythonpath(run), warn=_log)
             if submitted_from:
                 extra["PYTHONPATH"] = os.pathsep.join(
                     p for p in (submitted_from, extra["PYTHONPATH"]) if p)
@@ -175,6 +190,9 @@ def run_allocation(run: RunDir, spec, pending, script: Optional[str],
     except RunLockedError as e:
         _log(f"{e}\nThis job exits without running anything.")
         return 1
+    except UnsafePathError as e:  # nothing in that directory is touched
+        _log(f"{e}\nThis job exits without running anything.")
+        return 2
     except ConfigError as e:
         _log(str(e))
         fail_open_attempt(run, str(e))
@@ -224,8 +242,8 @@ def fail_open_attempt(run: RunDir, error: str) -> None:
             if a.get("outcome") == RUNNING or "ended" not in a:
                 a.update(ended=time.time(), outcome=FAILED, error=error)
         s["status"] = FAILED
-    with open(run.error_file, "w") as f:
-        f.write(f"The job could not run the training:\n{error}\n")
+    atomic_write_bytes(run.error_file, f"The job could not run the training:\n{error}\n".encode(),
+                       sync=False, mode=run.file_mode)
 
 
 def job_walltime(scheduler: Optional[str], sched, job_id: str) -> Optional[int]:

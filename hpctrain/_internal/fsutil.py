@@ -73,9 +73,10 @@ def atomic_write_bytes(path: str, data: bytes, *, sync: bool = True,
         fsync_path(os.path.dirname(os.path.abspath(path)))
 
 
-def atomic_write_json(path: str, obj: Any, *, sync: bool = True) -> None:
+def atomic_write_json(path: str, obj: Any, *, sync: bool = True,
+                      mode: Optional[int] = None) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=1, default=json_default) + "\n").encode(),
-                       sync=sync)
+                       sync=sync, mode=mode)
 
 
 def read_json(path: str, default: Any = None) -> Any:
@@ -177,33 +178,3 @@ class Background:
                 return False
             time.sleep(0.01)
         return True
-
-
-def load_own_pickle(path: str, max_bytes: int) -> Any:
-    """Unpickle ``path`` only if it is a regular file of at most ``max_bytes``, owned by
-    this user and writable by nobody else (what a worker of this user's run wrote with
-    mode 0600); None otherwise, or when it does not unpickle (a class this process
-    cannot import)."""
-    import pickle
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if (not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes
-                or (hasattr(os, "getuid") and st.st_uid != os.getuid())
-                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
-            return None
-        with os.fdopen(fd, "rb") as f:
-            fd = -1
-            data = f.read(max_bytes + 1)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    try:
-        return pickle.loads(data)
-    except Exception:  # noqa: BLE001 - whatever the pickle needs is missing here
-        return None

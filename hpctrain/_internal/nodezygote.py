@@ -31,6 +31,8 @@ import signal
 import sys
 import time
 
+from hpctrain._internal.trust import no_write_for_others
+
 ENV_SWITCH = "HPCTRAIN_FORK_RANKS"
 ENV_PER_NODE = "HPCTRAIN_RANKS_PER_NODE"
 
@@ -95,6 +97,7 @@ def _record_death(run_dir: str, rank: int, status: int) -> None:
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     run_dir = argv[0]
+    no_write_for_others()
     per_node = int(os.environ[ENV_PER_NODE])
     nodes = int(os.environ.get("SLURM_STEP_NUM_NODES") or os.environ.get("SLURM_NNODES")
                 or os.environ.get("SLURM_STEP_NUM_TASKS", "1"))

@@ -50,10 +50,55 @@ def did_you_mean(name: str, valid: Sequence[str]) -> Optional[str]:
     return f"did you mean {close[0]!r}?" if close else None
 
 
+#: How deep arrays and tables may nest in a file hpctrain reads (a job spec needs a few
+#: levels; Python's parser and everything after it recurse once per level).
+MAX_NESTING = 64
+
+
+def nesting_problem(value: Any, limit: int = MAX_NESTING) -> Optional[str]:
+    """Why ``value`` (parsed TOML) nests too deeply, or None. Iterative: it never
+    recurses itself.
+
+    >>> nesting_problem({"a": [[1]]}) is None
+    True
+    >>> nesting_problem({"a": [[1]]}, limit=1)
+    'arrays and tables nest 2 levels deep (at a); at most 1 are read'
+    """
+    stack = [(value, 0, "")]
+    while stack:
+        node, depth, where = stack.pop()
+        if isinstance(node, dict):
+            children = [(v, f"{where}.{k}" if where else str(k)) for k, v in node.items()]
+        elif isinstance(node, list):
+            children = [(v, where) for v in node]
+        else:
+            continue
+        if depth > limit:
+            return (f"arrays and tables nest {depth} levels deep (at {where or 'the top'}); "
+                    f"at most {limit} are read")
+        stack.extend((v, depth + 1, w) for v, w in children)
+    return None
+
+
+def loads_toml(text: str, *, file: Optional[str] = None) -> Dict[str, Any]:
+    """``tomllib.loads`` with nesting too deep for Python's parser (a RecursionError) or
+    for hpctrain (:data:`MAX_NESTING`) as a :class:`ConfigError` naming ``file``; other
+    syntax errors stay ``tomllib.TOMLDecodeError``."""
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise ConfigError(f"invalid TOML: arrays or tables nest too deeply (more than "
+                          f"{MAX_NESTING} levels)", file=file) from None
+    problem = nesting_problem(data)
+    if problem is not None:
+        raise ConfigError(f"invalid TOML: {problem}", file=file)
+    return data
+
+
 def read_toml(path: str) -> Dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError("job spec file not found", file=path) from None
     except IsADirectoryError:
@@ -70,3 +115,13 @@ def read_toml(path: str) -> Dict[str, Any]:
         msg = (f"invalid TOML at line {m.group(2)}, column {m.group(3)}: {m.group(1)}" if m
                else f"invalid TOML: {e}")
         raise ConfigError(msg, file=path) from None
+    except RecursionError:
+        raise ConfigError(f"invalid TOML: arrays or tables nest too deeply (more than "
+                          f"{MAX_NESTING} levels)", file=path, hint=_DEEP_HINT) from None
+    problem = nesting_problem(data)
+    if problem is not None:
+        raise ConfigError(f"invalid TOML: {problem}", file=path, hint=_DEEP_HINT)
+    return data
+
+
+_DEEP_HINT = "job specs and configs need a few levels; is this the right file?"

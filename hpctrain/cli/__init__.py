@@ -4,6 +4,7 @@
 * :mod:`.views` — ``results``, ``plot``, ``status`` of one run.
 * :mod:`.listing` — ``hpctrain list``.
 * :mod:`.sweep` — ``hpctrain sweep`` and a sweep's results.
+* :mod:`.text` — text from a run directory made safe for the terminal.
 """
 from hpctrain.cli.main import main
 

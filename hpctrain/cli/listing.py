@@ -16,6 +16,7 @@ from typing import List, Optional
 
 from hpctrain.errors import ConfigError
 from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.terminal import markup, plain as plain_text
 
 
 @dataclass
@@ -97,11 +98,11 @@ def print_listing(storage_path: str, stream=None, plain: Optional[bool] = None) 
         plain = not stream.isatty()
     if plain:
         for e in entries:
-            stream.write("\t".join([e.name, e.kind, e.status, e.iteration, _when(e.updated),
-                                    e.path]) + "\n")
+            stream.write("\t".join(plain_text(v).replace("\t", " ").replace("\n", " ")
+                                    for v in [e.name, e.kind, e.status, e.iteration,
+                                              _when(e.updated), e.path]) + "\n")
         return 0
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     styles = {"FINISHED": "green", "FAILED": "red", "RUNNING": "cyan", "PENDING": "yellow"}
@@ -110,11 +111,11 @@ def print_listing(storage_path: str, stream=None, plain: Optional[bool] = None) 
         t.add_column(col, justify="right" if col == "iteration" else "left")
     for e in entries:
         style = styles.get(e.status)
-        t.add_row(escape(e.name), e.kind,
-                  f"[{style}]{e.status}[/{style}]" if style else escape(e.status),
-                  e.iteration, _when(e.updated))
+        t.add_row(markup(e.name), e.kind,
+                  f"[{style}]{e.status}[/{style}]" if style else markup(e.status),
+                  markup(e.iteration), _when(e.updated))
     console = Console(file=stream)
-    console.print(f"{escape(storage_path)}: {len(entries)} runs and sweeps", style="italic",
+    console.print(f"{markup(storage_path)}: {len(entries)} runs and sweeps", style="italic",
                   highlight=False, soft_wrap=True)
     console.print(t)
     return 0

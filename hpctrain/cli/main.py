@@ -32,6 +32,7 @@ from typing import List, Optional
 
 from hpctrain import __version__
 from hpctrain.errors import ConfigError, HpctrainError, TrainingFailedError, TrainingStoppedError
+from hpctrain._internal.terminal import plain
 
 #: ``hpctrain run`` stopped cleanly after the warning signal (EX_TEMPFAIL: try again later).
 EXIT_STOPPED = 75
@@ -311,14 +312,14 @@ def _outcome(get_result, run_path: str, lead: str = "") -> int:
         result = get_result()
     except TrainingFailedError as e:
         if e.worker_traceback:
-            print(f"{lead}[hpctrain] training FAILED (rank {e.rank}); run directory: "
-                  f"{e.result.path if e.result else run_path}", file=sys.stderr)
-            print(e.worker_traceback.rstrip(), file=sys.stderr)
+            print(f"{lead}[hpctrain] training FAILED (rank {plain(e.rank)}); run directory: "
+                  f"{plain(e.result.path if e.result else run_path)}", file=sys.stderr)
+            print(plain(e.worker_traceback.rstrip()), file=sys.stderr)
         else:
-            print(f"{lead}[hpctrain] training FAILED: {e}", file=sys.stderr)
+            print(f"{lead}[hpctrain] training FAILED: {plain(e)}", file=sys.stderr)
         return 1
     except TrainingStoppedError as e:
-        print(f"{lead}[hpctrain] {e}", file=sys.stderr)
+        print(f"{lead}[hpctrain] {plain(e)}", file=sys.stderr)
         return EXIT_STOPPED
     _print_summary(result)
     return 0
@@ -362,20 +363,22 @@ def cmd_status(args) -> int:
             return 0 if status in ("FINISHED", "STOPPED") else 1
         return _follow(run.path, _verbosity(args))
     state = run.read_state()
-    print(f"run {run.name}: {state.get('status', 'UNKNOWN')}  ({run.path})")
-    print(f"  attempts {len(state.get('attempts', []))}, failures {state.get('failures', 0)}"
-          + (f", restart count {state['restart_count']}" if "restart_count" in state else "")
-          + (f", requeues {state['requeues']}" if state.get("requeues") else ""))
+    print(plain(f"run {run.name}: {state.get('status', 'UNKNOWN')}  ({run.path})"))
+    print(plain(f"  attempts {len(state.get('attempts', []))}, failures "
+                f"{state.get('failures', 0)}"
+                + (f", restart count {state['restart_count']}" if "restart_count" in state
+                   else "")
+                + (f", requeues {state['requeues']}" if state.get("requeues") else "")))
     if state.get("stopped_because"):
-        print(f"  stopped because {state['stopped_because']}")
+        print(plain(f"  stopped because {state['stopped_because']}"))
     for sub in state.get(submission.SUBMISSIONS) or []:
         try:
             js = get_scheduler(sub["scheduler"]).state(sub["job_id"])
             where = f" on {js.nodes}" if js.nodes else ""
             reason = f" ({js.reason})" if js.reason and js.reason != "None" else ""
-            print(f"  {sub['scheduler']} job {sub['job_id']}: {js.state}{reason}{where}")
+            print(plain(f"  {sub['scheduler']} job {sub['job_id']}: {js.state}{reason}{where}"))
         except Exception as e:  # noqa: BLE001 - show what is known
-            print(f"  {sub['scheduler']} job {sub['job_id']}: state unknown ({e})")
+            print(plain(f"  {sub['scheduler']} job {sub['job_id']}: state unknown ({e})"))
     from hpctrain._internal.driver.progress import user_metrics
     from hpctrain._internal.rundir.layout import read_results
 
@@ -385,13 +388,13 @@ def cmd_status(args) -> int:
             print(line)
     elif rows:
         last = rows[-1]
-        print(f"  iteration {last.get('_training_iteration')}: " + ", ".join(
-            f"{k}={v}" for k, v in user_metrics(last).items()))
+        print(plain(f"  iteration {last.get('_training_iteration')}: " + ", ".join(
+            f"{k}={v}" for k, v in user_metrics(last).items())))
     latest = run.latest_checkpoint()
     if latest:
-        print(f"  latest checkpoint: {latest.path}")
+        print(plain(f"  latest checkpoint: {latest.path}"))
     if os.path.exists(run.error_file):
-        print(f"  error: {run.error_file}")
+        print(plain(f"  error: {run.error_file}"))
     return 0
 
 
@@ -570,11 +573,12 @@ def _print_summary(result) -> None:
     from hpctrain._internal.driver.progress import user_metrics
 
     metrics = user_metrics(result.metrics or {})
-    print(f"[hpctrain] run {result.status}: {result.path}")
+    print(plain(f"[hpctrain] run {result.status}: {result.path}"))
     if metrics:
-        print("[hpctrain] final metrics: " + ", ".join(f"{k}={v}" for k, v in metrics.items()))
+        print("[hpctrain] final metrics: " + plain(", ".join(f"{k}={v}"
+                                                             for k, v in metrics.items())))
     if result.checkpoint:
-        print(f"[hpctrain] latest checkpoint: {result.checkpoint.path}")
+        print(plain(f"[hpctrain] latest checkpoint: {result.checkpoint.path}"))
 
 
 def cmd_results(args) -> int:
@@ -598,7 +602,7 @@ def cmd_plot(args) -> int:
     args.runs = _runs_of(args.runs)
     drawn = plot_runs(args.runs, args.metric, output, x=args.x)
     for metric, runs in drawn.items():
-        print(f"{metric}: {', '.join(runs)}")
+        print(plain(f"{metric}: {', '.join(runs)}"))
     skipped = [r for r in args.runs if not any(os.path.basename(os.path.normpath(r)) in v
                                                for v in drawn.values())]
     if skipped:
@@ -665,10 +669,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     except BrokenPipeError:
         code = _stdout_closed()
     except ConfigError as e:
-        print(f"hpctrain: error: {e}", file=sys.stderr)
+        print(f"hpctrain: error: {plain(e)}", file=sys.stderr)
         code = 2
     except HpctrainError as e:
-        print(f"hpctrain: error: {e}", file=sys.stderr)
+        print(f"hpctrain: error: {plain(e)}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
         print("\nhpctrain: interrupted; the run directory keeps its committed checkpoints",

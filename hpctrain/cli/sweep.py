@@ -88,8 +88,10 @@ def _print_plan(spec: JobSpec) -> None:
         seed = spec.sweep.get("seed", 0)
         trials = list(enumerate(search.expand(space_of(spec), spec.sweep.get("num_samples", 1),
                                               seed)))
+    from hpctrain._internal.terminal import plain
+
     for i, config in trials:
-        print(f"{trial_id(i)}  {config.get('train_loop_config', config)}")
+        print(f"{trial_id(i)}  {plain(config.get('train_loop_config', config))}")
     print(f"# dry run: {len(trials)} trials would run here under {sweep.path}"
           + ("" if sweep.exists() or "seed" in spec.sweep else
              " (random values shown with seed 0; a run records its own seed)"), file=sys.stderr)
@@ -103,6 +105,7 @@ def print_results(path: str, final: bool = False) -> int:
     from rich.table import Table
 
     from hpctrain._internal.driver.progress import user_metrics
+    from hpctrain._internal.terminal import markup
     from hpctrain.tune.result_grid import ResultGrid
 
     grid = ResultGrid.from_path(path)
@@ -110,11 +113,12 @@ def print_results(path: str, final: bool = False) -> int:
     ranked = grid.ranked() if metric and mode else []
     rest = [r for r in grid if r not in ranked]
     console = Console()
-    console.print(f"[bold]{os.path.basename(grid.experiment_path)}[/bold]  {len(grid)} trials: "
+    console.print(f"[bold]{markup(os.path.basename(grid.experiment_path))}[/bold]  "
+                  f"{len(grid)} trials: "
                   f"{grid.num_terminated} finished, {grid.num_errors} failed, "
                   f"{len(grid.unfinished)} unfinished"
-                  + (f"  ranked by {metric} ({mode})" if metric else ""))
-    console.print(f"path: {grid.experiment_path}")
+                  + (f"  ranked by {markup(metric)} ({markup(mode)})" if metric else ""))
+    console.print(f"path: {markup(grid.experiment_path)}")
     keys: list = []
     for r in grid:
         for k in _config_of(r):
@@ -130,11 +134,11 @@ def print_results(path: str, final: bool = False) -> int:
     t.add_column("trial")
     t.add_column("status")
     if metric:
-        t.add_column(metric, justify="right")
+        t.add_column(markup(metric), justify="right")
     for k in keys:
-        t.add_column(k, justify="right")
+        t.add_column(markup(k), justify="right")
     for k in others[:4]:
-        t.add_column(k, justify="right")
+        t.add_column(markup(k), justify="right")
     for n, r in enumerate(ranked + rest, 1):
         m = r.metrics or {}
         cfg = _config_of(r)
@@ -143,13 +147,14 @@ def print_results(path: str, final: bool = False) -> int:
             row.append(_short(m.get(metric, "-")))
         row += [_short(cfg.get(k, "")) for k in keys]
         row += [_short(m.get(k, "-")) for k in others[:4]]
-        t.add_row(*row)
+        t.add_row(*[markup(cell) for cell in row])
     console.print(t)
     if ranked:
-        console.print(f"best: {ranked[0].trial_id}  config {ranked[0].config}")
+        console.print(f"best: {markup(ranked[0].trial_id)}  config {markup(ranked[0].config)}")
     for r in grid:
         if r.error is not None:
-            console.print(f"[red]{r.trial_id} failed[/red]: {os.path.join(r.path, 'error.txt')}")
+            console.print(f"[red]{markup(r.trial_id)} failed[/red]: "
+                          f"{markup(os.path.join(r.path, 'error.txt'))}")
     return 1 if final and (grid.num_errors or grid.unfinished) else 0
 
 

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain.errors import ConfigError, HpctrainError
 from hpctrain._internal.rundir.layout import RunDir, read_results
+from hpctrain._internal.terminal import markup, plain
 
 
 def numeric(v: Any) -> bool:
@@ -108,12 +109,15 @@ def _duration(seconds: Optional[float]) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
-def _score_settings(run: RunDir) -> Tuple[Optional[str], str]:
+def _score_settings(run: RunDir, console=None) -> Tuple[Optional[str], str]:
+    """The run's checkpoint score attribute and order, from its spec.toml; a damaged
+    spec.toml is shown (its error, naming the file, with the HINT) on ``console`` and
+    the checkpoints are listed without scores."""
     try:
-        from hpctrain._internal.tomlfile import read_toml
-
-        ck = read_toml(run.spec_file).get("checkpoint") or {}
-    except ConfigError:
+        ck = (run.read_spec() or {}).get("checkpoint") or {}
+    except ConfigError as e:
+        if console is not None:
+            console.print(f"[yellow]warning:[/yellow] {markup(str(e))}")
         ck = {}
     return ck.get("checkpoint_score_attribute"), ck.get("checkpoint_score_order", "max")
 
@@ -144,37 +148,39 @@ def print_results(name_or_path: str, console=None) -> None:
     ended = max([a.get("ended") or 0 for a in attempts] + [0]) or None
     status = state.get("status", "UNKNOWN")
     colour = {"FINISHED": "green", "FAILED": "red", "RUNNING": "cyan"}.get(status, "yellow")
-    console.print(f"[bold]{run.name}[/bold]  [{colour}]{status}[/{colour}]  "
-                  f"iterations {rows[-1].get('_training_iteration', len(rows)) if rows else 0}  "
-                  f"attempts {len(attempts)}  failures {state.get('failures', 0)}"
-                  + (f"  requeues {state['requeues']}" if state.get("requeues") else "")
+    iterations = rows[-1].get('_training_iteration', len(rows)) if rows else 0
+    console.print(f"[bold]{markup(run.name)}[/bold]  [{colour}]{markup(status)}[/{colour}]  "
+                  f"iterations {markup(iterations)}  "
+                  f"attempts {len(attempts)}  failures {markup(state.get('failures', 0))}"
+                  + (f"  requeues {markup(state['requeues'])}" if state.get("requeues") else "")
                   + (f"  wall time {_duration((ended if status != 'RUNNING' else time.time()) - started)}"
                      if started and (ended or status == "RUNNING") else ""))
-    console.print(f"path: {run.path}")
+    console.print(f"path: {markup(run.path)}")
     if state.get("stopped_because"):
-        console.print(f"stopped because {state['stopped_because']}")
+        console.print(f"stopped because {markup(state['stopped_because'])}")
 
     summary = summarize(rows)
-    attr, order = _score_settings(run)
+    attr, order = _score_settings(run, console)
     if summary:
         t = Table(title="metrics", title_justify="left")
         for col, justify in (("metric", "left"), ("last", "right"), ("min", "right"),
                              ("at iter", "right"), ("max", "right"), ("at iter", "right")):
             t.add_column(col, justify=justify)
         for m in summary:
-            name = m.name + (f" [dim](score, {order})[/dim]" if m.name == attr else "")
+            name = markup(m.name) + (f" [dim](score, {markup(order)})[/dim]"
+                                     if m.name == attr else "")
             t.add_row(name, _fmt(m.last), _fmt(m.min), str(m.min_iter), _fmt(m.max),
                       str(m.max_iter))
         console.print(t)
 
     records = run.list_checkpoints()
     if records:
-        t = Table(title="checkpoints" + (f" (score: {attr}, {order})" if attr else ""),
-                  title_justify="left")
+        t = Table(title="checkpoints" + (f" (score: {markup(attr)}, {markup(order)})"
+                                         if attr else ""), title_justify="left")
         t.add_column("checkpoint")
         t.add_column("iteration", justify="right")
         if attr:
-            t.add_column(attr, justify="right")
+            t.add_column(markup(attr), justify="right")
         t.add_column("metrics")
         best = None
         if attr:
@@ -183,17 +189,20 @@ def print_results(name_or_path: str, console=None) -> None:
                 pick = min if order == "min" else max
                 best = pick(scored, key=lambda r: r.metrics[attr]).index
         for r in records:
-            others = ", ".join(f"{k}={_fmt(v)}" for k, v in r.metrics.items()
-                               if not k.startswith("_") and k != attr and numeric(v))
-            name = os.path.basename(r.path) + (" [bold green]★ best[/bold green]"
-                                               if r.index == best else "")
+            others = markup(", ".join(f"{k}={_fmt(v)}" for k, v in r.metrics.items()
+                                      if not k.startswith("_") and k != attr and numeric(v)))
+            name = markup(os.path.basename(r.path)) + (" [bold green]★ best[/bold green]"
+                                                       if r.index == best else "")
             if r.index == records[-1].index:
                 name += " [dim](latest)[/dim]"
-            cells = [name, str(r.iteration)]
+            cells = [name, markup(r.iteration)]
             if attr:
-                cells.append(_fmt(r.metrics.get(attr)))
+                cells.append(markup(_fmt(r.metrics.get(attr))))
             t.add_row(*cells, others)
         console.print(t)
+    for path, why in run.damaged_checkpoints():
+        console.print(f"[yellow]not committed:[/yellow] {markup(path)}: {markup(why)} (the "
+                      "run's next start moves it aside and resumes from the last good one)")
 
     if attempts:
         t = Table(title="attempts", title_justify="left")
@@ -208,15 +217,16 @@ def print_results(name_or_path: str, console=None) -> None:
             if a.get("skipped_checkpoints"):
                 note.append("skipped " + ", ".join(s["checkpoint"] for s in a["skipped_checkpoints"]))
             end = a.get("ended") or (time.time() if a.get("outcome") == "RUNNING" else None)
-            t.add_row(str(a.get("attempt")), str(a.get("job_id", "-")), a.get("outcome", "-"),
+            t.add_row(markup(a.get("attempt")), markup(a.get("job_id", "-")),
+                      markup(a.get("outcome", "-")),
                       time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started"]))
                       if a.get("started") else "-",
                       _duration(end - a["started"] if end and a.get("started") else None),
-                      os.path.basename(a["resumed_from"]) if a.get("resumed_from") else "-",
-                      "; ".join(note))
+                      markup(os.path.basename(a["resumed_from"])) if a.get("resumed_from")
+                      else "-", markup("; ".join(note)))
         console.print(t)
     if os.path.exists(run.error_file):
-        console.print(f"[red]error[/red]: {run.error_file}")
+        console.print(f"[red]error[/red]: {markup(run.error_file)}")
 
 
 # -- hpctrain plot --------------------------------------------------------------------------
@@ -327,9 +337,11 @@ def status_lines(run: RunDir) -> List[str]:
     if s.iteration is not None:
         pace = f", {s.rate:.3g} reports/s" if s.rate else ""
         ago = f", last report {_duration(s.last_report_s)} ago" if s.last_report_s is not None else ""
-        lines.append(f"  iteration {s.iteration} after {_duration(s.elapsed_s)}{pace}{ago}")
+        lines.append(f"  iteration {plain(s.iteration)} after {_duration(s.elapsed_s)}{pace}"
+                     f"{ago}")
         if s.metrics:
-            lines.append("  latest: " + ", ".join(f"{k}={_fmt(v)}" for k, v in s.metrics.items()))
+            lines.append("  latest: " + plain(", ".join(f"{k}={_fmt(v)}"
+                                                        for k, v in s.metrics.items())))
     elif s.elapsed_s is not None:
         lines.append(f"  no report yet, {_duration(s.elapsed_s)} after the attempt started")
     return lines

@@ -1,8 +1,11 @@
 """The launcher interface: start N ranks, learn how each one ended, stop them."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Callable, Dict, List, Optional, Sequence
+
+from hpctrain._internal.trust import modes_of
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -50,3 +53,11 @@ class Launcher:
     def launch(self, *, command: Sequence[str], env: Dict[str, str], num_workers: int,
                log_dir: str, on_line: Optional[LineSink] = None) -> WorkerGroup:
         raise NotImplementedError
+
+
+def open_log(log_dir: str, name: str) -> BinaryIO:
+    """``<log_dir>/<name>`` for appending, created with the run's file mode (``0600``, or
+    ``0640`` in a run shared with the group) whatever the umask."""
+    fd = os.open(os.path.join(log_dir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                 modes_of(log_dir)[1])
+    return os.fdopen(fd, "ab")

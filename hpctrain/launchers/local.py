@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
-from .base import ExitRecord, Launcher, LineSink, WorkerGroup
+from .base import ExitRecord, Launcher, LineSink, WorkerGroup, open_log
 
 
 _HANDED_OUT: "collections.deque[int]" = collections.deque(maxlen=256)
@@ -141,7 +141,7 @@ class LocalLauncher(Launcher):
                         LOCAL_WORLD_SIZE=str(num_workers), GROUP_RANK="0", NODE_RANK="0",
                         MASTER_ADDR=env.get("MASTER_ADDR", "127.0.0.1"), MASTER_PORT=port,
                         PYTHONUNBUFFERED="1", HPCTRAIN_PARENT_PID=str(os.getpid()))
-            logs.append(open(os.path.join(log_dir, f"rank-{rank}.out"), "ab"))
+            logs.append(open_log(log_dir, f"rank-{rank}.out"))
             procs.append(subprocess.Popen(list(command), env=wenv, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           start_new_session=True))

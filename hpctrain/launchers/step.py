@@ -18,7 +18,7 @@ import subprocess
 import time
 from typing import Dict, List, Optional, Sequence
 
-from .base import ExitRecord, WorkerGroup
+from .base import ExitRecord, WorkerGroup, open_log
 
 #: Set by step launchers: the worker sends its stdout/stderr to ``<dir>/rank-<R>.out``.
 ENV_RANK_LOG_DIR = "HPCTRAIN_RANK_LOG_DIR"
@@ -30,7 +30,7 @@ class StepWorkerGroup(WorkerGroup):
     def __init__(self, argv: Sequence[str], env: Dict[str, str], log_dir: str):
         os.makedirs(log_dir, exist_ok=True)
         self.argv = list(argv)
-        self._log = open(os.path.join(log_dir, "launcher.out"), "ab")
+        self._log = open_log(log_dir, "launcher.out")
         # where this attempt's output starts: earlier attempts of the job are above it
         self._log_start = self._log.tell()
         self._log.write(("[hpctrain] " + shlex.join(self.argv) + "\n").encode())

@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
+from hpctrain.launchers.base import open_log
 from hpctrain.launchers.local import LocalLauncher, LocalWorkerGroup, signal_group, free_port
 from hpctrain._internal.log import get_logger
 from hpctrain._internal.spare import READY_SUFFIX, fixed_part
@@ -77,7 +78,10 @@ class WarmLocalLauncher(LocalLauncher):
     def _start_spare(self, env: Dict[str, str], run_dir: str) -> Optional[_Spare]:
         senv = dict(env)
         senv.update(PYTHONUNBUFFERED="1", HPCTRAIN_PARENT_PID=str(os.getpid()))
-        for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
+        # a spare gets its attempt's whole environment (group secret included) over its
+        # stdin when it is assigned; until then it holds no attempt's secret
+        for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_PORT",
+                  "HPCTRAIN_GROUP_SECRET"):
             senv.pop(k, None)
         try:
             proc = subprocess.Popen([self.python, "-m", "hpctrain._internal.spare", run_dir],
@@ -131,7 +135,7 @@ class WarmLocalLauncher(LocalLauncher):
                         PYTHONUNBUFFERED="1", HPCTRAIN_PARENT_PID=str(os.getpid()))
             if fixed is None:
                 fixed = fixed_part(wenv)
-            logs.append(open(os.path.join(log_dir, f"rank-{rank}.out"), "ab"))
+            logs.append(open_log(log_dir, f"rank-{rank}.out"))
             proc = None
             while spares and proc is None:
                 spare = spares.pop(0)

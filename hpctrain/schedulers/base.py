@@ -5,7 +5,9 @@ A :class:`BatchRequest` is one run's resolved spec plus where its run directory 
 ``hpctrain submit`` writes it to ``<run>/job.sh`` and submits those bytes). Each
 scheduler turns the request into its directive lines; the rest of the script comes from
 ``hpctrain/templates/<scheduler>.sh.j2``. Every value that reaches the script is checked
-or quoted here, never in a template.
+or quoted here, never in a template: none may hold CR, LF or NUL
+(:func:`check_script_context`), and a comment that shows a value prefixes each of its
+lines with ``#`` (the template filter :func:`comment`).
 """
 from __future__ import annotations
 
@@ -223,7 +225,8 @@ class Scheduler:
 
         python = request.python or spec.scheduler.python or sys.executable
         variables["launch"] = launch_line(spec, python=python, run_dir=variables["run_dir"])
-        return _environment().get_template(self.template).render(**variables)
+        check_script_context(variables, spec, request_python=request.python)
+        return render_template(self.template, variables)
 
     def cd_line(self) -> str:
         """A shell line run first in the job (PBS starts jobs in ``$HOME``)."""
@@ -269,14 +272,106 @@ class Scheduler:
 def _environment():
     import jinja2
 
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(os.path.dirname(
             os.path.abspath(__file__))), "templates")),
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined, autoescape=False)
+    env.filters["comment"] = comment
+    return env
+
+
+def render_template(template: str, variables: Mapping[str, Any]) -> str:
+    """The template ``template`` rendered with ``variables`` as they are. :meth:`Scheduler.render`
+    checks them first (:func:`check_script_context`); this is the bare renderer."""
+    return _environment().get_template(template).render(**variables)
 
 
 # --------------------------------------------------------------------------- shell safety
+# The one check of every value that reaches a script (CR, LF, NUL) is
+# hpctrain.spec.check_script_value: the spec's loader applies it to each key, and the
+# renderer below to its whole context again.
+_LINE_BREAKS = re.compile(r"\r\n|\r|\n")
+
+
+#: The spec key each template variable's value comes from, for the error of
+#: :func:`check_script_context` (``launch`` and ``env`` are looked up in the spec).
+_CONTEXT_KEYS = {
+    "run_name": "run.name", "run_dir": "run.storage_path", "log_file": "run.storage_path",
+    "modules": "setup.modules", "commands": "setup.commands", "env": "env",
+    "directives": "scheduler.directives", "python": "scheduler.python",
+    "warning_signal": "failure.warning_signal", "rerender": "the command line",
+}
+
+
+def check_script_context(variables: Mapping[str, Any], spec: JobSpec, *,
+                         request_python: Optional[str] = None) -> None:
+    """:func:`check_script_value` over everything a template gets (strings, and the
+    strings in lists and pairs), whatever its source: the safety net under the checks
+    done when the spec is loaded. The embedded spec (``spec_toml``, TOML text in a quoted
+    heredoc whose end marker is checked apart) is the one multi-line value."""
+    from ..spec import check_script_value, script_value_problem
+
+    for name, value in variables.items():
+        if name == "spec_toml":
+            continue
+        for item in _strings(value):
+            if script_value_problem(item) is None:
+                continue
+            key, where, found = _context_key(name, item, spec, request_python)
+            check_script_value(found, key, file=spec.where(where) if where else None)
+
+
+def _strings(value: Any):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _context_key(name: str, item: str, spec: JobSpec,
+                 request_python: Optional[str]) -> Tuple[str, Optional[str], str]:
+    """(key, the key whose origin names the file, the value) of a bad template value: the
+    spec's key and value it came from, else the template variable's name and ``item``."""
+    from ..spec import script_value_problem
+
+    sched = spec.scheduler
+    if name in ("launch", "python"):
+        for i, arg in enumerate(sched.launcher_args):
+            if script_value_problem(arg) is not None:
+                return f"scheduler.launcher_args[{i}]", "scheduler.launcher_args", arg
+        if request_python is not None:
+            if script_value_problem(request_python) is not None:
+                return "BatchRequest.python (the interpreter in the job)", None, request_python
+        elif sched.python and script_value_problem(sched.python) is not None:
+            return "scheduler.python", "scheduler.python", sched.python
+    if name == "env":
+        for env_name, env_value in spec.env.items():
+            if script_value_problem(env_name) or script_value_problem(env_value):
+                return f"env.{env_name}", f"env.{env_name}", env_value
+    key = _CONTEXT_KEYS.get(name)
+    return (key, key, item) if key and "." in key else (f"the script's {name}", None, item)
+
+
+def comment(value: Any, prefix: str = "# ", inline: bool = False) -> str:
+    """``value`` as comment lines of a shell script: ``prefix`` before every physical line
+    (after each CR or LF), so that no value shown in a comment can become a command; a
+    NUL is shown as ``\\0``. ``inline``: the value goes on a comment line the template
+    started itself, so its first line gets no prefix (the template filter ``comment``).
+
+    >>> print(comment("srun python\\necho INJECTED", "#   "))
+    #   srun python
+    #   echo INJECTED
+    >>> print("# the run " + comment("r1\\nid", inline=True))
+    # the run r1
+    # id
+    """
+    lines = _LINE_BREAKS.split(str(value).replace("\0", "\\0"))
+    out = "\n".join(prefix + line for line in lines)
+    return out[len(prefix):] if inline else out
+
+
 _PLAIN_VAR = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
 
 
@@ -309,7 +404,10 @@ def _escape_dq(text: str) -> str:
 def shell_word(value: str, spec: JobSpec, key: str) -> str:
     """One shell word, quoted when it needs to be (module names like ``cray-python/3.11``
     stay readable)."""
-    if "\n" in value or not value.strip():
+    from ..spec import check_script_value
+
+    check_script_value(value, key, file=spec.where(key), expected="a non-empty single line")
+    if not value.strip():
         raise ConfigError(f"{key}: expected a non-empty single line, got {value!r}",
                           file=spec.where(key))
     return shlex.quote(value)
@@ -318,11 +416,11 @@ def shell_word(value: str, spec: JobSpec, key: str) -> str:
 def _command_line(command: str, spec: JobSpec) -> str:
     """``[setup] commands`` are shell lines by design (``source venv/bin/activate``); one
     line each, so that a stray newline cannot hide a second command."""
-    if "\n" in command or "\r" in command:
-        raise ConfigError(f"setup.commands: one shell line per entry, got {command!r}",
-                          file=spec.where("setup.commands"),
-                          hint="give several entries instead of one with newlines")
-    return command
+    from ..spec import check_script_value
+
+    return check_script_value(command, "setup.commands", file=spec.where("setup.commands"),
+                              expected="one shell line per entry",
+                              hint="give several entries instead of one with newlines")
 
 
 DEFAULT_WARNING = "120s"

@@ -62,6 +62,7 @@ def format_lsf_memory(mib: int) -> str:
 def lsf_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
     """hpctrain's ``#BSUB`` options for a request, before the spec's own directives."""
     spec = request.spec
+    check_lsf_path(request.run_path, spec)
     s, sched, fail = spec.scaling, spec.scheduler, spec.run.failure_config
     gpu = None
     if s.gpus_each:
@@ -84,6 +85,19 @@ def lsf_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
         # LSF's own output (a few lines before the script redirects itself)
         ("-o", f"{request.run_path}/lsf-%J.out"),
     ]
+
+
+def check_lsf_path(path: str, spec) -> None:
+    """The run directory goes into ``-o`` (and is the job's name, ``-J``), where LSF
+    replaces ``%J`` by the job id and ``%I`` by the array index; IBM's bsub reference
+    gives no escape for a literal ``%``, so a run directory holding one is refused (the
+    output would go to another file, or ``-J`` would read ``%<n>`` as an array's limit)."""
+    if "%" in path:
+        raise ConfigError(
+            f"run.storage_path: the run directory {path!r} holds '%', which LSF reads in the "
+            "output path (bsub -o) as the start of %J (the job id) or %I (the array index): "
+            "the job's output would go to another file", file=spec.where("run.storage_path"),
+            hint="use a storage path and run name without '%' (LSF has no escape for it)")
 
 
 #: Values LSF reads as one quoted string (resource requirement, GPU, dependency).

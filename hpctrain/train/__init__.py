@@ -96,6 +96,7 @@ from ..result import Result
 from hpctrain._internal.fsutil import atomic_write_bytes, json_default, remove_tree
 from hpctrain._internal.worker.session import current_session
 from hpctrain._internal.rundir.layout import ResultTail, RunDir, checkpoints_to_delete
+from hpctrain._internal.trust import load_trusted_pickle
 from ..result import result_or_raise
 from ..run import Run, RunOptions
 
@@ -623,7 +624,8 @@ class _Run:
             self._clean_up(run)
         result_or_raise(run.path, status)
         last = run.attempt_dir(len(run.read_state()["attempts"]))
-        self.return_values = [cloudpickle.loads(Path(last, f"return.rank-{r}.pkl").read_bytes())
+        self.return_values = [load_trusted_pickle(os.path.join(last, f"return.rank-{r}.pkl"),
+                                                  what="a rank's return value")
                               for r in range(self.trainer._num_workers)]
 
     def _clean_up(self, run: RunDir) -> None:

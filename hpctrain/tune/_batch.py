@@ -94,11 +94,11 @@ def run_trial(run: RunDir, spec: JobSpec, index: int,
             # every trial again)
             from ..schedulers import BatchRequest
 
-            os.makedirs(run.path, exist_ok=True)
+            run.create(one.run.share)
             script = BatchRequest(one, run.path, rerender="(a trial of the sweep "
                                   f"{sweep.path})").materialize()
-            atomic_write_bytes(run.job_script, script.encode(), sync=False)
-            os.chmod(run.job_script, 0o755)
+            atomic_write_bytes(run.job_script, script.encode(), sync=False,
+                               mode=run.script_mode)
     except ConfigError as e:
         _log(f"the sweep's spec is not valid: {e}")
         return 2

@@ -30,6 +30,7 @@ from filelock import FileLock
 from .._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from .._internal.log import get_logger
 from .._internal.rundir.layout import DECISION_FILE
+from .._internal.trust import load_trusted_pickle
 from ..config import check_stop  # noqa: F401 (the tune side's name for it)
 from .._internal.worker.trial import CONTROL_FILE
 
@@ -90,7 +91,8 @@ def stop_met(stop: Any, trial_id: str, result: Dict[str, Any]) -> Optional[str]:
 
 # --------------------------------------------------------------------------- files
 def write_control(sweep_path: str, control: TrialControl) -> None:
-    atomic_write_bytes(os.path.join(sweep_path, CONTROL_FILE), cloudpickle.dumps(control))
+    atomic_write_bytes(os.path.join(sweep_path, CONTROL_FILE), cloudpickle.dumps(control),
+                       mode=0o600)
 
 
 _CACHE: Dict[str, Any] = {}
@@ -104,8 +106,7 @@ def load_control(sweep_path: str) -> Optional[TrialControl]:
         return None
     key = (path, st.st_mtime_ns, st.st_size)
     if key not in _CACHE:
-        with open(path, "rb") as f:
-            _CACHE[key] = cloudpickle.load(f)
+        _CACHE[key] = load_trusted_pickle(path, what="the sweep's control file")
     return _CACHE[key]
 
 

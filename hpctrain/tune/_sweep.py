@@ -31,6 +31,7 @@ from ..errors import ConfigError
 from ..schedulers.base import array_ranges  # noqa: F401 - (moved there) used here and by tuner
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.trust import make_private_dir, makedirs, modes_of
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -53,6 +54,9 @@ class SweepDir:
 
     name = property(lambda self: os.path.basename(self.path))
     manifest_file = property(lambda self: os.path.join(self.path, MANIFEST))
+    #: the modes of what a sweep writes: those of its directory's share (private or group)
+    file_mode = property(lambda self: modes_of(self.path)[1])
+    script_mode = property(lambda self: modes_of(self.path)[2])
 
     @staticmethod
     def is_sweep(path: str | os.PathLike) -> bool:
@@ -71,12 +75,13 @@ class SweepDir:
     def update(self, timeout: float = 60) -> Iterator[Dict[str, Any]]:
         """Read, modify, write the manifest atomically under ``sweep.json.lock`` (waiting
         at most ``timeout`` s for it: :class:`filelock.Timeout`)."""
-        os.makedirs(self.path, exist_ok=True)
+        if not os.path.isdir(self.path):
+            make_private_dir(self.path, what="sweep directory")
         with FileLock(self.manifest_file + ".lock", timeout=timeout):
             data = self.read()
             yield data
             data["updated"] = time.time()
-            atomic_write_json(self.manifest_file, data)
+            atomic_write_json(self.manifest_file, data, mode=self.file_mode)
 
     def set_trial(self, index: int, timeout: float = 60, **fields: Any) -> None:
         with self.update(timeout) as m:
@@ -241,7 +246,7 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_run: Callable[[int],
             return
         trial = make_run(index)
         run = trial.run_dir
-        os.makedirs(run.internal_dir, exist_ok=True)
+        run.create(trial.spec.run.share)
         status = INTERRUPTED
         try:
             with run.exclusive():
@@ -499,13 +504,12 @@ def submit_arrays(sweep: SweepDir, spec: JobSpec, indices: Sequence[int], *,
     refuse_if_active(sweep, manifest)
     for i in indices:
         prepare_trial(i)
-    os.makedirs(os.path.join(sweep.path, "arrays"), exist_ok=True)
+    makedirs(os.path.join(sweep.path, "arrays"), modes_of(sweep.path)[0])
     records = []
     previous = None
     for c, ((offset, tasks), script) in enumerate(zip(chunks, scripts)):
         path = os.path.join(sweep.path, "arrays", f"array-{submission:03d}-{c:03d}.sh")
-        atomic_write_bytes(path, script.encode(), sync=False)
-        os.chmod(path, 0o755)
+        atomic_write_bytes(path, script.encode(), sync=False, mode=sweep.script_mode)
         if previous is not None and max_concurrent:
             after = previous if not spec.scheduler.after else f"{spec.scheduler.after}:{previous}"
             job_id = scheduler.resubmit(path, after=after)

@@ -311,13 +311,12 @@ def _prepare_batch_trial(trial: Run, sweep: SweepDir) -> None:
     from ..schedulers import BatchRequest
 
     run = trial.run_dir
-    os.makedirs(run.internal_dir, exist_ok=True)
+    run.create(trial.spec.run.share)
     with run.exclusive():
         trial.prepare()
         script = BatchRequest(trial.spec, run.path,
                               rerender=f"(a trial of the sweep {sweep.path})").materialize()
-        atomic_write_bytes(run.job_script, script.encode(), sync=False)
-        os.chmod(run.job_script, 0o755)
+        atomic_write_bytes(run.job_script, script.encode(), sync=False, mode=run.script_mode)
 
 
 #: The trainer's constructor arguments a param_space may hold (Ray merges each key of

@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Iterator, Optional
 
 from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.trust import read_trusted
 from hpctrain._internal.allocation.supervisor import REQUEUED, STOPPED, Supervisor
 
 #: A chain of allocations ends after this many in a row that committed no new checkpoint
@@ -187,6 +188,8 @@ def requeue(run: RunDir, scheduler: Any, job_id: str) -> Optional[str]:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
+        # PBS and LSF submit job.sh again from disk: only a script nobody else could write
+        read_trusted(run.job_script, what="the job script to submit again")
         new_id = scheduler.requeue(job_id, run.job_script)
     except Exception as e:  # noqa: BLE001 - the run must end in a clear state
         with run.update_state() as s:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import glob
 import os
+import secrets
 import sys
 import time
 from dataclasses import dataclass
@@ -29,9 +30,10 @@ _logger = get_logger("supervisor")
 from hpctrain._internal.rundir.commit import verify_checkpoint
 from hpctrain._internal.fsutil import read_json
 from hpctrain._internal.rundir.layout import DECISION_FILE, RunDir
-from hpctrain._internal.fsutil import atomic_write_json
-from hpctrain._internal.worker.entry import (ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_RESUME, ENV_RUN_DIR, ENV_START_ITER,
-                     ENV_WARNING_SIGNAL, STOP_FILE)
+from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
+from hpctrain._internal.worker.entry import (ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_GROUP_SECRET,
+                                             ENV_RESUME, ENV_RUN_DIR, ENV_START_ITER,
+                                             ENV_WARNING_SIGNAL, STOP_FILE)
 
 FINISHED, FAILED, RUNNING, INTERRUPTED = "FINISHED", "FAILED", "RUNNING", "INTERRUPTED"
 #: The run stopped cleanly after the scheduler's warning; REQUEUED: waiting for its next
@@ -179,16 +181,23 @@ class Supervisor:
     def _resume_point(self):
         """The newest committed checkpoint that passes verification (sizes and content
         digests), and the newer ones that did not: a checkpoint damaged after its commit
-        is skipped in favour of the previous one, with a warning."""
+        is skipped in favour of the previous one, with a warning, and moved aside
+        (``.damaged_…``, kept): it no longer counts toward ``num_to_keep``, so retention
+        keeps that many good ones, and the one resumed from is the latest."""
         skipped = []
         for record in reversed(self.run.list_checkpoints()):
             problems = verify_checkpoint(record.path)
             if not problems:
                 return record, skipped
             name = os.path.basename(record.path)
+            try:
+                aside = self.run.set_aside(record.path)
+            except OSError as e:  # left in place: still skipped
+                aside = f"{record.path} (it could not be moved aside: {e.strerror or e})"
             self._log(f"WARNING: checkpoint {name} failed verification "
-                      f"({'; '.join(problems[:3])}); resuming from an earlier one")
-            skipped.append({"checkpoint": name, "problems": problems[:10]})
+                      f"({'; '.join(problems[:3])}); resuming from an earlier one. Moved "
+                      f"aside to {aside} (kept, not deleted)")
+            skipped.append({"checkpoint": name, "problems": problems[:10], "moved_to": aside})
         return None, skipped
 
     def _one_attempt(self) -> Optional[str]:
@@ -206,12 +215,17 @@ class Supervisor:
         env.update(self.extra_env)
         env.update({
             ENV_RUN_DIR: self.run.path, ENV_ATTEMPT: str(attempt),
+            # a fresh secret per attempt for the ranks' coordination group (rendezvous.py):
+            # the environment only, never argv (Open MPI exports it by name, -x NAME)
+            ENV_GROUP_SECRET: secrets.token_hex(16),
             "HPCTRAIN_RESTART_COUNT": str(attempt - 1), "HPCTRAIN_JOB_ID": self.job_id,
             ENV_RESUME: resume or "", ENV_CKPT_INDEX: str(max(self.run.next_checkpoint_index(),
                                    self.first_checkpoint_index)),
             ENV_START_ITER: str(latest.iteration if latest else 0),
             ENV_WARNING_SIGNAL: self.warning_signal,
         })
+        for d in (self.run.logs_dir(self.job_id), self.run.attempt_dir(attempt)):
+            self.run.makedirs(d)  # the run's mode whatever this process's umask
         group = self.launcher.launch(
             command=[self.python, "-m", "hpctrain._internal.worker", self.run.path],
             env=env, num_workers=self.num_workers, log_dir=self.run.logs_dir(self.job_id),
@@ -316,7 +330,7 @@ class Supervisor:
         self._log(f"warning: {self.stop_reason}; the ranks checkpoint at their next report "
                   f"and stop (deadline in {self.stop_deadline - time.time():.0f} s)")
         adir = self.run.attempt_dir(attempt)
-        os.makedirs(adir, exist_ok=True)
+        self.run.makedirs(adir)
         atomic_write_json(os.path.join(adir, STOP_FILE), {
             "reason": self.stop_reason, "time": self.stop_time,
             "deadline": self.stop_deadline}, sync=False)
@@ -388,8 +402,8 @@ class Supervisor:
         text = (f"Training failed: rank {f.rank}{where}, attempt {attempt}, job "
                 f"{self.job_id}, at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(f.time))}"
                 f"\n\n{f.traceback}")
-        with open(self.run.error_file, "w") as fh:
-            fh.write(text)
+        atomic_write_bytes(self.run.error_file, text.encode(), sync=False,
+                           mode=self.run.file_mode)
 
     def _log(self, msg: str) -> None:
         if msg.lower().startswith("warning:"):

@@ -14,7 +14,9 @@ from typing import Any, Dict, List, Optional
 import cloudpickle
 
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from hpctrain.errors import UnsafePathError
 from hpctrain._internal.rundir.layout import ResultTail, RunDir
+from hpctrain._internal.trust import load_trusted_pickle
 
 CALLBACKS_FILE = "callbacks.pkl"
 TRACKING_FILE = "tracking.json"
@@ -43,8 +45,9 @@ def load_callbacks(run: RunDir) -> List[Any]:
     if not os.path.exists(path):
         return []
     try:
-        with open(path, "rb") as f:
-            return list(cloudpickle.load(f))
+        return list(load_trusted_pickle(path, what="the run's callbacks"))
+    except UnsafePathError:
+        raise  # someone else's file: never run it, never train on silently
     except Exception as e:  # noqa: BLE001 - a tracking problem must not stop the training
         _log(f"WARNING: the run's callbacks cannot be loaded here ({type(e).__name__}: {e}); "
              "training goes on without them")

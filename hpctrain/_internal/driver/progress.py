@@ -21,6 +21,7 @@ import time
 from typing import Any, Dict, Optional
 
 from hpctrain._internal.rundir.layout import ResultTail, RunDir
+from hpctrain._internal.terminal import markup, plain
 
 MAX_METRICS = 8
 
@@ -119,7 +120,8 @@ class Progress:
         it = row.get("_training_iteration", self.count)
         if it == self._printed_iter:
             return
-        metrics = " ".join(f"{k}={_fmt(v)}" for k, v in list(user_metrics(row).items())[:MAX_METRICS])
+        metrics = plain(" ".join(f"{k}={_fmt(v)}"
+                                 for k, v in list(user_metrics(row).items())[:MAX_METRICS]))
         ck = f" checkpoint={self.last_checkpoint}" if self.last_checkpoint else ""
         rate = self.rate()
         pace = f" | {rate:.3g} it/s" if rate else ""
@@ -153,14 +155,14 @@ class Progress:
     def _render(self):
         from rich.table import Table
 
-        t = Table(title=f"hpctrain · {self.run.name}", title_justify="left", expand=False)
+        t = Table(title=f"hpctrain · {markup(self.run.name)}", title_justify="left", expand=False)
         t.add_column("iteration", justify="right")
         t.add_column("elapsed", justify="right")
         t.add_column("it/s", justify="right")
         row = self.latest or {}
         metrics = list(user_metrics(row).items())[:MAX_METRICS]
         for k, _ in metrics:
-            t.add_column(k, justify="right")
+            t.add_column(markup(k), justify="right")
         t.add_column("checkpoint")
         every = self.checkpoint_interval()
         if every:
@@ -168,7 +170,7 @@ class Progress:
         rate = self.rate()
         t.add_row(str(row.get("_training_iteration", "-")), f"{time.time() - self.start:.1f}s",
                   f"{rate:.3g}" if rate else "-",
-                  *[_fmt(v) for _, v in metrics], self.last_checkpoint or "-",
+                  *[markup(_fmt(v)) for _, v in metrics], self.last_checkpoint or "-",
                   *([every] if every else []))
         return t
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 from hpctrain.errors import ConfigError, TrainingFailedError
 from hpctrain._internal.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import LineTail, RunDir
+from hpctrain.userconfig import default_share
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -60,7 +61,7 @@ def submit(run_path: str, spec: JobSpec, prepare: Callable[[], Any], *,
     ensure_storage_dir(os.path.dirname(run_path), spec)
     run = RunDir(run_path)
     fresh = not os.path.exists(run.path)
-    os.makedirs(run.internal_dir, exist_ok=True)
+    run.create(spec.run.share or default_share())  # refuses another user's directory first
     script_path = os.path.join(run.path, "job.sh")
     owned = False  # removed on failure only when this call created it and held its lock
     try:
@@ -69,8 +70,7 @@ def submit(run_path: str, spec: JobSpec, prepare: Callable[[], Any], *,
             state = run.read_state() if os.path.exists(run.state_file) else {}
             _refuse_if_active(run, state, scheduler)
             prepare()
-            atomic_write_bytes(script_path, script.encode(), sync=False)
-            os.chmod(script_path, 0o755)
+            atomic_write_bytes(script_path, script.encode(), sync=False, mode=run.script_mode)
             job_id = scheduler.submit(script_path)
             with run.update_state() as s:
                 s.setdefault("name", run.name)

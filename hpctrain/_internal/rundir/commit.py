@@ -31,7 +31,8 @@ import shutil
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from hpctrain.checkpoint import INTERNAL_PREFIX, METADATA_FILE, USER_METADATA_FILE, Checkpoint
+from hpctrain.checkpoint import (COMMIT_FORMAT, FORMAT_KEY, INTERNAL_PREFIX, METADATA_FILE,
+                                 USER_METADATA_FILE, Checkpoint)
 from hpctrain.config import CheckpointConfig
 from hpctrain.errors import CheckpointError
 from hpctrain._internal.fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, disk_full, file_digest,
@@ -72,14 +73,15 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     try:
         # everything up to the manifest, which is written last, can meet a full disk:
         # the directory, each copy, the fsyncs, the manifest itself
-        os.makedirs(tmp, exist_ok=True)
+        run.makedirs(tmp)
         names = [rel for rel in walk_files(src)
                  # metadata of a checkpoint handed back in (e.g. get_checkpoint()); the
                  # user's metadata travels in the manifest and is merged at the commit
                  if not os.path.basename(rel).startswith(INTERNAL_PREFIX)
                  and rel != USER_METADATA_FILE]
         if rank == 0 and announce:
-            atomic_write_json(os.path.join(tmp, CLAIMS_FILE), names, sync=False)
+            atomic_write_json(os.path.join(tmp, CLAIMS_FILE), names, sync=False,
+                              mode=run.file_mode)
         rank0_names = set() if rank == 0 else _rank0_claims(tmp, wait=wait_for_rank0)
         for rel in names:
             if rel in rank0_names:
@@ -89,7 +91,7 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
             partial = d  # until _place returns: a full disk may leave part of it
             entry: Dict[str, Any] = {}
             try:
-                _place(s, d, move)
+                _place(s, d, move, run)
             except FileExistsError:
                 partial = ""  # another rank's file: never ours to remove
                 if rank != 0 and rel in _rank0_claims(tmp, wait=False):
@@ -97,7 +99,7 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
                     continue
                 d = os.path.join(aside, rel)  # another rank's: the lowest rank's is kept
                 partial = d
-                _place(s, d, move)
+                _place(s, d, move, run)
                 entry["aside"] = True
             partial = ""
             written.append(d)
@@ -113,7 +115,7 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
         if sync:
             for d in {os.path.dirname(p) for p in written} | {tmp}:
                 fsync_path(d)
-        atomic_write_json(manifest_path, manifest, sync=sync)
+        atomic_write_json(manifest_path, manifest, sync=sync, mode=run.file_mode)
     except OSError as e:
         if disk_full(e) and not move:
             # this rank's copies are useless now: free their room (for the error record,
@@ -155,15 +157,17 @@ def merged_metadata(trainer: Optional[Dict[str, Any]], shards: List[Dict[str, An
     return out
 
 
-def _place(src: str, dst: str, move: bool) -> None:
-    """Create ``dst`` with ``src``'s content; FileExistsError if it is there already.
-    A move links (then the caller unlinks ``src``) instead of renaming: linking fails
-    atomically if the name exists, where rename would replace it."""
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
+def _place(src: str, dst: str, move: bool, run: RunDir) -> None:
+    """Create ``dst`` with ``src``'s content and the run's file ``mode`` (``0600``, or
+    ``0640`` shared with the group: never the user's file's own); FileExistsError if it
+    is there already. A move links (then the caller unlinks ``src``) instead of renaming:
+    linking fails atomically if the name exists, where rename would replace it."""
+    run.makedirs(os.path.dirname(dst))
     if move:
         os.link(src, dst)
+        os.chmod(dst, run.file_mode)
     else:
-        copy_file(src, dst)
+        copy_file(src, dst, run.file_mode)
 
 
 def _rank0_claims(tmp: str, *, wait: bool) -> set:
@@ -189,14 +193,14 @@ def _write_failed(rank: int, iteration: int, tmp: str, e: OSError) -> Checkpoint
         f"untouched.{hint}")
 
 
-def copy_file(src: str, dst: str) -> None:
+def copy_file(src: str, dst: str, mode: int = 0o600) -> None:
     """Copy into a file created here (O_EXCL: fails if another rank made it first),
     in the kernel (sendfile), as ``shutil.copyfile`` does. Not copyfile itself: it would
     reopen the file with O_TRUNC, and ext4 flushes a truncated-then-rewritten file on
     close (auto_da_alloc), which cost ~20 % on a 256 MiB checkpoint."""
     fin = os.open(src, os.O_RDONLY)
     try:
-        fout = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fout = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
         try:
             offset, size = 0, os.fstat(fin).st_size
             while offset < size:
@@ -250,7 +254,8 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
             on_duplicates: Optional[Callable[[Dict[str, List[int]]], None]] = None
             ) -> Tuple[Optional[str], List[str]]:
     """Rank 0: commit the checkpoint staged at report ``iteration`` as
-    ``checkpoint_<index>`` by one rename; apply retention.
+    ``checkpoint_<index>`` (or past the highest index a checkpoint name holds, when that
+    is higher) by one rename; apply retention.
 
     Returns the committed directory's name (None if no rank staged a shard) and the
     directories retention dropped, already renamed aside (``.deleting_…``: never read as
@@ -263,6 +268,9 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     tmp = run.staging_tmp(iteration)
     if not os.path.isdir(tmp):
         return None, []
+    # never a name in use: a directory left without a commit record, or moved aside as
+    # damaged, keeps its index (RunDir.next_checkpoint_index)
+    index = max(index, run.next_checkpoint_index())
     shards: List[Dict[str, Any]] = []
     for entry in sorted(os.listdir(tmp)):
         if entry.startswith(".hpctrain_shard.rank-"):
@@ -274,6 +282,7 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     manifest_sum = hashlib.sha256(
         json.dumps({k: v["size"] for k, v in sorted(files.items())}).encode()).hexdigest()
     meta = {
+        FORMAT_KEY: COMMIT_FORMAT,
         "index": index,
         "iteration": iteration,
         "metrics": json.loads(json.dumps(metrics, default=json_default)),
@@ -296,8 +305,9 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     try:
         if user:
             atomic_write_json(os.path.join(tmp, USER_METADATA_FILE), user,
-                              sync=config.sync_to_disk)
-        atomic_write_json(os.path.join(tmp, METADATA_FILE), meta, sync=config.sync_to_disk)
+                              sync=config.sync_to_disk, mode=run.file_mode)
+        atomic_write_json(os.path.join(tmp, METADATA_FILE), meta, sync=config.sync_to_disk,
+                          mode=run.file_mode)
     except OSError as e:
         if disk_full(e):
             shutil.rmtree(tmp, ignore_errors=True)  # never published: free its room
@@ -383,7 +393,8 @@ def digest_shard(run: RunDir, iteration: int, rank: int, files: List[str],
         if not bases:
             return  # neither staged nor committed any more: retention deleted it
         try:
-            atomic_write_json(os.path.join(bases[0], name), record, sync=False)
+            atomic_write_json(os.path.join(bases[0], name), record, sync=False,
+                              mode=run.file_mode)
             return
         except FileNotFoundError:
             time.sleep(0.01)
@@ -395,9 +406,11 @@ _DIGEST_RECORD = re.compile(re.escape(INTERNAL_PREFIX) + r"digest\.rank-(\d+)\.j
 def verify_checkpoint(path: str) -> List[str]:
     """Problems found in a committed checkpoint (empty list: it is intact): missing
     files, wrong sizes, digests that do not match."""
-    meta = read_json(os.path.join(path, METADATA_FILE))
-    if not isinstance(meta, dict):
-        return [f"{path}: no readable {METADATA_FILE}"]
+    from hpctrain._internal.formats import read_commit_record
+
+    meta, why = read_commit_record(os.path.join(path, METADATA_FILE))
+    if meta is None:
+        return [f"{path}: not committed: {why}"]
     problems = []
     late: Dict[Optional[int], Dict[str, str]] = {}  # rank (None: any) -> {name: digest}
     for entry in sorted(os.listdir(path)):
@@ -405,7 +418,10 @@ def verify_checkpoint(path: str) -> List[str]:
         if m is None:
             continue  # not a digest record (a ``….tmp-PID-TID`` is one being written)
         try:
-            digests = (read_json(os.path.join(path, entry)) or {}).get("files", {})
+            record = read_json(os.path.join(path, entry))
+            digests = record.get("files") if isinstance(record, dict) else None
+            if not isinstance(digests, dict):
+                raise ValueError(f"{entry} is no digest record")
         except ValueError:
             # written without fsync (off the training thread): a node crash can leave it
             # empty; the sizes in the commit record are still checked
@@ -431,7 +447,7 @@ def new_staging_dir(run: RunDir, rank: int) -> str:
     """A fresh directory on the storage filesystem for this rank to write a checkpoint
     into; reporting it moves the files (one rename each) instead of copying them."""
     base = os.path.join(run.staging_root, f"rank-{rank}")
-    os.makedirs(base, exist_ok=True)
+    run.makedirs(base)
     import tempfile
 
     return tempfile.mkdtemp(prefix="ckpt-", dir=base)

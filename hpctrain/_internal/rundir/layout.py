@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
+import functools
 import io
 import json
 import os
@@ -29,7 +30,12 @@ from filelock import FileLock, Timeout
 
 from hpctrain.checkpoint import METADATA_FILE, Checkpoint
 from hpctrain.errors import CheckpointError, RunLockedError, RunNotFoundError
+from hpctrain._internal.log import get_logger
 from hpctrain._internal.metrics import flatten
+from hpctrain._internal.formats import (FORMAT_KEY, SPEC_FORMAT, STATE_FORMAT, Damaged,
+                                        check_format, damaged_spec, damaged_state,
+                                        read_commit_record, read_json_record, read_toml_record)
+from hpctrain._internal.trust import MODES, make_private_dir, makedirs, modes_of
 from hpctrain._internal.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
                      read_json, remove_tree)
 
@@ -38,6 +44,14 @@ from hpctrain._internal.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_f
 DECISION_FILE = "tune_decision.json"
 
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{6,})$")
+#: Every name that holds or held checkpoint <index>: committed or not, moved aside as
+#: damaged (``.damaged_checkpoint_<index>_<time>``) or being deleted by retention. The
+#: next index is one past the highest of them, so a commit never meets a name in use.
+INDEX_RE = re.compile(r"^(?:\.damaged_|\.deleting_)?checkpoint_(\d{6,})(?:_.*)?$")
+#: A checkpoint directory that is not committed (its commit record is missing or cannot
+#: be read), or that failed verification, goes aside under this prefix: never read as a
+#: checkpoint, never deleted by hpctrain.
+DAMAGED_PREFIX = ".damaged_"
 TMP_PREFIX = ".tmp_checkpoint_i"  # + the report (iteration) that handed it in
 SHARD_MANIFEST = ".hpctrain_shard.rank-{rank}.json"
 
@@ -81,9 +95,34 @@ class RunDir:
     def exists(self) -> bool:
         return os.path.exists(self.state_file)
 
-    def create(self) -> None:
-        for d in (self.path, self.checkpoints_dir, self.internal_dir, self._p("logs")):
-            os.makedirs(d, exist_ok=True)
+    def create(self, share: Optional[str] = None) -> None:
+        """Create the run directory and its subdirectories, or check the existing ones:
+        ``0700`` (``share="group"``: ``0750``) whatever the umask; ``share=None`` keeps an
+        existing directory's share (private when new). A directory owned by another user
+        or writable by others is refused (:class:`~hpctrain.errors.UnsafePathError`)
+        before anything in it is read or written."""
+        if share is None:
+            share = "group" if self.dir_mode == MODES["group"][0] else "private"
+        for d in (self.path, self.internal_dir, self.checkpoints_dir, self._p("logs")):
+            make_private_dir(d, share=share, what="run directory" if d == self.path
+                             else "run directory's subdirectory")
+        self.__dict__.pop("_modes", None)
+
+    @functools.cached_property
+    def _modes(self):
+        # from the directory itself, once (the share does not change during a run)
+        return modes_of(self.path)
+
+    #: modes of what hpctrain creates in this run directory (``0700``/``0600``/``0700``,
+    #: or ``0750``/``0640``/``0750`` when it is shared with the group)
+    dir_mode = property(lambda self: self._modes[0])
+    file_mode = property(lambda self: self._modes[1])
+    script_mode = property(lambda self: self._modes[2])
+
+    def makedirs(self, path: str) -> None:
+        """A directory inside the run directory (an attempt's, a job's logs), with the
+        run's directory mode whatever the umask."""
+        makedirs(path, self.dir_mode)
 
     # -- exclusive ownership -----------------------------------------------------
     @contextlib.contextmanager
@@ -93,7 +132,8 @@ class RunDir:
         path = self._p(".hpctrain", "run.lock")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         # one lock object per path: re-entrant within this process (driver → supervisor)
-        lock = _RUN_LOCKS.setdefault(path, FileLock(path))
+        # (0600: nobody else can open it, so nobody else can hold it)
+        lock = _RUN_LOCKS.setdefault(path, FileLock(path, mode=0o600))
         try:
             lock.acquire(timeout=wait_s)
         except Timeout:
@@ -110,56 +150,122 @@ class RunDir:
 
     # -- state.json (under a file lock) -----------------------------------------
     def read_state(self) -> Dict[str, Any]:
-        return read_json(self.state_file, default={}) or {}
+        """``state.json`` ({} before the run's first start). A damaged one (truncated,
+        not a JSON object) raises a ConfigError naming the file, with a HINT; one of a
+        newer format, a ConfigError that says so."""
+        path = self.state_file
+        try:
+            state = read_json_record(path)
+            check_format(state, path, STATE_FORMAT, "the run's state record")
+        except FileNotFoundError:
+            return {}
+        except Damaged as e:
+            raise damaged_state(path, str(e)) from None
+        return state
+
+    # -- spec.toml -----------------------------------------------------------------
+    def read_spec(self) -> Optional[Dict[str, Any]]:
+        """The resolved spec the run was started with (``spec.toml``); None when there
+        is none. A damaged one raises a ConfigError naming the file, with a HINT; one of
+        a newer format, a ConfigError that says so."""
+        return read_run_spec(self.spec_file)
 
     @contextlib.contextmanager
     def update_state(self) -> Iterator[Dict[str, Any]]:
         """``with run.update_state() as s: s["status"] = ...`` — read, modify, write
         atomically, under ``state.json.lock`` so concurrent writers never lose updates."""
-        with FileLock(self.state_file + ".lock", timeout=60):
+        with FileLock(self.state_file + ".lock", timeout=60, mode=0o600):
             state = self.read_state()
             yield state
+            state[FORMAT_KEY] = STATE_FORMAT
             state["updated"] = time.time()
-            atomic_write_json(self.state_file, state)
+            atomic_write_json(self.state_file, state, mode=self.file_mode)
 
     # -- checkpoints -------------------------------------------------------------
     def list_checkpoints(self) -> List["CheckpointRecord"]:
-        """Committed checkpoints, oldest first. A directory without readable metadata is
-        not a committed checkpoint and is skipped."""
+        """Committed checkpoints, oldest first. A directory whose commit record is
+        missing or cannot be read (truncated, not a JSON object) is not a committed
+        checkpoint and is skipped (:meth:`damaged_checkpoints` lists them); a record of
+        a newer format raises a ConfigError that says so."""
         out = []
-        try:
-            entries = os.listdir(self.checkpoints_dir)
-        except FileNotFoundError:
-            return []
-        for entry in entries:
-            m = CHECKPOINT_RE.match(entry)
-            if not m:
-                continue
-            path = os.path.join(self.checkpoints_dir, entry)
-            meta = read_json(os.path.join(path, METADATA_FILE))
-            if not isinstance(meta, dict):
-                continue
-            out.append(CheckpointRecord(int(m.group(1)), path, meta))
-        out.sort(key=lambda r: r.index)
+        for index, path in self._checkpoint_dirs():
+            meta, _why = read_commit_record(os.path.join(path, METADATA_FILE))
+            if meta is not None:
+                out.append(CheckpointRecord(index, path, meta))
         return out
+
+    def _checkpoint_dirs(self) -> List[tuple]:
+        """``(index, path)`` of every ``checkpoint_<index>`` entry, by index."""
+        found = []
+        for entry in _listdir(self.checkpoints_dir):
+            m = CHECKPOINT_RE.match(entry)
+            if m:
+                found.append((int(m.group(1)), os.path.join(self.checkpoints_dir, entry)))
+        return sorted(found)
+
+    def damaged_checkpoints(self) -> List[tuple]:
+        """``(path, why)`` of each ``checkpoint_<index>`` entry that is not committed:
+        no commit record, or one that cannot be read."""
+        out = []
+        for _index, path in self._checkpoint_dirs():
+            meta, why = read_commit_record(os.path.join(path, METADATA_FILE))
+            if meta is None:
+                out.append((path, why))
+        return out
+
+    def set_aside(self, path: str) -> str:
+        """Rename the checkpoint directory ``path`` to ``.damaged_<name>_<time>`` beside
+        it (one rename: never read as a checkpoint again, never deleted, its index never
+        reused); return the new path."""
+        parent, name = os.path.split(path.rstrip(os.sep))
+        base = os.path.join(parent, f"{DAMAGED_PREFIX}{name}_{time.strftime('%Y%m%d-%H%M%S')}")
+        aside, n = base, 1
+        while os.path.lexists(aside):
+            n += 1
+            aside = f"{base}-{n}"
+        os.rename(path, aside)
+        return aside
+
+    def set_aside_damaged(self) -> List[tuple]:
+        """Move every checkpoint directory that is not committed aside
+        (:meth:`set_aside`), with a warning naming it and why; return ``(path, aside,
+        why)`` of each. Only the supervisor calls this, while no worker runs."""
+        moved = []
+        for path, why in self.damaged_checkpoints():
+            try:
+                aside = self.set_aside(path)
+            except FileNotFoundError:
+                continue  # gone meanwhile
+            _logger.warning(
+                f"WARNING: {os.path.basename(path)} is not a committed checkpoint: {why}. "
+                f"Moved aside to {aside} (kept, not deleted); the run resumes from its "
+                "last good checkpoint")
+            moved.append((path, aside, why))
+        return moved
 
     def latest_checkpoint(self) -> Optional["CheckpointRecord"]:
         cps = self.list_checkpoints()
         return cps[-1] if cps else None
 
     def next_checkpoint_index(self) -> int:
-        """One past the highest committed index (retention never deletes the newest)."""
-        cps = self.list_checkpoints()
-        return cps[-1].index + 1 if cps else 0
+        """One past the highest index any checkpoint name holds: committed or not, moved
+        aside as damaged, or being deleted (:data:`INDEX_RE`). A directory left without
+        a commit record never makes a commit collide with it."""
+        indices = [int(m.group(1)) for m in map(INDEX_RE.match, _listdir(self.checkpoints_dir))
+                   if m]
+        return max(indices) + 1 if indices else 0
 
     def clean_incomplete(self) -> List[str]:
-        """Remove half-written checkpoints and staging leftovers of a dead attempt.
-        Only the supervisor calls this, and only while no worker runs."""
+        """Remove half-written checkpoints and staging leftovers of a dead attempt, and
+        move aside (never delete) checkpoint directories that are not committed
+        (:meth:`set_aside_damaged`). Only the supervisor calls this, and only while no
+        worker runs."""
         removed = []
         for entry in _listdir(self.checkpoints_dir):
             if entry.startswith((".tmp_checkpoint_", ".deleting_", ".staging")):
                 remove_tree(os.path.join(self.checkpoints_dir, entry))
                 removed.append(entry)
+        self.set_aside_damaged()
         return removed
 
     def staging_tmp(self, iteration: int) -> str:
@@ -168,6 +274,21 @@ class RunDir:
 
 
 _RUN_LOCKS: Dict[str, FileLock] = {}
+_logger = get_logger("rundir")
+
+
+def read_run_spec(path: str) -> Optional[Dict[str, Any]]:
+    """A run directory's ``spec.toml`` at ``path`` (:meth:`RunDir.read_spec`)."""
+    from hpctrain._internal.trust import read_trusted
+
+    try:
+        data = read_toml_record(path, read_trusted(path, what="the run's spec"))
+        check_format(data, path, SPEC_FORMAT, "the run's spec")
+    except FileNotFoundError:
+        return None
+    except Damaged as e:
+        raise damaged_spec(path, str(e)) from None
+    return data
 
 
 RUN_DIR_HINT = ("give a run directory, <storage_path>/<name> (what Result.path and "
@@ -267,8 +388,8 @@ class ResultWriter:
     def __init__(self, run: RunDir):
         self._paths = (run.result_file, run.progress_file)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-        self._json = os.open(run.result_file, flags, 0o644)
-        self._csv_fd = os.open(run.progress_file, flags, 0o644)
+        self._json = os.open(run.result_file, flags, run.file_mode)
+        self._csv_fd = os.open(run.progress_file, flags, run.file_mode)
         self._fields = _read_csv_header(run.progress_file)
 
     def write(self, row: Dict[str, Any]) -> None:

@@ -9,7 +9,6 @@ function's own ``[config]``. Those are refused unless the user says ``--force``.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Tuple
 
 #: Sections (or ``section.key``) whose change makes the continuation another training.
@@ -54,16 +53,15 @@ def _show(value: Any) -> str:
 
 def check_resume(run_path: str, spec_file: str, new: Dict[str, Any], run_name: str) -> None:
     """Refuse to continue the run at ``run_path`` with a changed scale, backend, datasets
-    or ``[config]``; the error lists each change."""
+    or ``[config]``; the error lists each change. Without a ``spec_file`` there is nothing
+    to compare with; a damaged one (truncated, not TOML) is an error naming it, with a
+    HINT — never a silent pass: it would turn this guard off."""
     from hpctrain.errors import ConfigError
-    from hpctrain._internal.tomlfile import read_toml
+    from hpctrain._internal.rundir.layout import read_run_spec
 
-    if not os.path.exists(spec_file):
+    old = read_run_spec(spec_file)
+    if old is None:
         return
-    try:
-        old = read_toml(spec_file)
-    except ConfigError:
-        return  # an unreadable old spec: nothing to compare with
     changes = spec_changes(old, new)
     if not changes:
         return

@@ -28,13 +28,20 @@ from typing import Any, Callable, Dict, Optional
 import cloudpickle
 
 from hpctrain.config import CheckpointConfig, ScalingConfig
+from hpctrain._internal import rendezvous
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.trust import (MAX_PAYLOAD_BYTES, load_trusted_pickle, modes_of,
+                                     no_write_for_others)
 from hpctrain._internal.worker.trial import trial_control
 
 # Variables the supervisor sets for every rank of an attempt.
 ENV_RUN_DIR = "HPCTRAIN_RUN_DIR"
 ENV_ATTEMPT = "HPCTRAIN_ATTEMPT"
+#: The attempt's random secret that authenticates the ranks to each other; only ever in
+#: the environment, never on a command line, in ``job.sh``, ``spec.toml`` or a log
+#: (named by :mod:`hpctrain._internal.rendezvous`, which reads it: the lower module).
+ENV_GROUP_SECRET = rendezvous.ENV_GROUP_SECRET
 ENV_RESUME = "HPCTRAIN_RESUME_CHECKPOINT"
 ENV_CKPT_INDEX = "HPCTRAIN_CHECKPOINT_INDEX"
 ENV_START_ITER = "HPCTRAIN_START_ITERATION"
@@ -75,8 +82,8 @@ class WorkerPayload:
 
     @staticmethod
     def load(run: RunDir) -> "WorkerPayload":
-        with open(run.payload_file, "rb") as f:
-            return cloudpickle.load(f)
+        return load_trusted_pickle(run.payload_file, what="the run's payload",
+                                   max_bytes=MAX_PAYLOAD_BYTES)
 
 
 def call_train_func(fn: Callable, config: Optional[Dict[str, Any]]) -> Any:
@@ -156,7 +163,7 @@ def run_worker(run_dir: str) -> int:
         if payload.keep_return_values:
             os.makedirs(adir, exist_ok=True)
             atomic_write_bytes(os.path.join(adir, f"return.rank-{rank}.pkl"),
-                               cloudpickle.dumps(value), sync=False)
+                               cloudpickle.dumps(value), sync=False, mode=0o600)
         backend.on_shutdown(info)
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure must reach the supervisor
@@ -289,7 +296,8 @@ def _redirect_output() -> None:
         return
     os.makedirs(log_dir, exist_ok=True)
     fd = os.open(os.path.join(log_dir, f"rank-{rank}.out"),
-                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                 os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                 modes_of(os.environ.get(ENV_RUN_DIR, log_dir))[1])
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -302,6 +310,7 @@ def main(argv: Optional[list] = None) -> None:
     run_dir = argv[0] if argv else os.environ.get(ENV_RUN_DIR)
     if not run_dir:
         sys.exit("usage: python -m hpctrain._internal.worker RUN_DIR")
+    no_write_for_others()
     _take_warning_signal()
     _exit_with_parent()
     _redirect_output()

@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
+from hpctrain.errors import UnsafePathError
 from hpctrain._internal.log import get_logger
+from hpctrain._internal.trust import load_trusted_pickle
 
 #: In the sweep directory (hpctrain.tune writes it).
 CONTROL_FILE = "tune_control.pkl"
@@ -30,12 +32,11 @@ def trial_control(run_path: str, trial: Optional[Dict[str, Any]]) -> Optional[An
         return None
     path = os.path.join(os.path.dirname(os.path.abspath(run_path)), CONTROL_FILE)
     try:
-        with open(path, "rb") as f:
-            import cloudpickle
-
-            return cloudpickle.load(f)
+        return load_trusted_pickle(path, what="the sweep's control file")
     except FileNotFoundError:
         return None
+    except UnsafePathError:
+        raise  # someone else's file: never run it
     except Exception as e:  # noqa: BLE001 - a damaged file must not fail the trial
         _log.warning(f"WARNING: {path} could not be read ({type(e).__name__}: {e}); no "
                      f"scheduler for this trial")

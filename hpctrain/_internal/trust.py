@@ -1,0 +1,225 @@
+"""Who wrote this? The checks that keep another user from deciding what a run does.
+
+A center's machines are shared: other users share the login nodes, often the compute
+nodes, and always the filesystem. Whatever decides what code a run executes (its payload
+and callbacks, a sweep's control file, the ranks' return values, the driver's path list,
+a script that is submitted again, ``spec.toml``) is read only through
+:func:`read_trusted`: a regular file (no symbolic link, no FIFO: opened with
+``O_NOFOLLOW | O_NONBLOCK``), of bounded size, owned by this user (or root) and writable
+by nobody else, in a directory nobody else can write. Anything else is refused with an
+:class:`~hpctrain.errors.UnsafePathError` that names the file and why, before a byte of
+it is used.
+
+Run directories are private by default: :func:`make_private_dir` creates them ``0700``
+(files ``0600``) whatever the umask, or ``2750``/``0640`` when the run is shared with
+the project group (``run.share = "group"``: read access, never write; the group is the
+run directory's, which a setgid project directory gives). An existing
+directory owned by another user, or writable by group or other, is refused before
+anything is read from it. :func:`modes_of` tells a writer which modes a run directory
+asks for, from the directory itself (the one source of truth, also on the compute nodes).
+"""
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any, Callable, Optional, Tuple
+
+from hpctrain.errors import UnsafePathError
+
+#: run.share: who besides the user may read a run directory
+SHARES = ("private", "group")
+#: (directory mode, file mode, script mode) per share. A shared directory is setgid, so
+#: that what is created inside keeps its group (a setgid project directory's group)
+MODES = {"private": (0o700, 0o600, 0o700), "group": (0o2750, 0o640, 0o750)}
+
+#: size limits of what is read through the checked loader
+MAX_PAYLOAD_BYTES = 2 << 30      # the pickled training function, its config, datasets
+MAX_CONTROL_BYTES = 256 << 20    # callbacks, a sweep's control file, return values
+MAX_TEXT_BYTES = 16 << 20        # spec.toml, driver.json, job.sh, state.json
+
+_WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+
+HINT_FOREIGN = ("another user could make your job run their code through it. If you made "
+                "it and trust it, remove the write permission of others (chmod go-w PATH); "
+                "otherwise pick another run name or storage path, and tell your center's "
+                "support about a file you did not make")
+
+
+def _owner(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def trusted_owner(uid: int) -> bool:
+    """This user, or root (who could do anything anyway)."""
+    return uid in (os.getuid(), 0)
+
+
+def problem(st: os.stat_result) -> Optional[str]:
+    """Why a file or directory with this ``stat`` must not be trusted, or None."""
+    if not trusted_owner(st.st_uid):
+        return f"it is owned by {_owner(st.st_uid)}, not by you ({_owner(os.getuid())})"
+    if st.st_mode & _WRITABLE_BY_OTHERS:
+        who = " and ".join(w for w, bit in (("group", stat.S_IWGRP), ("other users", stat.S_IWOTH))
+                           if st.st_mode & bit)
+        return f"it is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _refuse(path: str, what: str, why: str) -> UnsafePathError:
+    return UnsafePathError(f"refusing {what} {path}: {why}", path=path,
+                           hint=HINT_FOREIGN.replace("PATH", path))
+
+
+def check_dir(path: str, what: str = "directory") -> os.stat_result:
+    """Raise :class:`UnsafePathError` unless ``path`` is a directory of this user (or
+    root) that nobody else can write; return its ``stat``."""
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise _refuse(path, what, "it is not a directory")
+    why = problem(st)
+    if why:
+        raise _refuse(path, what, why)
+    return st
+
+
+def read_trusted(path: str, *, what: str, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
+    """The bytes of ``path`` after the checks of this module's docstring (the file and its
+    directory); :class:`UnsafePathError` when one fails, FileNotFoundError when it is
+    missing."""
+    parent = os.path.dirname(os.path.abspath(path))
+    pst = os.stat(parent)
+    if pst.st_mode & _WRITABLE_BY_OTHERS and not pst.st_mode & stat.S_ISVTX \
+            or not trusted_owner(pst.st_uid):
+        raise _refuse(path, what, f"its directory {parent}: {problem(pst)}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == 40:  # ELOOP: the last component is a symbolic link
+            raise _refuse(path, what, "it is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(path, what, "it is not a regular file")
+        why = problem(st)
+        if why:
+            raise _refuse(path, what, why)
+        if st.st_size > max_bytes:
+            raise _refuse(path, what, f"it is {st.st_size} bytes, more than the "
+                                      f"{max_bytes} such a file may have")
+        os.set_blocking(fd, True)
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 8 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:
+            raise _refuse(path, what, f"it grew past {max_bytes} bytes while being read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def load_trusted_pickle(path: str, *, what: str, max_bytes: int = MAX_CONTROL_BYTES) -> Any:
+    """Unpickle ``path`` (with cloudpickle) after :func:`read_trusted`'s checks."""
+    import cloudpickle
+
+    return cloudpickle.loads(read_trusted(path, what=what, max_bytes=max_bytes))
+
+
+def load_own_pickle(path: str, max_bytes: int) -> Any:
+    """Like :func:`load_trusted_pickle`, but None for whatever cannot be loaded (missing,
+    refused, a class this process cannot import): for best-effort reads (a worker's
+    exception)."""
+    import pickle
+
+    try:
+        data = read_trusted(path, what="a worker's exception", max_bytes=max_bytes)
+    except OSError:  # UnsafePathError is a PermissionError
+        return None
+    try:
+        return pickle.loads(data)
+    except Exception:  # noqa: BLE001 - whatever the pickle needs is missing here
+        return None
+
+
+def modes_of(path: str) -> Tuple[int, int, int]:
+    """(directory, file, script) modes that the run directory ``path`` asks for: shared
+    with the group when the directory itself is group-readable, private otherwise (also
+    when it does not exist yet)."""
+    try:
+        shared = os.stat(path).st_mode & stat.S_IRGRP
+    except OSError:
+        shared = 0
+    return MODES["group" if shared else "private"]
+
+
+def make_private_dir(path: str, *, share: str = "private", what: str = "run directory") -> None:
+    """Create ``path`` (its parents as the umask says: the storage path) with the share's directory mode whatever the
+    umask, or, when it exists, check it (:func:`check_dir`) and set that mode. A directory
+    that another user made first (or made writable to others) is refused."""
+    mode = MODES[share][0]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # the storage path
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = check_dir(path, what)
+        if stat.S_IMODE(st.st_mode) != mode:
+            os.chmod(path, mode)
+        return
+    os.chmod(path, mode)  # whatever the umask
+
+
+def makedirs(path: str, mode: int) -> None:
+    """``os.makedirs(path, exist_ok=True)`` whose new directories get ``mode`` whatever the
+    umask (for directories inside a run directory: attempts, logs)."""
+    missing = []
+    probe = os.path.abspath(path)
+    while not os.path.isdir(probe):
+        missing.append(probe)
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            continue
+        os.chmod(d, mode)
+
+
+def trusted_pythonpath(value: str, *, warn: Callable[[str], None]) -> str:
+    """The entries of the ``PYTHONPATH``-style ``value`` that no other user could change:
+    each a file or directory of this user (or root) that nobody else can write. The
+    others are left out (a missing one silently; one that fails the check with
+    ``warn(message)``): what the ranks import must not be another user's choice."""
+    kept = []
+    for entry in filter(None, value.split(os.pathsep)):
+        try:
+            why = problem(os.stat(entry))
+        except OSError:
+            continue
+        if why:
+            warn(f"WARNING: {entry} is not put on the ranks' PYTHONPATH: {why}.\n"
+                 f"HINT: another user could change the code your job imports from it; "
+                 f"remove their write permission (chmod go-w {entry}) or install your code "
+                 "as a package (pip install --user -e .)")
+            continue
+        kept.append(entry)
+    return os.pathsep.join(kept)
+
+
+def no_write_for_others() -> None:
+    """Take group and other write out of this process's umask: what hpctrain's own
+    processes (the batch step, the ranks) create is never writable by another user,
+    whatever the login's umask (``002`` in a setgid project directory)."""
+    os.umask(os.umask(0o022) | 0o022)
