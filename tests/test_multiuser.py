@@ -340,3 +340,98 @@ def test_a_fifo_planted_as_a_workers_exception_does_not_hang_the_driver(machine)
     """, timeout=60)
     assert "STATUS FAILED TrainingFailedError" in alice.stdout, alice.stdout + alice.stderr
     assert time.monotonic() - began < 60
+
+
+ALICE_GROUP = """
+import os, sys, json
+from hpctrain._internal.rendezvous import TcpGroup
+rank, port, token = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+print("PID", os.getpid(), flush=True)
+g = TcpGroup(rank=rank, world_size=2, addr="127.0.0.1", port=port, token=token,
+             connect_timeout_s=60)
+print("RESULT", json.dumps(g.allreduce_max([rank + 1, 7])), flush=True)
+g.close()
+"""
+
+EVE_JOINS = """
+import os, socket, sys, time
+from hpctrain._internal.rendezvous import TcpGroup
+port, token, pid = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+try:
+    open(f"/proc/{pid}/environ", "rb").read()
+    print("READ ALICE'S ENVIRONMENT")
+except OSError as e:
+    print("ENVIRONMENT DENIED:", type(e).__name__)
+silent = socket.create_connection(("127.0.0.1", port), timeout=5)  # says nothing
+for guess in (token, "0" * 32):
+    try:
+        g = TcpGroup(rank=1, world_size=2, addr="127.0.0.1", port=port, token=token,
+                     secret=guess, connect_timeout_s=3)
+        g.allreduce_max([10 ** 9, 10 ** 9])
+        print("JOINED")
+    except Exception as e:
+        print("REFUSED:", type(e).__name__)
+print("SILENT STILL OPEN", flush=True)
+time.sleep(30)
+"""
+
+
+def test_an_outsider_on_the_node_can_neither_join_alices_group_nor_stall_it(machine):
+    """The coordination group's token was made of public facts (job id, attempt, run
+    directory, world size), so an impostor joined as rank 1 and injected values, and a
+    connection that sent nothing stalled the accept loop. Now eve, who knows those facts
+    but cannot read alice's environment (where the secret is), is refused, and her silent
+    connection does not delay alice's real rank 1."""
+    import secrets
+    import socket as socketlib
+
+    with socketlib.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = f"4242/1/{machine.base}/runs/r6/2"  # what squeue and scontrol show
+    secret = secrets.token_hex(16)
+    pw = pwd.getpwnam("hpct-alice")
+
+    def alice(rank):
+        env = {"PATH": os.environ["PATH"], "HPCTRAIN_GROUP_SECRET": secret,
+               "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+        return subprocess.Popen([sys.executable, "-c", ALICE_GROUP, str(rank), str(port), token],
+                                user=pw.pw_uid, group=pw.pw_gid, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    hub = alice(0)
+    pid = hub.stdout.readline().split()[1]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until rank 0 listens
+        try:
+            socketlib.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    eve_pw = pwd.getpwnam("hpct-eve")
+    eve = subprocess.Popen([sys.executable, "-c", EVE_JOINS, str(port), token, pid],
+                           user=eve_pw.pw_uid, group=eve_pw.pw_gid, text=True,
+                           env={"PATH": os.environ["PATH"],
+                                "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        seen = []
+        while not seen or not seen[-1].startswith("SILENT STILL OPEN"):
+            line = eve.stdout.readline()
+            assert line, "".join(seen)
+            seen.append(line)
+        assert "ENVIRONMENT DENIED: PermissionError\n" in seen, seen
+        assert "JOINED\n" not in seen and seen.count("REFUSED: GroupAuthError\n") + \
+            seen.count("REFUSED: TimeoutError\n") == 2, seen
+        rank1 = alice(1)  # while eve's silent connection is still open
+        rank1.stdout.readline()  # its PID line: imports done, it joins now
+        began = time.monotonic()
+        out1, _ = rank1.communicate(timeout=60)
+        out0, _ = hub.communicate(timeout=60)
+        # (the old accept loop waited 10 s on a silent connection)
+        assert time.monotonic() - began < 5, "eve's silent connection delayed the group"
+        assert 'RESULT [2, 7]' in out0 and 'RESULT [2, 7]' in out1, out0 + out1
+    finally:
+        for p in (eve, hub):
+            if p.poll() is None:
+                p.kill()
