@@ -85,8 +85,8 @@ def _die_in_background_commit(ctx, committed):
 
     real = commit._place
 
-    def place_then_die(src, dst, move):
-        real(src, dst, move)
+    def place_then_die(src, dst, move, run):
+        real(src, dst, move, run)
         if threading.current_thread() is not threading.main_thread():
             _wait_committed(ctx, committed)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -101,7 +101,7 @@ def _gate_commits(release_file, log):
 
     real = commit._place
 
-    def gated(src, dst, move):
+    def gated(src, dst, move, run):
         if threading.current_thread() is not threading.main_thread():
             for _ in range(1200):  # 60 s at most: a report that waited would time out
                 if os.path.exists(release_file):
@@ -110,7 +110,7 @@ def _gate_commits(release_file, log):
                 time.sleep(0.05)
             else:
                 log.append("timed out")
-        real(src, dst, move)
+        real(src, dst, move, run)
 
     commit._place = gated
 
@@ -170,11 +170,11 @@ def fails(config):
             _wait_for_own_commit()  # step 0's: only step 1's fails
             real, calls = commit._place, []
 
-            def place_or_fail(s, d, move):
+            def place_or_fail(s, d, move, run):
                 calls.append(s)
                 if len(calls) == 2:
                     raise OSError(errno.EIO, "Input/output error (injected)")
-                real(s, d, move)
+                real(s, d, move, run)
 
             commit._place = place_or_fail
         hpctrain.report({"step": step}, checkpoint=Checkpoint.from_directory(src)
@@ -246,10 +246,10 @@ def stopped(config):
     if rank == 0 and ctx.get_attempt() == 1:
         real = commit._place
 
-        def slow(src, dst, move):
+        def slow(src, dst, move, run):
             if threading.current_thread() is not threading.main_thread():
                 time.sleep(0.3)
-            real(src, dst, move)
+            real(src, dst, move, run)
 
         commit._place = slow
     model, opt, start, ck = _resumable("epoch")

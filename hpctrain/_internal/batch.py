@@ -232,8 +232,13 @@ def fail_open_attempt(run: RunDir, error: str) -> None:
     """The job cannot go on (a bad launcher, …): an attempt it opened ends FAILED with
     the reason, and so does the run, instead of staying RUNNING after the job is gone."""
     from hpctrain._internal.allocation.supervisor import FAILED, RUNNING
+    from hpctrain.errors import ConfigError
 
     if not os.path.exists(run.state_file):
+        return
+    try:
+        run.read_state()
+    except ConfigError:  # a damaged state.json (the error above says so): left as it is
         return
     with run.update_state() as s:
         if s.get("status") != RUNNING:
