@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .checkpoint import Checkpoint
 from .errors import TrainingFailedError, TrainingStoppedError
 from hpctrain._internal.rundir.layout import RunDir, read_results
-from hpctrain._internal.trust import load_own_pickle, read_trusted
+from hpctrain._internal.trust import load_own_pickle
 
 
 @dataclass
@@ -40,9 +39,8 @@ class Result:
         Result of someone else's run runs none of their code. None when the run directory
         has no readable ``spec.toml``."""
         try:
-            data = tomllib.loads(read_trusted(RunDir(self.path).spec_file,
-                                              what="the run's spec").decode())
-        except (OSError, ValueError):
+            data = RunDir(self.path).read_spec() or {}
+        except (OSError, ValueError):  # refused (UnsafePathError), damaged (ConfigError)
             return None
         config = data.get("config")
         return dict(config) if isinstance(config, dict) else None

@@ -83,9 +83,7 @@ def _wrap(cb: Any) -> Any:
 
 def _config(run: RunDir) -> Dict[str, Any]:
     try:
-        from hpctrain._internal.tomlfile import read_toml
-
-        return dict(read_toml(run.spec_file).get("config") or {})
+        return dict((run.read_spec() or {}).get("config") or {})
     except Exception:  # noqa: BLE001 - the config is a nicety for the trackers
         return {}
 

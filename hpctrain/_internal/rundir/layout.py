@@ -35,7 +35,7 @@ from hpctrain._internal.metrics import flatten
 from hpctrain._internal.formats import (FORMAT_KEY, SPEC_FORMAT, STATE_FORMAT, Damaged,
                                         check_format, damaged_spec, damaged_state,
                                         read_commit_record, read_json_record, read_toml_record)
-from hpctrain._internal.trust import MODES, make_private_dir, makedirs, modes_of
+from hpctrain._internal.trust import MODES, make_private_dir, makedirs, modes_of, read_trusted
 from hpctrain._internal.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
                      read_json, remove_tree)
 
@@ -279,8 +279,6 @@ _logger = get_logger("rundir")
 
 def read_run_spec(path: str) -> Optional[Dict[str, Any]]:
     """A run directory's ``spec.toml`` at ``path`` (:meth:`RunDir.read_spec`)."""
-    from hpctrain._internal.trust import read_trusted
-
     try:
         data = read_toml_record(path, read_trusted(path, what="the run's spec"))
         check_format(data, path, SPEC_FORMAT, "the run's spec")
