@@ -93,7 +93,7 @@ class RunInfo:
     def save_state(self, kind: str, state: Dict[str, Any]) -> None:
         from hpctrain._internal.fsutil import atomic_write_json
 
-        atomic_write_json(self.state_file(kind), state, sync=False)
+        atomic_write_json(self.state_file(kind), state, sync=False, mode=0o600)
 
 
 class Callback:

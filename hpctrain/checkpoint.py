@@ -129,7 +129,10 @@ class Checkpoint:
         a ConfigError that says so."""
         from hpctrain._internal.formats import read_commit_record
 
-        record, _why = read_commit_record(os.path.join(self.path, METADATA_FILE))
+        try:
+            record, _why = read_commit_record(os.path.join(self.path, METADATA_FILE))
+        except OSError:  # an I/O error reading it
+            return {}
         return record or {}
 
     @property

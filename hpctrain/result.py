@@ -35,11 +35,12 @@ class Result:
     @property
     def config(self) -> Optional[Dict[str, Any]]:
         """The train_loop_config the run was started with, as its ``spec.toml`` records it
-        (a value TOML cannot hold shows as its repr). Read as data, never unpickled: a
-        Result of someone else's run runs none of their code. None when the run directory
-        has no readable ``spec.toml``."""
+        (a value TOML cannot hold shows as its repr, a credential-looking key as
+        ``<redacted…>``). Read as data, never unpickled: a Result of someone else's run
+        runs none of their code. None when the run directory has no readable
+        ``spec.toml``."""
         try:
-            data = RunDir(self.path).read_spec() or {}
+            data = RunDir(self.path).read_spec(to_show=True) or {}
         except (OSError, ValueError):  # refused (UnsafePathError), damaged (ConfigError)
             return None
         config = data.get("config")

@@ -26,12 +26,12 @@ import itertools
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.log import get_logger
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.trust import make_private_dir, trusted_pythonpath
+from hpctrain._internal.trust import make_private_dir, share_of, trusted_pythonpath
 from hpctrain._internal.worker.entry import WorkerPayload
 from .errors import ConfigError
 from .result import Result, result_or_raise
@@ -166,8 +166,9 @@ class Run:
 
             check_resume(run.path, run.spec_file, self.spec.to_toml_dict(), self.name)
         share = self.share
-        if self.options.trial and share:  # a sweep's directory is shared as its trials are
-            make_private_dir(os.path.dirname(run.path), share=share, what="sweep directory")
+        if self.options.trial:  # a sweep's directory: checked, and shared as its trials are
+            sweep = os.path.dirname(run.path)
+            make_private_dir(sweep, share=share or share_of(sweep), what="sweep directory")
         run.create(share)
         from hpctrain._internal.formats import versioned_spec  # format = 1 first
 
@@ -296,19 +297,26 @@ class Run:
         return result_of(self.path, status)
 
 
-def driver_pythonpath() -> Dict[str, str]:
+def driver_pythonpath(*, also: Sequence[str] = (),
+                      warn: Optional[Callable[[str], None]] = None) -> Dict[str, str]:
     """``PYTHONPATH`` for workers: the driver's own sys.path additions (the script's
-    directory, a notebook's cwd, pytest's rootdir…) so that functions pickled by reference
-    import in the workers exactly as they did in the driver."""
+    directory, a notebook's cwd, pytest's rootdir…, then ``also``) so that functions
+    pickled by reference import in the workers exactly as they did in the driver, then
+    ``$PYTHONPATH``. With ``warn``, the additions another user could write are left out
+    (:func:`~hpctrain._internal.trust.trusted_pythonpath`); ``$PYTHONPATH`` is the
+    user's own choice and kept."""
     import sys
 
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     extra = []
-    for entry in sys.path:
+    for entry in list(sys.path) + list(also):
         path = os.path.realpath(entry or os.getcwd())
         if os.path.isdir(path) and not any(path == p or path.startswith(p + os.sep)
                                            for p in prefixes) and path not in extra:
             extra.append(path)
+    if warn is not None:
+        extra = [p for p in trusted_pythonpath(os.pathsep.join(extra), warn=warn).split(
+            os.pathsep) if p]
     current = os.environ.get("PYTHONPATH")
     return {"PYTHONPATH": os.pathsep.join(extra + ([current] if current else []))}
 

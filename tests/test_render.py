@@ -70,7 +70,7 @@ def directives(script: str) -> list:
 def export_lines(script: str) -> list:
     """The ``export`` lines of the script's [env] part."""
     return [l for l in script.splitlines() if l.startswith("export ")
-            and not l.startswith("export HPCTRAIN_JOB_STARTED=")]
+            and not l.startswith(("export HPCTRAIN_JOB_STARTED=", "export PYTHONSAFEPATH="))]
 
 
 def config_error(tmp_path, body="", **kw) -> ConfigError:

@@ -455,3 +455,24 @@ def test_module_doctests():
     import doctest
 
     assert doctest.testmod(rendezvous, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_a_deeply_nested_hello_is_refused_like_garbage_and_the_group_still_forms(monkeypatch):
+    """A hello of a few KiB of ``[`` made ``json.loads`` raise RecursionError, which
+    escaped rank 0's accept loop: anyone who could reach the port ended the attempt."""
+    token = public_facts(monkeypatch)
+    port = free_port()
+    t0, hub = serve_in_thread(2, port, token, connect_timeout_s=20)
+    bomb = wait_listening(port)
+    read_message(bomb)  # rank 0's nonce
+    nested = b"[" * 2040 + b"]" * 2040  # within the hello's 4 KiB: parsed, not dropped
+    bomb.sendall(struct.pack(">I", len(nested)) + nested)
+    g1 = TcpGroup(rank=1, world_size=2, addr="127.0.0.1", port=port, token=token,
+                  connect_timeout_s=10)
+    t0.join(10)
+    assert "error" not in hub, hub.get("error")
+    out = run_all({0: hub["group"], 1: g1}, lambda g: g.allreduce_max([g.rank]))
+    assert out == {0: [1], 1: [1]}
+    bomb.close()
+    for g in (hub["group"], g1):
+        g.close()

@@ -90,6 +90,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "parent directory")
     args = p.parse_args(argv)
     no_write_for_others()
+    if os.environ.pop("HPCTRAIN_SAFEPATH", None):  # the job script's, for this step only
+        os.environ.pop("PYTHONSAFEPATH", None)
     from hpctrain._internal.log import configure
 
     configure()  # the job's log: the supervisor's notes, as `[hpctrain] ...` lines
@@ -149,13 +151,17 @@ def run_allocation(run: RunDir, spec, pending, script: Optional[str],
     job_id = (scheduler.job_id_from_env(env) if scheduler.is_batch else None) \
         or f"batch-{os.getpid()}"
     try:
-        run.create()  # refuses a run directory another user could write, before reading it
+        # refuses a run directory another user could write, before reading it
+        run.create(spec.run.share)
         # wait a little: the login node may still be recording the submission
         with run.exclusive(wait_s=LOCK_WAIT_S):
             prepare(run, spec, script)
             if record_job and scheduler.is_batch:
                 record_submission(run, info, job_id)
-            extra = driver_pythonpath()
+            # (the job's directory: python -m put it first on sys.path, which
+            # PYTHONSAFEPATH=1 of the job script no longer does; only when nobody else
+            # can write it)
+            extra = driver_pythonpath(also=[os.getcwd()], warn=_log)
             submitted_from = trusted_pythonpath(_driver_pythonpath(run), warn=_log)
             if submitted_from:
                 extra["PYTHONPATH"] = os.pathsep.join(

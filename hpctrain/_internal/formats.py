@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -95,15 +96,19 @@ def _decode_problem(e: ValueError, data: bytes) -> str:
 
 
 def _read_bytes(path: str) -> bytes:
-    """The file's bytes; FileNotFoundError when it is missing, :class:`Damaged` when it
-    cannot be read (a directory, no permission, an I/O error)."""
+    """The file's bytes; FileNotFoundError when it is missing, :class:`Damaged` when it is
+    not a file; any other OSError (an I/O error, a stale NFS handle: perhaps transient)
+    as it is, so that nothing is taken for damaged that may read fine next time. Opened
+    with ``O_NONBLOCK``: a FIFO in its place cannot make the reader wait."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        raise Damaged(f"it cannot be read: {e.strerror or e}") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except IsADirectoryError:
+        raise Damaged("it is a directory") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Damaged("it is not a regular file")
+        os.set_blocking(fd, True)
+        return f.read()
 
 
 def read_json_record(path: str) -> Dict[str, Any]:
@@ -141,7 +146,8 @@ def read_commit_record(path: str) -> Tuple[Optional[Dict[str, Any]], str]:
     """``(record, "")`` for the commit record at ``path`` (a checkpoint directory's
     ``.hpctrain_checkpoint.json``); ``(None, why)`` when the checkpoint is not committed:
     no commit record, or one that cannot be read. A record of a newer format raises
-    :func:`newer_format`'s error: it is not damaged, only not ours to read."""
+    :func:`newer_format`'s error: it is not damaged, only not ours to read; an I/O error
+    (perhaps transient) is raised as it is."""
     try:
         record = read_json_record(path)
         check_format(record, path, COMMIT_FORMAT, "the checkpoint's commit record")

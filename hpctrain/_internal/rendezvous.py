@@ -202,7 +202,7 @@ class TcpGroup(Coordinator):
         """A complete hello: admit the rank, or refuse it (and say why: nothing secret)."""
         why = None
         try:
-            msg = json.loads(hello.buf[_LEN.size:])
+            msg = _loads(hello.buf[_LEN.size:])
             peer, token = msg["rank"], msg["token"]
             their_nonce, proof = msg["nonce"], msg["proof"]
             if not (type(peer) is int and isinstance(token, str)
@@ -511,7 +511,16 @@ def _recv(conn: socket.socket, who: str = "a rank", limit: int = MAX_MESSAGE) ->
     (size,) = _LEN.unpack(_read(conn, _LEN.size, who))
     if size > limit:
         raise ValueError(f"{who} sent a {size}-byte message: not hpctrain's group protocol")
-    return json.loads(_read(conn, size, who))
+    return _loads(_read(conn, size, who))
+
+
+def _loads(data: bytes) -> Any:
+    """``json.loads``, with a document nested too deeply for Python's parser (a few KiB
+    of ``[``: a RecursionError) a ValueError like any other malformed message."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("a message nested too deeply: not hpctrain's group protocol") from None
 
 
 def _read(conn: socket.socket, n: int, who: str) -> bytes:

@@ -26,6 +26,8 @@ import os
 import sys
 import time
 
+from hpctrain._internal.trust import makedirs, modes_of
+
 #: Variables read at interpreter or library start-up (import time), not when a rank
 #: starts: a spare started with other values than the assignment's is not used.
 FIXED_AT_START = ("PYTHON", "OMP_", "MKL_", "OPENBLAS_", "LD_", "TORCH_", "CUDA_",
@@ -82,7 +84,7 @@ def _mark_ready(run_dir: str) -> str:
     d = os.path.join(run_dir, ".hpctrain", "spares")
     path = os.path.join(d, f"{os.getpid()}{READY_SUFFIX}")
     try:
-        os.makedirs(d, exist_ok=True)
+        makedirs(d, modes_of(run_dir)[0])
         with open(path, "w") as f:
             f.write(f"{time.time():.6f}\n")
     except OSError:

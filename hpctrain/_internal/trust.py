@@ -40,7 +40,7 @@ MAX_TEXT_BYTES = 16 << 20        # spec.toml, driver.json, job.sh, state.json
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
 HINT_FOREIGN = ("another user could make your job run their code through it. If you made "
-                "it and trust it, remove the write permission of others (chmod go-w PATH); "
+                "it and trust it, remove the write permission of others (chmod -R go-w PATH); "
                 "otherwise pick another run name or storage path, and tell your center's "
                 "support about a file you did not make")
 
@@ -73,6 +73,14 @@ def problem(st: os.stat_result) -> Optional[str]:
 def _refuse(path: str, what: str, why: str) -> UnsafePathError:
     return UnsafePathError(f"refusing {what} {path}: {why}", path=path,
                            hint=HINT_FOREIGN.replace("PATH", path))
+
+
+def _too_big(path: str, what: str, size: int, limit: int) -> UnsafePathError:
+    return UnsafePathError(
+        f"refusing {what} {path}: it is {size} bytes, more than the {limit} hpctrain reads "
+        "from such a file", path=path,
+        hint="keep large data out of the training function's closure and its config (pass "
+             "paths, read the data in the training function), and return small values")
 
 
 def check_dir(path: str, what: str = "directory") -> os.stat_result:
@@ -110,8 +118,7 @@ def read_trusted(path: str, *, what: str, max_bytes: int = MAX_TEXT_BYTES) -> by
         if why:
             raise _refuse(path, what, why)
         if st.st_size > max_bytes:
-            raise _refuse(path, what, f"it is {st.st_size} bytes, more than the "
-                                      f"{max_bytes} such a file may have")
+            raise _too_big(path, what, st.st_size, max_bytes)
         os.set_blocking(fd, True)
         chunks, left = [], max_bytes + 1
         while left > 0:
@@ -122,7 +129,7 @@ def read_trusted(path: str, *, what: str, max_bytes: int = MAX_TEXT_BYTES) -> by
             left -= len(chunk)
         data = b"".join(chunks)
         if len(data) > max_bytes:
-            raise _refuse(path, what, f"it grew past {max_bytes} bytes while being read")
+            raise _too_big(path, what, len(data), max_bytes)
         return data
     finally:
         os.close(fd)
@@ -133,6 +140,23 @@ def load_trusted_pickle(path: str, *, what: str, max_bytes: int = MAX_CONTROL_BY
     import cloudpickle
 
     return cloudpickle.loads(read_trusted(path, what=what, max_bytes=max_bytes))
+
+
+def read_for_display(path: str, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
+    """The bytes of a file that is only shown, never acted on (a colleague's shared run's
+    ``spec.toml``): no owner check, but a regular file (no FIFO to wait on, no symbolic
+    link) of bounded size."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(path, "to show", "it is not a regular file")
+        if st.st_size > max_bytes:
+            raise _too_big(path, "to show", st.st_size, max_bytes)
+        os.set_blocking(fd, True)
+        return os.read(fd, max_bytes)
+    finally:
+        os.close(fd)
 
 
 def load_own_pickle(path: str, max_bytes: int) -> Any:
@@ -151,15 +175,27 @@ def load_own_pickle(path: str, max_bytes: int) -> Any:
         return None
 
 
-def modes_of(path: str) -> Tuple[int, int, int]:
-    """(directory, file, script) modes that the run directory ``path`` asks for: shared
-    with the group when the directory itself is group-readable, private otherwise (also
-    when it does not exist yet)."""
+def share_of(path: str) -> str:
+    """``"group"`` when the directory ``path`` has exactly the group share's mode
+    (``2750``, which only hpctrain sets on purpose), else ``"private"`` (also a directory
+    that does not exist yet, or one an older hpctrain left ``0755``)."""
     try:
-        shared = os.stat(path).st_mode & stat.S_IRGRP
+        mode = stat.S_IMODE(os.stat(path).st_mode)
     except OSError:
-        shared = 0
-    return MODES["group" if shared else "private"]
+        return "private"
+    return "group" if mode == MODES["group"][0] else "private"
+
+
+def modes_of(path: str) -> Tuple[int, int, int]:
+    """(directory, file, script) modes that the run directory ``path`` asks for
+    (:func:`share_of`)."""
+    return MODES[share_of(path)]
+
+
+def fix_mode(fd: int, mode: int) -> None:
+    """Give the file open at ``fd`` exactly ``mode``: ``os.open(..., mode)`` is masked by
+    the umask (under ``077`` a shared run's ``0640`` would be ``0600``)."""
+    os.fchmod(fd, mode)
 
 
 def make_private_dir(path: str, *, share: str = "private", what: str = "run directory") -> None:
@@ -171,6 +207,9 @@ def make_private_dir(path: str, *, share: str = "private", what: str = "run dire
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
+        lst = os.lstat(path)
+        if stat.S_ISLNK(lst.st_mode) and not trusted_owner(lst.st_uid):
+            raise _refuse(path, what, f"it is a symbolic link made by {_owner(lst.st_uid)}")
         st = check_dir(path, what)
         if stat.S_IMODE(st.st_mode) != mode:
             os.chmod(path, mode)

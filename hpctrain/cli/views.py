@@ -114,8 +114,8 @@ def _score_settings(run: RunDir, console=None) -> Tuple[Optional[str], str]:
     spec.toml is shown (its error, naming the file, with the HINT) on ``console`` and
     the checkpoints are listed without scores."""
     try:
-        ck = (run.read_spec() or {}).get("checkpoint") or {}
-    except ConfigError as e:
+        ck = (run.read_spec(to_show=True) or {}).get("checkpoint") or {}
+    except (ConfigError, OSError) as e:  # damaged; or not a regular file, too big
         if console is not None:
             console.print(f"[yellow]warning:[/yellow] {markup(str(e))}")
         ck = {}

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Callable, Dict, List, Optional, Sequence
 
-from hpctrain._internal.trust import modes_of
+from hpctrain._internal.trust import fix_mode, modes_of
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -58,6 +58,7 @@ class Launcher:
 def open_log(log_dir: str, name: str) -> BinaryIO:
     """``<log_dir>/<name>`` for appending, created with the run's file mode (``0600``, or
     ``0640`` in a run shared with the group) whatever the umask."""
-    fd = os.open(os.path.join(log_dir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                 modes_of(log_dir)[1])
+    mode = modes_of(log_dir)[1]
+    fd = os.open(os.path.join(log_dir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
+    fix_mode(fd, mode)
     return os.fdopen(fd, "ab")

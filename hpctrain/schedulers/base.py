@@ -214,6 +214,7 @@ class Scheduler:
             python=shlex.quote(request.python or spec.scheduler.python or sys.executable),
             run_dir=shlex.quote(request.run_path),
             log_file=f"{request.run_path}/logs/{self.name}-${{{self.job_id_var}}}.out",
+            umask="0027" if spec.run.share == "group" else "0077",
             eof=_HEREDOC_EOF,
             spec_toml=text,
             warning_signal=spec.run.failure_config.warning_signal,

@@ -96,7 +96,7 @@ from ..result import Result
 from hpctrain._internal.fsutil import atomic_write_bytes, json_default, remove_tree
 from hpctrain._internal.worker.session import current_session
 from hpctrain._internal.rundir.layout import ResultTail, RunDir, checkpoints_to_delete
-from hpctrain._internal.trust import load_trusted_pickle
+from hpctrain._internal.trust import load_trusted_pickle, make_private_dir
 from ..result import result_or_raise
 from ..run import Run, RunOptions
 
@@ -217,7 +217,7 @@ class JsonLoggerCallback(TrainingCallback):
 
     def _write(self) -> None:
         atomic_write_bytes(str(self._log_path), json.dumps(self._results, default=json_default)
-                           .encode(), sync=False)
+                           .encode(), sync=False, mode=0o600)
 
 
 class TBXLoggerCallback(TrainingCallback):
@@ -578,9 +578,9 @@ class _Run:
             return self.checkpoint
         # beside the run, on the shared filesystem, where every rank can read it
         d = os.path.join(self.run.internal_dir, _RESUME_DIR)
-        os.makedirs(d, exist_ok=True)
+        self.run.makedirs(d)
         atomic_write_bytes(os.path.join(d, DICT_FILE), cloudpickle.dumps(self.checkpoint),
-                           sync=False)
+                           sync=False, mode=0o600)
         return Checkpoint(d)
 
     def _run_of_trainer(self) -> Run:
@@ -810,7 +810,7 @@ class Trainer:
             path = self.latest_run_dir
             if not path.exists():
                 break
-        path.mkdir(parents=True)
+        make_private_dir(str(path))  # 0700 whatever the umask (hpctrain then checks it)
         logger.info("Run results will be logged in: %s", path)
         self._strategy = strategy
         entry = _WorkerEntry(train_func, num_params == 1, strategy, self._initialization_hook)

@@ -65,7 +65,7 @@ def ensure_manifest(sweep: SweepDir, spec: JobSpec) -> dict:
 
     if sweep.exists():
         return sweep.read()
-    with FileLock(os.path.join(sweep.path, ".create.lock"), timeout=120):
+    with FileLock(os.path.join(sweep.path, ".create.lock"), timeout=120, mode=0o600):
         if sweep.exists():
             return sweep.read()
         return manifest_from_spec(sweep, spec)

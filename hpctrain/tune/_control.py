@@ -29,7 +29,7 @@ from filelock import FileLock
 
 from .._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from .._internal.log import get_logger
-from .._internal.rundir.layout import DECISION_FILE
+from .._internal.rundir.layout import DECISION_FILE, RunDir
 from .._internal.trust import load_trusted_pickle
 from ..config import check_stop  # noqa: F401 (the tune side's name for it)
 from .._internal.worker.trial import CONTROL_FILE
@@ -126,9 +126,11 @@ def config_override(run_path: str) -> Optional[Dict[str, Any]]:
 
 
 def write_config_override(run_path: str, config: Dict[str, Any], shape: str) -> None:
-    os.makedirs(os.path.join(run_path, ".hpctrain"), exist_ok=True)
-    atomic_write_json(os.path.join(run_path, ".hpctrain", CONFIG_FILE),
-                      {"shape": shape, "config": config, "time": time.time()})
+    run = RunDir(run_path)
+    run.create()  # (before the trial runs: private, or as the directory already is)
+    atomic_write_json(os.path.join(run.internal_dir, CONFIG_FILE),
+                      {"shape": shape, "config": config, "time": time.time()},
+                      mode=run.file_mode)
 
 
 def applied_config(train_loop_config: Optional[Dict[str, Any]], run_path: str
@@ -174,10 +176,10 @@ class ReportHook:
         # is the same one)
         rng = random.Random(f"{os.path.basename(self.sweep_path)}:{self.trial_id}:"
                             f"{result['training_iteration']}")
-        with FileLock(path + ".lock", timeout=120):
+        with FileLock(path + ".lock", timeout=120, mode=0o600):
             state = read_json(path, default={}) or {}
             action, info = c.scheduler.on_result(state, self.trial_id, result, rng)
-            atomic_write_json(path, state, sync=False)
+            atomic_write_json(path, state, sync=False, mode=0o600)
         c.scheduler.remember(state, self.trial_id, self._memo)
         if action == STOP:
             return {"action": "stop", "reason": f"{type(c.scheduler).__name__}: "
@@ -215,7 +217,7 @@ class ReportHook:
             meta = read_json(os.path.join(tmp, METADATA_FILE)) or {}
             meta.update(index=index, exploited_from={
                 "trial": source, "checkpoint": os.path.basename(record.path)})
-            atomic_write_json(os.path.join(tmp, METADATA_FILE), meta)
+            atomic_write_json(os.path.join(tmp, METADATA_FILE), meta, mode=me.file_mode)
             name = checkpoint_dir_name(index)
             os.rename(tmp, os.path.join(me.checkpoints_dir, name))
             m = sweep.read()
@@ -255,7 +257,7 @@ def ensure_trial_config(sweep_path: str, index: int) -> Dict[str, Any]:
     control = load_control(sweep_path)
     if control is None or control.search_alg is None or trial.get("suggested", True):
         return trial["config"]
-    with FileLock(os.path.join(sweep_path, "search.lock"), timeout=300):
+    with FileLock(os.path.join(sweep_path, "search.lock"), timeout=300, mode=0o600):
         trial = sweep.read()["trials"][index]
         if trial.get("suggested", True):
             return trial["config"]
@@ -280,14 +282,14 @@ def trial_ended(sweep_path: str, index: int, status: str) -> None:
     control = load_control(sweep_path)
     if control is not None and control.scheduler is not None:
         path = os.path.join(sweep_path, STATE_FILE)
-        with FileLock(path + ".lock", timeout=120):
+        with FileLock(path + ".lock", timeout=120, mode=0o600):
             state = read_json(path, default={}) or {}
             control.scheduler.on_trial_end(state, trial_id_of(index))
-            atomic_write_json(path, state, sync=False)
+            atomic_write_json(path, state, sync=False, mode=0o600)
     if control is None or control.search_alg is None:
         return
     sweep = SweepDir(sweep_path)
-    with FileLock(os.path.join(sweep_path, "search.lock"), timeout=300):
+    with FileLock(os.path.join(sweep_path, "search.lock"), timeout=300, mode=0o600):
         trial = sweep.read()["trials"][index]
         if not trial.get("suggested") or trial.get("search_told"):
             return
@@ -307,7 +309,7 @@ def tell_pending(sweep_path: str) -> None:
     if not searching(sweep_path):
         return
     control = load_control(sweep_path)
-    with FileLock(os.path.join(sweep_path, "search.lock"), timeout=300):
+    with FileLock(os.path.join(sweep_path, "search.lock"), timeout=300, mode=0o600):
         if hasattr(control.search_alg, "clean_up_for"):
             control.search_alg.clean_up_for(sweep_path)
     sweep = SweepDir(sweep_path)

@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from ..schedulers.base import array_ranges  # noqa: F401 - (moved there) used here and by tuner
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.trust import make_private_dir, makedirs, modes_of
+from hpctrain._internal.trust import make_private_dir, makedirs, modes_of, share_of
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -75,9 +75,9 @@ class SweepDir:
     def update(self, timeout: float = 60) -> Iterator[Dict[str, Any]]:
         """Read, modify, write the manifest atomically under ``sweep.json.lock`` (waiting
         at most ``timeout`` s for it: :class:`filelock.Timeout`)."""
-        if not os.path.isdir(self.path):
-            make_private_dir(self.path, what="sweep directory")
-        with FileLock(self.manifest_file + ".lock", timeout=timeout):
+        # (checked every time: someone else's, or one others can write, is refused)
+        make_private_dir(self.path, share=share_of(self.path), what="sweep directory")
+        with FileLock(self.manifest_file + ".lock", timeout=timeout, mode=0o600):
             data = self.read()
             yield data
             data["updated"] = time.time()

@@ -333,7 +333,7 @@ class Supervisor:
         self.run.makedirs(adir)
         atomic_write_json(os.path.join(adir, STOP_FILE), {
             "reason": self.stop_reason, "time": self.stop_time,
-            "deadline": self.stop_deadline}, sync=False)
+            "deadline": self.stop_deadline}, sync=False, mode=self.run.file_mode)
 
     def _after_warning(self, attempt: int, group, exits: List[ExitRecord],
                        at_deadline: bool) -> Optional[str]:

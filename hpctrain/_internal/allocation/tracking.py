@@ -171,7 +171,7 @@ class CallbackRunner:
         self._saved_at = time.time()
         try:
             done = self._tail._offset - len(self._tail._partial.encode())  # whole lines only
-            atomic_write_json(self._state_file, {"offset": done}, sync=False)
+            atomic_write_json(self._state_file, {"offset": done}, sync=False, mode=0o600)
             self._dirty = False
         except Exception as e:  # noqa: BLE001 - retried at the next save
             self._warn_once(f"saving {self._state_file}", e)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from typing import List, Optional, Tuple
 
 from hpctrain.errors import ConfigError
@@ -54,8 +55,11 @@ def ensure_storage_dir(storage_path: str, spec=None) -> None:
     if blocker is not None:
         raise ConfigError(f"{key}: {storage_path} cannot hold run directories: {blocker} is "
                           "a file, not a directory", file=where, hint=hint)
+    created = not os.path.isdir(storage_path)
     try:
         os.makedirs(storage_path, exist_ok=True)
+        if created:  # no rename of run directories by another user in one made here
+            os.chmod(storage_path, stat.S_IMODE(os.stat(storage_path).st_mode) & ~0o022)
     except OSError as e:
         reason = {errno.EACCES: "permission denied", errno.EPERM: "permission denied",
                   errno.EROFS: "the filesystem is read-only",

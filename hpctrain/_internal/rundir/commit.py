@@ -201,6 +201,7 @@ def copy_file(src: str, dst: str, mode: int = 0o600) -> None:
     fin = os.open(src, os.O_RDONLY)
     try:
         fout = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
+        os.fchmod(fout, mode)  # whatever the umask
         try:
             offset, size = 0, os.fstat(fin).st_size
             while offset < size:
@@ -408,7 +409,10 @@ def verify_checkpoint(path: str) -> List[str]:
     files, wrong sizes, digests that do not match."""
     from hpctrain._internal.formats import read_commit_record
 
-    meta, why = read_commit_record(os.path.join(path, METADATA_FILE))
+    try:
+        meta, why = read_commit_record(os.path.join(path, METADATA_FILE))
+    except OSError as e:
+        return [f"{path}: its commit record could not be read: {e}"]
     if meta is None:
         return [f"{path}: not committed: {why}"]
     problems = []

@@ -35,7 +35,8 @@ from hpctrain._internal.metrics import flatten
 from hpctrain._internal.formats import (FORMAT_KEY, SPEC_FORMAT, STATE_FORMAT, Damaged,
                                         check_format, damaged_spec, damaged_state,
                                         read_commit_record, read_json_record, read_toml_record)
-from hpctrain._internal.trust import MODES, make_private_dir, makedirs, modes_of, read_trusted
+from hpctrain._internal.trust import (MODES, fix_mode, make_private_dir, makedirs, modes_of,
+                                      read_for_display, read_trusted)
 from hpctrain._internal.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
                      read_json, remove_tree)
 
@@ -103,6 +104,7 @@ class RunDir:
         before anything in it is read or written."""
         if share is None:
             share = "group" if self.dir_mode == MODES["group"][0] else "private"
+        _warn_if_others_can_rename(os.path.dirname(self.path))
         for d in (self.path, self.internal_dir, self.checkpoints_dir, self._p("logs")):
             make_private_dir(d, share=share, what="run directory" if d == self.path
                              else "run directory's subdirectory")
@@ -164,11 +166,13 @@ class RunDir:
         return state
 
     # -- spec.toml -----------------------------------------------------------------
-    def read_spec(self) -> Optional[Dict[str, Any]]:
+    def read_spec(self, *, to_show: bool = False) -> Optional[Dict[str, Any]]:
         """The resolved spec the run was started with (``spec.toml``); None when there
         is none. A damaged one raises a ConfigError naming the file, with a HINT; one of
-        a newer format, a ConfigError that says so."""
-        return read_run_spec(self.spec_file)
+        a newer format, a ConfigError that says so. Read through the checked loader
+        (:func:`~hpctrain._internal.trust.read_trusted`), or, ``to_show`` (what is only
+        displayed: a colleague's shared run), with no owner check."""
+        return read_run_spec(self.spec_file, to_show=to_show)
 
     @contextlib.contextmanager
     def update_state(self) -> Iterator[Dict[str, Any]]:
@@ -189,7 +193,10 @@ class RunDir:
         a newer format raises a ConfigError that says so."""
         out = []
         for index, path in self._checkpoint_dirs():
-            meta, _why = read_commit_record(os.path.join(path, METADATA_FILE))
+            try:
+                meta, _why = read_commit_record(os.path.join(path, METADATA_FILE))
+            except OSError:  # an I/O error: not listed this time, not taken for damaged
+                continue
             if meta is not None:
                 out.append(CheckpointRecord(index, path, meta))
         return out
@@ -208,7 +215,10 @@ class RunDir:
         no commit record, or one that cannot be read."""
         out = []
         for _index, path in self._checkpoint_dirs():
-            meta, why = read_commit_record(os.path.join(path, METADATA_FILE))
+            try:
+                meta, why = read_commit_record(os.path.join(path, METADATA_FILE))
+            except OSError:  # perhaps transient: never moved aside for it
+                continue
             if meta is None:
                 out.append((path, why))
         return out
@@ -277,10 +287,11 @@ _RUN_LOCKS: Dict[str, FileLock] = {}
 _logger = get_logger("rundir")
 
 
-def read_run_spec(path: str) -> Optional[Dict[str, Any]]:
+def read_run_spec(path: str, *, to_show: bool = False) -> Optional[Dict[str, Any]]:
     """A run directory's ``spec.toml`` at ``path`` (:meth:`RunDir.read_spec`)."""
     try:
-        data = read_toml_record(path, read_trusted(path, what="the run's spec"))
+        data = read_toml_record(path, read_for_display(path) if to_show
+                                else read_trusted(path, what="the run's spec"))
         check_format(data, path, SPEC_FORMAT, "the run's spec")
     except FileNotFoundError:
         return None
@@ -315,6 +326,27 @@ def existing_run(path: str | os.PathLike, caller: str, *,
             hint="start a new run; Trainer.can_restore(path) tells whether a directory "
                  "can be restored")
     return run
+
+
+_WARNED_STORAGE: set = set()
+
+
+def _warn_if_others_can_rename(storage: str) -> None:
+    """Once per storage path: say so when other users could rename run directories in it
+    (writable by group or other, not sticky). hpctrain refuses whatever they would put in
+    a run's place, but a submission reads ``job.sh`` by its path."""
+    try:
+        st = os.stat(storage)
+    except OSError:
+        return
+    if storage in _WARNED_STORAGE or not st.st_mode & 0o022 or st.st_mode & 0o1000:
+        return
+    _WARNED_STORAGE.add(storage)
+    get_logger("rundir").warning(
+        f"WARNING: other users can rename run directories in {storage} (mode "
+        f"{st.st_mode & 0o7777:04o}).\nHINT: hpctrain refuses whatever they put in a run's "
+        f"place, but keep runs in a directory only you can write (chmod go-w {storage}), "
+        "or one with the sticky bit (chmod +t), as /tmp and scratch file systems have")
 
 
 @dataclass
@@ -388,6 +420,8 @@ class ResultWriter:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         self._json = os.open(run.result_file, flags, run.file_mode)
         self._csv_fd = os.open(run.progress_file, flags, run.file_mode)
+        for fd in (self._json, self._csv_fd):
+            fix_mode(fd, run.file_mode)
         self._fields = _read_csv_header(run.progress_file)
 
     def write(self, row: Dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from hpctrain.config import CheckpointConfig, ScalingConfig
 from hpctrain._internal import rendezvous
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.trust import (MAX_PAYLOAD_BYTES, load_trusted_pickle, modes_of,
+from hpctrain._internal.trust import (MAX_PAYLOAD_BYTES, fix_mode, load_trusted_pickle, modes_of,
                                      no_write_for_others)
 from hpctrain._internal.worker.trial import trial_control
 
@@ -295,9 +295,10 @@ def _redirect_output() -> None:
     except Exception:  # noqa: BLE001 - run_worker reports a bad environment properly
         return
     os.makedirs(log_dir, exist_ok=True)
+    mode = modes_of(log_dir)[1]
     fd = os.open(os.path.join(log_dir, f"rank-{rank}.out"),
-                 os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                 modes_of(os.environ.get(ENV_RUN_DIR, log_dir))[1])
+                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
+    fix_mode(fd, mode)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)

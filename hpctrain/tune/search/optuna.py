@@ -47,6 +47,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from ...errors import ConfigError
+from ..._internal.trust import makedirs, modes_of
 
 JOURNAL = os.path.join("search", "optuna-journal.log")
 #: The Optuna trial's user attribute that names the sweep's trial (``trial_00003``).
@@ -131,7 +132,7 @@ class OptunaSearch(Searcher):
         from optuna.storages.journal import JournalFileBackend
 
         path = os.path.join(sweep_path, JOURNAL)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        makedirs(os.path.dirname(path), modes_of(sweep_path)[0])
         storage = JournalStorage(JournalFileBackend(path, lock_obj=_flock(path + ".flock")))
         name = self._study_name or os.path.basename(sweep_path)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
