@@ -271,3 +271,33 @@ def test_a_run_directory_has_its_shares_modes_whatever_the_umask(storage, share,
         assert seen[os.path.join(result.path, name)] == files, name
     assert seen[os.path.join(result.checkpoint.path, "model.pt")] == files
     assert seen[os.path.join(result.path, ".hpctrain", "payload.pkl")] == 0o600
+
+
+def test_a_run_directory_an_older_hpctrain_left_0755_continues_private(storage):
+    """Older hpctrain made run directories with the umask (0755 under 022). Such a
+    directory is neither refused (nobody else can write it) nor taken for a group share
+    (only 2750 is one): it continues, and becomes private."""
+    import stat
+
+    from hpctrain import RunConfig, ScalingConfig
+    from hpctrain.torch import TorchTrainer
+
+    def fit():
+        return TorchTrainer(_private_workload, train_loop_config={"file_mode": 0o600},
+                            scaling_config=ScalingConfig(num_workers=1),
+                            run_config=RunConfig(name="older", storage_path=storage,
+                                                 verbose=0)).fit()
+
+    first = fit()
+    with open(os.path.join(first.path, "state.json")) as f:
+        state = f.read().replace('"FINISHED"', '"FAILED"')  # leave it to be continued
+    with open(os.path.join(first.path, "state.json"), "w") as f:
+        f.write(state)
+    for root, _dirs, names in os.walk(first.path):
+        os.chmod(root, 0o755)
+        for n in names:
+            os.chmod(os.path.join(root, n), 0o644)
+    second = fit()
+    assert second.path == first.path
+    assert stat.S_IMODE(os.stat(second.path).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(os.path.join(second.path, "spec.toml")).st_mode) == 0o600
