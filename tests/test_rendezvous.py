@@ -25,6 +25,9 @@ def attempt_secret(monkeypatch):
     """The ranks of these tests are threads of one process: they share the attempt's
     secret through the environment, as the ranks a supervisor starts do."""
     monkeypatch.setenv(SECRET_VAR, SECRET)
+    # (caplog listens at the root logger: another test of this process may have let
+    # hpctrain's CLI configure its logger, which then stops propagating)
+    monkeypatch.setattr(logging.getLogger("hpctrain"), "propagate", True)
 
 
 def free_port():

@@ -212,11 +212,11 @@ def kill_during_checkpoint(config):
             real = commit.copy_file
             calls = []
 
-            def copy_then_die(src, dst):
+            def copy_then_die(src, dst, *mode):
                 calls.append(src)
                 if len(calls) == 2:
                     os.kill(os.getpid(), signal.SIGKILL)
-                return real(src, dst)
+                return real(src, dst, *mode)
 
             commit.copy_file = copy_then_die
         hpctrain.report({"step": step},

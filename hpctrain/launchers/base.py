@@ -56,9 +56,14 @@ class Launcher:
 
 
 def open_log(log_dir: str, name: str) -> BinaryIO:
-    """``<log_dir>/<name>`` for appending, created with the run's file mode (``0600``, or
-    ``0640`` in a run shared with the group) whatever the umask."""
+    """``<log_dir>/<name>`` for appending (``open(..., "ab")``: its ``name`` is the path),
+    created with the run's file mode (``0600``, or ``0640`` in a run shared with the
+    group) whatever the umask."""
     mode = modes_of(log_dir)[1]
-    fd = os.open(os.path.join(log_dir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
-    fix_mode(fd, mode)
-    return os.fdopen(fd, "ab")
+
+    def opener(path: str, flags: int) -> int:
+        fd = os.open(path, flags, mode)
+        fix_mode(fd, mode)
+        return fd
+
+    return open(os.path.join(log_dir, name), "ab", opener=opener)
