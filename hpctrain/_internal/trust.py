@@ -20,9 +20,12 @@ asks for, from the directory itself (the one source of truth, also on the comput
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import stat
-from typing import Any, Callable, Optional, Tuple
+import tempfile
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 from hpctrain.errors import UnsafePathError
 
@@ -262,3 +265,21 @@ def no_write_for_others() -> None:
     processes (the batch step, the ranks) create is never writable by another user,
     whatever the login's umask (``002`` in a setgid project directory)."""
     os.umask(os.umask(0o022) | 0o022)
+
+
+@contextlib.contextmanager
+def private_copy(data: bytes, name: str) -> Iterator[str]:
+    """The path of a file holding exactly ``data``, in a fresh directory only this user
+    can enter (removed afterwards): for a command that reads a checked file by its path
+    (``qsub job.sh``), so that what it reads is what was checked, whatever happens to
+    the original meanwhile."""
+    d = tempfile.mkdtemp(prefix="hpctrain-")
+    try:
+        path = os.path.join(d, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        yield path
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+

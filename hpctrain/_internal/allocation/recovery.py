@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -17,7 +18,7 @@ import time
 from typing import Any, Callable, Iterator, Optional
 
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.trust import read_trusted
+from hpctrain._internal.trust import private_copy, read_trusted
 from hpctrain._internal.allocation.supervisor import REQUEUED, STOPPED, Supervisor
 
 #: A chain of allocations ends after this many in a row that committed no new checkpoint
@@ -188,9 +189,16 @@ def requeue(run: RunDir, scheduler: Any, job_id: str) -> Optional[str]:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        # PBS and LSF submit job.sh again from disk: only a script nobody else could write
-        read_trusted(run.job_script, what="the job script to submit again")
-        new_id = scheduler.requeue(job_id, run.job_script)
+        # PBS and LSF submit job.sh again from disk: only a script nobody else could
+        # write, and exactly the bytes checked (a private copy: the run directory's path
+        # may lead elsewhere by the time qsub reads it)
+        try:
+            script = read_trusted(run.job_script, what="the job script to submit again")
+        except FileNotFoundError:  # (Slurm requeues its own copy of the script)
+            new_id = scheduler.requeue(job_id, run.job_script)
+        else:
+            with private_copy(script, os.path.basename(run.job_script)) as path:
+                new_id = scheduler.requeue(job_id, path)
     except Exception as e:  # noqa: BLE001 - the run must end in a clear state
         with run.update_state() as s:
             s["status"] = STOPPED
