@@ -21,6 +21,7 @@ asks for, from the directory itself (the one source of truth, also on the comput
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -107,17 +108,31 @@ def read_trusted(path: str, *, what: str, max_bytes: int = MAX_TEXT_BYTES) -> by
     if pst.st_mode & _WRITABLE_BY_OTHERS and not pst.st_mode & stat.S_ISVTX \
             or not trusted_owner(pst.st_uid):
         raise _refuse(path, what, f"its directory {parent}: {problem(pst)}")
+    return _read_regular(path, what, max_bytes, owner_checked=True)
+
+
+def read_for_display(path: str, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
+    """The bytes of a file that is only shown, never acted on (a colleague's shared run's
+    ``spec.toml``): no owner check, but a regular file (no FIFO to wait on, no symbolic
+    link) of bounded size."""
+    return _read_regular(path, "to show", max_bytes, owner_checked=False)
+
+
+def _read_regular(path: str, what: str, max_bytes: int, *, owner_checked: bool) -> bytes:
+    """Open ``path`` without following a symbolic link and without waiting (a FIFO),
+    refuse what is not a regular file, bigger than ``max_bytes`` or (``owner_checked``)
+    :func:`problem`'s, and read it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        if e.errno == 40:  # ELOOP: the last component is a symbolic link
+        if e.errno == errno.ELOOP:  # the last component is a symbolic link
             raise _refuse(path, what, "it is a symbolic link") from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _refuse(path, what, "it is not a regular file")
-        why = problem(st)
+        why = problem(st) if owner_checked else None
         if why:
             raise _refuse(path, what, why)
         if st.st_size > max_bytes:
@@ -143,23 +158,6 @@ def load_trusted_pickle(path: str, *, what: str, max_bytes: int = MAX_CONTROL_BY
     import cloudpickle
 
     return cloudpickle.loads(read_trusted(path, what=what, max_bytes=max_bytes))
-
-
-def read_for_display(path: str, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
-    """The bytes of a file that is only shown, never acted on (a colleague's shared run's
-    ``spec.toml``): no owner check, but a regular file (no FIFO to wait on, no symbolic
-    link) of bounded size."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _refuse(path, "to show", "it is not a regular file")
-        if st.st_size > max_bytes:
-            raise _too_big(path, "to show", st.st_size, max_bytes)
-        os.set_blocking(fd, True)
-        return os.read(fd, max_bytes)
-    finally:
-        os.close(fd)
 
 
 def load_own_pickle(path: str, max_bytes: int) -> Any:
