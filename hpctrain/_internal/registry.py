@@ -21,6 +21,7 @@ entry point (docs/adding-a-scheduler.md, "Plugins").
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -147,11 +148,20 @@ def load(target: str) -> Any:
 
 def entry_points(group: str) -> Tuple[Any, ...]:
     """The entry points of ``group`` that installed distributions declare."""
+    found = _installed_entry_points()
+    if hasattr(found, "select"):
+        return tuple(found.select(group=group))
+    return tuple(found.get(group, ()))  # Python 3.9: a dict by group
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_entry_points() -> Any:
+    """Every installed distribution's entry points: one scan for the three registries."""
     # (imported here: importlib.metadata and the scan of every installed distribution
     # would add ~25 ms to the CLI's start-up; they run on a registry's first query)
     import importlib.metadata
 
-    return tuple(importlib.metadata.entry_points(group=group)) if group else ()
+    return importlib.metadata.entry_points()
 
 
 def describe_entry_point(ep: Any) -> str:
