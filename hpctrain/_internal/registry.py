@@ -9,37 +9,92 @@ importing them. A new scheduler is one :func:`register_scheduler` line in
 :func:`register_backend` line in :mod:`hpctrain.backends`, a launcher one
 :func:`register_launcher` line in :mod:`hpctrain.launchers` (each index imports its
 package, which holds those lines, on first use).
+
+Members can also come from outside the package: an installed distribution declares them in
+the entry-point groups ``hpctrain.schedulers``, ``hpctrain.launchers`` (``name =
+"module:Class"``) and ``hpctrain.backends`` (``name = "module:ENTRY"``, a
+:class:`BackendEntry`). They are read once, on an index's first query after hpctrain's own
+lines (never at ``import hpctrain``); a plugin that fails to load, names something else
+or takes a name already registered is left out with a warning naming its distribution and
+entry point (docs/adding-a-scheduler.md, "Plugins").
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+
+from .log import get_logger
+
+_log = get_logger("registry")
 
 
 class _Index(Sequence):
     """One axis's registrations by name, in registration order, filled on first use by
     importing ``package`` (which holds hpctrain's own ``register_*`` lines, so that
-    ``import hpctrain`` stays light). As a sequence it is the live view of the names:
+    ``import hpctrain`` stays light), then, on the first query, by the installed plugins
+    of the entry-point group ``group``. As a sequence it is the live view of the names:
     ``in``, iteration and ``", ".join(...)`` see an entry registered later."""
 
-    def __init__(self, package: str, what: str, listing: str = " "):
+    def __init__(self, package: str, what: str, listing: str = " ", *, group: str = "",
+                 plugin: Optional[Callable[[str, str, Any], Any]] = None):
         self._package, self._what, self._listing = package, what, listing
+        self._group, self._plugin = group, plugin
         self._entries: Dict[str, Any] = {}
         self._objects: Dict[str, Any] = {}  # name -> what its target names, once loaded
         self._loaded = False
+        self._plugins_read = False
+        #: name -> where a plugin's entry came from (``the entry point "x = m:C" of the
+        #: distribution "d 1.0"``), for those registered and those left out
+        self.plugins: Dict[str, str] = {}
+        self.broken: Dict[str, str] = {}  # name -> why its plugin was left out
 
-    def entries(self) -> Dict[str, Any]:
-        """name -> entry, after hpctrain's own registrations."""
+    def _own(self) -> Dict[str, Any]:
+        """name -> entry, after hpctrain's own registrations (no plugins read)."""
         if not self._loaded:
             self._loaded = True
             importlib.import_module(self._package)
         return self._entries
 
+    def entries(self) -> Dict[str, Any]:
+        """name -> entry, after hpctrain's own registrations and the installed plugins."""
+        own = self._own()
+        if not self._plugins_read:
+            self._plugins_read = True
+            self._read_plugins()
+        return own
+
+    def _read_plugins(self) -> None:
+        for ep in entry_points(self._group):
+            where = describe_entry_point(ep)
+            if ep.name in self._entries:
+                owner = self.plugins.get(ep.name, "hpctrain's own")
+                self._leave_out(ep.name, where, f"the {self._what} name {ep.name!r} is "
+                                f"already taken by {owner}; a plugin cannot replace it",
+                                keep=True)
+                continue
+            try:
+                obj = ep.load()
+                entry = self._plugin(ep.name, ep.value, obj) if self._plugin else ep.value
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the rest
+                self._leave_out(ep.name, where, f"{type(exc).__name__}: {exc}")
+                continue
+            self._entries[ep.name] = entry
+            if isinstance(entry, str):
+                self._objects[ep.name] = obj
+            self.plugins[ep.name] = where
+
+    def _leave_out(self, name: str, where: str, why: str, keep: bool = False) -> None:
+        message = f"{where} was not loaded, so it adds no {self._what} {name!r}: {why}"
+        if not keep:
+            self.broken[name] = message
+        _log.warning("%s", message)
+
     def add(self, name: str, entry: Any) -> None:
-        self.entries()[name] = entry
+        self._own()[name] = entry
         self._objects.pop(name, None)
 
     def remove(self, name: str) -> None:
@@ -49,6 +104,8 @@ class _Index(Sequence):
     def entry(self, name: str) -> Any:
         """``name``'s entry; ValueError naming the known ones otherwise."""
         if name not in self.entries():
+            if name in self.broken:
+                raise ValueError(self.broken[name])
             raise ValueError(f"unknown {self._what} {name!r}; expected one of"
                              f"{self._listing}{', '.join(self.entries())}")
         return self._entries[name]
@@ -89,10 +146,51 @@ def load(target: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+def entry_points(group: str) -> Tuple[Any, ...]:
+    """The entry points of ``group`` that installed distributions declare."""
+    found = _installed_entry_points()
+    if hasattr(found, "select"):
+        return tuple(found.select(group=group))
+    return tuple(found.get(group, ()))  # Python 3.9: a dict by group
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_entry_points() -> Any:
+    """Every installed distribution's entry points: one scan for the three registries."""
+    # (imported here: importlib.metadata and the scan of every installed distribution
+    # would add ~25 ms to the CLI's start-up; they run on a registry's first query)
+    import importlib.metadata
+
+    return importlib.metadata.entry_points()
+
+
+def describe_entry_point(ep: Any) -> str:
+    """``the entry point "x = m:C" of the distribution "d 1.0"``: for messages."""
+    dist = getattr(ep, "dist", None)
+    owner = f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
+    return f'the entry point "{ep.name} = {ep.value}" (group {ep.group}) of the distribution "{owner}"'
+
+
+def _class_plugin(what: str, attribute: Optional[str] = None):
+    """A plugin entry of a ``"module:Class"`` axis: the value, once it names a class (and,
+    with ``attribute``, a class whose ``attribute`` is the entry point's name)."""
+
+    def check(name: str, value: str, obj: Any) -> str:
+        if not isinstance(obj, type):
+            raise TypeError(f"{value} is {obj!r}, expected a {what} class")
+        if attribute and getattr(obj, attribute, None) != name:
+            raise TypeError(f"{value}.{attribute} is {getattr(obj, attribute, None)!r}, "
+                            f"expected {name!r} (the entry point's name)")
+        return value
+
+    return check
+
+
 # --------------------------------------------------------------------------- schedulers
 #: The registered scheduler names (a live view: ``in``, ``join``, iteration); entries are
 #: ``"module:Class"`` targets, imported on first use.
-SCHEDULERS = _Index("hpctrain.schedulers", "scheduler")
+SCHEDULERS = _Index("hpctrain.schedulers", "scheduler", group="hpctrain.schedulers",
+                    plugin=_class_plugin("Scheduler", "name"))
 
 
 def register_scheduler(name: str, target: str) -> None:
@@ -154,8 +252,17 @@ class BackendEntry:
     legacy_api: bool = False  #: a ``backend=`` name of the 1.x ``hpctrain.train`` API
 
 
+def _backend_plugin(name: str, value: str, obj: Any) -> BackendEntry:
+    """A backend plugin's entry point names its :class:`BackendEntry`."""
+    if not isinstance(obj, BackendEntry) or obj.name != name:
+        raise TypeError(f"{value} is {obj!r}, expected a BackendEntry named {name!r} "
+                        "(hpctrain._internal.registry.BackendEntry)")
+    return obj
+
+
 #: The registered backend names (a live view); entries are :class:`BackendEntry`.
-BACKENDS = _Index("hpctrain.backends", "backend")
+BACKENDS = _Index("hpctrain.backends", "backend", group="hpctrain.backends",
+                  plugin=_backend_plugin)
 
 
 def register_backend(name: str, *, backend: str, config: str, trainer: str,
@@ -190,7 +297,8 @@ def backend_entries() -> Tuple[BackendEntry, ...]:
 
 # --------------------------------------------------------------------------- launchers
 #: The registered launcher names (a live view); entries are ``"module:Class"`` targets.
-LAUNCHERS = _Index("hpctrain.launchers", "launcher", listing=": ")
+LAUNCHERS = _Index("hpctrain.launchers", "launcher", listing=": ",
+                   group="hpctrain.launchers", plugin=_class_plugin("Launcher"))
 
 
 def register_launcher(name: str, target: str) -> None:

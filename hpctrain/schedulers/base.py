@@ -93,6 +93,9 @@ class Scheduler:
 
     name = "base"
     template: Optional[str] = None
+    #: A folder searched for ``template`` before hpctrain's ``templates/`` (a plugin's
+    #: own; its template can still ``{% include "_body.sh.j2" %}``).
+    template_dir: Optional[str] = None
     #: The variable holding the job id inside the job.
     job_id_var = "JOB_ID"
     #: The launcher inside the allocation unless ``scheduler.launcher`` names one.
@@ -227,7 +230,7 @@ class Scheduler:
         python = request.python or spec.scheduler.python or sys.executable
         variables["launch"] = launch_line(spec, python=python, run_dir=variables["run_dir"])
         check_script_context(variables, spec, request_python=request.python)
-        return render_template(self.template, variables)
+        return render_template(self.template, variables, template_dir=self.template_dir)
 
     def cd_line(self) -> str:
         """A shell line run first in the job (PBS starts jobs in ``$HOME``)."""
@@ -269,23 +272,26 @@ class Scheduler:
         raise NotImplementedError(f"the {self.name!r} scheduler cannot resubmit a job")
 
 
-@functools.lru_cache(maxsize=1)
-def _environment():
+@functools.lru_cache(maxsize=None)
+def _environment(template_dir: Optional[str] = None):
     import jinja2
 
+    own = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "templates")
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__))), "templates")),
+        loader=jinja2.FileSystemLoader([template_dir, own] if template_dir else own),
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined, autoescape=False)
     env.filters["comment"] = comment
     return env
 
 
-def render_template(template: str, variables: Mapping[str, Any]) -> str:
-    """The template ``template`` rendered with ``variables`` as they are. :meth:`Scheduler.render`
+def render_template(template: str, variables: Mapping[str, Any], *,
+                    template_dir: Optional[str] = None) -> str:
+    """The template ``template`` (looked up in ``template_dir``, then hpctrain's
+    ``templates/``) rendered with ``variables`` as they are. :meth:`Scheduler.render`
     checks them first (:func:`check_script_context`); this is the bare renderer."""
-    return _environment().get_template(template).render(**variables)
+    return _environment(template_dir).get_template(template).render(**variables)
 
 
 # --------------------------------------------------------------------------- shell safety
