@@ -19,8 +19,8 @@ from hpctrain.errors import ConfigError
 from hpctrain.schedulers import BatchRequest, detect_scheduler, get_scheduler
 from hpctrain.schedulers import lsf
 from hpctrain.spec import load_job_spec
+from helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENTRY = os.path.join(ROOT, "examples", "quickstart_train.py")
 RUN = "/scratch/me/runs/r1"
 

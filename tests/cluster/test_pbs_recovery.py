@@ -21,12 +21,11 @@ import sys
 import pytest
 
 import workloads
-from helpers import assert_same_state, cli, final_state, needs_mpirun, pbs_job_file
+from helpers import SUPPORT, assert_same_state, cli, final_state, needs_mpirun, pbs_job_file
 from hpctrain import RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FAKE_DIR = os.path.join(HERE, "fake_pbs")
+FAKE_DIR = os.path.join(SUPPORT, "fake_pbs")
 sys.path.insert(0, FAKE_DIR)
 import _fakepbs as fakepbs  # noqa: E402
 

@@ -12,7 +12,6 @@ fake-based PBS tests (test_pbs_flow.py, test_pbs_recovery.py, test_pbs_submitit.
 run either way. The tests share one server: they run one after another (tests/conftest.py
 puts them in one xdist group) under /tmp/pbs-server.lock.
 """
-import fcntl
 import json
 import os
 import subprocess
@@ -21,33 +20,12 @@ import time
 
 import pytest
 
-from helpers import cli, pbs_job_file, wait_for
+from helpers import ROOT, SUPPORT, cli, pbs_job_file, wait_for
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-#: The code under test, for the job's batch step too (a PBS job does not inherit the
-#: submitter's environment; the ranks get the submitter's PYTHONPATH from the run).
-REPO = os.path.dirname(HERE)
-SCRIPT = os.path.join(HERE, "..", "scripts", "pbs-server.sh")
-SERVER_DIR = os.environ.get("HPCTRAIN_PBS_DIR", "/var/spool/hpctrain-pbs")
-LOCK = "/tmp/pbs-server.lock"
 #: A bound on one test's jobs (a loaded 2-core machine), not a speed check.
 JOB_TIMEOUT = 420
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def pbs_server():
-    """The client commands' directory of a running server; the tests hold its lock."""
-    p = subprocess.run(["bash", SCRIPT, "status"], capture_output=True, text=True,
-                       env={**os.environ, "HPCTRAIN_PBS_DIR": SERVER_DIR})
-    if p.returncode != 0:
-        pytest.skip(reason="no real PBS server running (`scripts/pbs-server.sh status`: "
-                    f"{(p.stdout + p.stderr).strip().splitlines()[:1]}); the fake-based PBS "
-                    "tests cover these paths")
-    with open(LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield os.path.join(SERVER_DIR, "bin")
+pytestmark = [pytest.mark.slow, pytest.mark.cluster("pbs")]
 
 
 class Server:
@@ -265,7 +243,7 @@ def pbs_sweep(tmp_path, storage, name, entrypoint, sweep):
     path.write_text(f"""
 site = "generic-pbs"
 [job]
-entrypoint = "{os.path.join(HERE, entrypoint)}"
+entrypoint = "{os.path.join(SUPPORT, entrypoint)}"
 [run]
 name = "{name}"
 storage_path = "{storage}"
@@ -276,7 +254,7 @@ queue = "workq"
 launcher = "local"
 time = "00:05:00"
 [env]
-PYTHONPATH = "{REPO}"
+PYTHONPATH = "{ROOT}"
 {sweep}""")
     return str(path)
 

@@ -25,8 +25,9 @@ from hpctrain.schedulers import pbs_submitit as pbs
 from hpctrain.schedulers.pbs_submitit import (
     PbsExecutor, PbsInfoWatcher, PbsJob, parse_qsub_output, pbs_state,
 )
+from helpers import SUPPORT
 
-FAKE_DIR = Path(__file__).parent / "fake_pbs"
+FAKE_DIR = Path(SUPPORT) / "fake_pbs"
 _spec = importlib.util.spec_from_file_location("_fakepbs", FAKE_DIR / "_fakepbs.py")
 assert _spec is not None and _spec.loader is not None
 fakepbs = importlib.util.module_from_spec(_spec)

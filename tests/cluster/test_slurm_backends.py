@@ -10,18 +10,12 @@ import os
 import pytest
 
 import backend_workloads as bw
-from helpers import cli as hpctrain_cli
-from slurm import start_cluster
+from helpers import SUPPORT, cli as hpctrain_cli
 from test_backends import assert_exact_sums, lines
 
-pytestmark = pytest.mark.slow
-HERE = os.path.dirname(os.path.abspath(__file__))
+pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
 STEPS = 12
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    start_cluster()
 
 
 def job_file(tmp_path, storage, name, backend, launcher=None, options=""):
@@ -29,7 +23,7 @@ def job_file(tmp_path, storage, name, backend, launcher=None, options=""):
     path.write_text(f"""
 site = "test-cluster"
 [job]
-entrypoint = "{HERE}/backend_workloads.py:collective_loop"
+entrypoint = "{SUPPORT}/backend_workloads.py:collective_loop"
 backend = "{backend}"
 [run]
 name = "{name}"

@@ -6,17 +6,14 @@ import pytest
 
 import slurm
 
+pytestmark = pytest.mark.cluster("slurm")
+
 # each rank writes its own file: lines of ranks sharing one output stream can interleave
 WRITE_INFO = (
     "python3 -c \"from hpctrain.cluster_env import worker_info_from_env as w; i = w(); "
     "open('{out}/rank-%d' % i.world_rank, 'w').write(repr((i.world_rank, i.local_rank, "
     "i.node_rank, i.world_size, i.local_world_size, i.hosts, i.master_addr, i.launcher, "
     "i.scheduler, i.job_id, i.master_port)))\"")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    slurm.start_cluster()
 
 
 def run_job(tmp_path, launch: str):

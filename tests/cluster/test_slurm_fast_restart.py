@@ -12,17 +12,12 @@ import os
 import pytest
 
 import workloads
-from helpers import assert_same_state, final_state, fit
+from helpers import SUPPORT, assert_same_state, final_state, fit
 from helpers import cli as hpctrain_cli
-from slurm import start_cluster, wait_gone
+from slurm import wait_gone
 
-pytestmark = pytest.mark.slow
-HERE = os.path.dirname(os.path.abspath(__file__))
+pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    start_cluster()
 
 
 def _run(tmp_path, storage, name, config, fork):
@@ -30,7 +25,7 @@ def _run(tmp_path, storage, name, config, fork):
     job.write_text(f"""
 site = "test-cluster"
 [job]
-entrypoint = "{HERE}/workloads.py:deterministic"
+entrypoint = "{SUPPORT}/workloads.py:deterministic"
 [run]
 name = "{name}"
 storage_path = "{storage}"
@@ -42,7 +37,7 @@ time = "00:10:00"
 [failure]
 max_failures = 1
 [env]
-PYTHONPATH = "{HERE}"
+PYTHONPATH = "{SUPPORT}"
 HPCTRAIN_FORK_RANKS = "{1 if fork else 0}"
 [config]
 {chr(10).join(f"{k} = {json.dumps(v)}" for k, v in config.items())}

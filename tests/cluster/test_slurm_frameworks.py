@@ -8,18 +8,13 @@ import subprocess
 
 import pytest
 
-from helpers import cli as hpctrain_cli
+from helpers import ROOT, SUPPORT, cli as hpctrain_cli
 from helpers import wait_for
-from slurm import HoldReleaser, squeue_state, start_cluster, wait_gone
+from slurm import HoldReleaser, squeue_state, wait_gone
 
 pytest.importorskip("lightning")
-pytestmark = pytest.mark.slow
-HERE = os.path.dirname(os.path.abspath(__file__))
+pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    start_cluster()
 
 
 def job_file(tmp_path, storage, name, config):
@@ -29,7 +24,7 @@ def job_file(tmp_path, storage, name, config):
     job.write_text(f"""
 site = "test-cluster"
 [job]
-entrypoint = "{HERE}/framework_workloads.py:lightning_deterministic"
+entrypoint = "{SUPPORT}/framework_workloads.py:lightning_deterministic"
 [run]
 name = "{name}"
 storage_path = "{storage}"
@@ -117,7 +112,7 @@ def test_lightning_warned_on_slurm_requeues_and_resumes_to_the_same_weights(tmp_
         assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k
 
 
-EXAMPLES = os.path.join(os.path.dirname(HERE), "examples")
+EXAMPLES = os.path.join(ROOT, "examples")
 ACCELERATE_CONFIG = {"lr": 2e-3, "num_epochs": 2, "seed": 42, "train_batch_size": 16,
                      "eval_batch_size": 32, "train_dataset_size": 256, "eval_dataset_size": 128}
 DEEPSPEED_CONFIG = {"num_epochs": 2, "seed": 42, "eval_batch_size": 32,

@@ -10,19 +10,13 @@ import numpy as np
 import pytest
 
 from gbdt_workloads import FEATURES, LGB_PARAMS, XGB_PARAMS, frame
-from helpers import cli as hpctrain_cli
-from slurm import start_cluster
+from helpers import ROOT, SUPPORT, cli as hpctrain_cli
 
 xgboost = pytest.importorskip("xgboost")
 h5py = pytest.importorskip("h5py")
 
-pytestmark = pytest.mark.slow
-HERE = os.path.dirname(os.path.abspath(__file__))
+pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    start_cluster()
 
 
 @pytest.mark.parametrize("backend", ["xgboost", "lightgbm"])
@@ -39,7 +33,7 @@ def test_two_nodes_resume_after_a_crash_and_equal_one_process(tmp_path, storage,
     job.write_text(f"""
 site = "test-cluster"
 [job]
-entrypoint = "{HERE}/gbdt_workloads.py:{backend[0]}gb_train"
+entrypoint = "{SUPPORT}/gbdt_workloads.py:{backend[0]}gb_train"
 backend = "{backend}"
 [run]
 name = "{backend}2"
@@ -104,7 +98,7 @@ def test_the_ray_quick_starts_on_two_nodes(tmp_path, example, rounds, metric):
     import sys
 
     pytest.importorskip(example.split("_")[0])
-    examples = os.path.join(os.path.dirname(HERE), "examples")
+    examples = os.path.join(ROOT, "examples")
     shutil.copy(os.path.join(examples, "gbdt_quickstart_data.py"), tmp_path)
     source = open(os.path.join(examples, example)).read()
     for old, new in [

@@ -15,14 +15,9 @@ from hpctrain.errors import ConfigError
 from hpctrain.job import Job
 from hpctrain.torch import TorchTrainer
 from helpers import wait_for
-from slurm import start_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    start_cluster()
 
 
 def trainer(func, name, storage, **config):

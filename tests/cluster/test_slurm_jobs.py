@@ -13,19 +13,14 @@ import hpctrain
 import workloads
 from hpctrain import FailureConfig, RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
-from helpers import assert_quickstart_checkpoints, assert_same_state, final_state
+from helpers import ROOT, SUPPORT, assert_quickstart_checkpoints, assert_same_state, final_state
 from helpers import cli as hpctrain_cli
-from slurm import sbatch, start_cluster
+from slurm import sbatch
 
-pytestmark = pytest.mark.slow
-HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = os.path.join(HERE, "workloads.py")
+pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
+WORKLOADS = os.path.join(SUPPORT, "workloads.py")
 EPOCHS = 4
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    start_cluster()
 
 
 def job_file(tmp_path, storage, name, *, function="deterministic_with_info", extra="",
@@ -122,7 +117,7 @@ def test_rendered_script_submitted_by_hand_runs_the_same_training(tmp_path, stor
                                                                   local_reference):
     # a "module:function" entry point next to the job file; sbatch run from elsewhere
     (tmp_path / "mytrain.py").write_text(
-        f"import sys\nsys.path.insert(0, {HERE!r})\n"
+        f"import sys\nsys.path.insert(0, {SUPPORT!r})\n"
         "from workloads import deterministic_with_info  # noqa\n")
     job = job_file(tmp_path, storage, "byhand", entrypoint="mytrain:deterministic_with_info")
     script = hpctrain_cli("render", job).stdout
@@ -272,7 +267,7 @@ def test_ctrl_c_detaches_without_cancelling_and_says_how_to_reattach(storage):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    p = subprocess.Popen([sys.executable, "-c", DRIVER.format(here=HERE, storage=storage)],
+    p = subprocess.Popen([sys.executable, "-c", DRIVER.format(here=SUPPORT, storage=storage)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          preexec_fn=as_a_terminal_would_start_it)
     run = os.path.join(storage, "detach")
@@ -334,9 +329,9 @@ def test_restore_of_a_failed_batch_run_resubmits_it_and_resumes(storage, local_r
 def test_the_submit_from_python_example_runs_as_printed_on_the_test_cluster(tmp_path, storage):
     """examples/submit_from_python.py as the Slurm getting-started page says: run from a
     login-node shell, fit() submits a 2-node job, follows it and prints its Result."""
-    example = os.path.join(os.path.dirname(HERE), "examples", "submit_from_python.py")
+    example = os.path.join(ROOT, "examples", "submit_from_python.py")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PBS_"))}
-    env.update(HPCTRAIN_STORAGE_PATH=storage, PYTHONPATH=os.path.dirname(HERE))
+    env.update(HPCTRAIN_STORAGE_PATH=storage, PYTHONPATH=ROOT)
     p = subprocess.run([sys.executable, example], env=env, cwd=str(tmp_path),
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -351,7 +346,7 @@ def test_the_submit_from_python_example_runs_as_printed_on_the_test_cluster(tmp_
 def test_ray_pytorch_quickstart_on_2_nodes_keeps_one_model_pt_from_rank_0(tmp_path, storage):
     """examples/pytorch_quickstart.py's train_func (every rank saves model.pt and reports
     it) as a 2-node job: each checkpoint holds one model.pt, rank 0's, written once."""
-    example = os.path.join(os.path.dirname(HERE), "examples", "pytorch_quickstart.py")
+    example = os.path.join(ROOT, "examples", "pytorch_quickstart.py")
     job = tmp_path / "quickstart.toml"
     job.write_text(f"""
 site = "test-cluster"

@@ -17,17 +17,12 @@ from hpctrain._internal.rundir.commit import verify_checkpoint
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain.result import Result
 from hpctrain.torch import TorchTrainer
-from helpers import assert_full_disk_failure, assert_same_state, final_state, wait_for
+from helpers import SUPPORT, assert_full_disk_failure, assert_same_state, final_state, wait_for
 from helpers import cli as hpctrain_cli
-from slurm import HoldReleaser, squeue_state, start_cluster, wait_gone
+from slurm import HoldReleaser, squeue_state, wait_gone
 
-pytestmark = pytest.mark.slow
-HERE = os.path.dirname(os.path.abspath(__file__))
+pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    start_cluster()
 
 
 def job_file(tmp_path, storage, name, config, *, function="on_demand", failure="",
@@ -37,7 +32,7 @@ def job_file(tmp_path, storage, name, config, *, function="on_demand", failure="
     path.write_text(f"""
 site = "test-cluster"
 [job]
-entrypoint = "{HERE}/workloads.py:{function}"
+entrypoint = "{SUPPORT}/workloads.py:{function}"
 [run]
 name = "{name}"
 storage_path = "{storage}"
@@ -49,7 +44,7 @@ time = "{time_limit}"
 [failure]
 {failure}
 [env]
-PYTHONPATH = "{HERE}"
+PYTHONPATH = "{SUPPORT}"
 [config]
 {body}
 """)

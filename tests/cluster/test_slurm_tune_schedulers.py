@@ -11,15 +11,10 @@ import tune_sched_workloads as w
 from hpctrain import RunConfig, ScalingConfig, tune
 from hpctrain.torch import TorchTrainer
 from hpctrain.tune.schedulers import ASHAScheduler, PopulationBasedTraining
-from slurm import start_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
 Q8 = [0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    start_cluster()
 
 
 def read(path, *parts):

@@ -8,19 +8,14 @@ import subprocess
 import pytest
 
 import tune_workloads
-from helpers import cli, wait_for
+from helpers import SUPPORT, cli, wait_for
 from hpctrain import RunConfig, ScalingConfig, tune
 from hpctrain.torch import TorchTrainer
-from slurm import HoldReleaser, start_cluster, wait_gone
+from slurm import HoldReleaser, wait_gone
 
-pytestmark = pytest.mark.slow
-HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = os.path.join(HERE, "tune_workloads.py")
+pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
+WORKLOADS = os.path.join(SUPPORT, "tune_workloads.py")
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    start_cluster()
 
 
 def state(run_path):

@@ -16,11 +16,9 @@ import pytest
 import backend_workloads as bw
 from hpctrain import FailureConfig, Result, RunConfig, ScalingConfig
 from hpctrain._internal.rundir.commit import verify_checkpoint
-from helpers import wait_for
+from helpers import ROOT, SUPPORT, wait_for
 
 pytestmark = pytest.mark.slow
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 
 #: (test id, job.backend, backend options, ranks)
 BACKENDS = [
@@ -55,7 +53,7 @@ def job_file(tmp_path, storage, backend, options, workers, config, max_failures=
     path = tmp_path / "job.toml"
     path.write_text(f"""
 [job]
-entrypoint = "{HERE}/backend_workloads.py:collective_loop"
+entrypoint = "{SUPPORT}/backend_workloads.py:collective_loop"
 backend = "{backend}"
 [scaling]
 num_workers = {workers}
@@ -220,7 +218,7 @@ def test_a_missing_framework_says_what_to_install_and_writes_nothing(
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(HIDE % repr(module))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), HERE]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), SUPPORT]))
     job = job_file(tmp_path, storage, backend, {}, 2, {"steps": 2})
     p = subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", job], env=env,
                        capture_output=True, text=True, timeout=120)
@@ -233,7 +231,7 @@ def test_hpctrain_and_the_torch_path_work_with_the_other_frameworks_absent(tmp_p
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(HIDE % "'tensorflow', 'tf_keras', 'horovod', 'mpi4py'")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), HERE]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), SUPPORT]))
     code = f"""
 import sys, hpctrain
 from hpctrain.tensorflow import TensorflowTrainer

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import ROOT
 
 h5py = pytest.importorskip("h5py", reason="hpctrain[data] (h5py) is not installed")
 
@@ -16,7 +17,6 @@ from hpctrain import RunConfig, ScalingConfig  # noqa: E402
 from hpctrain.data import HDF5Dataset, SequenceDataset, plan, shard_list  # noqa: E402
 from hpctrain.torch import TorchTrainer  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
 import data_workloads  # noqa: E402
 
 ROWS, COLS = 4000, 256  # 4 MiB of float32 in chunks of 64 rows (64 KiB); not a multiple
@@ -246,7 +246,7 @@ def test_datasets_round_trip_through_the_job_spec(tmp_path):
 def test_torchmetrics_example_aggregates_the_whole_validation_set(tmp_path):
     torch = pytest.importorskip("torch", reason="hpctrain[torch] is not installed")
     pytest.importorskip("torchmetrics", reason="torchmetrics is not installed")
-    example = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples",
+    example = os.path.join(ROOT, "examples",
                            "torchmetrics_eval.py")
     storage = str(tmp_path / "runs")
     p = subprocess.run([sys.executable, example, "--storage-path", storage, "--epochs", "1"],

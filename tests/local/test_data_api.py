@@ -20,7 +20,6 @@ import hpctrain.train  # noqa: E402 - Ray 2's ray.train.DataConfig path
 from hpctrain import ConfigError, DataConfig, RunConfig, ScalingConfig  # noqa: E402
 from hpctrain.data import HDF5Dataset, SequenceDataset  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
 import data_workloads  # noqa: E402
 
 

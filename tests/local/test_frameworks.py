@@ -12,12 +12,10 @@ import tempfile
 
 import pytest
 
-from helpers import wait_for
+from helpers import ROOT, SUPPORT, wait_for
 
 pytest.importorskip("lightning")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 EXAMPLES = os.path.join(ROOT, "examples")
 
 
@@ -65,7 +63,7 @@ def job_file(tmp_path, storage, name, function, config):
     body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
     path.write_text(f"""
 [job]
-entrypoint = "{HERE}/framework_workloads.py:{function}"
+entrypoint = "{SUPPORT}/framework_workloads.py:{function}"
 [scaling]
 num_workers = 2
 [run]

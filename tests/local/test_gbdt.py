@@ -10,6 +10,7 @@ import pytest
 
 from gbdt_workloads import (LGB_PARAMS, XGB_PARAMS, crash_callback, frame, lgb_train,
                             xgb_train)
+from helpers import ROOT
 
 xgboost = pytest.importorskip("xgboost")
 lightgbm = pytest.importorskip("lightgbm")
@@ -176,9 +177,6 @@ def test_bad_gbdt_input_is_refused_with_a_hint(storage, tmp_path):
                        datasets={"train": frame(100)}, run_config=_run(storage)).fit()
     assert ("label_column: no column 'label' in dataset 'train' (its columns: x0, x1, x2, x3, "
             "x4, y)\nHINT: ") in str(e.value.worker_traceback)
-
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("example,rounds,reports,metric", [

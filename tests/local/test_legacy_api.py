@@ -13,6 +13,7 @@ import pytest
 import hpctrain
 from hpctrain import train
 from hpctrain.train import CheckpointStrategy, JsonLoggerCallback, Trainer, TrainingCallback
+from helpers import ROOT
 
 # The workers cannot import this module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -222,7 +223,7 @@ def test_max_retries_restarts_from_the_latest_checkpoint(tmp_path):
 
 
 def test_the_seed_era_example_runs(tmp_path):
-    example = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "legacy_api.py")
+    example = os.path.join(ROOT, "examples", "legacy_api.py")
     out = subprocess.run([sys.executable, example, "--epochs", "2", "--logdir", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -9,9 +9,8 @@ import textwrap
 
 import pytest
 
-from helpers import cli
+from helpers import ROOT, cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TRAIN = textwrap.dedent('''
     import os, tempfile

@@ -14,7 +14,6 @@ from hpctrain import ConfigError, RunConfig, ScalingConfig  # noqa: E402
 from hpctrain.data import ParquetDataset, as_dataset  # noqa: E402
 from hpctrain.torch import TorchTrainer  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
 import data_workloads  # noqa: E402
 
 SIZES = [700, 323]  # 1023 rows in 2 files, row groups of 64 rows (the last ones shorter)

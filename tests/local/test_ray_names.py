@@ -23,7 +23,6 @@ from hpctrain.schedulers import BatchRequest
 from hpctrain.spec import load_job_spec
 from hpctrain.torch import TorchTrainer
 
-sys.path.insert(0, os.path.dirname(__file__))
 import ray_names_workloads as wl  # noqa: E402
 
 RUN = "/scratch/me/runs/r1"

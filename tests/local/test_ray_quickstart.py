@@ -5,9 +5,8 @@ import os
 import subprocess
 import sys
 
-from helpers import assert_quickstart_checkpoints
+from helpers import ROOT, assert_quickstart_checkpoints
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = {"QUICKSTART_WIDTH": "8", "QUICKSTART_SAMPLES": "128", "QUICKSTART_EPOCHS": "2"}
 
 

@@ -19,9 +19,8 @@ from hpctrain._internal.rundir.commit import verify_checkpoint
 from hpctrain._internal.allocation.recovery import MAX_IDLE_ALLOCATIONS, after_stop
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain.torch import TorchTrainer
-from helpers import assert_same_state, final_state, wait_for
+from helpers import SUPPORT, assert_same_state, final_state, wait_for
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = {"steps": 120, "sleep": 0.03, "every": 0}
 
 
@@ -30,7 +29,7 @@ def job_file(tmp_path, storage, name, config, failure=""):
     body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
     path.write_text(f"""
 [job]
-entrypoint = "{HERE}/workloads.py:on_demand"
+entrypoint = "{SUPPORT}/workloads.py:on_demand"
 [scaling]
 num_workers = 2
 [run]
@@ -190,7 +189,7 @@ def test_python_fit_raises_training_stopped_error_with_the_result(tmp_path, stor
     script = tmp_path / "fit.py"
     script.write_text(f"""
 import sys
-sys.path.insert(0, {HERE!r})
+sys.path.insert(0, {SUPPORT!r})
 import workloads
 from hpctrain import RunConfig, ScalingConfig, TrainingStoppedError
 from hpctrain.torch import TorchTrainer

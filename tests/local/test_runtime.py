@@ -11,7 +11,7 @@ import workloads
 from hpctrain import (Checkpoint, CheckpointConfig, Result, RunConfig, ScalingConfig,
                       TrainingFailedError)
 from hpctrain.torch import TorchTrainer
-from helpers import DUPLICATE_WARNING, assert_full_disk_failure, fit, out, rank_log
+from helpers import DUPLICATE_WARNING, SUPPORT, assert_full_disk_failure, fit, out, rank_log
 
 
 def test_ddp_keeps_replicas_identical(storage):
@@ -363,7 +363,7 @@ def test_ranks_do_not_outlive_their_driver(tmp_path, sig):
         "from hpctrain.torch import TorchTrainer\n"
         f"TorchTrainer(workloads.slow_forever, scaling_config=ScalingConfig(num_workers=2),"
         f" run_config=RunConfig(name='orphan', storage_path={str(tmp_path / 'runs')!r}, verbose=0)).fit()\n")],
-        cwd=os.path.dirname(__file__), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cwd=SUPPORT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     result_file = os.path.join(run_dir, "result.json")
     for _ in range(600):  # wait (up to ~2 min) for the first report
         if os.path.exists(result_file) and os.path.getsize(result_file) > 0:

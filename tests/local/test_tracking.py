@@ -17,8 +17,8 @@ from hpctrain.errors import ConfigError
 from hpctrain.torch import TorchTrainer
 from hpctrain.train import TrainingCallback
 
-sys.path.insert(0, os.path.dirname(__file__))
 import data_workloads  # noqa: E402
+from helpers import SUPPORT
 
 SECRETS = {"WANDB_API_KEY": "sentinel-wandb-0123456789abcdef0123456789abcdef01234567",
            "MLFLOW_TRACKING_PASSWORD": "sentinel-mlflow-password-42"}
@@ -368,7 +368,7 @@ def test_tracking_trouble_never_stops_the_training(tmp_path, caplog, request):
 def test_the_requeue_comes_before_the_callbacks_end(tmp_path, monkeypatch):
     """The scheduler's warning window goes to the requeue: by the time the callbacks end
     (W&B's finish may take long), the next job is already submitted."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "fake_pbs"))
+    sys.path.insert(0, os.path.join(SUPPORT, "fake_pbs"))
     import _fakepbs as fakepbs
 
     from hpctrain._internal.allocation.attempts import end_allocation

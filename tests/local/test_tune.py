@@ -11,16 +11,15 @@ import sys
 import pytest
 
 import tune_workloads
-from helpers import cli, needs_mpirun, wait_for
+from helpers import SUPPORT, cli, needs_mpirun, wait_for
 from hpctrain import RunConfig, ScalingConfig, TrainingFailedError, tune
 from hpctrain.errors import ConfigError
 from hpctrain.spec import load_job_spec
 from hpctrain.torch import TorchTrainer
 
 pytestmark = pytest.mark.slow
-HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = os.path.join(HERE, "tune_workloads.py")
-sys.path.insert(0, os.path.join(HERE, "fake_pbs"))
+WORKLOADS = os.path.join(SUPPORT, "tune_workloads.py")
+sys.path.insert(0, os.path.join(SUPPORT, "fake_pbs"))
 import _fakepbs as fakepbs  # noqa: E402
 
 DOCS_SPACE = {"train_loop_config": {"num_epochs": 2, "input": tune.grid_search([1, 2, 3])}}
@@ -542,7 +541,7 @@ def test_a_failed_second_array_keeps_the_sweep_the_first_one_needs(tmp_path, sto
     (refusing / "qsub").write_text(
         f'#!/bin/sh\nif [ -e "{tmp_path}/one" ]; then\n'
         "  echo 'qsub: would exceed the queue per-user limit' >&2; exit 38\nfi\n"
-        f'touch "{tmp_path}/one"\nexec {HERE}/fake_pbs/qsub "$@"\n')
+        f'touch "{tmp_path}/one"\nexec {SUPPORT}/fake_pbs/qsub "$@"\n')
     (refusing / "qsub").chmod(0o755)
     monkeypatch.setenv("PATH", f"{refusing}{os.pathsep}{os.environ['PATH']}")
     job = sweep_file(tmp_path, storage, "half", site="small-pbs", sweep="seed = 5",

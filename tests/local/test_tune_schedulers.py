@@ -12,13 +12,12 @@ import time
 import pytest
 
 import tune_sched_workloads as w
-from helpers import wait_for
+from helpers import ROOT, SUPPORT, wait_for
 from hpctrain import RunConfig, tune
 from hpctrain.errors import ConfigError
 from hpctrain.tune.schedulers import (ASHAScheduler, AsyncHyperBandScheduler,
                                       HyperBandScheduler, PopulationBasedTraining)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 Q8 = [0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]  # best first: later trials meet the cutoffs
 
 
@@ -272,9 +271,9 @@ def test_optuna_search_asks_and_tells_a_journal_study_and_resumes_after_the_driv
     from optuna.storages.journal import JournalFileBackend
 
     path = os.path.join(storage, "opt")
-    script = OPTUNA_DRIVER.format(tests=HERE, storage=storage)
+    script = OPTUNA_DRIVER.format(tests=SUPPORT, storage=storage)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+        [ROOT, os.environ.get("PYTHONPATH", "")]))
     driver = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
     finished = lambda: [t for t in read(path, "sweep.json")["trials"]  # noqa: E731
                         if t["status"] == "FINISHED"]
@@ -339,7 +338,7 @@ def test_optuna_search_refuses_grid_search_and_needs_a_metric(storage):
 def sweep_file(tmp_path, storage, name, fn, extra, metric="loss", mode="min"):
     job = tmp_path / f"{name}.toml"
     job.write_text(f"""[job]
-entrypoint = "{os.path.join(HERE, 'tune_sched_workloads.py')}:{fn}"
+entrypoint = "{os.path.join(SUPPORT, 'tune_sched_workloads.py')}:{fn}"
 [run]
 name = "{name}"
 storage_path = "{storage}"

@@ -103,8 +103,8 @@ def transformers_resumable(config):
 
     import transformers
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                    "examples"))
+    sys.path.insert(0, os.path.normpath(os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "examples")))
     import transformers_quickstart
 
     class Slow(transformers.TrainerCallback):

@@ -8,6 +8,12 @@ import time
 
 import pytest
 
+#: This folder (the workload modules: importable by name, tests/conftest.py puts it first on
+#: sys.path, and the workers and batch jobs inherit it), tests/, the repository.
+SUPPORT = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(SUPPORT)
+ROOT = os.path.dirname(TESTS)
+
 #: Tests that start real Open MPI ranks.
 needs_mpirun = pytest.mark.skipif(
     shutil.which("mpirun") is None,
@@ -119,8 +125,7 @@ def assert_quickstart_checkpoints(run_path, *, epochs, world_size, width):
     names = sorted(e for e in os.listdir(ckdir) if e.startswith("checkpoint_"))
     assert names == [f"checkpoint_{i:06d}" for i in range(epochs)]
     spec = importlib.util.spec_from_file_location("pytorch_quickstart", os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
-        "pytorch_quickstart.py"))
+        ROOT, "examples", "pytorch_quickstart.py"))
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     for name in names:
@@ -146,14 +151,13 @@ def assert_quickstart_checkpoints(run_path, *, epochs, world_size, width):
 def pbs_job_file(tmp_path, storage, name, *, function="deterministic", config=None,
                  time_="00:10:00", warning=None, failure=(), launcher="mpirun", setup=None,
                  pythonpath=False):
-    """A PBS job spec for tests/workloads.py:<function> (site generic-pbs, queue workq,
+    """A PBS job spec for tests/support/workloads.py:<function> (site generic-pbs, queue workq,
     2 workers on one node, Open MPI's mpirun allowed to run as root): one file for the
     fake-MoM tests (test_pbs_flow, test_pbs_recovery) and the real server's
     (test_pbs_server). ``failure``: extra lines of the [failure] table."""
-    here = os.path.dirname(os.path.abspath(__file__))
     config = {"epochs": 3} if config is None else config
     lines = [f'site = "generic-pbs"', "[job]",
-             f'entrypoint = "{os.path.join(here, "workloads.py")}:{function}"',
+             f'entrypoint = "{os.path.join(SUPPORT, "workloads.py")}:{function}"',
              "[run]", f'name = "{name}"', f'storage_path = "{storage}"',
              "[scaling]", "num_workers = 2", "workers_per_node = 2",
              "[scheduler]", 'queue = "workq"']
@@ -170,7 +174,7 @@ def pbs_job_file(tmp_path, storage, name, *, function="deterministic", config=No
         lines += ["[setup]", f"commands = {json.dumps(setup)}"]
     lines += ["[env]", 'OMPI_ALLOW_RUN_AS_ROOT = "1"', 'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"']
     if pythonpath:
-        lines.append(f'PYTHONPATH = "{os.path.dirname(here)}"')
+        lines.append(f'PYTHONPATH = "{ROOT}"')
     lines.append("[config]")
     lines += [f"{k} = {json.dumps(v)}" for k, v in config.items()]
     path = tmp_path / f"{name}.toml"

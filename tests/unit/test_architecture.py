@@ -15,11 +15,12 @@ import re
 import sys
 
 import pytest
+from helpers import ROOT as REPO
 
 grimp = pytest.importorskip("grimp", reason="grimp (the dev extra) builds the import graph")
 
 PACKAGE = "hpctrain"
-ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), PACKAGE)
+ROOT = os.path.join(REPO, PACKAGE)
 
 
 @pytest.fixture(scope="module")

@@ -31,13 +31,13 @@ import subprocess
 import sys
 
 import pytest
+from helpers import ROOT
 
 try:
     import tomllib
 except ImportError:  # Python < 3.11
     import tomli as tomllib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
 PAGES = sorted([os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(DOCS, "**", "*.md"),
                                                              recursive=True)] + ["README.md"])

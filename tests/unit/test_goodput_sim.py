@@ -5,8 +5,9 @@ import os
 import sys
 
 import pytest
+from helpers import ROOT
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+sys.path.insert(0, os.path.join(ROOT,
                                 "bench"))
 import goodput_sim as gs  # noqa: E402
 

@@ -24,8 +24,8 @@ from hpctrain.schedulers import BatchRequest
 from hpctrain.sites import PACKAGE_SITE_DIR, SITE_PATH_ENV, available_sites
 from hpctrain.spec import load_site
 from hpctrain.spec import load_job_spec
+from helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENTRY = os.path.join(ROOT, "examples", "quickstart_train.py")
 RUN = "/scratch/me/runs/r1"           # the run directory every request renders for
 HEADER = "#!/bin/bash\n# Rendered by hpctrain"

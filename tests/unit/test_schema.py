@@ -12,6 +12,7 @@ import re
 import sys
 
 import pytest
+from helpers import ROOT
 
 try:
     import tomllib
@@ -26,7 +27,6 @@ from hpctrain.errors import ConfigError  # noqa: E402
 from hpctrain.schema import json_schema, key_schema  # noqa: E402
 from hpctrain.spec import CLASS_SECTIONS, EXPECTED, KEYS, SECTIONS, load_job_spec  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_docs import PAGES, blocks  # noqa: E402
 

@@ -27,8 +27,8 @@ from hpctrain.schedulers import BatchRequest
 from hpctrain.schedulers import base as sched_base
 from hpctrain.sites import SITE_PATH_ENV
 from hpctrain.spec import REDACTED, is_credential_key, load_job_spec
+from helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENTRY = os.path.join(ROOT, "examples", "quickstart_train.py")
 RUN = "/scratch/me/runs/r1"
 

@@ -13,8 +13,9 @@ from hpctrain.launchers import launcher_for
 from hpctrain.sites import PACKAGE_SITE_DIR, available_sites
 from hpctrain.spec import load_site
 from hpctrain.spec import load_job_spec
+from helpers import SUPPORT
 
-ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads.py") + ":deterministic"
+ENTRY = os.path.join(SUPPORT, "workloads.py") + ":deterministic"
 
 
 def write(path, text):
