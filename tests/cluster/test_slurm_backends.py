@@ -10,7 +10,7 @@ import os
 import pytest
 
 import backend_workloads as bw
-from helpers import SUPPORT, cli as hpctrain_cli
+from helpers import MPI_AS_ROOT, workload, write_job, cli as hpctrain_cli
 from test_backends import assert_exact_sums, lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
@@ -18,37 +18,15 @@ STEPS = 12
 
 
 
-def job_file(tmp_path, storage, name, backend, launcher=None, options=""):
-    path = tmp_path / f"{name}.toml"
-    path.write_text(f"""
-site = "test-cluster"
-[job]
-entrypoint = "{SUPPORT}/backend_workloads.py:collective_loop"
-backend = "{backend}"
-[run]
-name = "{name}"
-storage_path = "{storage}"
-[scaling]
-num_nodes = 2
-workers_per_node = 1
-[failure]
-max_failures = 1
-{options}
-[scheduler]
-time = "00:05:00"
-{f'launcher = "{launcher}"' if launcher else ""}
-[env]
-OMPI_ALLOW_RUN_AS_ROOT = "1"
-OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"
-[config]
-backend = "{backend}"
-steps = {STEPS}
-every = 2
-crash_rank = 1
-crash_step = 5
-sleep = 0.01
-""")
-    return str(path)
+def job_file(tmp_path, storage, name, backend, launcher=None, options=None):
+    return write_job(
+        tmp_path, name, site="test-cluster",
+        entrypoint=workload("backend_workloads:collective_loop"), job={"backend": backend},
+        storage=storage, scaling={"num_nodes": 2, "workers_per_node": 1},
+        failure={"max_failures": 1}, **(options or {}),
+        scheduler={"time": "00:05:00", **({"launcher": launcher} if launcher else {})},
+        env=MPI_AS_ROOT, config={"backend": backend, "steps": STEPS, "every": 2,
+                                 "crash_rank": 1, "crash_step": 5, "sleep": 0.01})
 
 
 @pytest.mark.parametrize("name,backend,launcher,command", [
@@ -62,7 +40,7 @@ sleep = 0.01
 def test_two_nodes_exact_collectives_and_a_crashed_rank_recovered(
         name, backend, launcher, command, tmp_path, storage):
     # (the [env] lets mpirun start ranks as root, as the tests run; it is not needed elsewhere)
-    options = '[horovod]\ncontroller = "mpi"' if name == "horovod-mpi" else ""
+    options = {"horovod": {"controller": "mpi"}} if name == "horovod-mpi" else {}
     job = job_file(tmp_path, storage, name, backend, launcher, options)
     p = hpctrain_cli("submit", job, "--follow", timeout=400)
     assert "run FINISHED" in p.stdout, p.stdout + p.stderr

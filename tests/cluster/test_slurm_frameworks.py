@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from helpers import ROOT, SUPPORT, cli as hpctrain_cli
+from helpers import ROOT, workload, write_job, cli as hpctrain_cli
 from helpers import wait_for
 from slurm import HoldReleaser, squeue_state, wait_gone
 
@@ -19,26 +19,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
 
 def job_file(tmp_path, storage, name, config):
     """``framework_workloads.lightning_deterministic`` on 2 nodes, one rank each."""
-    job = tmp_path / f"{name}.toml"
-    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
-    job.write_text(f"""
-site = "test-cluster"
-[job]
-entrypoint = "{SUPPORT}/framework_workloads.py:lightning_deterministic"
-[run]
-name = "{name}"
-storage_path = "{storage}"
-[scaling]
-num_nodes = 2
-workers_per_node = 1
-[scheduler]
-time = "00:05:00"
-[failure]
-warning_time = "60s"
-[config]
-{body}
-""")
-    return str(job)
+    return write_job(
+        tmp_path, name, site="test-cluster",
+        entrypoint=workload("framework_workloads:lightning_deterministic"), storage=storage,
+        scaling={"num_nodes": 2, "workers_per_node": 1}, scheduler={"time": "00:05:00"},
+        failure={"warning_time": "60s"}, config=config)
 
 
 def rows(run):

@@ -13,7 +13,8 @@ import hpctrain
 import workloads
 from hpctrain import FailureConfig, RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
-from helpers import ROOT, SUPPORT, assert_quickstart_checkpoints, assert_same_state, final_state
+from helpers import (ROOT, SUPPORT, assert_quickstart_checkpoints, assert_same_state,
+                     final_state, workload, write_job)
 from helpers import cli as hpctrain_cli
 from slurm import sbatch
 
@@ -23,26 +24,13 @@ EPOCHS = 4
 
 
 
-def job_file(tmp_path, storage, name, *, function="deterministic_with_info", extra="",
-             entrypoint=None):
-    path = tmp_path / f"{name}.toml"
-    path.write_text(f"""
-site = "test-cluster"
-[job]
-entrypoint = "{entrypoint or WORKLOADS + ':' + function}"
-[run]
-name = "{name}"
-storage_path = "{storage}"
-[scaling]
-num_nodes = 2
-workers_per_node = 2
-[scheduler]
-time = "00:05:00"
-[config]
-epochs = {EPOCHS}
-{extra}
-""")
-    return str(path)
+def job_file(tmp_path, storage, name, *, function="deterministic_with_info", config=None,
+             failure=None, entrypoint=None):
+    return write_job(
+        tmp_path, name, site="test-cluster",
+        entrypoint=entrypoint or workload(f"workloads:{function}"), storage=storage,
+        scaling={"num_nodes": 2, "workers_per_node": 2}, scheduler={"time": "00:05:00"},
+        **({"failure": failure} if failure else {}), config={"epochs": EPOCHS, **(config or {})})
 
 
 @pytest.fixture(scope="module")
@@ -294,8 +282,8 @@ def test_ctrl_c_detaches_without_cancelling_and_says_how_to_reattach(storage):
 def test_a_rank_killed_under_srun_is_blamed_and_the_group_restarts_in_the_allocation(
         tmp_path, storage, local_reference):
     job = job_file(tmp_path, storage, "killed", function="deterministic",
-                   extra="crash_at = 2\ncrash_rank = 2\ncrash_how = \"sigkill\"\n"
-                         "[failure]\nmax_failures = 1\n")
+                   config={"crash_at": 2, "crash_rank": 2, "crash_how": "sigkill"},
+                   failure={"max_failures": 1})
     hpctrain_cli("submit", job, "--follow")
     run = os.path.join(storage, "killed")
     state = json.load(open(os.path.join(run, "state.json")))

@@ -17,7 +17,8 @@ from hpctrain._internal.rundir.commit import verify_checkpoint
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain.result import Result
 from hpctrain.torch import TorchTrainer
-from helpers import SUPPORT, assert_full_disk_failure, assert_same_state, final_state, wait_for
+from helpers import (SUPPORT, assert_full_disk_failure, assert_same_state, final_state, wait_for,
+                     workload, write_job)
 from helpers import cli as hpctrain_cli
 from slurm import HoldReleaser, squeue_state, wait_gone
 
@@ -27,28 +28,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
 
 def job_file(tmp_path, storage, name, config, *, function="on_demand", failure="",
              time_limit="00:10:00", per_node=2):
-    path = tmp_path / f"{name}.toml"
-    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
-    path.write_text(f"""
-site = "test-cluster"
-[job]
-entrypoint = "{SUPPORT}/workloads.py:{function}"
-[run]
-name = "{name}"
-storage_path = "{storage}"
-[scaling]
-num_nodes = 2
-workers_per_node = {per_node}
-[scheduler]
-time = "{time_limit}"
-[failure]
-{failure}
-[env]
-PYTHONPATH = "{SUPPORT}"
-[config]
-{body}
-""")
-    return str(path)
+    return write_job(
+        tmp_path, name, site="test-cluster", entrypoint=workload(f"workloads:{function}"),
+        storage=storage, scaling={"num_nodes": 2, "workers_per_node": per_node},
+        scheduler={"time": time_limit}, failure=failure, env={"PYTHONPATH": SUPPORT},
+        config=config)
 
 
 def submit(job):

@@ -16,7 +16,7 @@ import pytest
 import backend_workloads as bw
 from hpctrain import FailureConfig, Result, RunConfig, ScalingConfig
 from hpctrain._internal.rundir.commit import verify_checkpoint
-from helpers import ROOT, SUPPORT, wait_for
+from helpers import ROOT, SUPPORT, wait_for, workload, write_job
 
 pytestmark = pytest.mark.slow
 
@@ -48,28 +48,10 @@ def assert_exact_sums(run, workers, steps):
 
 
 def job_file(tmp_path, storage, backend, options, workers, config, max_failures=0):
-    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
-    opts = "\n".join(f"{k} = {json.dumps(v)}" for k, v in options.items())
-    path = tmp_path / "job.toml"
-    path.write_text(f"""
-[job]
-entrypoint = "{SUPPORT}/backend_workloads.py:collective_loop"
-backend = "{backend}"
-[scaling]
-num_workers = {workers}
-[run]
-name = "loop"
-storage_path = "{storage}"
-verbose = 0
-[failure]
-max_failures = {max_failures}
-[{backend}]
-{opts}
-[config]
-backend = "{backend}"
-{body}
-""")
-    return str(path)
+    return write_job(tmp_path, "loop", entrypoint=workload("backend_workloads:collective_loop"),
+                     storage=storage, verbose=0, job={"backend": backend},
+                     scaling={"num_workers": workers}, failure={"max_failures": max_failures},
+                     **{backend: options}, config={"backend": backend, **config})
 
 
 def run_cli(job):

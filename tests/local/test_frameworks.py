@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from helpers import ROOT, SUPPORT, wait_for
+from helpers import ROOT, wait_for, workload, write_job
 
 pytest.importorskip("lightning")
 
@@ -59,21 +59,8 @@ def assert_same_tensors(a, b):
 # ----------------------------------------------------------------------------- Lightning
 def job_file(tmp_path, storage, name, function, config):
     """A job file running ``framework_workloads.<function>`` on 2 workers."""
-    path = tmp_path / f"{name}.toml"
-    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
-    path.write_text(f"""
-[job]
-entrypoint = "{SUPPORT}/framework_workloads.py:{function}"
-[scaling]
-num_workers = 2
-[run]
-name = "{name}"
-storage_path = "{storage}"
-verbose = 0
-[config]
-{body}
-""")
-    return str(path)
+    return write_job(tmp_path, name, entrypoint=workload(f"framework_workloads:{function}"),
+                     storage=storage, verbose=0, scaling={"num_workers": 2}, config=config)
 
 
 def hpctrain_run(job, cwd=None):

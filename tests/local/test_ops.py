@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from helpers import ROOT, cli
+from helpers import cli
 
 
 TRAIN = textwrap.dedent('''

@@ -3,7 +3,6 @@ HDF5, the job file's [datasets], and the errors for bad paths and columns."""
 import doctest
 import json
 import os
-import sys
 
 import numpy as np
 import pytest

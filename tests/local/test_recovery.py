@@ -19,29 +19,15 @@ from hpctrain._internal.rundir.commit import verify_checkpoint
 from hpctrain._internal.allocation.recovery import MAX_IDLE_ALLOCATIONS, after_stop
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain.torch import TorchTrainer
-from helpers import SUPPORT, assert_same_state, final_state, wait_for
+from helpers import SUPPORT, assert_same_state, final_state, wait_for, workload, write_job
 
 CONFIG = {"steps": 120, "sleep": 0.03, "every": 0}
 
 
 def job_file(tmp_path, storage, name, config, failure=""):
-    path = tmp_path / f"{name}.toml"
-    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items())
-    path.write_text(f"""
-[job]
-entrypoint = "{SUPPORT}/workloads.py:on_demand"
-[scaling]
-num_workers = 2
-[run]
-name = "{name}"
-storage_path = "{storage}"
-verbose = 0
-[failure]
-{failure}
-[config]
-{body}
-""")
-    return str(path)
+    return write_job(tmp_path, name, entrypoint=workload("workloads:on_demand"),
+                     storage=storage, verbose=0, scaling={"num_workers": 2}, failure=failure,
+                     config=config)
 
 
 def start(job, *overrides, force=False):

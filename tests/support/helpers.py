@@ -148,35 +148,65 @@ def assert_quickstart_checkpoints(run_path, *, epochs, world_size, width):
         assert DUPLICATE_WARNING not in rank_log(run_path, r)
 
 
+def workload(entry):
+    """``"module:function"`` of a workload module here -> the entry point of a job file
+    (the module's path: a job file's entry point is found by path, also on a Slurm node)."""
+    module, _, function = entry.partition(":")
+    return f"{os.path.join(SUPPORT, module + '.py')}:{function}"
+
+
+def toml_value(value):
+    """``value`` (str, number, bool, list, dict) written as TOML."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(value)  # a string, number or boolean is spelled the same in TOML
+
+
+def write_job(where, name, *, entrypoint, storage, site=None, config=None, verbose=None,
+              **tables):
+    """The tests' one job-file writer: ``where/<name>.toml`` for run ``name`` under
+    ``storage``, returned as a str path. ``tables``: more TOML tables by name, in order
+    (``scaling={"num_workers": 2}``, ``failure={"max_failures": 1}``, a backend's options
+    under its name; a str is a table's body as is); ``config``: the ``[config]`` table."""
+    lines = [f"site = {toml_value(site)}"] if site else []
+    job = {"entrypoint": entrypoint, **tables.pop("job", {})}
+    run = {"name": name, "storage_path": str(storage), **tables.pop("run", {})}
+    if verbose is not None:
+        run["verbose"] = verbose
+    for table, body in [("job", job), ("run", run), *tables.items(), ("config", config or {})]:
+        lines.append(f"[{table}]")
+        if isinstance(body, str):
+            lines.append(body.strip("\n"))
+        else:
+            lines += [f"{k} = {toml_value(v)}" for k, v in body.items()]
+    path = os.path.join(str(where), f"{name}.toml")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+#: Open MPI's mpirun refuses root without these (the test machines run the tests as root).
+MPI_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
 def pbs_job_file(tmp_path, storage, name, *, function="deterministic", config=None,
                  time_="00:10:00", warning=None, failure=(), launcher="mpirun", setup=None,
                  pythonpath=False):
-    """A PBS job spec for tests/support/workloads.py:<function> (site generic-pbs, queue workq,
-    2 workers on one node, Open MPI's mpirun allowed to run as root): one file for the
-    fake-MoM tests (test_pbs_flow, test_pbs_recovery) and the real server's
+    """A PBS job spec for tests/support/workloads.py:<function> (site generic-pbs, queue
+    workq, 2 workers on one node, Open MPI's mpirun allowed to run as root): one file for
+    the fake-MoM tests (test_pbs_flow, test_pbs_recovery) and the real server's
     (test_pbs_server). ``failure``: extra lines of the [failure] table."""
-    config = {"epochs": 3} if config is None else config
-    lines = [f'site = "generic-pbs"', "[job]",
-             f'entrypoint = "{os.path.join(SUPPORT, "workloads.py")}:{function}"',
-             "[run]", f'name = "{name}"', f'storage_path = "{storage}"',
-             "[scaling]", "num_workers = 2", "workers_per_node = 2",
-             "[scheduler]", 'queue = "workq"']
-    if time_:
-        lines.append(f'time = "{time_}"')
-    lines.append(f'launcher = "{launcher}"')
+    scheduler = {"queue": "workq", **({"time": time_} if time_ else {}), "launcher": launcher}
     if launcher == "mpirun":
-        lines.append('launcher_args = ["--oversubscribe", "--bind-to", "none"]')
-    lines.append("[failure]")
-    if warning:
-        lines.append(f'warning_time = "{warning}"')
-    lines.extend(failure)
+        scheduler["launcher_args"] = ["--oversubscribe", "--bind-to", "none"]
+    failure_lines = ([f'warning_time = "{warning}"'] if warning else []) + list(failure)
+    tables = {"scaling": {"num_workers": 2, "workers_per_node": 2}, "scheduler": scheduler,
+              "failure": "\n".join(failure_lines)}
     if setup:
-        lines += ["[setup]", f"commands = {json.dumps(setup)}"]
-    lines += ["[env]", 'OMPI_ALLOW_RUN_AS_ROOT = "1"', 'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"']
-    if pythonpath:
-        lines.append(f'PYTHONPATH = "{ROOT}"')
-    lines.append("[config]")
-    lines += [f"{k} = {json.dumps(v)}" for k, v in config.items()]
-    path = tmp_path / f"{name}.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+        tables["setup"] = {"commands": setup}
+    tables["env"] = {**MPI_AS_ROOT, **({"PYTHONPATH": ROOT} if pythonpath else {})}
+    return write_job(tmp_path, name, site="generic-pbs", entrypoint=workload(
+        f"workloads:{function}"), storage=storage,
+        config={"epochs": 3} if config is None else config, **tables)

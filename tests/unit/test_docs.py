@@ -97,7 +97,8 @@ def test_snippets_are_well_formed(page):
 
 def check_well_formed(page):
     tests_text = "\n".join(open(p, encoding="utf-8").read()
-                           for p in glob.glob(os.path.join(ROOT, "tests", "*.py"))
+                           for p in glob.glob(os.path.join(ROOT, "tests", "**", "*.py"),
+                                     recursive=True)
                            if not p.endswith("test_docs.py"))
     for b in blocks(page):
         includes = _includes(b)
