@@ -8,14 +8,14 @@ script, the exact bytes qsub receives, the job's batch step run by bash as MoM w
 starting the ranks from that node file, a real 2-rank Gloo training, and job state read
 back through `qstat -f -F json`.
 """
-import json
 import os
 import sys
 
 import pytest
 
 import workloads
-from helpers import SUPPORT, assert_same_state, cli, final_state, needs_mpirun, pbs_job_file
+from helpers import (SUPPORT, assert_same_state, cli, final_state, needs_mpirun, pbs_job_file,
+                     run_state)
 from hpctrain import RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
 
@@ -55,7 +55,7 @@ def test_submit_runs_as_mom_would_and_trains_like_a_local_run(tmp_path, storage,
     proc = pbs.run("1.pbshost", hosts=[host], mpiprocs=2, timeout=240)
     log = os.path.join(run, "logs", "pbs-1.pbshost.out")
     assert proc.returncode == 0, proc.stdout + proc.stderr + open(log).read()
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert state["status"] == "FINISHED" and state["job_ids"] == ["1.pbshost"]
     # PBS's own output file went to the run's logs (-o DIR/), not where qsub ran
     assert open(os.path.join(run, "logs", "1.pbshost.OU")).read().startswith(
@@ -107,7 +107,7 @@ def test_hand_submitted_job_records_itself_in_the_run(tmp_path, storage, pbs):
     proc = pbs.run("1.pbshost", hosts=[os.uname().nodename], mpiprocs=2, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = os.path.join(storage, "byhand")
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert state["status"] == "FINISHED"
     assert [(s["job_id"], s["scheduler"], s["recorded_by"]) for s in state["submissions"]] == [
         ("1.pbshost", "pbs", "job")]
@@ -127,7 +127,7 @@ def test_launcher_failure_in_the_job_ends_the_run_failed(tmp_path, storage, pbs)
     proc = pbs.run("1.pbshost", hosts=[os.uname().nodename], mpiprocs=2, timeout=240)
     assert proc.returncode == 2
     run = os.path.join(storage, "badlauncher")
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert state["status"] == "FAILED"
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED"]
     assert "mpiexec" in state["attempts"][0]["error"]
@@ -185,5 +185,5 @@ def test_cancel_of_a_running_job_signals_it_and_it_ends_cancelled(tmp_path, stor
         mom.join(timeout=240)
     job_info = pbs.jobs()["1.pbshost"]
     assert job_info["job_state"] == "F" and job_info["substate"] == 91
-    assert json.load(open(os.path.join(run, "state.json")))["status"] == "INTERRUPTED"
+    assert run_state(run)["status"] == "INTERRUPTED"
     assert "pbs job 1.pbshost: CANCELLED" in cli("status", run).stdout

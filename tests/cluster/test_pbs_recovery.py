@@ -13,7 +13,6 @@ stamps ``HPCTRAIN_JOB_STARTED`` itself, so the timer runs on the real clock), Op
 agreement at a report, the checkpoint commit, ``state.json`` and the inner qsub.
 """
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -21,7 +20,8 @@ import sys
 import pytest
 
 import workloads
-from helpers import SUPPORT, assert_same_state, cli, final_state, needs_mpirun, pbs_job_file
+from helpers import (SUPPORT, assert_same_state, cli, final_state, needs_mpirun, pbs_job_file,
+                     run_state)
 from hpctrain import RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
 
@@ -83,8 +83,7 @@ def following(tmp_path, run):
 
 
 def read_state(run):
-    with open(os.path.join(run, "state.json")) as f:
-        return json.load(f)
+    return run_state(run)
 
 
 def records(run, name):

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from helpers import ROOT, SUPPORT, cli, pbs_job_file, wait_for
+from helpers import ROOT, SUPPORT, cli, pbs_job_file, run_state, wait_for
 
 #: A bound on one test's jobs (a loaded 2-core machine), not a speed check.
 JOB_TIMEOUT = 420
@@ -86,8 +86,7 @@ def job_file(tmp_path, storage, name, *, function="deterministic", config, time_
 
 
 def read_state(run):
-    with open(os.path.join(run, "state.json")) as f:
-        return json.load(f)
+    return run_state(run)
 
 
 def submitted_id(out):
@@ -279,7 +278,7 @@ def test_asha_on_a_pbs_job_array_stops_weak_trials_early_and_finds_the_best(
     iterations = [r.metrics["_training_iteration"] for r in grid]
     assert iterations[0] == 8 and iterations[3] < 8, iterations  # q=0.1 stopped at a rung
     for r, n in zip(grid, iterations):
-        state = json.load(open(os.path.join(r.path, "state.json")))
+        state = run_state(r.path)
         assert len(state["job_ids"]) == 1 and "[" in state["job_ids"][0]  # one subjob each
         assert len(os.listdir(os.path.join(r.path, "checkpoints"))) == n
         if n < 8:

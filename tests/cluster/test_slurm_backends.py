@@ -10,7 +10,7 @@ import os
 import pytest
 
 import backend_workloads as bw
-from helpers import MPI_AS_ROOT, workload, write_job, cli as hpctrain_cli
+from helpers import MPI_AS_ROOT, run_state, workload, write_job, cli as hpctrain_cli
 from test_backends import assert_exact_sums, lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
@@ -45,7 +45,7 @@ def test_two_nodes_exact_collectives_and_a_crashed_rank_recovered(
     p = hpctrain_cli("submit", job, "--follow", timeout=400)
     assert "run FINISHED" in p.stdout, p.stdout + p.stderr
     run = os.path.join(storage, name)
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
     assert len({a["job_id"] for a in state["attempts"]}) == 1  # the same allocation
     with open(os.path.join(state["attempts"][1]["resumed_from"], "state.json")) as f:

@@ -12,7 +12,7 @@ import os
 import pytest
 
 import workloads
-from helpers import SUPPORT, assert_same_state, final_state, fit
+from helpers import SUPPORT, assert_same_state, final_state, fit, run_state
 from helpers import cli as hpctrain_cli
 from slurm import wait_gone
 
@@ -48,7 +48,7 @@ HPCTRAIN_FORK_RANKS = "{1 if fork else 0}"
     run = os.path.join(storage, name)
     with open(os.path.join(run, "logs", job_id, "launcher.out")) as f:
         assert ("hpctrain._internal.nodezygote" in f.read()) is fork
-    return run, json.load(open(os.path.join(run, "state.json")))
+    return run, run_state(run)
 
 
 def test_forked_ranks_end_like_a_local_run(tmp_path, storage):

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from helpers import ROOT, workload, write_job, cli as hpctrain_cli
+from helpers import ROOT, run_state, workload, write_job, cli as hpctrain_cli
 from helpers import wait_for
 from slurm import HoldReleaser, squeue_state, wait_gone
 
@@ -77,8 +77,7 @@ def test_lightning_warned_on_slurm_requeues_and_resumes_to_the_same_weights(tmp_
     finally:
         releaser.stop()
         subprocess.run(["scancel", job_id])
-    with open(os.path.join(run, "state.json")) as f:
-        state = json.load(f)
+    state = run_state(run)
     assert [a["outcome"] for a in state["attempts"]] == ["PREEMPTED", "FINISHED"], state
     assert state["requeues"] == 1 and len(set(state["job_ids"])) == 1
     assert state["attempts"][1]["resumed_from"].endswith(state["attempts"][0]["stop_checkpoint"])

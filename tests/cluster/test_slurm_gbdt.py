@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gbdt_workloads import FEATURES, LGB_PARAMS, XGB_PARAMS, frame
-from helpers import ROOT, SUPPORT, cli as hpctrain_cli
+from helpers import ROOT, SUPPORT, run_state, cli as hpctrain_cli
 
 xgboost = pytest.importorskip("xgboost")
 h5py = pytest.importorskip("h5py")
@@ -56,7 +56,7 @@ crash_rank = 1
     p = hpctrain_cli("submit", str(job), "--follow", timeout=400)
     assert "run FINISHED" in p.stdout, p.stdout + p.stderr
     run = os.path.join(storage, f"{backend}2")
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
     assert len({a["job_id"] for a in state["attempts"]}) == 1  # the same allocation
     with open(os.path.join(run, "test-out", "starts.jsonl")) as f:

@@ -15,7 +15,7 @@ from hpctrain import FailureConfig, RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
 from helpers import (ROOT, SUPPORT, assert_quickstart_checkpoints, assert_same_state,
                      final_state, workload, write_job)
-from helpers import cli as hpctrain_cli
+from helpers import run_state, cli as hpctrain_cli
 from slurm import sbatch
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
@@ -77,7 +77,7 @@ def test_submit_2x2_ddp_matches_local_run_and_ranks_are_right(tmp_path, storage,
         assert i["cwd"] == str(workdir)  # the job runs where it was submitted from
     assert len({i["master_port"] for i in info.values()}) == 1
 
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert state["status"] == "FINISHED"
     job_id = state["submissions"][0]["job_id"]
     assert sorted(os.listdir(os.path.join(run, "logs", job_id))) == [
@@ -112,7 +112,7 @@ def test_rendered_script_submitted_by_hand_runs_the_same_training(tmp_path, stor
     assert not os.path.exists(os.path.join(storage, "byhand"))  # render creates nothing
     job_id = sbatch(script, timeout=240)
     run = os.path.join(storage, "byhand")
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert state["status"] == "FINISHED", open(
         os.path.join(run, "logs", f"slurm-{job_id}.out")).read()
     assert state["job_ids"] == [job_id]
@@ -133,7 +133,7 @@ def test_two_jobs_share_the_nodes_at_once_and_both_finish(tmp_path, storage):
     for run in runs:
         status = hpctrain_cli("status", run, "--follow").returncode
         assert status == 0
-    attempts = [json.load(open(os.path.join(r, "state.json")))["attempts"][0] for r in runs]
+    attempts = [run_state(r)["attempts"][0] for r in runs]
     assert all(a["outcome"] == "FINISHED" for a in attempts)
     a, b = attempts
     assert a["started"] < b["ended"] and b["started"] < a["ended"], \
@@ -269,7 +269,7 @@ def test_ctrl_c_detaches_without_cancelling_and_says_how_to_reattach(storage):
         out, _ = p.communicate(timeout=60)
         assert "detached; job" in out and "keeps running" in out
         assert f"hpctrain status {run} --follow" in out
-        job_id = json.load(open(os.path.join(run, "state.json")))["submissions"][0]["job_id"]
+        job_id = run_state(run)["submissions"][0]["job_id"]
         queued = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"],
                                 capture_output=True, text=True).stdout.strip()
         assert queued == "RUNNING"
@@ -286,7 +286,7 @@ def test_a_rank_killed_under_srun_is_blamed_and_the_group_restarts_in_the_alloca
                    failure={"max_failures": 1})
     hpctrain_cli("submit", job, "--follow")
     run = os.path.join(storage, "killed")
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
     assert state["attempts"][0]["failed_rank"] == 2          # srun: "task 2: Killed"
     assert "signal 9" in state["attempts"][0]["error"]
@@ -307,7 +307,7 @@ def test_restore_of_a_failed_batch_run_resubmits_it_and_resumes(storage, local_r
     trainer = TorchTrainer.restore(run)
     assert trainer.scheduler.kind == "slurm" and trainer.site == "test-cluster"
     result = trainer.fit()
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert len(state["submissions"]) == 2                      # a second job
     assert state["attempts"][-1]["resumed_from"].endswith("checkpoint_000001")
     assert result.status == "FINISHED"
@@ -325,7 +325,7 @@ def test_the_submit_from_python_example_runs_as_printed_on_the_test_cluster(tmp_
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "final metrics: {" in p.stdout and "checkpoint: Checkpoint(" in p.stdout, p.stdout
     run = os.path.join(storage, "from-python")
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert state["status"] == "FINISHED" and len(state["job_ids"]) == 1
     script = open(os.path.join(run, "job.sh")).read()
     assert "#SBATCH --nodes=2" in script and "#SBATCH --time=00:10:00" in script

@@ -19,7 +19,7 @@ from hpctrain.result import Result
 from hpctrain.torch import TorchTrainer
 from helpers import (SUPPORT, assert_full_disk_failure, assert_same_state, final_state, wait_for,
                      workload, write_job)
-from helpers import cli as hpctrain_cli
+from helpers import run_state, cli as hpctrain_cli
 from slurm import HoldReleaser, squeue_state, wait_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
@@ -41,8 +41,7 @@ def submit(job):
 
 
 def state_of(run):
-    with open(os.path.join(run, "state.json")) as f:
-        return json.load(f)
+    return run_state(run)
 
 
 def reference(tmp_path_factory, config, workers=4):

@@ -11,6 +11,7 @@ import tune_sched_workloads as w
 from hpctrain import RunConfig, ScalingConfig, tune
 from hpctrain.torch import TorchTrainer
 from hpctrain.tune.schedulers import ASHAScheduler, PopulationBasedTraining
+from helpers import run_state
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
 Q8 = [0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]
@@ -49,7 +50,7 @@ def test_asha_on_a_slurm_array_ends_weak_tasks_early_and_finds_the_grids_best(st
     assert sum(iterations) < sum(r.metrics["_training_iteration"] for r in full)
     for i in early:
         r = asha[i]
-        state = read(r.path, "state.json")
+        state = run_state(r.path)
         # the array task ended cleanly after the rung's report; its checkpoints stay
         assert state["status"] == "FINISHED" and "below the cutoff" in state["stopped_by"]
         assert state["job_ids"] == [f"{array['job_id']}_{i}"]
@@ -90,7 +91,7 @@ def test_pbt_on_a_slurm_array_exploits_between_tasks_and_beats_no_pbt(storage):
         src = e["source_config"]["train_loop_config"]["lr"]
         new = e["new_config"]["train_loop_config"]["lr"]
         assert new in (pytest.approx(src * 1.2), pytest.approx(src * 0.8)) or 0.1 <= new <= 2.0
-        state = read(pbt.experiment_path, e["trial"], "state.json")
+        state = run_state(os.path.join(pbt.experiment_path, e["trial"]))
         # the restart from the copied checkpoint happened inside the same array task
         assert "RESTARTED" in [a["outcome"] for a in state["attempts"]]
         assert len(state["job_ids"]) == 1

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 import tune_workloads
-from helpers import SUPPORT, cli, wait_for
+from helpers import SUPPORT, cli, run_state, wait_for
 from hpctrain import RunConfig, ScalingConfig, tune
 from hpctrain.torch import TorchTrainer
 from slurm import HoldReleaser, wait_gone
@@ -19,8 +19,7 @@ WORKLOADS = os.path.join(SUPPORT, "tune_workloads.py")
 
 
 def state(run_path):
-    with open(os.path.join(run_path, "state.json")) as f:
-        return json.load(f)
+    return run_state(run_path)
 
 
 def test_ray_docs_example_as_a_slurm_array(storage):

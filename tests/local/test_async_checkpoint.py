@@ -11,7 +11,7 @@ import tempfile
 import pytest
 
 import async_workloads
-from helpers import assert_same_state, fit, out
+from helpers import assert_same_state, fit, out, run_state
 from hpctrain import CheckpointConfig, CheckpointUploadMode, TrainingFailedError
 from hpctrain._internal.rundir.commit import verify_checkpoint
 from hpctrain._internal.rundir.layout import RunDir
@@ -87,7 +87,7 @@ def test_sigkill_during_the_background_commit_keeps_the_previous_checkpoint(stor
     result = fit(async_workloads.deterministic, storage, max_failures=1, name="killed",
                  config={"epochs": 4, "mode": "async", "kill_in_commit": 2})
     assert result.error is None
-    state = json.load(open(os.path.join(result.path, "state.json")))
+    state = run_state(result.path)
     assert state["attempts"][0]["failed_rank"] == 0
     assert "signal 9" in state["attempts"][0]["error"]
     # the second attempt resumed from the checkpoint of epoch 1 (report 2), the one

@@ -16,7 +16,7 @@ import pytest
 import backend_workloads as bw
 from hpctrain import FailureConfig, Result, RunConfig, ScalingConfig
 from hpctrain._internal.rundir.commit import verify_checkpoint
-from helpers import ROOT, SUPPORT, wait_for, workload, write_job
+from helpers import ROOT, SUPPORT, run_state, wait_for, workload, write_job
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def test_collectives_ranks_a_crashed_rank_and_the_warning(backend, options, work
     p.send_signal(signal.SIGUSR1)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 75, err
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert state["status"] == "STOPPED" and state["failures"] == 1
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "PREEMPTED"]
     assert state["attempts"][0]["failed_rank"] == workers - 1
@@ -151,7 +151,7 @@ def test_keras_replicas_end_identical_and_a_crash_resumes_to_the_same_epoch_coun
         assert json.load(f) == {"epoch": epochs - 1}
     # the second attempt started right after the checkpoint it resumed from, and the
     # epochs run last are exactly 0..epochs-1, as in an uninterrupted run
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
     with open(os.path.join(state["attempts"][1]["resumed_from"], "checkpoint.json")) as f:
         resumed_epoch = json.load(f)["epoch"]

@@ -4,7 +4,6 @@ SIGKILL: the next attempt runs on spares that had already imported torch, resume
 last checkpoint and ends with the same model as a run without the kill; no spare outlives
 the run; a spare that cannot be used leaves its rank to start cold. How fast it is, is
 measured by bench/bench_restart.py, not here."""
-import json
 import os
 import sys
 
@@ -14,7 +13,7 @@ import fast_restart_workloads
 import workloads
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain.launchers.warm import WarmLocalLauncher, warm_spares_requested
-from helpers import assert_same_state, final_state, fit, out
+from helpers import assert_same_state, final_state, fit, out, run_state
 
 #: What a cold-started rank runs: the worker package's __main__ (python -m hpctrain._internal.worker)
 COLD = "__main__.py"
@@ -53,7 +52,7 @@ def test_a_rank_killed_with_sigkill_resumes_on_warm_spares_to_the_same_model(
     monkeypatch.setenv("HPCTRAIN_WARM_SPARES", "1")
     killed = fit(fast_restart_workloads.killed_once, storage, max_failures=1, config=CONFIG)
     assert_same_state(final_state(straight.path), final_state(killed.path))
-    state = json.load(open(os.path.join(killed.path, "state.json")))
+    state = run_state(killed.path)
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
     assert state["attempts"][0]["failed_rank"] == 1
     assert "signal 9" in state["attempts"][0]["error"]
@@ -159,7 +158,7 @@ def test_ranks_forked_by_a_node_zygote_train_and_restart_to_the_same_model(
     killed = fit(workloads.deterministic, storage, max_failures=1,
                  config={"epochs": 5, "crash_at": 2, "crash_rank": 1, "crash_how": "sigkill"})
     assert_same_state(final_state(straight.path), final_state(killed.path))
-    state = json.load(open(os.path.join(killed.path, "state.json")))
+    state = run_state(killed.path)
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
     # the zygote wrote the record a rank killed by a signal cannot write itself
     assert state["attempts"][0]["failed_rank"] == 1

@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from helpers import ROOT, wait_for, workload, write_job
+from helpers import ROOT, run_state, wait_for, workload, write_job
 
 pytest.importorskip("lightning")
 
@@ -78,8 +78,7 @@ def warn_mid_run_then_resume(job, run, cwd=None):
     p.send_signal(signal.SIGUSR1)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 75, err
-    with open(os.path.join(run, "state.json")) as f:
-        state = json.load(f)
+    state = run_state(run)
     assert state["status"] == "STOPPED"
     stopped_after, stop_ckpt = len(rows(run)), state["attempts"][-1]["stop_checkpoint"]
     assert rows(run)[-1]["checkpoint_dir_name"] == stop_ckpt  # stopped right after it

@@ -10,7 +10,7 @@ import pytest
 
 from gbdt_workloads import (LGB_PARAMS, XGB_PARAMS, crash_callback, frame, lgb_train,
                             xgb_train)
-from helpers import ROOT
+from helpers import ROOT, run_state
 
 xgboost = pytest.importorskip("xgboost")
 lightgbm = pytest.importorskip("lightgbm")
@@ -77,7 +77,7 @@ def test_xgboost_resumes_from_the_last_checkpoint_after_a_crash(storage, how):
                             scaling_config=ScalingConfig(num_workers=2),
                             datasets={"train": df}, run_config=_run(storage, 1)).fit()
     assert [(s["attempt"], s["start"]) for s in _starts(result)] == [(1, 0), (2, 4)]
-    first = json.load(open(os.path.join(result.path, "state.json")))["attempts"][0]
+    first = run_state(result.path)["attempts"][0]
     assert first["outcome"] == "FAILED" and first["failed_rank"] == 1
     assert ("signal 9" in first["error"]) is (how == "sigkill"), first["error"]
     model = XGBoostTrainer.get_model(result.checkpoint)

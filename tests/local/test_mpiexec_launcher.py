@@ -18,7 +18,7 @@ import pytest
 
 import hpctrain
 import workloads
-from helpers import assert_same_state, final_state, needs_mpirun
+from helpers import assert_same_state, final_state, needs_mpirun, run_state
 from hpctrain import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.allocation.supervisor import Supervisor
@@ -373,7 +373,7 @@ def test_mpirun_training_matches_local_launcher(storage, local_straight):
     took = time.monotonic() - t0
     assert result.status == "FINISHED" and result.error is None, result.error
     assert result.metrics["epoch"] == 5 and result.metrics["_training_iteration"] == 6
-    state = json.load(open(os.path.join(result.path, "state.json")))
+    state = run_state(result.path)
     assert [a["outcome"] for a in state["attempts"]] == ["FINISHED"]
     # each rank got its place from Open MPI's variables, not from hpctrain's local spawner
     for rank in (0, 1):
@@ -417,7 +417,7 @@ def test_mpirun_rank_1_failure_is_the_root_cause(storage):
     assert text.startswith("Training failed: rank 1") and "boom on rank 1" in text
     (job,) = os.listdir(os.path.join(result.path, "logs"))
     assert "boom on rank 1" in open(os.path.join(result.path, "logs", job, "rank-1.out")).read()
-    state = json.load(open(os.path.join(result.path, "state.json")))
+    state = run_state(result.path)
     assert state["attempts"][0]["failed_rank"] == 1 and state["status"] == "FAILED"
 
 
@@ -431,7 +431,7 @@ def test_mpirun_restart_resumes_from_last_checkpoint(storage, local_straight):
         path, start, restarts = open(os.path.join(
             crashed.path, "test-out", f"resumed-attempt-2-rank-{rank}")).read().split()
         assert os.path.basename(path) == "checkpoint_000002" and start == "3" and restarts == "1"
-    state = json.load(open(os.path.join(crashed.path, "state.json")))
+    state = run_state(crashed.path)
     assert state["failures"] == 1
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
     assert state["attempts"][0]["failed_rank"] == 1
@@ -450,7 +450,7 @@ def test_sigkill_of_rank_0_in_the_second_attempt_is_blamed_on_rank_0(storage):
                  name="killed-twice")
     assert info.value.rank == 0
     run = info.value.result.path
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FAILED"]
     assert [(a["failed_rank"], a["error"]) for a in state["attempts"]] == [
         (0, "rank 0 killed by signal 12"), (0, "rank 0 killed by signal 9")]

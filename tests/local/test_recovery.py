@@ -19,7 +19,8 @@ from hpctrain._internal.rundir.commit import verify_checkpoint
 from hpctrain._internal.allocation.recovery import MAX_IDLE_ALLOCATIONS, after_stop
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain.torch import TorchTrainer
-from helpers import SUPPORT, assert_same_state, final_state, wait_for, workload, write_job
+from helpers import (SUPPORT, assert_same_state, final_state, run_state, wait_for, workload,
+                     write_job)
 
 CONFIG = {"steps": 120, "sleep": 0.03, "every": 0}
 
@@ -45,8 +46,7 @@ def reports(run):
 
 
 def state_of(run):
-    with open(os.path.join(run, "state.json")) as f:
-        return json.load(f)
+    return run_state(run)
 
 
 def reference(storage, config):

@@ -11,7 +11,8 @@ import workloads
 from hpctrain import (Checkpoint, CheckpointConfig, Result, RunConfig, ScalingConfig,
                       TrainingFailedError)
 from hpctrain.torch import TorchTrainer
-from helpers import DUPLICATE_WARNING, SUPPORT, assert_full_disk_failure, fit, out, rank_log
+from helpers import (DUPLICATE_WARNING, SUPPORT, assert_full_disk_failure, fit, out, rank_log,
+                     run_state)
 
 
 def test_ddp_keeps_replicas_identical(storage):
@@ -41,7 +42,7 @@ def test_result_files_and_autofilled_metrics(storage, monkeypatch):
     assert csv_lines[0].split(",")[:2] == ["loss", "step"] and len(csv_lines) == 4
     df = result.metrics_dataframe
     assert list(df["step"]) == [0, 1, 2]
-    state = json.load(open(os.path.join(result.path, "state.json")))
+    state = run_state(result.path)
     assert state["status"] == "FINISHED" and state["failures"] == 0
     assert len(state["attempts"]) == 1 and state["attempts"][0]["outcome"] == "FINISHED"
     assert os.path.exists(os.path.join(result.path, "spec.toml"))
@@ -71,7 +72,7 @@ def test_restart_after_crash_ends_in_same_state_as_uninterrupted_run(storage):
     for rank in (0, 1):
         path, start, restarts = open(out(crashed, f"resumed-attempt-2-rank-{rank}")).read().split()
         assert os.path.basename(path) == "checkpoint_000002" and start == "3" and restarts == "1"
-    state = json.load(open(os.path.join(crashed.path, "state.json")))
+    state = run_state(crashed.path)
     assert state["failures"] == 1 and [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
     assert state["attempts"][0]["failed_rank"] == 1
     # iterations continue after the resume: epochs 3..5 were reported again as 4..6
@@ -91,7 +92,7 @@ def test_restore_and_resume_from_checkpoint_after_failure(storage):
     restored = TorchTrainer.restore(failed.path).fit()
     assert restored.path == failed.path and restored.status == "FINISHED"
     _assert_same_state(_final_state(straight), _final_state(restored))
-    state = json.load(open(os.path.join(restored.path, "state.json")))
+    state = run_state(restored.path)
     assert [a["outcome"] for a in state["attempts"]] == ["FAILED", "FINISHED"]
     assert os.path.basename(state["attempts"][1]["resumed_from"]) == "checkpoint_000001"
 
@@ -106,7 +107,7 @@ def test_a_checkpoint_damaged_after_its_commit_is_skipped_for_the_previous_one(s
     with open(latest, "r+b") as f:  # damage the newest checkpoint (a lost tail of the file)
         f.truncate(os.path.getsize(latest) // 2)
     restored = TorchTrainer.restore(run).fit()
-    state = json.load(open(os.path.join(run, "state.json")))
+    state = run_state(run)
     second = state["attempts"][1]
     assert os.path.basename(second["resumed_from"]) == "checkpoint_000001"
     assert second["skipped_checkpoints"][0]["checkpoint"] == "checkpoint_000002"
@@ -266,7 +267,7 @@ def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(storage):
         assert name == "checkpoint_000000" and first_byte == "00"
     ckdir = os.path.join(result.path, "checkpoints")
     assert sorted(os.listdir(ckdir)) == ["checkpoint_000000"]  # half-written one removed
-    state = json.load(open(os.path.join(result.path, "state.json")))
+    state = run_state(result.path)
     assert state["attempts"][0]["failed_rank"] == 0
     assert "signal 9" in state["attempts"][0]["error"]
 
@@ -379,7 +380,7 @@ def test_ranks_do_not_outlive_their_driver(tmp_path, sig):
         time.sleep(0.2)
     assert _ranks_of(run_dir) == []
     if sig == "SIGTERM":  # a clean stop is recorded; a SIGKILLed driver cannot record anything
-        state = json.load(open(os.path.join(run_dir, "state.json")))
+        state = run_state(run_dir)
         assert state["status"] == "INTERRUPTED"
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import tune_sched_workloads as w
-from helpers import ROOT, SUPPORT, wait_for
+from helpers import ROOT, SUPPORT, run_state, wait_for
 from hpctrain import RunConfig, tune
 from hpctrain.errors import ConfigError
 from hpctrain.tune.schedulers import (ASHAScheduler, AsyncHyperBandScheduler,
@@ -120,7 +120,7 @@ def test_asha_stops_weak_trials_early_keeps_their_checkpoints_and_finds_the_grid
     assert len(early) >= 4, iterations  # weak trials stopped below max_t
     for i in early:
         r = asha[i]
-        state = read(r.path, "state.json")
+        state = run_state(r.path)
         assert state["status"] == "FINISHED"
         assert "below the cutoff" in state["stopped_by"]
         assert manifest["trials"][i]["stopped_by"] == state["stopped_by"]
@@ -157,7 +157,7 @@ def test_hyperband_places_trials_in_brackets_and_stops_them_at_their_brackets_ru
         r = grid[i]
         bracket = placed[os.path.basename(r.path)]  # trial_0000i
         assert iterations[i] in hb.rungs(bracket)[1:], (i, bracket, iterations[i])
-        assert "below the cutoff" in read(r.path, "state.json")["stopped_by"]
+        assert "below the cutoff" in run_state(r.path)["stopped_by"]
         assert len(os.listdir(os.path.join(r.path, "checkpoints"))) == iterations[i]
 
 
@@ -173,7 +173,7 @@ def test_a_trial_of_two_ranks_stopped_at_a_rung_ends_both_and_keeps_the_rungs_ch
         tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=ASHAScheduler(
             max_t=6, grace_period=2, reduction_factor=2))).fit()
     assert [r.metrics["_training_iteration"] for r in grid] == [6, 2]
-    weak = read(grid[1].path, "state.json")
+    weak = run_state(grid[1].path)
     assert weak["status"] == "FINISHED" and [a["outcome"] for a in weak["attempts"]] == \
         ["FINISHED"]
     assert "rung training_iteration=2" in weak["stopped_by"]
@@ -185,7 +185,7 @@ def test_stopping_criteria_end_every_trial_at_the_threshold(storage):
                       run_config=RunConfig(name="stop", storage_path=storage, verbose=0,
                                            stop={"training_iteration": 3})).fit()
     assert [r.metrics["_training_iteration"] for r in grid] == [3, 3]
-    assert "training_iteration >= 3" in read(grid[0].path, "state.json")["stopped_by"]
+    assert "training_iteration >= 3" in run_state(grid[0].path)["stopped_by"]
 
     def good_enough(trial_id, result):
         return result["loss"] < 0.5
@@ -235,7 +235,7 @@ def test_pbt_records_exploit_steps_and_beats_the_same_sweep_without_it(storage, 
         copied = read(trial, "checkpoints", e["checkpoint"], ".hpctrain_checkpoint.json")
         assert copied["exploited_from"] == {"trial": e["source"],
                                             "checkpoint": e["source_checkpoint"]}
-        assert "RESTARTED" in [a["outcome"] for a in read(trial, "state.json")["attempts"]]
+        assert "RESTARTED" in [a["outcome"] for a in run_state(trial)["attempts"]]
     # a trial's config is its latest one, as in Ray (what its workers ran with last)
     last = {}
     for e in exploits:

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from hpctrain._internal.rundir.layout import RunDir
+
 #: This folder (the workload modules: importable by name, tests/conftest.py puts it first on
 #: sys.path, and the workers and batch jobs inherit it), tests/, the repository.
 SUPPORT = os.path.dirname(os.path.abspath(__file__))
@@ -90,6 +92,16 @@ def fit(func, storage, *, workers=2, config=None, name=None, ckpt=None, max_fail
                              checkpoint_config=ckpt or CheckpointConfig(),
                              failure_config=FailureConfig(max_failures=max_failures)), **kw)
     return trainer.fit()
+
+
+def run_state(run_path):
+    """The run's ``state.json``, read as hpctrain reads it (``RunDir.read_state``: a damaged
+    or newer-format one is a ConfigError naming the file); fails the test when the run has
+    none yet."""
+    state = RunDir(run_path).read_state()
+    if not state:
+        pytest.fail(f"{run_path}: no state.json (the run never started)")
+    return state
 
 
 def out(result, name):
