@@ -1,7 +1,7 @@
 """`hpctrain submit | status | cancel` against PBS, up to the line we can reach here.
 
 No PBS server can be installed on these machines, so qsub/qstat/qdel are the fakes in
-tests/fake_pbs/ (they reproduce the outputs and exit codes recorded from a live OpenPBS
+tests/support/fake_pbs/ (they reproduce the outputs and exit codes recorded from a live OpenPBS
 23.06 server in shared/notes/pbs-facts.md). Everything on our side is real: the rendered
 script, the exact bytes qsub receives, the job's batch step run by bash as MoM would
 (from $HOME, with the PBS_* variables and a PBS_NODEFILE), Debian's Open MPI `mpirun`

@@ -3,7 +3,7 @@ resubmitting itself (``qsub -W depend=afterany:$PBS_JOBID job.sh``), up to the l
 can reach here.
 
 No PBS server can be installed on these machines (shared/notes/pbs-facts.md), so qsub,
-qstat and qdel are the fakes in tests/fake_pbs/, and ``FakePbs.run`` plays MoM: it runs
+qstat and qdel are the fakes in tests/support/fake_pbs/, and ``FakePbs.run`` plays MoM: it runs
 the job's script with bash from ``$HOME`` with the batch ``PBS_*`` variables, only once
 the job is queued (a successor stays held until its predecessor ended), and kills the
 job's processes at its walltime like MoM (SIGTERM, SIGKILL 10 s later, Exit_status -29).

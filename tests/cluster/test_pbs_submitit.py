@@ -1,13 +1,13 @@
 """PBS submission and job state (hpctrain.schedulers.pbs_submitit): qsub output, qstat JSON.
 
 No PBS server can be installed from the package registries these machines reach, so
-these tests run against fake ``qsub``/``qstat``/``qdel`` executables (tests/fake_pbs/),
+these tests run against fake ``qsub``/``qstat``/``qdel`` executables (tests/support/fake_pbs/),
 put first on PATH. They stand in for a server we cannot install and reproduce the
 outputs and exit codes recorded from a live OpenPBS 23.06 server in
 ``shared/notes/pbs-facts.md`` (job id on qsub's stdout; ``qstat -f -F json`` layout;
 exit 153 for an unknown id, 35 for a finished job without ``-x``, no job at all for
 ``-x`` on a server without history; 256+N for a job killed by signal N, -29 for a
-walltime kill). tests/test_pbs_server.py runs the same paths against a real server.
+walltime kill). tests/cluster/test_pbs_server.py runs the same paths against a real server.
 """
 from __future__ import annotations
 

@@ -333,7 +333,7 @@ _TORCHRUN = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK
 
 def identify_then_train(config):
     """Records where this rank thinks it is and why, prints a line of its own, then
-    runs the deterministic training of tests/workloads.py."""
+    runs the deterministic training of tests/support/workloads.py."""
     from hpctrain import cluster_env
 
     ctx = hpctrain.get_context()

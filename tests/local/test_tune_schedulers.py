@@ -1,6 +1,6 @@
 """Trial schedulers (ASHA, HyperBand, PBT), stopping criteria and Optuna search in local
 sweeps: the rules on made-up results (fast), then real sweeps of toy trials
-(tests/tune_sched_workloads.py)."""
+(tests/support/tune_sched_workloads.py)."""
 import json
 import os
 import random

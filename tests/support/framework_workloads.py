@@ -1,5 +1,5 @@
 """Training functions for the framework integrations (Lightning, Transformers,
-Accelerate, DeepSpeed), imported by the worker processes of tests/test_frameworks.py."""
+Accelerate, DeepSpeed), imported by the worker processes of tests/local/test_frameworks.py."""
 import json
 import os
 import signal

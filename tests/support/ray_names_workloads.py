@@ -1,4 +1,4 @@
-"""Training functions for tests/test_ray_names.py (imported by the workers too)."""
+"""Training functions for tests/local/test_ray_names.py (imported by the workers too)."""
 import json
 import os
 import tempfile

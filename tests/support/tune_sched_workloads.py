@@ -1,5 +1,5 @@
-"""Training functions for the scheduler and search tests (tests/test_tune_schedulers.py,
-tests/test_slurm_tune_schedulers.py): toy objectives, one report (with a checkpoint of
+"""Training functions for the scheduler and search tests (tests/local/test_tune_schedulers.py,
+tests/cluster/test_slurm_tune_schedulers.py): toy objectives, one report (with a checkpoint of
 the state) per step."""
 import os
 import time

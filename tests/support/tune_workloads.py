@@ -1,4 +1,4 @@
-"""Training functions for the sweep tests (tests/test_tune.py, test_tune_slurm.py):
+"""Training functions for the sweep tests (tests/local/test_tune.py, test_tune_slurm.py):
 tiny, so a trial costs little more than its process start."""
 import os
 import time
