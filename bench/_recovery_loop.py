@@ -1,4 +1,4 @@
-"""The training loop of ``bench_recovery.py``: ``tests/workloads.py:on_demand`` with a
+"""The training loop of ``bench_recovery.py``: ``tests/support/workloads.py:on_demand`` with a
 timing trace.
 
 A deterministic DDP loop (MLP 8→16→1, SGD with momentum, ``sleep`` seconds of idle time per

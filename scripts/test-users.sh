@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The extra users of the multi-user tests (tests/test_multiuser.py), made once: a user,
+# The extra users of the multi-user tests (tests/local/test_multiuser.py), made once: a user,
 # a member of the user's project group, an outsider. Needs root (CI runs as root);
 # without it the tests that need them are skipped. Idempotent.
 #

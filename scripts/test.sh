@@ -13,10 +13,10 @@ step() { echo "== [+$(( $(date +%s) - began ))s] $*"; }
 step "starting the test Slurm cluster (scripts/slurm-cluster.sh: 2 nodes on this machine)"
 bash scripts/slurm-cluster.sh start
 
-# The real PBS server for tests/test_pbs_server.py: OpenPBS built from its source tarball
+# The real PBS server for tests/cluster/test_pbs_server.py: OpenPBS built from its source tarball
 # once (cached), a server + 2 MoMs in network namespaces. Without the tarball (or with
 # HPCTRAIN_TEST_PBS=0) those tests are skipped and the PBS tests run against the fakes
-# (tests/fake_pbs); a server that does not start does not stop the suite either.
+# (tests/support/fake_pbs); a server that does not start does not stop the suite either.
 pbs_tarball="${HPCTRAIN_OPENPBS_TARBALL:-../shared/vendor/openpbs/openpbs-23.06.06.tar.gz}"
 if [ "${HPCTRAIN_TEST_PBS:-1}" = 0 ]; then
   echo "== no real PBS server (HPCTRAIN_TEST_PBS=0): the PBS tests run against the fakes"
@@ -51,8 +51,8 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 step "running the test suite"
 set +e
 # two pytest workers (pytest-xdist): the tests that use the Slurm cluster run one after
-# another on one of them (tests/conftest.py groups them), the rest on the other; most of
-# a cluster test's time is spent waiting for Slurm, not on the CPU.
+# another on one of them (tests/conftest.py groups them by their pytest.mark.cluster), the
+# rest on the other; most of a cluster test's time is spent waiting for Slurm, not on the CPU.
 # HPCTRAIN_TEST_WORKERS=0 runs everything in one process, in file order. --durations lists
 # the 30 slowest tests at the end (what a CI run's time goes to).
 workers="${HPCTRAIN_TEST_WORKERS:-2}"

@@ -1,36 +1,84 @@
+"""The suite's shared setup. Layout: unit/ (pure functions, parsing, rendering: no
+training run), local/ (real runs on this machine: processes, frameworks), cluster/ (the
+test Slurm cluster, the real OpenPBS server, the fake PBS and LSF commands), support/ (the
+helpers and the workload modules, imported by name here, in the workers and in batch jobs)."""
+import fcntl
 import os
 import subprocess
+import sys
 import tempfile
 
 import pytest
 
-# Files whose tests submit to the one test Slurm cluster (scripts/slurm-cluster.sh). Under
-# pytest-xdist (scripts/test.sh runs ``-n 2 --dist loadgroup``) they all go to one worker,
-# one after another, as they assume a cluster nobody else is using; the other tests share
-# the second worker's time with them.
-CLUSTER_FILES = {"test_slurm_env.py", "test_slurm_jobs.py", "test_slurm_recovery.py",
-                 "test_slurm_backends.py", "test_tune_slurm.py", "test_slurm_job_handle.py",
-                 "test_slurm_frameworks.py", "test_slurm_gbdt.py",
-                 "test_slurm_tune_schedulers.py", "test_slurm_fast_restart.py"}
+# support/ first on sys.path: ``import workloads``, ``from helpers import ...`` in the tests,
+# and the same names in the workers a run starts (they get the driver's sys.path additions)
+SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "support")
+sys.path.insert(0, SUPPORT)
+from helpers import ROOT  # noqa: E402 - found on the path set just above
+from slurm import start_cluster  # noqa: E402
+
+#: ``pytest.mark.cluster(name)``: the test uses one shared test cluster, name -> the fixture
+#: that brings it up (or skips) and the xdist group its tests share. Under pytest-xdist
+#: (scripts/test.sh runs ``-n 2 --dist loadgroup``) the tests of one group all go to one
+#: worker, one after another, as they assume a cluster nobody else is using.
+CLUSTERS = {"slurm": ("slurm_cluster", "slurm-cluster"), "pbs": ("pbs_server", "pbs-server")}
 
 
-# Files whose tests use the one real PBS server (scripts/pbs-server.sh): likewise one after
-# another on one worker (and under /tmp/pbs-server.lock, which their fixture takes).
-PBS_SERVER_FILES = {"test_pbs_server.py"}
+def _cluster_name(item):
+    marker = item.get_closest_marker("cluster")
+    if marker is None:
+        return None
+    if len(marker.args) != 1 or marker.args[0] not in CLUSTERS:
+        raise pytest.UsageError(f"{item.nodeid}: pytest.mark.cluster expects one of "
+                                f"{sorted(CLUSTERS)}, got {marker.args!r}")
+    return marker.args[0]
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    groups = [("slurm-cluster", CLUSTER_FILES), ("pbs-server", PBS_SERVER_FILES)]
-    first = []
-    for group, files in groups:
-        for item in items:
-            if item.path.name in files:
-                item.add_marker(pytest.mark.xdist_group(group))
-                first.append(item)
+    first, rest = [], []
+    for item in items:
+        name = _cluster_name(item)
+        if name is None:
+            rest.append(item)
+        else:
+            item.add_marker(pytest.mark.xdist_group(CLUSTERS[name][1]))
+            first.append(item)
     # the longest pieces of work first, so that the rest can run beside them
-    grouped = set(CLUSTER_FILES) | PBS_SERVER_FILES
-    items[:] = first + [item for item in items if item.path.name not in grouped]
+    first.sort(key=lambda item: list(CLUSTERS).index(_cluster_name(item)))
+    items[:] = first + rest
+
+
+@pytest.fixture(autouse=True)
+def _cluster(request):
+    """Brings up the cluster a ``pytest.mark.cluster(name)`` test asks for."""
+    name = _cluster_name(request.node)
+    if name is not None:
+        request.getfixturevalue(CLUSTERS[name][0])
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The test Slurm cluster (scripts/slurm-cluster.sh: nodes n1, n2 on this machine),
+    started if it is not running."""
+    start_cluster()
+
+
+@pytest.fixture(scope="session")
+def pbs_server():
+    """The client commands' directory of the real OpenPBS server (scripts/pbs-server.sh);
+    the tests hold its lock (/tmp/pbs-server.lock). Skips without a running server."""
+    server_dir = os.environ.get("HPCTRAIN_PBS_DIR", "/var/spool/hpctrain-pbs")
+    p = subprocess.run(["bash", os.path.join(ROOT, "scripts", "pbs-server.sh"), "status"],
+                       capture_output=True, text=True,
+                       env={**os.environ, "HPCTRAIN_PBS_DIR": server_dir})
+    if p.returncode != 0:
+        pytest.skip(reason="no real PBS server running (`scripts/pbs-server.sh status`: "
+                    f"{(p.stdout + p.stderr).strip().splitlines()[:1]}); the fake-based PBS "
+                    "tests cover these paths")
+    with open("/tmp/pbs-server.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield os.path.join(server_dir, "bin")
 
 # The user's own defaults (hpctrain.userconfig) stay out of the tests: no config file,
 # no default site; tests that need them set their own.

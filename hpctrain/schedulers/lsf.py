@@ -2,7 +2,7 @@
 
 **Not yet run against a real LSF**: the directives follow IBM's bsub reference (LSF
 10.1) and the tests check the rendered script and the parsing of ``bsub``/``bjobs``
-output against a fake ``bsub`` on PATH (tests/test_lsf.py).
+output against a fake ``bsub`` on PATH (tests/cluster/test_lsf.py).
 
 The request: ``-n <workers>`` slots with ``-R "span[ptile=<workers per node>]"`` (a
 worker per slot, the same count on each host), ``-gpu "num=<GPUs per host>"``,

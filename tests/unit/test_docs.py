@@ -1,0 +1,314 @@
+"""The documentation is tested like code.
+
+- Every fenced ``python`` block of ``docs/**/*.md`` and ``README.md`` runs: a page's blocks
+  in order, in one fresh Python process, in a temporary directory (its own storage path and
+  user config), sharing their names as the cells of a notebook would. A block that cannot
+  run here (it needs a GPU or a real cluster) is preceded by ``<!-- test: skip REASON -->``
+  and is compiled instead; no block, run or not, may hold a ``...`` placeholder.
+- A ``bash`` block preceded by ``<!-- test: run -->`` runs too (``bash -euo pipefail``, in
+  the same directory, after the blocks above it); other shell blocks (installs, cluster
+  submissions) are not run.
+- A block preceded by ``<!-- test: file NAME -->`` is written to ``NAME`` in that directory
+  (a job file or a training script the page then runs); every ``toml`` block is parsed.
+- A block that includes a file (``--8<-- "examples/x.py"``, pymdownx.snippets) shows a
+  complete example: the file must exist and a test of the suite must run it.
+- ``mkdocs build --strict`` passes (warnings are errors: broken internal links and anchors,
+  pages left out of the nav, API names that do not resolve).
+- The API reference documents every name of every public module's ``__all__``; the CLI
+  page names every subcommand of ``hpctrain --help``; each of Ray Train's user guides has
+  its hpctrain page in ``docs/ray-guides.md``.
+"""
+from __future__ import annotations
+
+import ast
+import glob
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib
+
+DOCS = os.path.join(ROOT, "docs")
+PAGES = sorted([os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(DOCS, "**", "*.md"),
+                                                             recursive=True)] + ["README.md"])
+
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)[^\n]*$")
+_MARK = re.compile(r"^\s*<!--\s*test:\s*(?P<what>skip|run|file)\b\s*(?P<arg>.*?)\s*-->\s*$")
+_INCLUDE = re.compile(r'^\s*-{1,2}8<-{1,2}\s*"([^"]+)"\s*$')
+
+
+def blocks(page: str):
+    """The fenced blocks of ``page``: dicts with lang, code, line (1-based, of the fence),
+    mark ('skip' | 'run' | 'file' | None) and arg (the mark's reason or file name)."""
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    out, i, mark = [], 0, (None, "")
+    while i < len(lines):
+        m = _MARK.match(lines[i])
+        if m:
+            mark = (m.group("what"), m.group("arg"))
+            i += 1
+            continue
+        f = _FENCE.match(lines[i])
+        if f:
+            indent, fence, lang = f.group("indent"), f.group("fence"), f.group("lang").lower()
+            start, body = i, []
+            i += 1
+            while i < len(lines) and not lines[i].strip().startswith(fence):
+                body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i])
+                i += 1
+            out.append({"lang": lang, "code": "\n".join(body) + "\n", "line": start + 1,
+                        "mark": mark[0], "arg": mark[1], "page": page})
+            mark = (None, "")
+        elif lines[i].strip():
+            mark = (None, "")  # a marker applies to the block right below it
+        i += 1
+    return out
+
+
+def _includes(block):
+    return [m.group(1) for m in map(_INCLUDE.match, block["code"].split("\n")) if m]
+
+
+def _has_ellipsis(tree: ast.AST) -> bool:
+    return any(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(tree))
+
+
+def _where(b) -> str:
+    return f"{b['page']}:{b['line']}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_snippets_are_well_formed(page):
+    """Cheap checks of every block: Python compiles and holds no ``...`` placeholder,
+    TOML parses, included files exist and are run by the suite, markers are known."""
+    check_well_formed(page)
+
+
+def check_well_formed(page):
+    tests_text = "\n".join(open(p, encoding="utf-8").read()
+                           for p in glob.glob(os.path.join(ROOT, "tests", "**", "*.py"),
+                                     recursive=True)
+                           if not p.endswith("test_docs.py"))
+    for b in blocks(page):
+        includes = _includes(b)
+        if includes:
+            for inc in includes:
+                assert os.path.isfile(os.path.join(ROOT, inc)), f"{_where(b)}: {inc} not found"
+                assert os.path.basename(inc) in tests_text, (
+                    f"{_where(b)}: {inc} is shown as a complete example but no test runs it")
+            continue
+        if b["lang"] in ("python", "py"):
+            try:
+                tree = ast.parse(b["code"], filename=_where(b))
+            except SyntaxError as e:
+                pytest.fail(f"{_where(b)}: does not compile: {e}")
+            assert not _has_ellipsis(tree), (
+                f"{_where(b)}: a `...` placeholder in a Python snippet; write code that runs")
+        elif b["lang"] == "toml" and b["mark"] != "skip":
+            try:
+                tomllib.loads(b["code"])
+            except tomllib.TOMLDecodeError as e:
+                pytest.fail(f"{_where(b)}: TOML does not parse: {e}")
+        if b["mark"] == "skip":
+            assert b["arg"], f"{_where(b)}: `<!-- test: skip -->` needs a reason"
+        if b["mark"] == "run":
+            assert b["lang"] in ("bash", "sh", "console"), f"{_where(b)}: `run` marks shell blocks"
+
+
+_RUNNER = r'''
+import json, os, subprocess, sys
+for b in json.load(open(sys.argv[1])):
+    where = "%s:%d" % (b["page"], b["line"])
+    print("== " + where, flush=True)
+    if b["kind"] == "file":
+        os.makedirs(os.path.dirname(os.path.abspath(b["arg"])), exist_ok=True)
+        with open(b["arg"], "w") as f:
+            f.write(b["code"])
+    elif b["kind"] == "python":
+        exec(compile(b["code"], where, "exec"), globals())
+    else:
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", b["code"]])
+        if r.returncode:
+            sys.exit("%s: the shell block exited %d" % (where, r.returncode))
+'''
+
+
+def _runnable(page):
+    out = []
+    for b in blocks(page):
+        if _includes(b) or b["mark"] == "skip":
+            continue
+        if b["mark"] == "file":
+            out.append({**b, "kind": "file"})
+        elif b["lang"] in ("python", "py"):
+            out.append({**b, "kind": "python"})
+        elif b["mark"] == "run":
+            out.append({**b, "kind": "bash"})
+    return out
+
+
+RUN_PAGES = [p for p in PAGES if any(b["kind"] != "file" for b in _runnable(p))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", RUN_PAGES)
+def test_snippets_run(page, tmp_path):
+    """The page's snippets, run as a reader would: in order, in a fresh process."""
+    p = run_snippets(_runnable(page), tmp_path)
+    assert p.returncode == 0, (f"a snippet of {page} failed (exit {p.returncode}); the last "
+                               f"'== page:line' names it:\n{p.stdout[-6000:]}\n{p.stderr[-6000:]}")
+
+
+def run_snippets(runnable, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    os.symlink(os.path.join(ROOT, "examples"), work / "examples")
+    (work / "blocks.json").write_text(json.dumps(runnable))
+    (work / "run_blocks.py").write_text(_RUNNER)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HPCTRAIN_STORAGE_PATH=str(work / "runs"),  # "runs" in the snippets
+               XDG_CONFIG_HOME=str(tmp_path / "xdg"), OMP_NUM_THREADS="1",
+               HPCTRAIN_DOCS_TEST="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("HPCTRAIN_SITE", None)
+    return subprocess.run([sys.executable, "run_blocks.py", "blocks.json"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=280)
+
+
+BROKEN_PAGE = "docs/getting-started/local.md"
+
+
+def _broken_copy(tmp_path, edit):
+    """A copy of a real page whose first Python block is changed by ``edit`` (a reader's
+    typo, a placeholder), and that block's line in the copy."""
+    first = next(b for b in blocks(BROKEN_PAGE) if b["lang"] in ("python", "py")
+                 and not _includes(b))
+    text = open(os.path.join(ROOT, BROKEN_PAGE), encoding="utf-8").read()
+    broken = edit(first["code"])
+    assert broken != first["code"]
+    page = tmp_path / "broken.md"
+    page.write_text(text.replace(first["code"], broken, 1), encoding="utf-8")
+    return str(page), first["line"]
+
+
+def test_a_broken_snippet_fails_its_page_and_is_named(tmp_path):
+    """What the two tests above catch, shown on a real page broken on purpose: a snippet
+    that raises fails the run and the runner names its line; a `...` placeholder fails
+    the cheap check."""
+    page, line = _broken_copy(tmp_path, lambda code: code.replace("report(", "reprot(", 1)
+                              if "report(" in code else code + "undefined_name_here\n")
+    p = run_snippets(_runnable(page), tmp_path)
+    assert p.returncode != 0
+    assert [x for x in p.stdout.split("\n") if x.startswith("== ")][-1] == f"== {page}:{line}"
+    assert "reprot" in p.stdout + p.stderr or "undefined_name_here" in p.stderr
+    page, _ = _broken_copy(tmp_path, lambda code: code + "loss = ...\n")
+    with pytest.raises(AssertionError, match="a `...` placeholder in a Python snippet"):
+        check_well_formed(page)
+
+
+def test_readme_is_a_first_screen():
+    """The README is short and points into the docs, and says how to build them."""
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert len(text.split("\n")) <= 120
+    assert "mkdocs build --strict" in text
+    for target in re.findall(r"\]\((docs/[^)#]+)", text):
+        assert os.path.isfile(os.path.join(ROOT, target)), f"README links to missing {target}"
+
+
+PUBLIC_MODULES = ["hpctrain", "hpctrain.torch", "hpctrain.lightning",
+                  "hpctrain.huggingface.transformers", "hpctrain.tensorflow",
+                  "hpctrain.tensorflow.keras", "hpctrain.horovod", "hpctrain.mpi",
+                  "hpctrain.xgboost", "hpctrain.lightgbm", "hpctrain.data",
+                  "hpctrain.callbacks", "hpctrain.tune"]
+# constants documented in their module's prose rather than as entries of their own
+NOT_ENTRIES = {"__version__", "CREDENTIAL_RE", "REMAINDERS", "MODEL_FILE", "STATE_FILE"}
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_api_reference_covers_every_public_name(module):
+    names = importlib.import_module(module).__all__
+    text = "\n".join(open(p, encoding="utf-8").read()
+                     for p in glob.glob(os.path.join(DOCS, "reference", "*.md")))
+    entries = set(re.findall(r"^::: ([\w.]+)", text, re.M))
+    # a lazily created class is documented where it is defined (x._callback.Name, x._Name)
+    documented = {e.split(".")[-1].lstrip("_") for e in entries if e.startswith(module + ".")}
+    missing = [n for n in names if n not in NOT_ENTRIES and n not in documented]
+    assert not missing, f"docs/reference/ has no `::: {module}.<name>` for {missing}"
+
+
+def test_cli_page_names_every_subcommand():
+    p = subprocess.run([sys.executable, "-m", "hpctrain", "--help"], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
+    commands = re.search(r"\{([\w,]+)\}", p.stdout)
+    names = commands.group(1).split(",") if commands else \
+        re.findall(r"^    (\w+)\s{2,}", p.stdout, re.M)
+    assert len(names) >= 10, p.stdout
+    page = open(os.path.join(DOCS, "cli.md"), encoding="utf-8").read()
+    missing = [n for n in names if f"## `hpctrain {n}" not in page]
+    assert not missing, f"docs/cli.md has no section `## hpctrain NAME` for {missing}"
+
+
+# Ray Train's user guides (docs.ray.io, train/user-guides) and its framework guides
+RAY_GUIDES = ["Data loading and preprocessing", "Configuring scale and GPUs", "Local mode",
+              "Configuring persistent storage", "Monitoring and logging metrics",
+              "Saving and loading checkpoints", "Validating checkpoints asynchronously",
+              "Elastic training",
+              "Experiment tracking", "Inspecting training results",
+              "Handling failures and node preemption", "Reproducibility",
+              "Hyperparameter optimization", "Get started with PyTorch",
+              "Get started with PyTorch Lightning", "Get started with Hugging Face Transformers",
+              "Get started with Hugging Face Accelerate", "Get started with DeepSpeed",
+              "Get started with TensorFlow and Keras", "Get started with Horovod",
+              "Get started with XGBoost", "Get started with LightGBM"]
+
+
+def test_every_ray_guide_has_its_page():
+    text = open(os.path.join(DOCS, "ray-guides.md"), encoding="utf-8").read()
+    for guide in RAY_GUIDES:
+        row = [line for line in text.split("\n") if line.startswith("|") and guide in line]
+        assert row, f"docs/ray-guides.md has no row for Ray's guide {guide!r}"
+        assert re.search(r"\]\([\w/.-]+\.md(#[\w-]+)?\)", row[0]), \
+            f"the row of {guide!r} links to no hpctrain page"
+
+
+# The Ray names hpctrain has: every one is in the porting table (with what differs)
+RAY_NAME_MODULES = ["hpctrain.train", "hpctrain.tune", "hpctrain.train.torch",
+                    "hpctrain.train.tensorflow", "hpctrain.train.horovod",
+                    "hpctrain.train.lightning", "hpctrain.train.xgboost",
+                    "hpctrain.train.lightgbm", "hpctrain.train.huggingface.transformers",
+                    "hpctrain.train.callbacks"]
+
+
+@pytest.mark.parametrize("module", RAY_NAME_MODULES)
+def test_the_porting_table_names_every_ray_name(module):
+    text = open(os.path.join(DOCS, "porting.md"), encoding="utf-8").read()
+    names = importlib.import_module(module).__all__
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)  # fenced blocks out: spans pair up
+    code = " ".join(re.findall(r"`([^`]+)`", text))      # the names in code spans
+    missing = [n for n in names if not re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", code)]
+    assert not missing, f"docs/porting.md does not name {missing} (from {module}.__all__)"
+
+
+def test_docs_build_strict(tmp_path):
+    """``mkdocs build --strict``: what CI runs, warnings as errors."""
+    if shutil.which("mkdocs") is None:
+        try:
+            importlib.import_module("mkdocs")
+            importlib.import_module("mkdocstrings")
+        except ImportError:
+            pytest.skip(reason="mkdocs is not installed (pip install -e '.[docs]')")
+    p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
+                        "-d", str(tmp_path / "site")], cwd=ROOT, capture_output=True,
+                       text=True, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"), timeout=280)
+    assert p.returncode == 0, p.stdout[-5000:] + p.stderr[-5000:]
+    assert (tmp_path / "site" / "reference" / "hpctrain" / "index.html").is_file()
