@@ -18,7 +18,7 @@ import pytest
 import hpctrain
 from helpers import cli
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 TOY = REPO / "examples" / "plugins" / "hpctrain-toy-scheduler"
 
 TRAIN = """\
