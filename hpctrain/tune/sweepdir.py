@@ -21,7 +21,7 @@ import os
 import secrets
 import sys
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from filelock import FileLock
 
