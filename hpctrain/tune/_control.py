@@ -36,8 +36,8 @@ from ..checkpoint import METADATA_FILE
 from ..config import check_stop  # noqa: F401 (the tune side's name for it)
 from .._internal.worker.trial import CONTROL_FILE
 from .schedulers import EXPLOIT, STOP, result_value
-from .sweepdir import (FAILED, FINISHED, SweepDir, open_manifest, train_loop_config, trial_id,
-                       trial_index)
+from .sweepdir import FAILED, FINISHED, SweepDir, open_manifest, trial_id, trial_index
+from .sweepdir import train_loop_config as merged_config
 
 STATE_FILE = "scheduler_state.json"
 CONFIG_FILE = "tune_config.json"      # in the trial's .hpctrain/
@@ -132,7 +132,7 @@ def applied_config(train_loop_config: Optional[Dict[str, Any]], run_path: str
     o = config_override(run_path)
     if not o:
         return train_loop_config
-    return train_loop_config(train_loop_config, o["config"], o.get("shape", "train_loop_config"))
+    return merged_config(train_loop_config, o["config"], o.get("shape", "train_loop_config"))
 
 
 # --------------------------------------------------------------------------- rank 0
