@@ -135,10 +135,10 @@ def slurm_figures(n: int, work_s: float, storage: str, rep: int) -> Dict[str, fl
 def submission_cost(storage: str, n: int = 200) -> float:
     """Seconds per trial to render and prepare a Slurm sweep of ``n`` trials (no sbatch)."""
     from hpctrain.tune import _sweep
-    from hpctrain.tune.tuner import _prepare_batch_trial
+    from hpctrain.tune.sweepdir import SweepDir
 
     tuner = _tuner(storage, "prep", n, 0.0, slurm=True)
-    sweep = _sweep.SweepDir(tuner.experiment_path)
+    sweep = SweepDir(tuner.experiment_path)
     m = tuner._manifest(sweep)
     configs = {t["index"]: t["config"] for t in m["trials"]}
     spec = tuner._trainer.job_spec()
@@ -147,7 +147,7 @@ def submission_cost(storage: str, n: int = 200) -> float:
         _sweep.render_array(spec, sweep.path, offset, tasks, max_concurrent=1, rerender="",
                             label="bench")
     for i in range(n):
-        _prepare_batch_trial(tuner._trial_trainer(sweep, i, configs[i]), sweep)
+        _sweep.prepare_batch_trial(tuner._trial_run(sweep, i, configs[i]), sweep)
     return (time.perf_counter() - t) / n
 
 

@@ -624,7 +624,7 @@ def _check_value(ctx: Ctx, key: str, kind: str, value: Any) -> Any:
         return copy.deepcopy(value)
     if kind == "tune":
         # the table's shape here; its type and options are checked by building the
-        # scheduler or search algorithm (hpctrain.tune.tuner.control_from_spec), which
+        # scheduler or search algorithm (hpctrain.tune.jobfile.control_from_spec), which
         # `hpctrain validate`, `hpctrain sweep` and the Tuner do before anything is made
         if not isinstance(value.get("type"), str):
             raise ctx.error(f"{key}.type", f"expected the name of a {key.split('.')[-1]} "

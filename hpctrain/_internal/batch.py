@@ -121,7 +121,7 @@ def _load_and_run(run: RunDir, pending, script: Optional[str],
         _log(f"the spec embedded in the job script is not valid: {e}")
         return 2
     if sweep_trial is not None:  # one task of a sweep's job array (hpctrain.tune)
-        from hpctrain.tune._batch import run_trial
+        from hpctrain.tune.array_task import run_trial
 
         return run_trial(run, spec, sweep_trial, lambda trial_spec, job_script: run_allocation(
             run, trial_spec, pending, job_script, record_job=False))

@@ -52,7 +52,7 @@ def _run_entry(path: str) -> Entry:
 
 
 def _sweep_entry(path: str) -> Entry:
-    from hpctrain.tune._sweep import SweepDir
+    from hpctrain.tune.sweepdir import SweepDir
 
     sweep = SweepDir(path)
     manifest = sweep.read()
@@ -66,7 +66,7 @@ def _sweep_entry(path: str) -> Entry:
 
 def list_storage(storage_path: str) -> List[Entry]:
     """The runs and sweeps directly under ``storage_path``, newest first."""
-    from hpctrain.tune._sweep import SweepDir
+    from hpctrain.tune.sweepdir import SweepDir
 
     if not os.path.isdir(storage_path):
         raise ConfigError(f"{storage_path}: no such directory",

@@ -241,7 +241,7 @@ def _sweep_scripts(args, spec):
     import copy
 
     from hpctrain.cli.sweep import rerender_command
-    from hpctrain.tune.tuner import render_from_spec, sweep_path_of
+    from hpctrain.tune.jobfile import render_from_spec, sweep_path_of
 
     spec = copy.copy(spec)
     spec.sweep = copy.deepcopy(spec.sweep)  # rendering picks a seed; the spec keeps none
@@ -339,7 +339,7 @@ def _sweep_status(path: str, follow: bool) -> int:
     from hpctrain.cli.sweep import print_results as print_sweep
 
     if follow:
-        from hpctrain.tune._sweep import SweepDir, follow as follow_sweep
+        from hpctrain.tune.sweepdir import SweepDir, follow as follow_sweep
 
         follow_sweep(SweepDir(path))
         return print_sweep(path, final=True)
@@ -538,7 +538,7 @@ def cmd_validate(args) -> int:
     trainer = trainer_from_spec(spec)
     trainer.check_datasets()  # the entry point, every config, data files
     if spec.sweep and (spec.sweep.get("scheduler") or spec.sweep.get("search_alg")):
-        from hpctrain.tune.tuner import control_from_spec, space_of
+        from hpctrain.tune.jobfile import control_from_spec, space_of
 
         control_from_spec(spec, space_of(spec))  # the scheduler's and searcher's options
     from hpctrain._internal.registry import scheduler_class
@@ -627,7 +627,7 @@ def _runs_of(names: List[str]) -> List[str]:
     """Run names or directories, each sweep directory among them replaced by its trials'
     run directories."""
     from hpctrain._internal.rundir.layout import RunDir
-    from hpctrain.tune._sweep import SweepDir
+    from hpctrain.tune.sweepdir import SweepDir
     from hpctrain.cli.sweep import sweep_dir_of
 
     out: List[str] = []
@@ -636,9 +636,7 @@ def _runs_of(names: List[str]) -> List[str]:
         if sweep is None:
             out.append(name)
             continue
-        trials = [SweepDir(sweep).trial_path(t["index"])
-                  for t in SweepDir(sweep).read().get("trials", [])]
-        out += [t for t in trials if RunDir(t).exists()]
+        out += [t for t in SweepDir(sweep).trial_paths() if RunDir(t).exists()]
     return out
 
 

@@ -17,7 +17,7 @@ def sweep_dir_of(name_or_path: str) -> Optional[str]:
     """The sweep directory ``name_or_path`` names (a path, or a name under the default
     storage path), or None when it is not a sweep."""
     from hpctrain.config import default_storage_path
-    from hpctrain.tune._sweep import SweepDir
+    from hpctrain.tune.sweepdir import SweepDir
 
     candidates = [name_or_path]
     if os.sep not in name_or_path and not name_or_path.startswith("."):
@@ -37,7 +37,7 @@ def rerender_command(args: Any, name: str) -> str:
 
 def cmd_sweep(args: Any) -> int:
     from hpctrain.spec import load_job_spec
-    from hpctrain.tune.tuner import render_from_spec, run_spec, sweep_path_of
+    from hpctrain.tune.jobfile import render_from_spec, run_spec, sweep_path_of
 
     spec = load_job_spec(args.job, args.overrides, site=args.site)
     if not spec.sweep:
@@ -78,8 +78,8 @@ def cmd_sweep(args: Any) -> int:
 def _print_plan(spec: JobSpec) -> None:
     """A local sweep's trials (``--dry-run``): index and config."""
     from hpctrain.tune import search
-    from hpctrain.tune._sweep import SweepDir, trial_id
-    from hpctrain.tune.tuner import space_of, sweep_path_of
+    from hpctrain.tune.sweepdir import SweepDir, trial_id
+    from hpctrain.tune.jobfile import space_of, sweep_path_of
 
     sweep = SweepDir(sweep_path_of(spec))
     if sweep.exists():

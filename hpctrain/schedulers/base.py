@@ -77,7 +77,7 @@ class Allocation(NamedTuple):
 
 
 class ArrayJob(NamedTuple):
-    """How one job array runs a sweep's trials (:mod:`hpctrain.tune._sweep`)."""
+    """How one job array runs a sweep's trials (:mod:`hpctrain.tune`'s job arrays)."""
 
     directives: Dict[str, Any]        # added to the spec's scheduler.directives
     index: str                        # shell expression of the task's array index

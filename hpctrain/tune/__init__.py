@@ -16,7 +16,8 @@ best = grid.get_best_result()            # .config, .metrics, .checkpoint, .path
 df = grid.get_dataframe()
 ```
 Every trial is a normal hpctrain run (``<storage>/<name>/trial_NNNNN``) with the trainer's
-scaling, checkpointing and recovery settings. See :mod:`.tuner` and :mod:`._sweep`.
+scaling, checkpointing and recovery settings. See :mod:`.tuner`, :mod:`.sweepdir` (a sweep
+on disk: what the CLI reads) and :mod:`.jobfile` (`hpctrain sweep job.toml`).
 """
 from __future__ import annotations
 

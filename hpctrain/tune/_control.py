@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import sys
 import time
 from typing import Any, Dict, Optional
 
@@ -29,10 +30,14 @@ from filelock import FileLock
 
 from .._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from .._internal.log import get_logger
-from .._internal.rundir.layout import DECISION_FILE, RunDir
+from .._internal.rundir.layout import DECISION_FILE, RunDir, checkpoint_dir_name, read_results
 from .._internal.trust import load_trusted_pickle
+from ..checkpoint import METADATA_FILE
 from ..config import check_stop  # noqa: F401 (the tune side's name for it)
 from .._internal.worker.trial import CONTROL_FILE
+from .schedulers import EXPLOIT, STOP, result_value
+from .sweepdir import FAILED, FINISHED, SweepDir, open_manifest, trial_id, trial_index
+from .sweepdir import train_loop_config as merged_config
 
 STATE_FILE = "scheduler_state.json"
 CONFIG_FILE = "tune_config.json"      # in the trial's .hpctrain/
@@ -74,8 +79,6 @@ class TrialControl:
 def stop_met(stop: Any, trial_id: str, result: Dict[str, Any]) -> Optional[str]:
     """Why ``result`` meets the stopping criteria (Ray: any ``result[key] >= value``),
     or None."""
-    from .schedulers import result_value
-
     if stop is None:
         return None
     if isinstance(stop, dict):
@@ -110,16 +113,6 @@ def load_control(sweep_path: str) -> Optional[TrialControl]:
     return _CACHE[key]
 
 
-def trial_id_of(index: int) -> str:
-    from ._sweep import trial_id
-
-    return trial_id(index)
-
-
-def trial_index(trial_id: str) -> int:
-    return int(trial_id.rsplit("_", 1)[-1])
-
-
 def config_override(run_path: str) -> Optional[Dict[str, Any]]:
     """The trial's current config written by the sweep (``{"shape":…, "config":…}``)."""
     return read_json(os.path.join(run_path, ".hpctrain", CONFIG_FILE))
@@ -139,9 +132,7 @@ def applied_config(train_loop_config: Optional[Dict[str, Any]], run_path: str
     o = config_override(run_path)
     if not o:
         return train_loop_config
-    from ._sweep import train_loop_config as merge
-
-    return merge(train_loop_config, o["config"], o.get("shape", "train_loop_config"))
+    return merged_config(train_loop_config, o["config"], o.get("shape", "train_loop_config"))
 
 
 # --------------------------------------------------------------------------- rank 0
@@ -158,8 +149,6 @@ class ReportHook:
         self._memo: Dict[str, Any] = {}  # what the scheduler's due() needs (ASHA's rungs)
 
     def on_report(self, row: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-        from .schedulers import EXPLOIT, STOP
-
         result = dict(row)
         result.setdefault("training_iteration", row.get("_training_iteration"))
         result.setdefault("time_total_s", time.time() - self.started)
@@ -193,10 +182,6 @@ class ReportHook:
                  ) -> Optional[Dict[str, Any]]:
         """Copy a top trial's latest committed checkpoint in as this trial's newest,
         perturb the config, record the step; None when no candidate has a checkpoint."""
-        from .._internal.rundir.layout import RunDir, checkpoint_dir_name
-        from ..checkpoint import METADATA_FILE
-        from ._sweep import SweepDir
-
         sweep = SweepDir(self.sweep_path)
         me = RunDir(self.run_path)
         candidates = list(info["candidates"])
@@ -250,8 +235,6 @@ def read_decision(attempt_dir: str) -> Optional[Dict[str, Any]]:
 def ensure_trial_config(sweep_path: str, index: int) -> Dict[str, Any]:
     """The trial's config; with a search algorithm, asked for now if it has none yet
     (and written as the trial's config override, which its workers merge in)."""
-    from ._sweep import SweepDir
-
     sweep = SweepDir(sweep_path)
     trial = sweep.read()["trials"][index]
     control = load_control(sweep_path)
@@ -275,8 +258,6 @@ def ensure_trial_config(sweep_path: str, index: int) -> Dict[str, Any]:
 def trial_ended(sweep_path: str, index: int, status: str) -> None:
     """A trial ended (FINISHED or FAILED): the scheduler's state records it (PBT ranks
     only the trials still running), and the search algorithm is told how it did."""
-    from ._sweep import FAILED, FINISHED, SweepDir
-
     if status not in (FINISHED, FAILED):
         return
     control = load_control(sweep_path)
@@ -284,7 +265,7 @@ def trial_ended(sweep_path: str, index: int, status: str) -> None:
         path = os.path.join(sweep_path, STATE_FILE)
         with FileLock(path + ".lock", timeout=120, mode=0o600):
             state = read_json(path, default={}) or {}
-            control.scheduler.on_trial_end(state, trial_id_of(index))
+            control.scheduler.on_trial_end(state, trial_id(index))
             atomic_write_json(path, state, sync=False, mode=0o600)
     if control is None or control.search_alg is None:
         return
@@ -293,8 +274,6 @@ def trial_ended(sweep_path: str, index: int, status: str) -> None:
         trial = sweep.read()["trials"][index]
         if not trial.get("suggested") or trial.get("search_told"):
             return
-        from .._internal.rundir.layout import RunDir, read_results
-
         rows = read_results(RunDir(sweep.trial_path(index)).result_file)
         control.search_alg.on_trial_complete_for(sweep_path, trial, rows[-1] if rows else None,
                                                  error=status == FAILED)
@@ -304,8 +283,6 @@ def trial_ended(sweep_path: str, index: int, status: str) -> None:
 def tell_pending(sweep_path: str) -> None:
     """Tell the search algorithm about trials that ended while no one could (a driver
     killed between a trial's end and its tell)."""
-    from ._sweep import FAILED, FINISHED, SweepDir, tell_search
-
     if not searching(sweep_path):
         return
     control = load_control(sweep_path)
@@ -321,9 +298,44 @@ def tell_pending(sweep_path: str) -> None:
                 tell_search(sweep, t["index"], status)
 
 
+def tell_search(sweep: SweepDir, index: int, status: str) -> None:
+    """A trial ended: its search algorithm (if any) learns how it did."""
+    try:
+        trial_ended(sweep.path, index, status)
+    except Exception as e:  # noqa: BLE001 - the trial's own result stands
+        print(f"[hpctrain] WARNING: {trial_id(index)}'s result was not told to the search "
+              f"algorithm ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
+
+
 def searching(sweep_path: str) -> bool:
     control = load_control(sweep_path)
     return control is not None and control.search_alg is not None
 
 
-__all__ = ["TrialControl", "ReportHook", "check_stop", "ensure_trial_config", "trial_ended"]
+# --------------------------------------------------------------------------- the manifest
+def open_sweep(sweep: SweepDir, control: TrialControl, *, space: Dict[str, Any],
+               num_samples: int, seed: Optional[int], settings: Dict[str, Any],
+               where: str = "param_space", file: Optional[str] = None) -> Dict[str, Any]:
+    """The sweep's manifest (:func:`~hpctrain.tune.sweepdir.open_manifest`: created, or the
+    existing one checked), recording ``settings`` (metric, mode, max_concurrent_trials) and
+    what ``control`` holds; the control file is written for a new sweep, or when this run
+    gives a scheduler, stopping criteria or a search algorithm (a re-run with none keeps
+    the sweep's). The one route of the Tuner and of a job file's ``[sweep]``."""
+    settings = dict(settings)
+    if control.scheduler is not None:
+        settings["scheduler"] = control.scheduler.describe()
+    if control.search_alg is not None:
+        settings["search_alg"] = type(control.search_alg).__name__
+    if isinstance(control.stop, dict):
+        settings["stop"] = control.stop
+    fresh = not sweep.exists()
+    m = open_manifest(sweep, space=space, num_samples=num_samples, seed=seed,
+                      settings=settings, shape=control.shape,
+                      searched=control.search_alg is not None, where=where, file=file)
+    if fresh or control.active:
+        write_control(sweep.path, control)
+    return m
+
+
+__all__ = ["TrialControl", "ReportHook", "check_stop", "ensure_trial_config", "trial_ended",
+           "tell_search", "open_sweep"]

@@ -6,7 +6,7 @@ import os
 from typing import Any, Dict, Iterator, List, Optional
 
 from ..result import Result
-from ._sweep import FAILED, FINISHED, PENDING, SweepDir
+from .sweepdir import FAILED, FINISHED, PENDING, SweepDir
 
 
 class TrialResult(Result):

@@ -162,8 +162,8 @@ def test_toml_sweep_ranks_trials_records_a_failed_one_and_reruns_only_on_request
 
 
 def test_sampled_configs_are_seeded_recorded_and_kept_for_a_rerun(tmp_path, storage):
-    from hpctrain.tune._sweep import SweepDir
-    from hpctrain.tune.tuner import manifest_from_spec
+    from hpctrain.tune.jobfile import manifest_from_spec
+    from hpctrain.tune.sweepdir import SweepDir
 
     space = {"lr": tune.loguniform(1e-4, 1e-1), "batch": tune.choice([16, 32, 64]),
              "p": tune.uniform(0.0, 0.5), "layers": tune.randint(1, 4),
@@ -322,7 +322,8 @@ def test_pbs_array_script_and_the_fake_qsub(tmp_path, storage, monkeypatch):
     assert grid.get_best_result().config == {"train_loop_config": {"input": 3}}
 
 
-@pytest.mark.parametrize("name", ["hpctrain.search_space", "hpctrain.tune._sweep"])
+@pytest.mark.parametrize("name", ["hpctrain.search_space", "hpctrain.tune._sweep",
+                                  "hpctrain.tune.sweepdir"])
 def test_docstring_examples_of_the_sweep_helpers(name):
     import doctest
     import importlib
@@ -570,9 +571,9 @@ def test_array_tasks_run_their_trial_when_the_manifest_lock_is_busy(tmp_path, st
     from hpctrain._internal.batch import run_allocation
     from hpctrain._internal.allocation.recovery import PendingStop
     from hpctrain._internal.rundir.layout import RunDir
-    from hpctrain.tune import _batch
-    from hpctrain.tune._sweep import SweepDir
-    from hpctrain.tune.tuner import manifest_from_spec
+    from hpctrain.tune import array_task as _batch
+    from hpctrain.tune.jobfile import manifest_from_spec
+    from hpctrain.tune.sweepdir import SweepDir
 
     job = sweep_file(tmp_path, storage, "busy", site="test-cluster", sweep="seed = 5",
                      scheduler='[scheduler]\nlauncher = "local"\n')

@@ -8,6 +8,10 @@
    the design.
 2. **No module imports another module's private names** (``from x import _helper``): what
    another module needs gets a public name, or moves.
+3. **No module imports another package's private modules** (``hpctrain.tune._sweep`` from
+   ``hpctrain.cli``): a package's ``_*`` modules are its insides; what others need is in
+   its public modules. ``hpctrain._internal`` is the exception: the library's own internal
+   package, used everywhere (its sub-packages' ``_*`` modules are still theirs alone).
 """
 import ast
 import os
@@ -141,6 +145,48 @@ def test_no_module_imports_another_modules_private_names():
           "can reach it)")
 
 
+def private_module_imports(edges):
+    """``(importer, imported)`` for every import of a private module (``hpctrain.X._y``,
+    at any depth below ``hpctrain.X``) from outside the package that holds it. A private
+    module directly in ``hpctrain/`` (``_internal``, ``_version``) is the whole library's."""
+    found = []
+    for importer, imported in edges:
+        parts = imported.split(".")
+        for k in range(2, len(parts)):
+            if parts[k].startswith("_") and not parts[k].startswith("__"):
+                owner = ".".join(parts[:k])
+                if importer != owner and not importer.startswith(owner + "."):
+                    found.append((importer, imported))
+                    break
+    return sorted(found)
+
+
+def test_no_module_imports_another_packages_private_modules(graph):
+    edges = [(m, i) for m in graph.modules for i in graph.find_modules_directly_imported_by(m)]
+    found = private_module_imports(edges)
+    assert not found, ("private modules imported from outside their package:\n" + "\n".join(
+        f"  {a} imports {b}" for a, b in found)
+        + "\nHINT: use (or add) the package's public module for it, e.g. "
+          "hpctrain.tune.sweepdir for a sweep directory")
+
+
+def test_no_import_cycle_between_the_modules_of_tune(graph):
+    """Inside ``hpctrain.tune`` the modules form layers too: ``sweepdir`` (the sweep on
+    disk), then ``_control``, ``_sweep``, then ``jobfile``/``tuner``, ``array_task``
+    (each sub-package a node; the package's ``__init__`` only gathers names)."""
+    top = f"{PACKAGE}.tune"
+
+    def node(module):
+        return ".".join(module.split(".")[:3])
+
+    edges = {}
+    for module in graph.find_descendants(top):
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported.startswith(top + ".") and node(imported) != node(module):
+                edges.setdefault(node(module), set()).add(node(imported))
+    assert not strongly_connected(edges), strongly_connected(edges)
+
+
 def missing_modules(root: str = ROOT):
     """``(file, line, module)`` for every import of an hpctrain module that does not exist
     (a path left behind by a move: function-local imports fail only when they run)."""
@@ -206,6 +252,15 @@ def test_the_checks_above_can_fail(tmp_path):
                                           "hpctrain.b", "_g")]
     edges = {"hpctrain.a": {"hpctrain.b"}, "hpctrain.b": {"hpctrain.a"}, "hpctrain.c": set()}
     assert strongly_connected(edges) == [["hpctrain.a", "hpctrain.b"]]
+    assert private_module_imports([
+        ("hpctrain.cli.main", "hpctrain.tune._sweep"),                # another package's: no
+        ("hpctrain.tune.tuner", "hpctrain.tune._sweep"),              # its own package's
+        ("hpctrain.tune", "hpctrain.tune._control"),                  # (its __init__ too)
+        ("hpctrain.cli.main", "hpctrain._internal.log"),              # _internal: everyone's
+        ("hpctrain.run", "hpctrain._internal.worker._entry"),         # _internal.worker's own
+        ("hpctrain._internal.worker.session", "hpctrain._internal.worker._entry"),
+    ]) == [("hpctrain.cli.main", "hpctrain.tune._sweep"),
+           ("hpctrain.run", "hpctrain._internal.worker._entry")]
     (pkg / "c.py").write_text("def f():\n    from .gone import x\n    from . import moved\n")
     assert missing_modules(str(pkg)) == [(os.path.join(PACKAGE, "c.py"), 2, "hpctrain.gone"),
                                          (os.path.join(PACKAGE, "c.py"), 3, "hpctrain.moved")]

@@ -1,19 +1,27 @@
 """Inside one task of a sweep's job array: find this task's trial, make its run directory
 if nothing was prepared (an array script submitted by hand), run it as any batch run
-(:func:`hpctrain._internal.batch._run`: same recovery, requeue and max_failures), and
-keep the sweep's manifest up to date.
+(the batch step's ``run_batch``: same recovery, requeue and max_failures), and keep the
+sweep's manifest up to date. The batch step (:mod:`hpctrain._internal.batch`) calls
+:func:`run_trial`.
 
     python -m hpctrain._internal.batch SWEEP/trial_00003 --sweep-trial 3 ... < sweep spec
 """
 from __future__ import annotations
 
-import copy
 import os
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from filelock import FileLock, Timeout
+
+from ..errors import ConfigError
+from ..schedulers import BatchRequest
 from hpctrain._internal.fsutil import atomic_write_bytes
+from hpctrain._internal.log import get_logger
+from hpctrain._internal.registry import scheduler_class
 from hpctrain._internal.rundir.layout import RunDir
-from ._sweep import RUNNING, SweepDir, trial_id
+from ._control import ensure_trial_config, tell_search
+from .jobfile import manifest_from_spec, trial_spec
+from .sweepdir import FINISHED, RUNNING, SweepDir, stopped_by, trial_id
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -25,8 +33,6 @@ MANIFEST_WAIT_S = 10.0
 
 
 def _log(msg: str) -> None:
-    from .._internal.log import get_logger
-
     get_logger("sweep").info(msg)
 
 
@@ -34,8 +40,6 @@ def note_trial(sweep: SweepDir, index: int, **fields: Any) -> None:
     """Record the trial's status in the manifest, best effort: the trial's state.json is
     the truth, and the driver (``--follow``, ``hpctrain results``) refreshes the manifest
     from it, so a lock not had in time or a file system error only warns."""
-    from filelock import Timeout
-
     try:
         sweep.set_trial(index, timeout=MANIFEST_WAIT_S, **fields)
     except (Timeout, OSError) as e:
@@ -43,26 +47,9 @@ def note_trial(sweep: SweepDir, index: int, **fields: Any) -> None:
              f"({type(e).__name__}: {e}); its state.json has it")
 
 
-def trial_spec(spec: JobSpec, sweep: SweepDir, index: int, config: dict) -> Any:
-    """The spec of trial ``index``: the sweep's, with the trial's config merged into
-    ``[config]``, no ``[sweep]``, and the trial's run directory."""
-    from ._sweep import train_loop_config
-
-    out = copy.deepcopy(spec)
-    out.sweep = {}
-    out.config = train_loop_config(spec.config, config, "train_loop_config")
-    out.run.name = trial_id(index)
-    out.run.storage_path = sweep.path
-    return out
-
-
 def ensure_manifest(sweep: SweepDir, spec: JobSpec) -> dict:
     """The manifest, made from the spec's ``[sweep]`` when a hand-submitted array script
     starts first (its spec always carries the seed, so every task makes the same one)."""
-    from filelock import FileLock
-
-    from .tuner import manifest_from_spec
-
     if sweep.exists():
         return sweep.read()
     with FileLock(os.path.join(sweep.path, ".create.lock"), timeout=120, mode=0o600):
@@ -75,8 +62,6 @@ def run_trial(run: RunDir, spec: JobSpec, index: int,
               run_batch: Callable[[Any, Optional[str]], int]) -> int:
     """Run trial ``index`` of the sweep that holds ``run``; ``run_batch(spec, script)`` is
     the batch step of one run."""
-    from ..errors import ConfigError
-
     sweep = SweepDir(os.path.dirname(run.path))
     try:
         manifest = ensure_manifest(sweep, spec)
@@ -84,16 +69,12 @@ def run_trial(run: RunDir, spec: JobSpec, index: int,
         if not 0 <= index < len(trials):
             _log(f"trial {index} is not in the sweep {sweep.path} ({len(trials)} trials)")
             return 2
-        from ._control import ensure_trial_config
-
         one = trial_spec(spec, sweep, index, ensure_trial_config(sweep.path, index)
-                         if sweep.trial_status(index, manifest) != "FINISHED"
+                         if sweep.trial_status(index, manifest) != FINISHED
                          else trials[index]["config"])
         if not os.path.exists(run.job_script):
             # the trial alone, for a resubmission after a stop (the array script would run
             # every trial again)
-            from ..schedulers import BatchRequest
-
             run.create(one.run.share)
             script = BatchRequest(one, run.path, rerender="(a trial of the sweep "
                                   f"{sweep.path})").materialize()
@@ -102,21 +83,16 @@ def run_trial(run: RunDir, spec: JobSpec, index: int,
     except ConfigError as e:
         _log(f"the sweep's spec is not valid: {e}")
         return 2
-    if sweep.trial_status(index, manifest) == "FINISHED":
+    if sweep.trial_status(index, manifest) == FINISHED:
         # (a PBS array covers lo-hi: a re-run's gaps are finished trials)
         _log(f"trial {trial_id(index)} of {sweep.path} has already finished; nothing to do")
         return 0
-    from .._internal.registry import scheduler_class
-
     # the array task's own id (Slurm's <array>_<task>, PBS's 2[1].host, LSF's 12[3])
     job_id = scheduler_class(one.scheduler.kind).job_id_from_env(os.environ) or ""
     note_trial(sweep, index, status=RUNNING, job_id=job_id)
     try:
         return run_batch(one, None)
     finally:
-        from ._sweep import stopped_by, tell_search
-
         status = sweep.trial_status(index)
         note_trial(sweep, index, status=status, **stopped_by(run))
-
         tell_search(sweep, index, status)
