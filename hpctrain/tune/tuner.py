@@ -17,7 +17,7 @@ import cloudpickle
 
 from ..config import RunConfig, default_storage_path
 from ..errors import ConfigError
-from ..run import Run, RunOptions
+from ..run import Run, RunOptions, spec_of_trainer
 from . import search
 from ._sweep import (SweepDir, local_concurrency, open_manifest, run_local, submit_arrays,
                      to_run, train_loop_config, trial_id)
@@ -202,9 +202,9 @@ class Tuner:
         callbacks = cloudpickle.loads(cloudpickle.dumps(list(base.run_config.callbacks or [])))
         changes["run_config"] = replace(base.run_config, name=trial_id(index),
                                         storage_path=sweep.path, verbose=0, callbacks=callbacks)
-        return Run(base.with_configs(**changes),
-                   replace(self._options, path=sweep.trial_path(index),
-                           trial=_trial_context(sweep, index)))
+        return Run.for_trainer(base.with_configs(**changes),
+                               replace(self._options, path=sweep.trial_path(index),
+                                       trial=_trial_context(sweep, index)))
 
     def fit(self) -> ResultGrid:
         """Run (or submit and follow) every trial that did not finish; return the
@@ -214,7 +214,7 @@ class Tuner:
         them cleanly at a checkpoint (STOPPED; fit() again continues them)."""
         sweep = SweepDir(self._path)
         fresh = not os.path.exists(sweep.path)
-        spec = self._trainer.job_spec()
+        spec = spec_of_trainer(self._trainer)
         batch = spec.scheduler.kind != "local" and not self._options.local_only
         if batch and ("scaling_config" in self.param_space or any(
                 "scaling_config" in t["config"] for t in sweep.read().get("trials", []))):
@@ -376,7 +376,9 @@ def _as_trainer(trainable: Any, param_space: Dict[str, Any]) -> Tuple[Any, str, 
             raise ConfigError("param_space.train_loop_config: expected a dict")
         if "scaling_config" in param_space:
             param_space["scaling_config"] = scaling_space(param_space["scaling_config"])
-        return trainable, "train_loop_config", trainable.run_options
+        options = (copy.copy(trainable.restored.options) if trainable.restored is not None
+                   else RunOptions())
+        return trainable, "train_loop_config", options
     if isinstance(trainable, LegacyTrainable):
         return trainable.trainer(), "flat", trainable.run_options()
     if callable(trainable):
@@ -475,14 +477,12 @@ def sweep_path_of(spec: JobSpec) -> str:
 def _spec_trial(spec: JobSpec, sweep: SweepDir, index: int, config: Dict[str, Any],
                 local: bool) -> Run:
     """Trial ``index``'s :class:`~hpctrain.run.Run` of a job file's sweep."""
-    from ..trainer import trainer_from_spec
     from ._batch import trial_spec
 
     one = trial_spec(spec, sweep, index, config)
     one.run.verbose = 0
-    return Run(trainer_from_spec(one),
-               RunOptions(path=sweep.trial_path(index), local_only=local,
-                          trial=_trial_context(sweep, index)))
+    return Run.from_spec(one, RunOptions(path=sweep.trial_path(index), local_only=local,
+                                         trial=_trial_context(sweep, index)))
 
 
 def _trial_context(sweep: SweepDir, index: int) -> Dict[str, str]:
