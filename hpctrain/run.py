@@ -481,6 +481,7 @@ def spec_at(run: RunDir, payload: WorkerPayload) -> JobSpec:
     data = dict(data)
     data.pop("format", None)
     data.pop("datasets", None)
+    data.pop("data", None)
     data.get("job", {}).pop("entrypoint", None)
     data.get("job", {}).pop("entrypoint_dir", None)
     spec = spec_from_dict(data, file=run.spec_file, base_dir=run.path)
@@ -488,6 +489,7 @@ def spec_at(run: RunDir, payload: WorkerPayload) -> JobSpec:
     spec.run.storage_path = os.path.dirname(run.path)
     spec.run.checkpoint_config = payload.checkpoint_config
     spec.datasets = dict(payload.datasets)
+    spec.data_config = DataConfig(payload.datasets_to_split)
     return spec
 
 
