@@ -134,6 +134,7 @@ def slurm_figures(n: int, work_s: float, storage: str, rep: int) -> Dict[str, fl
 
 def submission_cost(storage: str, n: int = 200) -> float:
     """Seconds per trial to render and prepare a Slurm sweep of ``n`` trials (no sbatch)."""
+    from hpctrain.run import spec_of_trainer
     from hpctrain.tune import _sweep
     from hpctrain.tune.sweepdir import SweepDir
 
@@ -141,7 +142,7 @@ def submission_cost(storage: str, n: int = 200) -> float:
     sweep = SweepDir(tuner.experiment_path)
     m = tuner._manifest(sweep)
     configs = {t["index"]: t["config"] for t in m["trials"]}
-    spec = tuner._trainer.job_spec()
+    spec = spec_of_trainer(tuner._trainer)
     t = time.perf_counter()
     for offset, tasks in _sweep.split_arrays(range(n), _sweep.max_array_size(spec)):
         _sweep.render_array(spec, sweep.path, offset, tasks, max_concurrent=1, rerender="",

@@ -1,41 +1,57 @@
-"""``Run``: one run of a trainer, below ``fit()``.
+"""``Run``: one run, the one owner of what a run is and does.
 
-A :class:`Run` holds what a trainer's configs resolve to for one run: the resolved
-:class:`~hpctrain.spec.JobSpec`, the run directory, and the payload its workers load.
-``DataParallelTrainer.fit()`` is ``Run(trainer, trainer.run_options).fit()``; the
-``hpctrain`` command, the batch step, a sweep's trials and the Ray 1.x API build a
-``Run`` the same way and use its steps::
+A :class:`Run` is data: the resolved :class:`~hpctrain.spec.JobSpec`, the payload its
+workers load (:class:`~hpctrain._internal.rundir.payload.WorkerPayload`: the training
+function, its config, the backend…) and the :class:`RunOptions` of this one run. Three
+constructors make one, and they are the only code that knows where those come from:
 
-    from hpctrain import Run, RunOptions
+- :meth:`Run.for_trainer` — a trainer's configs (``fit()``, ``submit()``, a sweep's
+  trials, the Ray 1.x API); the only code that reads a trainer's attributes;
+- :meth:`Run.from_spec` — a job file's spec (``hpctrain run/submit/render``, the batch
+  step of a hand-submitted script, a job file's sweep);
+- :meth:`Run.at` — an existing run directory (``Trainer.restore``, the batch step, a
+  sweep's array task): payload, spec, state and callbacks read once.
 
-    run = Run(trainer)             # or Run(trainer_from_spec(spec), RunOptions(...))
-    run.prepare()                  # the run directory: spec.toml, the payload, callbacks
-    status = run.run_here()        # supervise the attempts here: FINISHED, FAILED, STOPPED
-    result = run.result(status)    # the Result (TrainingFailedError as fit() raises it)
+::
 
-    job = run.submit()             # or as a batch job: prepare, render, submit
+    from hpctrain import Run
+
+    run = Run.for_trainer(trainer)   # or Run.from_spec(load_job_spec("job.toml"))
+    run.prepare()                    # the run directory: spec.toml, the payload, callbacks
+    status = run.run_here()          # supervise the attempts here: FINISHED, FAILED, STOPPED
+    result = run.result(status)      # the Result (TrainingFailedError as fit() raises it)
+
+    job = run.submit()               # or as a batch job: prepare, render, submit
     result = run.result(run.follow())
 
-What is about one run rather than about the trainer (run here whatever the scheduler,
-continue a changed run, an explicit run directory, a sweep trial's identity, the seed-era
-API's payload options) is a :class:`RunOptions`.
+:meth:`Run.run_here` is the one place that wires the supervisor: a local run with no
+argument, the batch step and a sweep's array task with their
+:class:`~hpctrain._internal.allocation.job.Allocation`.
 """
 from __future__ import annotations
 
+import copy
 import itertools
+import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
+from hpctrain._internal.formats import versioned_spec
 from hpctrain._internal.log import get_logger
-from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.trust import make_private_dir, share_of, trusted_pythonpath
-from hpctrain._internal.worker.entry import WorkerPayload
+from hpctrain._internal.registry import backend_entry, load
+from hpctrain._internal.rundir.layout import RunDir, existing_run
+from hpctrain._internal.rundir.payload import WorkerPayload
+from hpctrain._internal.trust import (make_private_dir, read_trusted, share_of,
+                                      trusted_pythonpath)
+from .config import DataConfig, RunConfig, default_storage_path
 from .errors import ConfigError
 from .result import Result, result_or_raise
-from .userconfig import default_share
+from .spec import JobSpec, load_site, merge_layers, spec_from_dict
+from .userconfig import default_share, load_user_defaults
 
 _LOCAL_RUNS = itertools.count()
 
@@ -47,7 +63,7 @@ _warn = get_logger("run").warning
 
 @dataclass
 class RunOptions:
-    """How one run goes, beside its trainer's configs (the defaults are ``fit()``'s).
+    """How one run goes, beside its spec and payload (the defaults are ``fit()``'s).
 
     :param path: the run directory, given explicitly: the run of ``Trainer.restore``, a
         batch job's, a sweep trial's. It is continued as it is: neither refused when it
@@ -79,35 +95,133 @@ class RunOptions:
 
 
 class Run:
-    """One run of ``trainer`` (a :class:`~hpctrain.trainer.DataParallelTrainer`): its
-    resolved spec (:attr:`spec`), its run directory (:attr:`path`, :attr:`run_dir`) and
-    its workers' payload (:meth:`payload`).
+    """One run: its resolved spec (:attr:`spec`), its workers' payload
+    (:attr:`payload`), its options (:attr:`options`) and its run directory
+    (:attr:`path`, :attr:`run_dir`).
 
-    :param trainer: the trainer whose configs the run resolves; for a job file's spec,
-        ``hpctrain.trainer.trainer_from_spec(spec)``.
-    :param options: the run's :class:`RunOptions`; default: ``trainer.run_options`` (the
-        options of the run ``restore()`` continues, else the defaults).
+    :param spec: the resolved :class:`~hpctrain.spec.JobSpec`; ``spec.run`` is the
+        run's ``RunConfig`` (its callbacks, failure and checkpoint configs, verbosity).
+    :param payload: what every worker loads.
+    :param options: the run's :class:`RunOptions`.
 
-    The run directory and the spec are fixed when the Run is made (a trainer without
-    ``RunConfig(name=...)`` gets a fresh timestamped name then).
+    The run directory is fixed when the Run is made: :attr:`RunOptions.path`, else
+    ``spec.run.storage_path``/``spec.run.name`` (a spec without a name gets a fresh
+    timestamped one then, kept in ``spec.run.name``). Build one with :meth:`for_trainer`,
+    :meth:`from_spec` or :meth:`at`.
     """
 
-    def __init__(self, trainer: Any, options: Optional[RunOptions] = None):
-        self.trainer = trainer
-        """The trainer."""
-        self.options: RunOptions = options if options is not None else trainer.run_options
+    def __init__(self, spec: JobSpec, payload: WorkerPayload,
+                 options: Optional[RunOptions] = None):
+        self.spec = spec
+        """The resolved :class:`~hpctrain.spec.JobSpec`."""
+        self.options: RunOptions = options if options is not None else RunOptions()
         """The run's options."""
-        self.path: str = (os.path.abspath(self.options.path) if self.options.path
-                          else trainer.run_path)
+        if self.options.path:
+            self.path: str = os.path.abspath(self.options.path)
+        else:
+            rc = spec.run
+            if rc.name is None:
+                trainer = (payload.trial or {}).get("trainer") or "run"
+                rc.name = f"{trainer}_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid() % 10000:04d}"
+            storage = os.path.expandvars(os.path.expanduser(
+                rc.storage_path or default_storage_path()))
+            self.path = os.path.join(os.path.abspath(storage), rc.name)
         """The run directory's absolute path."""
         self.run_dir = RunDir(self.path)
         """The run directory (its files and ``state.json``)."""
-        self.spec = trainer.job_spec()
-        """The resolved :class:`~hpctrain.spec.JobSpec`."""
+        self.payload = payload
+        """What every worker loads (its ``run_name`` is the run directory's)."""
+        payload.run_name = self.name
 
     def __repr__(self) -> str:
         return f"Run({self.path!r})"
 
+    # -- the three constructors ---------------------------------------------------------
+    @classmethod
+    def for_trainer(cls, trainer: Any, options: Optional[RunOptions] = None) -> "Run":
+        """The run of ``trainer`` (a :class:`~hpctrain.trainer.DataParallelTrainer`):
+        its configs resolved over its site and the user's defaults. ``options``:
+        default, those of the run ``restore()`` continues (its directory…), else the
+        defaults."""
+        restored = trainer.restored
+        if options is None:
+            options = copy.copy(restored.options) if restored is not None else RunOptions()
+        t, rc = trainer, trainer.run_config
+        spec = spec_of_trainer(trainer)
+        start = t.resume_from_checkpoint
+        payload = WorkerPayload(
+            train_func=t.train_loop_per_worker,
+            train_loop_config=t.train_loop_config,
+            backend=spec.backend,
+            backend_config=t.backend_config,
+            scaling=t.scaling_config,
+            checkpoint_config=rc.checkpoint_config,
+            run_name="",
+            per_rank_results=options.per_rank_results,
+            keep_return_values=options.keep_return_values,
+            datasets=t.datasets,
+            datasets_to_split=t.dataset_config.datasets_to_split,
+            metadata=t.metadata,
+            trial={"trainer": type(t).__name__, **(options.trial or {})},
+            mtbi_s=rc.failure_config.mtbi_s,
+            resume_from=start.path if start else None)
+        return cls(spec, payload, options)
+
+    @classmethod
+    def from_spec(cls, spec: JobSpec, options: Optional[RunOptions] = None) -> "Run":
+        """The run a job file's spec describes. The entry point is checked here without
+        running user code (each worker imports it); the datasets' names too."""
+        options = options if options is not None else RunOptions()
+        if spec.entrypoint is None:
+            raise ConfigError("job.entrypoint: expected \"module:function\" or "
+                              "\"file.py:function\", got nothing", file=spec.source)
+        spec.entrypoint.check()
+        entry = backend_entry(spec.backend)
+        from .data import as_datasets  # (numpy: only a spec with datasets needs it)
+
+        datasets = as_datasets(spec.datasets) if spec.datasets else {}
+        spec.data_config.check_names(list(datasets),
+                                     file=spec.where("data.datasets_to_split"))
+        rc = spec.run
+        payload = WorkerPayload(
+            train_func=spec.entrypoint,
+            train_loop_config=dict(spec.config),
+            backend=spec.backend,
+            backend_config=load(entry.config)(**spec.backend_options),
+            scaling=spec.scaling,
+            checkpoint_config=rc.checkpoint_config,
+            run_name="",
+            per_rank_results=options.per_rank_results,
+            keep_return_values=options.keep_return_values,
+            datasets=datasets,
+            datasets_to_split=spec.data_config.datasets_to_split,
+            metadata={},
+            trial={"trainer": entry.trainer.partition(":")[2], **(options.trial or {})},
+            mtbi_s=rc.failure_config.mtbi_s)
+        return cls(spec, payload, options)
+
+    @classmethod
+    def at(cls, path: str | os.PathLike, *, spec: Optional[JobSpec] = None,
+           caller: str = "Run.at") -> "Run":
+        """The run in the existing run directory ``path``, read once: its payload, its
+        spec (``spec.toml``; or ``spec``, the one a job script carries), its state (the
+        failure budget it was started with) and its tracking callbacks. A directory that
+        is not a restorable run raises :class:`~hpctrain.errors.RunNotFoundError`
+        naming ``caller``."""
+        from hpctrain._internal.allocation.tracking import load_callbacks
+
+        run = existing_run(path, caller, restorable=True)
+        payload = WorkerPayload.load(run)
+        if spec is None:
+            spec = spec_at(run, payload)
+        spec.run.callbacks = load_callbacks(run)
+        trial = {k: v for k, v in (payload.trial or {}).items() if k != "trainer"}
+        options = RunOptions(path=run.path, trial=trial or None,
+                             per_rank_results=payload.per_rank_results,
+                             keep_return_values=payload.keep_return_values)
+        return cls(spec, payload, options)
+
+    # -- what the run is -------------------------------------------------------------------
     @property
     def name(self) -> str:
         """The run's name: its directory's."""
@@ -125,28 +239,19 @@ class Run:
         config's ``share``; None keeps an existing directory's (private when new)."""
         return self.spec.run.share or default_share()
 
-    # -- the run directory ---------------------------------------------------------------
-    def payload(self) -> WorkerPayload:
-        """What every worker loads: the training function, its config, the backend, the
-        scaling, the checkpoint config, the datasets…"""
-        t, o = self.trainer, self.options
-        rc = t.run_config
-        return WorkerPayload(
-            train_func=t.train_loop_per_worker,
-            train_loop_config=t.train_loop_config,
-            backend=self.spec.backend,
-            backend_config=t.backend_config,
-            scaling=t.scaling_config,
-            checkpoint_config=rc.checkpoint_config,
-            run_name=self.name,
-            per_rank_results=o.per_rank_results,
-            keep_return_values=o.keep_return_values,
-            datasets=t.datasets,
-            datasets_to_split=t.dataset_config.datasets_to_split,
-            metadata=t.metadata,
-            trial={"trainer": type(t).__name__, **(o.trial or {})},
-            mtbi_s=rc.failure_config.mtbi_s)
+    def check_datasets(self) -> None:
+        """Open each dataset's file and check its columns before anything is written
+        (errors of a job file's dataset name the file)."""
+        for name, source in self.payload.datasets.items():
+            try:
+                source.check(name)
+            except ConfigError as e:
+                if self.spec.source is None or e.file is not None:
+                    raise
+                raise ConfigError(e.message, file=self.spec.where(f"datasets.{name}"),
+                                  hint=e.hint) from None
 
+    # -- the run directory ---------------------------------------------------------------
     def prepare(self) -> RunDir:
         """Create (or update) the run directory: ``spec.toml``, the payload, the tracking
         callbacks and the driver's ``sys.path`` additions. Refuses a finished run of the
@@ -154,6 +259,8 @@ class Run:
         :attr:`RunOptions.path` or :attr:`RunOptions.force_resume`). Callers that run or
         submit it hold ``run_dir.exclusive()`` around this and what follows."""
         from hpctrain._internal.allocation.supervisor import FINISHED
+        from hpctrain._internal.allocation.tracking import save_callbacks
+        from hpctrain._internal.rundir.resume import check_resume
 
         run, explicit = self.run_dir, self.options.path is not None
         state = run.read_state() if run.exists() else {}
@@ -162,22 +269,16 @@ class Run:
                 f"run.name: a finished run named {self.name!r} already exists at {run.path}",
                 hint="pick another name, or leave run.name unset for a fresh timestamped one")
         if run.exists() and not explicit and not self.options.force_resume:
-            from hpctrain._internal.rundir.resume import check_resume
-
             check_resume(run.path, run.spec_file, self.spec.to_toml_dict(), self.name)
         share = self.share
         if self.options.trial:  # a sweep's directory: checked, and shared as its trials are
             sweep = os.path.dirname(run.path)
             make_private_dir(sweep, share=share or share_of(sweep), what="sweep directory")
         run.create(share)
-        from hpctrain._internal.formats import versioned_spec  # format = 1 first
-
         atomic_write_bytes(run.spec_file, versioned_spec(self.spec.to_toml()).encode(),
                            sync=False, mode=run.file_mode)
-        self.payload().save(run)
-        from hpctrain._internal.allocation.tracking import save_callbacks
-
-        save_callbacks(run, self.trainer.run_config.callbacks)
+        self.payload.save(run)
+        save_callbacks(run, self.spec.run.callbacks)
         # The driver's sys.path additions, for a batch job to import what the payload
         # pickled by reference (read before the payload is unpickled).
         atomic_write_json(run.driver_file, {"pythonpath": trusted_pythonpath(
@@ -185,62 +286,82 @@ class Run:
         return run
 
     # -- here ------------------------------------------------------------------------------
-    def run_here(self, *, on_tick: Optional[Callable[[], None]] = None) -> str:
+    def run_here(self, allocation: Any = None, *,
+                 on_tick: Optional[Callable[[], None]] = None) -> str:
         """Supervise the prepared run's attempts in this process to the end; return its
-        status (FINISHED, FAILED, or STOPPED after a warning signal). Shows progress as
-        ``RunConfig.verbose`` says, runs the tracking callbacks, handles SIGTERM/SIGHUP
-        (the ranks stop, KeyboardInterrupt) and the warning signal (the ranks stop at a
-        checkpoint). ``on_tick`` is called with the supervisor's every poll (raise
-        from it to stop the run)."""
+        status (FINISHED, FAILED, STOPPED after a warning signal, REQUEUED).
+
+        Without ``allocation`` (a local run): shows progress as ``RunConfig.verbose``
+        says, handles SIGTERM/SIGHUP (the ranks stop, KeyboardInterrupt) and the warning
+        signal (the ranks stop at a checkpoint); nothing can requeue it.
+        With an :class:`~hpctrain._internal.allocation.job.Allocation` (the batch step, a
+        sweep's array task): the spec's launcher over the job's nodes, the job's id, its
+        warning (the scheduler's signal or the supervisor's own timer) and a requeue
+        after a clean stop where the scheduler can. ``on_tick`` is called with the
+        supervisor's every poll (raise from it to stop the run). The tracking callbacks
+        run beside the supervisor either way."""
         from hpctrain._internal.allocation.attempts import supervise
+        from hpctrain._internal.allocation.job import gpu_binding_env
         from hpctrain._internal.allocation.supervisor import Supervisor
         from hpctrain._internal.allocation.tracking import CallbackRunner
         from hpctrain._internal.driver.progress import Progress
         from .launchers import launcher_for
 
-        run, rc = self.run_dir, self.trainer.run_config
-        launcher = launcher_for(self.spec, here=True)
-        extra_env = driver_pythonpath()
-        if launcher.name != "local":
-            extra_env.update(local_mpi_env())
-        progress = Progress(run, verbose=rc.verbose, echo=self.options.echo_worker_output)
+        run, spec = self.run_dir, self.spec
+        rc = spec.run
+        fc = rc.failure_config
         tracking = CallbackRunner(run, rc.callbacks)
-        ticks = [progress.tick, tracking.tick] + ([on_tick] if on_tick else [])
+        ticks = [tracking.tick] + ([on_tick] if on_tick else [])
+        if allocation is None:
+            launcher = launcher_for(spec, here=True)
+            extra_env = driver_pythonpath()
+            if launcher.name != "local":
+                extra_env.update(local_mpi_env())
+            progress = Progress(run, verbose=rc.verbose, echo=self.options.echo_worker_output)
+            ticks.insert(0, progress.tick)
+            # unique per run, also for trials side by side in one process (a sweep): the
+            # job id seeds the derived rendezvous ports of MPI-launched ranks
+            job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_LOCAL_RUNS)}"
+            warning_s, warn_at, on_line = fc.warning_s, None, progress.worker_line
+        else:
+            launcher = launcher_for(spec)
+            extra_env = allocation_pythonpath(run)
+            extra_env.update(gpu_binding_env(spec))
+            job_id, progress, on_line = allocation.job_id, None, None
+            warning_s, warn_at = allocation.warning_s, allocation.warn_at
 
         def tick() -> None:
             for t in ticks:
                 t()
 
-        # unique per run, also for trials side by side in one process (a sweep): the
-        # job id seeds the derived rendezvous ports of MPI-launched ranks
-        job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_LOCAL_RUNS)}"
-        fc = rc.failure_config
-        start = self.trainer.resume_from_checkpoint
         sup = Supervisor(
-            run, launcher=launcher, num_workers=self.trainer.scaling_config.num_workers,
+            run, launcher=launcher, num_workers=spec.scaling.num_workers,
             max_failures=fc.max_failures, job_id=job_id,
-            initial_checkpoint=start.path if start else None,
-            on_line=progress.worker_line, on_tick=tick, extra_env=extra_env,
+            initial_checkpoint=self.payload.resume_from,
+            on_line=on_line, on_tick=tick, extra_env=extra_env,
             first_checkpoint_index=self.options.first_checkpoint_index,
-            warning_s=fc.warning_s, warning_signal=fc.warning_signal)
-        # nothing here can requeue a local run: a clean stop ends it STOPPED
-        return supervise(run, sup, fc, tracking=tracking, on_close=progress.close)
+            warning_s=warning_s, warning_signal=fc.warning_signal, warn_at=warn_at)
+        if allocation is None:
+            # nothing here can requeue a local run: a clean stop ends it STOPPED
+            return supervise(run, sup, fc, tracking=tracking, on_close=progress.close)
+        return supervise(run, sup, fc, tracking=tracking, pending=allocation.pending,
+                         requeue=lambda: allocation.requeue(run),
+                         can_requeue=allocation.can_requeue)
 
     def fit(self) -> Result:
         """Run to the end (here, or as a batch job that is followed) and return the
         Result; raises :class:`~hpctrain.TrainingFailedError` when the run failed."""
         if not self.here:
             job = self.submit()
-            if self.trainer.run_config.verbose >= 1:
+            if self.spec.run.verbose >= 1:
                 print(f"[hpctrain] submitted {job.scheduler} job {job.job_id}; run directory "
                       f"{self.path}", flush=True)
             return self.result(self.follow())
-        self.trainer.check_datasets()  # open each data file before anything is written
+        self.check_datasets()  # open each data file before anything is written
+        from hpctrain._internal.rundir.checks import ensure_storage_dir
         from .backends import check_installed
 
         check_installed(self.spec.backend)  # before anything is written, not after every rank failed
-        from hpctrain._internal.rundir.checks import ensure_storage_dir
-
         ensure_storage_dir(os.path.dirname(self.path), self.spec)
         self.run_dir.create(self.share)  # refuses another user's directory first
         with self.run_dir.exclusive():  # refuse a second live run of this directory first
@@ -264,7 +385,7 @@ class Run:
             raise ConfigError("scheduler: submit() needs a batch scheduler, got \"local\"",
                               hint='give scheduler="slurm"/"pbs" or site="NAME"; fit() runs '
                                    "a local run here")
-        self.trainer.check_datasets()
+        self.check_datasets()
         from hpctrain._internal.driver import submission
         from .job import Job
 
@@ -278,7 +399,7 @@ class Run:
         from hpctrain._internal.driver import submission
 
         if verbose is None:
-            verbose = self.trainer.run_config.verbose
+            verbose = self.spec.run.verbose
         return submission.follow(self.path, verbose=verbose)
 
     # -- the end ---------------------------------------------------------------------------
@@ -297,6 +418,107 @@ class Run:
         return result_of(self.path, status)
 
 
+def spec_of_trainer(trainer: Any) -> JobSpec:
+    """The resolved :class:`~hpctrain.spec.JobSpec` of a trainer's Python configs,
+    layered over its site config (``site=``), the user's defaults and, for a restored
+    batch run, the ``[setup]``/``[env]`` it was submitted with. The Python objects stay
+    authoritative for what the workers run (``spec.run`` is the trainer's RunConfig)."""
+    from .backends import backend_options
+
+    t = trainer
+    spec = JobSpec(entrypoint=t.train_loop_per_worker if hasattr(
+        t.train_loop_per_worker, "resolve") else None,
+        backend=t.backend_name, scaling=t.scaling_config, run=t.run_config,
+        config=dict(t.train_loop_config or {}),
+        backend_options=backend_options(t.backend_config),
+        scheduler=t.scheduler, site=t.site, datasets=dict(t.datasets),
+        data_config=t.dataset_config)
+    if t.site is None and t.scheduler.kind == "local":
+        return spec
+    layers = []
+    site = None
+    if t.site is not None:
+        site = load_site(t.site, key="site", file="TorchTrainer(site=...)")
+        layers.append((site.layer, site.path))
+    layers.extend(load_user_defaults().layer(storage=False))  # the user's account
+    restored = t.restored
+    if restored is not None and t.scheduler.kind != "local":
+        data = restored.spec.to_toml_dict()
+        earlier = {k: data[k] for k in ("setup", "env") if data.get(k)}
+        if earlier:
+            layers.append((earlier, restored.run_dir.spec_file))
+    data = spec.to_toml_dict()
+    if t.site is not None and t.scheduler.kind == "local":
+        data.get("scheduler", {}).pop("kind", None)  # site="x" alone: the site's scheduler
+    layers.append((data, None))
+    origins: Dict[str, str] = {}
+    merged = merge_layers(layers, origins)
+    if site is not None:
+        merged["site"] = site.name
+    merged.setdefault("job", {}).pop("entrypoint", None)
+    resolved = spec_from_dict(merged, file="the trainer's configs", origins=origins)
+    resolved.entrypoint = spec.entrypoint
+    resolved.site_config = site
+    if site is not None:
+        from .sites import derive_nodes
+
+        derive_nodes(resolved)
+    resolved.run = t.run_config
+    return resolved
+
+
+def spec_at(run: RunDir, payload: WorkerPayload) -> JobSpec:
+    """The spec a run directory was started with (``spec.toml``, read once through the
+    checked loader; a damaged one raises, naming it). The training function, its config
+    and the datasets are the payload's: the spec's ``[job]``/``[config]`` are not
+    needed to continue."""
+    data = run.read_spec()
+    if data is None:  # (a run directory older than spec.toml: the payload alone)
+        return JobSpec(backend=payload.backend, scaling=payload.scaling,
+                       run=RunConfig(name=run.name, storage_path=os.path.dirname(run.path),
+                                     checkpoint_config=payload.checkpoint_config),
+                       data_config=DataConfig(payload.datasets_to_split))
+    data = dict(data)
+    data.pop("format", None)
+    data.pop("datasets", None)
+    data.pop("data", None)
+    data.get("job", {}).pop("entrypoint", None)
+    data.get("job", {}).pop("entrypoint_dir", None)
+    spec = spec_from_dict(data, file=run.spec_file, base_dir=run.path)
+    spec.run.name = run.name
+    spec.run.storage_path = os.path.dirname(run.path)
+    spec.run.checkpoint_config = payload.checkpoint_config
+    spec.datasets = dict(payload.datasets)
+    spec.data_config = DataConfig(payload.datasets_to_split)
+    return spec
+
+
+def allocation_pythonpath(run: RunDir) -> Dict[str, str]:
+    """``PYTHONPATH`` for the ranks of a batch job: the job's directory (``python -m``
+    put it first on sys.path, which the job script's ``PYTHONSAFEPATH=1`` no longer
+    does; only when nobody else can write it), after the submitting process's own
+    additions (``.hpctrain/driver.json``, read through the checked loader)."""
+    extra = driver_pythonpath(also=[os.getcwd()], warn=_warn)
+    submitted_from = trusted_pythonpath(submitted_pythonpath(run), warn=_warn)
+    if submitted_from:
+        extra["PYTHONPATH"] = os.pathsep.join(
+            p for p in (submitted_from, extra["PYTHONPATH"]) if p)
+    return extra
+
+
+def submitted_pythonpath(run: RunDir) -> str:
+    """The submitting process's sys.path additions (``.hpctrain/driver.json``), read
+    through the checked loader: they go first on every rank's PYTHONPATH."""
+    try:
+        data = json.loads(read_trusted(run.driver_file, what="the driver's path list"))
+    except FileNotFoundError:
+        return ""
+    except ValueError as e:
+        raise ValueError(f"{run.driver_file}: not the JSON hpctrain writes ({e})") from None
+    value = data.get("pythonpath", "") if isinstance(data, dict) else ""
+    return value if isinstance(value, str) else ""
+
+
 def driver_pythonpath(*, also: Sequence[str] = (),
                       warn: Optional[Callable[[str], None]] = None) -> Dict[str, str]:
     """``PYTHONPATH`` for workers: the driver's own sys.path additions (the script's
@@ -305,8 +527,6 @@ def driver_pythonpath(*, also: Sequence[str] = (),
     ``$PYTHONPATH``. With ``warn``, the additions another user could write are left out
     (:func:`~hpctrain._internal.trust.trusted_pythonpath`); ``$PYTHONPATH`` is the
     user's own choice and kept."""
-    import sys
-
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     extra = []
     for entry in list(sys.path) + list(also):

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import copy
 import os
-import time
 from typing import Any, Callable, Dict, Optional
 
+from hpctrain._internal.registry import BACKENDS, SCHEDULERS, backend_entry, describe
 from hpctrain._internal.rundir.layout import RunDir
-from ._internal.worker.entry import WorkerPayload
 from .checkpoint import Checkpoint
-from .config import DataConfig, RunConfig, ScalingConfig, default_storage_path
+from .config import DataConfig, RunConfig, ScalingConfig, SchedulerConfig
 from .errors import ConfigError
 from .result import Result
-from .run import FROM_PYTHON, Run, RunOptions
-from ._internal.registry import SCHEDULERS  # the registry's names
+from .run import FROM_PYTHON, Run
 
 
 class DataParallelTrainer:
@@ -88,8 +86,6 @@ class DataParallelTrainer:
                               hint='e.g. dataset_config=DataConfig(datasets_to_split=["train"])')
         dataset_config.check_names(list(self.datasets))
         self.dataset_config = dataset_config
-        from .config import SchedulerConfig
-
         if scheduler is None:
             scheduler = SchedulerConfig(kind="local")
         elif isinstance(scheduler, str):
@@ -98,26 +94,23 @@ class DataParallelTrainer:
                                   f"SchedulerConfig, got {scheduler!r}")
             scheduler = SchedulerConfig(kind=scheduler)
         elif not isinstance(scheduler, SchedulerConfig):
-            raise ConfigError("scheduler: expected \"local\", \"slurm\", \"pbs\" or a "
+            raise ConfigError(f"scheduler: expected {describe(list(SCHEDULERS))} or a "
                               f"SchedulerConfig, got {type(scheduler).__name__}")
         self.scheduler = scheduler
         self.site = site
-        self._spec = None  # a JobSpec loaded from TOML (trainer_from_spec): used as is
-        self._spec_layer: Dict[str, Any] = {}  # [setup]/[env] of a restored batch run
-        # the run restore() continues: its directory, trial and payload options
-        self._restored: Optional[RunOptions] = None
+        self.restored: Optional[Run] = None
+        """The run :meth:`restore` continues (its directory, options and earlier spec);
+        None for a new run."""
 
     @property
-    def run_options(self) -> RunOptions:
-        """The :class:`~hpctrain.run.RunOptions` ``fit()`` runs with: those of the run
-        :meth:`restore` continues (its directory…), else the defaults. A copy."""
-        return copy.copy(self._restored) if self._restored is not None else RunOptions()
+    def backend_name(self) -> str:
+        """The backend the trainer's ranks use (``"torch"``…)."""
+        return self._backend_name
 
     def with_configs(self, **changes: Any) -> "DataParallelTrainer":
         """A copy of this trainer with some of its configs replaced
         (``train_loop_config=``, ``scaling_config=``, ``run_config=``): what a sweep's
-        trial runs. The copy's spec is made from its configs: a job file's spec (of
-        ``trainer_from_spec``), which they no longer match, is not kept."""
+        trial runs."""
         allowed = ("train_loop_config", "scaling_config", "run_config")
         unknown = [k for k in changes if k not in allowed]
         if unknown:
@@ -126,105 +119,20 @@ class DataParallelTrainer:
         t = copy.copy(self)
         for key, value in changes.items():
             setattr(t, key, value)
-        t._spec = None
         return t
-
-    # -- the run directory ---------------------------------------------------------------
-    @property
-    def run_name(self) -> str:
-        if self._restored is not None and self._restored.path:
-            return os.path.basename(self._restored.path)
-        if self.run_config.name is None:
-            stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-            self.run_config.name = f"{type(self).__name__}_{stamp}_{os.getpid() % 10000:04d}"
-        return self.run_config.name
-
-    @property
-    def run_path(self) -> str:
-        if self._restored is not None and self._restored.path:
-            return self._restored.path
-        storage = os.path.expandvars(os.path.expanduser(
-            self.run_config.storage_path or default_storage_path()))
-        return os.path.join(os.path.abspath(storage), self.run_name)
-
-    def job_spec(self):
-        """The resolved :class:`~hpctrain.spec.JobSpec`: the one loaded from TOML, or one
-        built from the Python configs layered over the site config (when ``site``)."""
-        if self._spec is not None:
-            return self._spec
-        spec = self._python_spec()
-        if self.site is None and self.scheduler.kind == "local":
-            return spec
-        from .spec import merge_layers, spec_from_dict
-
-        layers = []
-        site = None
-        if self.site is not None:
-            from .spec import load_site
-
-            site = load_site(self.site, key="site", file="TorchTrainer(site=...)")
-            layers.append((site.layer, site.path))
-        from .userconfig import load_user_defaults
-
-        layers.extend(load_user_defaults().layer(storage=False))  # the user's account
-        if self._spec_layer:
-            layers.append((self._spec_layer, os.path.join(self.run_path, "spec.toml")))
-        data = spec.to_toml_dict()
-        if self.site is not None and self.scheduler.kind == "local":
-            data.get("scheduler", {}).pop("kind", None)  # site="x" alone: the site's scheduler
-        layers.append((data, None))
-        origins: Dict[str, str] = {}
-        merged = merge_layers(layers, origins)
-        if site is not None:
-            merged["site"] = site.name
-        merged.setdefault("job", {}).pop("entrypoint", None)
-        resolved = spec_from_dict(merged, file="the trainer's configs", origins=origins)
-        resolved.entrypoint = spec.entrypoint
-        resolved.site_config = site
-        if site is not None:
-            from .sites import derive_nodes
-
-            derive_nodes(resolved)
-        # the Python objects stay authoritative for what the workers run
-        resolved.run = self.run_config
-        return resolved
-
-    def _python_spec(self):
-        from .spec import JobSpec
-
-        from .backends import backend_options
-
-        return JobSpec(entrypoint=self.train_loop_per_worker if hasattr(
-            self.train_loop_per_worker, "resolve") else None,
-            backend=self._backend_name, scaling=self.scaling_config, run=self.run_config,
-            config=dict(self.train_loop_config or {}),
-            backend_options=backend_options(self.backend_config),
-            scheduler=self.scheduler, site=self.site, datasets=dict(self.datasets),
-            data_config=self.dataset_config)
-
-    def check_datasets(self) -> None:
-        """Open each dataset's file and check its columns before anything is written."""
-        for name, source in self.datasets.items():
-            try:
-                source.check(name)
-            except ConfigError as e:
-                if self._spec is None or e.file is not None:
-                    raise
-                raise ConfigError(e.message, file=self._spec.where(f"datasets.{name}"),
-                                  hint=e.hint) from None
 
     # -- fit -------------------------------------------------------------------------------
     def fit(self) -> Result:
         """Run the training to the end and return its Result. Raises
         :class:`TrainingFailedError` (with ``.result``) when it failed for good.
         (``Run(trainer).fit()``: see :class:`hpctrain.run.Run`.)"""
-        return Run(self, self.run_options).fit()
+        return Run.for_trainer(self).fit()
 
     def submit(self):
         """Submit the run as a batch job and return at once: a :class:`~hpctrain.job.Job`
         (``status()``, ``wait()``, ``result()``, ``cancel()``, as submitit's). Needs a
         Slurm or PBS scheduler (``scheduler=``/``site=``); ``fit()`` submits and waits."""
-        return Run(self, self.run_options).submit(FROM_PYTHON)
+        return Run.for_trainer(self).submit(FROM_PYTHON)
 
     # -- restore ---------------------------------------------------------------------------
     @classmethod
@@ -248,40 +156,30 @@ class DataParallelTrainer:
         A batch run continues as a batch job with the scheduler, site and directives it
         was submitted with (from its ``spec.toml``); ``scheduler="local"`` continues it on
         this machine instead."""
-        from hpctrain._internal.rundir.layout import existing_run
-
-        run = existing_run(path, f"{cls.__name__}.restore", restorable=True)
-        payload = WorkerPayload.load(run)
+        run = Run.at(path, caller=f"{cls.__name__}.restore")
+        payload, spec = run.payload, run.spec
         if cls is not DataParallelTrainer and cls._backend_name != payload.backend:
-            from ._internal.registry import BACKENDS, backend_entry
-
             theirs = (backend_entry(payload.backend).trainer.partition(":")[2]
                       if payload.backend in BACKENDS else "the matching trainer")
             raise ConfigError(
                 f"{cls.__name__}.restore: {run.path} is a run of {theirs} (backend "
                 f"{payload.backend!r}), not of {cls.__name__}",
                 hint=f"use {theirs}.restore({run.path!r})")
-        state = run.read_state()
+        if scheduler is None and spec.scheduler.kind != "local":
+            # a batch run continues as a batch job, as it was submitted
+            batch = {"scheduler": spec.scheduler, "site": spec.site}
+        else:
+            batch = {"scheduler": scheduler} if scheduler is not None else {}
         trainer = cls.__new__(cls)
         DataParallelTrainer.__init__(
             trainer, train_loop_per_worker or payload.train_func,
             train_loop_config=train_loop_config if train_loop_config is not None else payload.train_loop_config,
             backend_config=payload.backend_config, scaling_config=payload.scaling,
-            run_config=RunConfig(name=run.name, storage_path=os.path.dirname(run.path),
-                                 checkpoint_config=payload.checkpoint_config,
-                                 failure_config=_failure_config(state),
-                                 callbacks=_saved_callbacks(run)),
+            run_config=spec.run,
+            resume_from_checkpoint=Checkpoint(payload.resume_from) if payload.resume_from else None,
             datasets=payload.datasets, metadata=getattr(payload, "metadata", None),
-            dataset_config=DataConfig(payload.datasets_to_split),
-            **_batch_settings(run, scheduler))
-        trainer._restored = RunOptions(
-            path=run.path,
-            trial={k: v for k, v in (getattr(payload, "trial", None) or {}).items()
-                   if k != "trainer"} or None,
-            per_rank_results=payload.per_rank_results,
-            keep_return_values=payload.keep_return_values)
-        if scheduler is None:
-            trainer._spec_layer = _setup_and_env(run)
+            dataset_config=DataConfig(payload.datasets_to_split), **batch)
+        trainer.restored = run
         return trainer
 
 
@@ -301,58 +199,3 @@ def _checked_metadata(metadata: Any) -> Dict[str, Any]:
         raise ConfigError(f"metadata: expected a JSON-serializable dict: {e}",
                           hint="it is stored in each checkpoint's .metadata.json: use "
                                "numbers, strings, booleans, lists and dicts") from None
-
-
-def _batch_settings(run: RunDir, scheduler: Any) -> Dict[str, Any]:
-    """The scheduler and site a run was submitted with, from its spec.toml (none: a
-    local run; a damaged one raises, naming it: never a batch run silently made local)."""
-    if scheduler is not None:
-        return {"scheduler": scheduler}
-    data = run.read_spec() or {}
-    table = dict(data.get("scheduler") or {})
-    if table.get("kind", "local") == "local":
-        return {}
-    from .config import SchedulerConfig
-
-    return {"scheduler": SchedulerConfig(**table), "site": data.get("site")}
-
-
-def _setup_and_env(run: RunDir) -> Dict[str, Any]:
-    """The ``[setup]`` and ``[env]`` a batch run was submitted with."""
-    data = run.read_spec() or {}
-    return {k: data[k] for k in ("setup", "env") if data.get(k)}
-
-
-def _saved_callbacks(run: RunDir):
-    from hpctrain._internal.allocation.tracking import load_callbacks
-
-    return load_callbacks(run)
-
-
-def _failure_config(state: Dict[str, Any]):
-    from .config import FailureConfig
-
-    return FailureConfig(max_failures=int(state.get("max_failures", 0)))
-
-
-def trainer_from_spec(spec) -> DataParallelTrainer:
-    """The trainer a :class:`~hpctrain.spec.JobSpec` describes (``hpctrain run job.toml``).
-    The entry point is checked here without running user code, and imported by each
-    worker."""
-    from .errors import ConfigError
-
-    if spec.entrypoint is None:
-        raise ConfigError("job.entrypoint: expected \"module:function\" or \"file.py:function\", "
-                          "got nothing", file=spec.source)
-    spec.entrypoint.check()
-    from ._internal.registry import backend_entry, load
-
-    entry = backend_entry(spec.backend)
-    cls, keyword = load(entry.trainer), entry.config_keyword
-    trainer = cls(
-        spec.entrypoint, train_loop_config=dict(spec.config),
-        **{keyword: cls._backend_config_cls(**spec.backend_options)},
-        scaling_config=spec.scaling, run_config=spec.run, scheduler=spec.scheduler,
-        site=spec.site, datasets=spec.datasets, dataset_config=spec.data_config)
-    trainer._spec = spec
-    return trainer

@@ -72,7 +72,7 @@ def preload(run_dir: str) -> list:
             failed.append(name)
     try:  # the payload: imports the training function's module (its top level runs)
         from hpctrain._internal.rundir.layout import RunDir
-        from hpctrain._internal.worker.entry import WorkerPayload
+        from hpctrain._internal.rundir.payload import WorkerPayload
 
         WorkerPayload.load(RunDir(run_dir))
     except Exception:  # noqa: BLE001

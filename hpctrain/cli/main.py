@@ -214,7 +214,6 @@ def _rerender_command(args, run_name: str) -> str:
 def _batch_run(args):
     from hpctrain._internal.registry import describe, scheduler_names
     from hpctrain.run import Run, RunOptions
-    from hpctrain.trainer import trainer_from_spec
 
     spec = _load(args)
     _refuse_sweep(spec)
@@ -225,7 +224,7 @@ def _batch_run(args):
                           file=spec.where("scheduler.kind"),
                           hint="give a site (--site NAME, `hpctrain sites` lists them) or "
                                f"--set scheduler.kind={batch[0]}; `hpctrain run` runs here")
-    run = Run(trainer_from_spec(spec), RunOptions(force_resume=getattr(args, "force", False)))
+    run = Run.from_spec(spec, RunOptions(force_resume=getattr(args, "force", False)))
     return spec, run
 
 
@@ -276,7 +275,7 @@ def cmd_submit(args) -> int:
     if args.dry_run:
         from hpctrain._internal.rundir.checks import check_shared_storage
 
-        run.trainer.check_datasets()
+        run.check_datasets()
         check_shared_storage(spec, run.path)
         request, script = _batch_script(args, spec, run)
         sys.stdout.write(script)
@@ -532,11 +531,11 @@ def _default_rows(user) -> List[tuple]:
 
 
 def cmd_validate(args) -> int:
-    from hpctrain.trainer import trainer_from_spec
+    from hpctrain.run import Run
 
     spec = _load(args)
-    trainer = trainer_from_spec(spec)
-    trainer.check_datasets()  # the entry point, every config, data files
+    run = Run.from_spec(spec)
+    run.check_datasets()  # the entry point, every config, data files
     if spec.sweep and (spec.sweep.get("scheduler") or spec.sweep.get("search_alg")):
         from hpctrain.tune.jobfile import control_from_spec, space_of
 
@@ -547,9 +546,7 @@ def cmd_validate(args) -> int:
         if spec.sweep:                                 # sweep: `sweep --dry-run`) refuses
             _sweep_scripts(args, spec)
         else:
-            from hpctrain.run import Run
-
-            _batch_script(args, spec, Run(trainer))
+            _batch_script(args, spec, run)
     sys.stdout.write(spec.to_toml())
     print(f"# OK: {args.job} is valid", file=sys.stderr)
     return 0
@@ -557,15 +554,13 @@ def cmd_validate(args) -> int:
 
 def cmd_run(args) -> int:
     from hpctrain.run import Run, RunOptions
-    from hpctrain.trainer import trainer_from_spec
 
     spec = _load(args, check_limits=False)
     _refuse_sweep(spec)
-    trainer = trainer_from_spec(spec)
     if args.quiet or args.verbose:  # what this command prints (RunConfig.verbose)
-        trainer.run_config.verbose = 0 if args.quiet else 2
+        spec.run.verbose = 0 if args.quiet else 2
     # `run` runs here, whatever scheduler the spec names
-    run = Run(trainer, RunOptions(local_only=True, force_resume=args.force))
+    run = Run.from_spec(spec, RunOptions(local_only=True, force_resume=args.force))
     return _outcome(run.fit, run.path, lead="\n")
 
 

@@ -433,14 +433,21 @@ def _command_line(command: str, spec: JobSpec) -> str:
 DEFAULT_WARNING = "120s"
 
 
-def warning_seconds(spec: JobSpec) -> int:
+def warning_seconds(spec: JobSpec, walltime_s: Optional[int] = None) -> int:
     """Seconds of warning before the walltime ends (``failure.warning_time``).
 
     The default (120 s) shrinks to a quarter of a short walltime (``time = "2m"`` → 30 s,
     at least 10 s); a value set on purpose that leaves less than half of the walltime
-    to train is an error."""
-    walltime, fl = spec.scheduler.walltime_s, spec.run.failure_config
-    if walltime is None or fl.warning_s * 2 <= walltime:
+    to train is an error. ``walltime_s``: the job's walltime where the spec sets none
+    (the queue's default, read inside the job); a value set on purpose then shrinks as
+    the default does, since the job runs already."""
+    fl = spec.run.failure_config
+    walltime = spec.scheduler.walltime_s
+    if walltime is None:
+        if walltime_s is None or fl.warning_s * 2 <= walltime_s:
+            return fl.warning_s
+        return max(10, min(fl.warning_s, walltime_s // 4))
+    if fl.warning_s * 2 <= walltime:
         return fl.warning_s
     if fl.warning_time == DEFAULT_WARNING:
         return max(10, min(fl.warning_s, walltime // 4))

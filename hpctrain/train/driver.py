@@ -132,7 +132,7 @@ class TrainRun:
                                  checkpoint_config=self.entry.strategy._checkpoint_config(),
                                  failure_config=FailureConfig(max_failures=t._max_retries)),
             resume_from_checkpoint=self._resume_checkpoint(), **kwargs)
-        return Run(trainer, RunOptions(
+        return Run.for_trainer(trainer, RunOptions(
             per_rank_results=True, keep_return_values=True,
             echo_worker_output=True,   # "(rank R) …", as Ray 1.x shows worker output
             first_checkpoint_index=1))  # checkpoint ids start at 1, as in Ray

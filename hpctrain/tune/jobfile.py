@@ -17,7 +17,6 @@ from ..errors import ConfigError
 from ..run import Run, RunOptions
 from ..schedulers.base import array_ranges
 from ..spec import Ctx
-from ..trainer import trainer_from_spec
 from hpctrain._internal.rundir.checks import check_shared_storage, ensure_storage_dir
 from . import search
 from ._control import TrialControl, ensure_trial_config, open_sweep, searching, tell_pending
@@ -95,9 +94,8 @@ def spec_trial(spec: JobSpec, sweep: SweepDir, index: int, config: Dict[str, Any
     """Trial ``index``'s :class:`~hpctrain.run.Run` of a job file's sweep."""
     one = trial_spec(spec, sweep, index, config)
     one.run.verbose = 0
-    return Run(trainer_from_spec(one),
-               RunOptions(path=sweep.trial_path(index), local_only=local,
-                          trial=trial_context(sweep, index)))
+    return Run.from_spec(one, RunOptions(path=sweep.trial_path(index), local_only=local,
+                                         trial=trial_context(sweep, index)))
 
 
 def render_from_spec(spec: JobSpec, rerender: str) -> List[str]:

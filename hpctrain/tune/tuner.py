@@ -16,7 +16,7 @@ import cloudpickle
 
 from ..config import RunConfig, ScalingConfig, default_storage_path
 from ..errors import ConfigError
-from ..run import Run, RunOptions
+from ..run import Run, RunOptions, spec_of_trainer
 from ..torch import TorchTrainer
 from ..train import LegacyTrainable
 from ..trainer import DataParallelTrainer
@@ -165,9 +165,9 @@ class Tuner:
         callbacks = cloudpickle.loads(cloudpickle.dumps(list(base.run_config.callbacks or [])))
         changes["run_config"] = replace(base.run_config, name=trial_id(index),
                                         storage_path=sweep.path, verbose=0, callbacks=callbacks)
-        return Run(base.with_configs(**changes),
-                   replace(self._options, path=sweep.trial_path(index),
-                           trial=trial_context(sweep, index)))
+        return Run.for_trainer(base.with_configs(**changes),
+                               replace(self._options, path=sweep.trial_path(index),
+                                       trial=trial_context(sweep, index)))
 
     def fit(self) -> ResultGrid:
         """Run (or submit and follow) every trial that did not finish; return the
@@ -177,7 +177,7 @@ class Tuner:
         them cleanly at a checkpoint (STOPPED; fit() again continues them)."""
         sweep = SweepDir(self._path)
         fresh = not os.path.exists(sweep.path)
-        spec = self._trainer.job_spec()
+        spec = spec_of_trainer(self._trainer)
         batch = spec.scheduler.kind != "local" and not self._options.local_only
         if batch and ("scaling_config" in self.param_space or any(
                 "scaling_config" in t["config"] for t in sweep.read().get("trials", []))):
@@ -284,7 +284,9 @@ def _as_trainer(trainable: Any, param_space: Dict[str, Any]) -> Tuple[Any, str, 
             raise ConfigError("param_space.train_loop_config: expected a dict")
         if "scaling_config" in param_space:
             param_space["scaling_config"] = scaling_space(param_space["scaling_config"])
-        return trainable, "train_loop_config", trainable.run_options
+        options = (copy.copy(trainable.restored.options) if trainable.restored is not None
+                   else RunOptions())
+        return trainable, "train_loop_config", options
     if isinstance(trainable, LegacyTrainable):
         return trainable.trainer(), "flat", trainable.run_options()
     if callable(trainable):

@@ -420,7 +420,7 @@ def test_fake_mom_runs_only_queued_jobs_and_kills_at_the_walltime(tmp_path, pbs,
 
 
 def test_timer_arms_only_on_pbs_from_the_scripts_start_stamp(tmp_path, storage, monkeypatch):
-    from hpctrain._internal.batch import _timer
+    from hpctrain._internal.allocation.job import warning_timer
     from hpctrain.schedulers.base import warning_seconds
     from hpctrain.spec import load_job_spec
 
@@ -431,11 +431,11 @@ def test_timer_arms_only_on_pbs_from_the_scripts_start_stamp(tmp_path, storage, 
     s = spec("00:00:40", "15s")
     assert warning_seconds(s) == 15
     monkeypatch.setenv("HPCTRAIN_JOB_STARTED", "1000000")
-    assert _timer("pbs", s.scheduler.walltime_s, 15) == 1000000 + 40 - 15
-    assert _timer("slurm", s.scheduler.walltime_s, 15) is None  # Slurm sends its own warning
-    assert _timer(None, s.scheduler.walltime_s, 15) is None
+    assert warning_timer("pbs", s.scheduler.walltime_s, 15, os.environ) == 1000000 + 40 - 15
+    assert warning_timer("slurm", s.scheduler.walltime_s, 15, os.environ) is None  # Slurm sends its own warning
+    assert warning_timer(None, s.scheduler.walltime_s, 15, os.environ) is None
     monkeypatch.setenv("HPCTRAIN_JOB_STARTED", "")
-    assert _timer("pbs", s.scheduler.walltime_s, 15) is None  # a script by hand without the stamp
+    assert warning_timer("pbs", s.scheduler.walltime_s, 15, os.environ) is None  # a script by hand without the stamp
     # the default warning shrinks to a quarter of a short walltime (at least 10 s)
     assert warning_seconds(spec("00:00:40")) == 10
     assert warning_seconds(spec("00:02:00")) == 30

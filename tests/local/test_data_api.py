@@ -17,7 +17,7 @@ h5py = pytest.importorskip("h5py", reason="hpctrain[data] (h5py) is not installe
 import hpctrain  # noqa: E402
 import hpctrain.torch  # noqa: E402
 import hpctrain.train  # noqa: E402 - Ray 2's ray.train.DataConfig path
-from hpctrain import ConfigError, DataConfig, RunConfig, ScalingConfig  # noqa: E402
+from hpctrain import ConfigError, DataConfig, Run, RunConfig, ScalingConfig  # noqa: E402
 from hpctrain.data import HDF5Dataset, SequenceDataset  # noqa: E402
 
 import data_workloads  # noqa: E402
@@ -54,7 +54,6 @@ def test_datasets_to_split_splits_train_and_gives_every_rank_all_of_val(tmp_path
             dataset_config=DataConfig(datasets_to_split=["train"]))
     else:
         from hpctrain.spec import load_job_spec
-        from hpctrain.trainer import trainer_from_spec
 
         job = tmp_path / "job.toml"
         job.write_text(
@@ -67,7 +66,7 @@ def test_datasets_to_split_splits_train_and_gives_every_rank_all_of_val(tmp_path
         again = tmp_path / "again.toml"                   # the resolved spec keeps it
         again.write_text(spec.to_toml())
         assert load_job_spec(str(again)).data_config == DataConfig(["train"])
-        trainer = trainer_from_spec(spec)
+        trainer = Run.from_spec(spec)
     result = trainer.fit()
     out = [json.load(open(os.path.join(result.path, "test-out", f"rank-{r}.json")))
            for r in range(2)]

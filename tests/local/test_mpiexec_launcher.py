@@ -317,10 +317,11 @@ def fit_with(launcher, func, storage, *, config, name, max_failures=0):
                                                 failure_config=FailureConfig(max_failures=max_failures)))
     if launcher is None:
         return trainer.fit()
-    run = RunDir(trainer.run_path)
+    prepared = Run.for_trainer(trainer)
+    run = prepared.run_dir
     os.makedirs(run.internal_dir, exist_ok=True)
     with run.exclusive():
-        Run(trainer).prepare()
+        prepared.prepare()
         sup = Supervisor(run, launcher=launcher, num_workers=2, max_failures=max_failures,
                          job_id=f"mpi-{uuid.uuid4().hex[:10]}",
                          extra_env={**driver_pythonpath(), **_mpirun_env()})

@@ -21,6 +21,7 @@ from hpctrain.cluster_env import local_gpu_indices, visible_gpu_count
 from hpctrain.errors import ConfigError
 from hpctrain.schedulers import BatchRequest
 from hpctrain.spec import load_job_spec
+from hpctrain.run import Run
 from hpctrain.torch import TorchTrainer
 
 import ray_names_workloads as wl  # noqa: E402
@@ -54,7 +55,7 @@ def test_accelerator_type_is_the_gpu_type_of_the_slurm_request(tmp_path):
     trainer = TorchTrainer(wl.report_context, scaling_config=ScalingConfig(
         num_workers=2, use_gpu=True, gpus_per_worker=2, accelerator_type="a100"),
         scheduler="slurm")
-    lines = _directives(BatchRequest(trainer.job_spec(), RUN).materialize())
+    lines = _directives(BatchRequest(Run.for_trainer(trainer).spec, RUN).materialize())
     assert [l for l in lines if "gpus" in l] == ["--gpus-per-node=a100:4"]
 
 

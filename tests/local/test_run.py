@@ -22,14 +22,14 @@ def _trainer(storage, name="r", **kw):
 
 
 def test_a_run_prepared_and_run_here_gives_fit_s_result(tmp_path):
-    run = Run(_trainer(tmp_path))
+    run = Run.for_trainer(_trainer(tmp_path))
     assert (run.path, run.name, run.here) == (str(tmp_path / "r"), "r", True)
     assert run.spec.scaling.num_workers == 2 and run.spec.backend == "torch"
     with run.run_dir.exclusive():
         rd = run.prepare()
         assert rd.path == run.path
         assert os.path.isfile(rd.spec_file) and os.path.isfile(rd.payload_file)
-        payload = run.payload()
+        payload = run.payload
         assert payload.run_name == "r" and payload.trial == {"trainer": "TorchTrainer"}
         status = run.run_here()
     assert status == "FINISHED"
@@ -45,32 +45,32 @@ def test_a_run_prepared_and_run_here_gives_fit_s_result(tmp_path):
 
 def test_a_second_run_of_a_finished_name_is_refused_as_fit_refuses_it(tmp_path):
     assert _trainer(tmp_path).fit().metrics["score"] == 2
-    again = Run(_trainer(tmp_path))
+    again = Run.for_trainer(_trainer(tmp_path))
     with pytest.raises(ConfigError, match="a finished run named 'r' already exists") as e:
         again.prepare()
     with pytest.raises(ConfigError) as by_fit:
         _trainer(tmp_path).fit()
     assert str(by_fit.value) == str(e.value)
     # an explicit run directory (what restore() continues) is not refused
-    explicit = Run(_trainer(tmp_path), RunOptions(path=str(tmp_path / "r")))
+    explicit = Run.for_trainer(_trainer(tmp_path), RunOptions(path=str(tmp_path / "r")))
     explicit.prepare()
-    assert TorchTrainer.restore(str(tmp_path / "r")).run_options.path == str(tmp_path / "r")
+    assert Run.for_trainer(TorchTrainer.restore(str(tmp_path / "r"))).path == str(tmp_path / "r")
 
 
 def test_run_options_reach_the_payload_and_the_choice_of_here(tmp_path):
     trainer = _trainer(tmp_path, scheduler="slurm")
-    assert Run(trainer).here is False
-    run = Run(trainer, RunOptions(local_only=True, per_rank_results=True,
+    assert Run.for_trainer(trainer).here is False
+    run = Run.for_trainer(trainer, RunOptions(local_only=True, per_rank_results=True,
                                   trial={"trial_id": "trial_00001"},
                                   path=str(tmp_path / "elsewhere")))
     assert run.here and run.name == "elsewhere"
-    payload = run.payload()
+    payload = run.payload
     assert payload.per_rank_results and not payload.keep_return_values
     assert payload.trial == {"trainer": "TorchTrainer", "trial_id": "trial_00001"}
-    _, script = Run(trainer).render()
+    _, script = Run.for_trainer(trainer).render()
     assert "hpctrain._internal.batch" in script and "#SBATCH" in script
     with pytest.raises(ConfigError, match="submit\\(\\) needs a batch scheduler"):
-        Run(_trainer(tmp_path)).submit()
+        Run.for_trainer(_trainer(tmp_path)).submit()
 
 
 def test_run_is_exported_at_the_top():

@@ -318,7 +318,7 @@ def test_a_python_credential_stays_out_of_spec_toml_and_job_sh(tmp_path):
     assert secret not in spec_toml
     assert f'api_key = "{REDACTED}"' in spec_toml and "lr = 0.5" in spec_toml
     # the batch script a submission would write
-    _, script = Run(trainer(scheduler="slurm")).render()
+    _, script = Run.for_trainer(trainer(scheduler="slurm")).render()
     assert secret not in script
     assert REDACTED in script
 

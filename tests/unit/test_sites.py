@@ -210,8 +210,6 @@ def test_restore_of_a_batch_run_keeps_its_scheduler_setup_and_env(tmp_path):
     from hpctrain.schedulers import BatchRequest
     from hpctrain.run import Run
     from hpctrain.torch import TorchTrainer
-    from hpctrain.trainer import trainer_from_spec
-
     path = write(tmp_path / "j.toml", f'''site = "test-cluster"
 [job]
 entrypoint = "{ENTRY}"
@@ -223,18 +221,20 @@ commands = ["source /opt/venv/bin/activate"]
 [env]
 DATA_DIR = "/data/x"
 ''')
-    Run(trainer_from_spec(load_job_spec(path))).prepare()
+    Run.from_spec(load_job_spec(path)).prepare()
     with RunDir(tmp_path / "rs").update_state() as s:
         s["status"] = "FAILED"
     restored = TorchTrainer.restore(str(tmp_path / "rs"))
-    spec = restored.job_spec()
+    run = Run.for_trainer(restored)
+    spec = run.spec
     assert (spec.scheduler.kind, spec.site) == ("slurm", "test-cluster")
-    script = BatchRequest(spec, restored.run_path).materialize()
+    assert run.path == str(tmp_path / "rs")
+    script = BatchRequest(spec, run.path).materialize()
     assert "\nsource /opt/venv/bin/activate\n" in script
     assert '\nexport DATA_DIR="/data/x"\n' in script
     # scheduler="local" continues it here instead
-    assert TorchTrainer.restore(str(tmp_path / "rs"), scheduler="local").job_spec(
-        ).scheduler.kind == "local"
+    assert Run.for_trainer(TorchTrainer.restore(str(tmp_path / "rs"), scheduler="local")
+                           ).spec.scheduler.kind == "local"
 
 
 def test_submit_dry_run_prints_the_script_and_creates_nothing(tmp_path):

@@ -22,17 +22,15 @@ import socket
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
 import cloudpickle
 
-from hpctrain.config import CheckpointConfig, ScalingConfig
 from hpctrain._internal import rendezvous
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.trust import (MAX_PAYLOAD_BYTES, fix_mode, load_trusted_pickle, modes_of,
-                                     no_write_for_others)
+from hpctrain._internal.rundir.payload import WorkerPayload
+from hpctrain._internal.trust import fix_mode, modes_of, no_write_for_others
 from hpctrain._internal.worker.trial import trial_control
 
 # Variables the supervisor sets for every rank of an attempt.
@@ -49,41 +47,6 @@ ENV_WARNING_SIGNAL = "HPCTRAIN_WARNING_SIGNAL"
 #: Written by the supervisor into the attempt directory when the warning came.
 STOP_FILE = "stop"
 STOP_POLL_S = 0.1
-
-
-@dataclass
-class WorkerPayload:
-    """Everything a worker needs that is not in its environment, pickled into the run
-    directory by the driver (``.hpctrain/payload.pkl``)."""
-
-    train_func: Any                     # a callable, or a spec.EntryPoint resolved in the worker
-    train_loop_config: Optional[Dict[str, Any]]
-    backend: str
-    backend_config: Any
-    scaling: ScalingConfig
-    checkpoint_config: CheckpointConfig
-    run_name: str
-    per_rank_results: bool = False      # the seed-era API wants every rank's metrics
-    keep_return_values: bool = False    # the seed-era run() returns them
-    datasets: Dict[str, Any] = field(default_factory=dict)
-    #: DataConfig.datasets_to_split: "all" or the names split over the ranks (the others
-    #: are read whole by every rank)
-    datasets_to_split: Any = "all"
-    metadata: Optional[Dict[str, Any]] = None   # the trainer's metadata= (Ray)
-    # experiment_name, trial_id, trial_name for get_context() (a sweep's trial sets them)
-    trial: Optional[Dict[str, str]] = None
-    #: FailureConfig.mtbi in seconds (the site's interruption rate, for
-    #: CheckpointConfig(checkpoint_frequency="auto"))
-    mtbi_s: Optional[int] = None
-
-    def save(self, run: RunDir) -> None:
-        # 0600: train_loop_config may hold what only the user should read
-        atomic_write_bytes(run.payload_file, cloudpickle.dumps(self), mode=0o600)
-
-    @staticmethod
-    def load(run: RunDir) -> "WorkerPayload":
-        return load_trusted_pickle(run.payload_file, what="the run's payload",
-                                   max_bytes=MAX_PAYLOAD_BYTES)
 
 
 def call_train_func(fn: Callable, config: Optional[Dict[str, Any]]) -> Any:
