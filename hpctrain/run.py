@@ -10,7 +10,7 @@ constructors make one, and they are the only code that knows where those come fr
 - :meth:`Run.from_spec` — a job file's spec (``hpctrain run/submit/render``, the batch
   step of a hand-submitted script, a job file's sweep);
 - :meth:`Run.at` — an existing run directory (``Trainer.restore``, the batch step, a
-  sweep's array task): payload, spec, state and callbacks read once.
+  sweep's array task): payload, spec and callbacks read once.
 
 ::
 
@@ -36,7 +36,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
@@ -82,6 +82,9 @@ class RunOptions:
     :param first_checkpoint_index: the number of the first checkpoint (the seed-era API
         numbers from 1, as Ray 1.x did).
     :param echo_worker_output: print the ranks' output here; None: when ``verbose >= 1``.
+    :param resume_from: the checkpoint the run starts from while it has none of its own
+        (``resume_from_checkpoint=``'s path); kept in ``state.json``, so that the batch
+        step and a restore start from it too.
     """
 
     path: Optional[str] = None
@@ -92,6 +95,7 @@ class RunOptions:
     keep_return_values: bool = False
     first_checkpoint_index: int = 0
     echo_worker_output: Optional[bool] = None
+    resume_from: Optional[str] = None
 
 
 class Run:
@@ -110,7 +114,7 @@ class Run:
     :meth:`from_spec` or :meth:`at`.
     """
 
-    def __init__(self, spec: JobSpec, payload: WorkerPayload,
+    def __init__(self, spec: JobSpec, payload: Optional[WorkerPayload],
                  options: Optional[RunOptions] = None):
         self.spec = spec
         """The resolved :class:`~hpctrain.spec.JobSpec`."""
@@ -129,12 +133,23 @@ class Run:
         """The run directory's absolute path."""
         self.run_dir = RunDir(self.path)
         """The run directory (its files and ``state.json``)."""
-        self.payload = payload
-        """What every worker loads (its ``run_name`` is the run directory's)."""
-        payload.run_name = self.name
+        self._payload = payload
+        if payload is not None:
+            payload.run_name = self.name
 
     def __repr__(self) -> str:
         return f"Run({self.path!r})"
+
+    @property
+    def payload(self) -> WorkerPayload:
+        """What every worker loads (its ``run_name`` is the run directory's). A run read
+        back by the batch step (:meth:`at` with the job script's spec) loads it from the
+        run directory only when asked: unpickling it imports the user's modules, which
+        the ranks do, not the batch step."""
+        if self._payload is None:
+            self._payload = WorkerPayload.load(self.run_dir)
+            self._payload.run_name = self.name
+        return self._payload
 
     # -- the three constructors ---------------------------------------------------------
     @classmethod
@@ -148,7 +163,8 @@ class Run:
             options = copy.copy(restored.options) if restored is not None else RunOptions()
         t, rc = trainer, trainer.run_config
         spec = spec_of_trainer(trainer)
-        start = t.resume_from_checkpoint
+        if t.resume_from_checkpoint is not None:
+            options = replace(options, resume_from=t.resume_from_checkpoint.path)
         payload = WorkerPayload(
             train_func=t.train_loop_per_worker,
             train_loop_config=t.train_loop_config,
@@ -163,8 +179,7 @@ class Run:
             datasets_to_split=t.dataset_config.datasets_to_split,
             metadata=t.metadata,
             trial={"trainer": type(t).__name__, **(options.trial or {})},
-            mtbi_s=rc.failure_config.mtbi_s,
-            resume_from=start.path if start else None)
+            mtbi_s=rc.failure_config.mtbi_s)
         return cls(spec, payload, options)
 
     @classmethod
@@ -203,22 +218,26 @@ class Run:
     @classmethod
     def at(cls, path: str | os.PathLike, *, spec: Optional[JobSpec] = None,
            caller: str = "Run.at") -> "Run":
-        """The run in the existing run directory ``path``, read once: its payload, its
-        spec (``spec.toml``; or ``spec``, the one a job script carries), its state (the
-        failure budget it was started with) and its tracking callbacks. A directory that
-        is not a restorable run raises :class:`~hpctrain.errors.RunNotFoundError`
-        naming ``caller``."""
+        """The run in the existing run directory ``path``, read once: its state (the
+        checkpoint it starts from), its tracking callbacks, its spec (``spec.toml``;
+        or ``spec``, the one a job script carries) and its payload (with ``spec`` given,
+        only when asked: see :attr:`payload`). A directory without a payload raises
+        :class:`~hpctrain.errors.RunNotFoundError` naming ``caller``."""
         from hpctrain._internal.allocation.tracking import load_callbacks
 
-        run = existing_run(path, caller, restorable=True)
-        payload = WorkerPayload.load(run)
-        if spec is None:
+        run = RunDir(path)
+        if not os.path.isfile(run.payload_file):  # (say what is wrong with the directory)
+            existing_run(path, caller, restorable=True)
+        options = RunOptions(path=run.path, resume_from=run.read_state().get("resume_from"))
+        payload = None
+        if spec is None:  # a restore, in the driver: its modules import here
+            payload = WorkerPayload.load(run)
             spec = spec_at(run, payload)
+            options.trial = {k: v for k, v in (payload.trial or {}).items()
+                             if k != "trainer"} or None
+            options.per_rank_results = payload.per_rank_results
+            options.keep_return_values = payload.keep_return_values
         spec.run.callbacks = load_callbacks(run)
-        trial = {k: v for k, v in (payload.trial or {}).items() if k != "trainer"}
-        options = RunOptions(path=run.path, trial=trial or None,
-                             per_rank_results=payload.per_rank_results,
-                             keep_return_values=payload.keep_return_values)
         return cls(spec, payload, options)
 
     # -- what the run is -------------------------------------------------------------------
@@ -279,6 +298,9 @@ class Run:
                            sync=False, mode=run.file_mode)
         self.payload.save(run)
         save_callbacks(run, self.spec.run.callbacks)
+        if self.options.resume_from:
+            with run.update_state() as s:
+                s["resume_from"] = self.options.resume_from
         # The driver's sys.path additions, for a batch job to import what the payload
         # pickled by reference (read before the payload is unpickled).
         atomic_write_json(run.driver_file, {"pythonpath": trusted_pythonpath(
@@ -337,7 +359,7 @@ class Run:
         sup = Supervisor(
             run, launcher=launcher, num_workers=spec.scaling.num_workers,
             max_failures=fc.max_failures, job_id=job_id,
-            initial_checkpoint=self.payload.resume_from,
+            initial_checkpoint=self.options.resume_from,
             on_line=on_line, on_tick=tick, extra_env=extra_env,
             first_checkpoint_index=self.options.first_checkpoint_index,
             warning_s=warning_s, warning_signal=fc.warning_signal, warn_at=warn_at)

@@ -13,7 +13,7 @@ import os
 from typing import Any, Callable, Dict, Optional
 
 from hpctrain._internal.registry import BACKENDS, SCHEDULERS, backend_entry, describe
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.rundir.layout import RunDir, existing_run
 from .checkpoint import Checkpoint
 from .config import DataConfig, RunConfig, ScalingConfig, SchedulerConfig
 from .errors import ConfigError
@@ -156,6 +156,7 @@ class DataParallelTrainer:
         A batch run continues as a batch job with the scheduler, site and directives it
         was submitted with (from its ``spec.toml``); ``scheduler="local"`` continues it on
         this machine instead."""
+        existing_run(path, f"{cls.__name__}.restore", restorable=True)
         run = Run.at(path, caller=f"{cls.__name__}.restore")
         payload, spec = run.payload, run.spec
         if cls is not DataParallelTrainer and cls._backend_name != payload.backend:
@@ -176,7 +177,8 @@ class DataParallelTrainer:
             train_loop_config=train_loop_config if train_loop_config is not None else payload.train_loop_config,
             backend_config=payload.backend_config, scaling_config=payload.scaling,
             run_config=spec.run,
-            resume_from_checkpoint=Checkpoint(payload.resume_from) if payload.resume_from else None,
+            resume_from_checkpoint=(Checkpoint(run.options.resume_from)
+                                    if run.options.resume_from else None),
             datasets=payload.datasets, metadata=getattr(payload, "metadata", None),
             dataset_config=DataConfig(payload.datasets_to_split), **batch)
         trainer.restored = run

@@ -357,3 +357,25 @@ QUICKSTART_EPOCHS = "2"
     assert "run FINISHED" in p.stdout, p.stdout + p.stderr
     run = os.path.join(storage, "quickstart")
     assert_quickstart_checkpoints(run, epochs=2, world_size=2, width=8)
+
+
+def test_a_batch_run_from_python_starts_from_resume_from_checkpoint(storage, local_reference):
+    # half the epochs here, then the batch job continues from that checkpoint: the run
+    # directory's payload carries resume_from_checkpoint to the batch step (which ran
+    # from scratch before) and the model ends as the 4-epoch local run's
+    half = TorchTrainer(workloads.deterministic, train_loop_config={"epochs": EPOCHS // 2},
+                        scaling_config=ScalingConfig(num_workers=4),
+                        run_config=RunConfig(name="first-half", storage_path=storage,
+                                             verbose=0)).fit()
+    result = TorchTrainer(
+        workloads.deterministic, train_loop_config={"epochs": EPOCHS},
+        scaling_config=ScalingConfig(num_workers=4, num_nodes=2),
+        run_config=RunConfig(name="second-half", storage_path=storage, verbose=0),
+        resume_from_checkpoint=half.checkpoint,
+        scheduler="slurm", site="test-cluster").fit()
+    assert result.status == "FINISHED" and result.metrics["epoch"] == EPOCHS - 1
+    from hpctrain._internal.rundir.layout import RunDir
+
+    first = RunDir(result.path).read_state()["attempts"][0]
+    assert first["resumed_from"] == half.checkpoint.path
+    assert_same_state(final_state(result.path), local_reference)

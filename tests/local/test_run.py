@@ -75,3 +75,35 @@ def test_run_options_reach_the_payload_and_the_choice_of_here(tmp_path):
 
 def test_run_is_exported_at_the_top():
     assert hpctrain.Run is Run and "Run" in hpctrain.__all__ and "RunOptions" in hpctrain.__all__
+
+
+def test_restore_keeps_the_whole_failure_config_and_the_run_directory(tmp_path):
+    from hpctrain import FailureConfig
+
+    trainer = TorchTrainer(workloads.scored, train_loop_config={"scores": [1]},
+                           scaling_config=ScalingConfig(num_workers=1),
+                           run_config=RunConfig(name="f", storage_path=str(tmp_path), verbose=0,
+                                                failure_config=FailureConfig(
+                                                    max_failures=3, warning_time="30s")))
+    trainer.fit()
+    restored = Run.for_trainer(TorchTrainer.restore(str(tmp_path / "f")))
+    fc = restored.spec.run.failure_config
+    # (restore kept max_failures alone before, and the warning time fell back to 120 s)
+    assert (fc.max_failures, fc.warning_s) == (3, 30)
+    assert restored.path == str(tmp_path / "f") and restored.options.path == restored.path
+
+
+def test_a_job_file_run_is_made_without_a_trainer(tmp_path):
+    from hpctrain.spec import load_job_spec
+
+    job = tmp_path / "job.toml"
+    job.write_text(f'[job]\nentrypoint = "{workloads.__file__}:scored"\n'
+                   f'[run]\nname = "j"\nstorage_path = "{tmp_path}"\nverbose = 0\n'
+                   '[config]\nscores = [2, 5]\n[scaling]\nnum_workers = 2\n')
+    run = Run.from_spec(load_job_spec(str(job)))
+    assert run.payload.train_loop_config == {"scores": [2, 5]}
+    assert run.payload.trial == {"trainer": "TorchTrainer"}
+    assert run.fit().metrics["score"] == 5
+    again = Run.at(run.path)   # the run directory read back: the same spec and payload
+    assert again.spec.scaling.num_workers == 2 and again.payload.backend == "torch"
+    assert again.spec.run.name == "j" and again.options.path == run.path

@@ -38,9 +38,6 @@ class WorkerPayload:
     #: FailureConfig.mtbi in seconds (the site's interruption rate, for
     #: CheckpointConfig(checkpoint_frequency="auto"))
     mtbi_s: Optional[int] = None
-    #: the checkpoint the run starts from when it has none of its own yet
-    #: (``resume_from_checkpoint=``'s path)
-    resume_from: Optional[str] = None
 
     def save(self, run: RunDir) -> None:
         # 0600: train_loop_config may hold what only the user should read
