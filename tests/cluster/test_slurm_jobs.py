@@ -374,8 +374,6 @@ def test_a_batch_run_from_python_starts_from_resume_from_checkpoint(storage, loc
         resume_from_checkpoint=half.checkpoint,
         scheduler="slurm", site="test-cluster").fit()
     assert result.status == "FINISHED" and result.metrics["epoch"] == EPOCHS - 1
-    from hpctrain._internal.rundir.layout import RunDir
-
-    first = RunDir(result.path).read_state()["attempts"][0]
+    first = run_state(result.path)["attempts"][0]
     assert first["resumed_from"] == half.checkpoint.path
     assert_same_state(final_state(result.path), local_reference)
