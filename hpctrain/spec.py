@@ -31,7 +31,8 @@ except ImportError:  # pragma: no cover - Python < 3.11
 import tomli_w
 
 from .config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
-                     SchedulerConfig, SetupConfig, TomlKey, toml_keys)
+                     SchedulerConfig, SetupConfig, TomlKey, scheduler_config_class,
+                     scheduler_keys, toml_keys)
 from . import sites
 from .errors import ConfigError
 from .sites import Site, derive_nodes
@@ -88,15 +89,15 @@ _FIXED_CLASS_SECTIONS: Dict[str, Any] = {
 
 
 class _Derived(Mapping):
-    """A table derived from the registered backends, rebuilt when they change (a backend
-    registered later has its ``[name]`` section, its name among ``job.backend``'s
-    choices)."""
+    """A table derived from the registered backends and schedulers, rebuilt when they
+    change (a backend registered later has its ``[name]`` section, its name among
+    ``job.backend``'s choices; a scheduler its options among ``[scheduler]``'s keys)."""
 
     def __init__(self, build: Callable[[], Dict[str, Any]]) -> None:
         self._build, self._key, self._value = build, None, {}
 
     def _table(self) -> Dict[str, Any]:
-        key = _registry.backend_entries()
+        key = (_registry.backend_entries(), tuple(_registry.SCHEDULERS.entries().items()))
         if key != self._key:
             self._value, self._key = self._build(), key
         return self._value
@@ -167,9 +168,15 @@ _SPEC_SECTIONS: Dict[str, Optional[Dict[str, TomlKey]]] = {
     },
 }
 
+def _section_keys(name: str, classes: Mapping[str, Any]) -> Optional[Dict[str, TomlKey]]:
+    if name == "scheduler":  # the shared keys and every scheduler's own options
+        return scheduler_keys()
+    return toml_keys(classes[name]) if name in classes else _SPEC_SECTIONS[name]
+
+
 def _keys() -> Dict[str, Optional[Dict[str, TomlKey]]]:
     classes = dict(CLASS_SECTIONS)
-    return {name: toml_keys(classes[name]) if name in classes else _SPEC_SECTIONS[name]
+    return {name: _section_keys(name, classes)
             for name in ("job", "scaling", "run", "checkpoint", "failure", "scheduler",
                          "setup", "env", "config", "datasets", "data", "callbacks",
                          *BACKENDS, "sweep")}
@@ -923,7 +930,7 @@ class JobSpec:
                         "max_requeues": fl.max_requeues,
                         "mtbi": None if fl.mtbi is None else f"{fl.mtbi_s}s"},
             "scheduler": {k: v for k, v in vars(self.scheduler).items()
-                          if v not in (None, [], {}) and v != getattr(_SCHED_DEFAULTS, k)},
+                          if v not in (None, [], {}) and v != getattr(_SCHED_DEFAULTS, k, None)},
             "setup": {k: v for k, v in vars(self.setup).items() if v},
             "env": self.env,
             # a credential-looking key of a Python train_loop_config (a job file's is
@@ -959,6 +966,7 @@ class JobSpec:
 
 
 _OMIT = object()
+#: The shared keys' defaults (a scheduler's own options default to None).
 _SCHED_DEFAULTS = SchedulerConfig()
 
 
@@ -1141,9 +1149,8 @@ def load_site(name: str, *, key: str = "site", file: Optional[str] = None) -> Si
 
 
 #: Pairs of keys that say the same thing; when both are set by different layers, the later
-#: layer's wins (a job file's ``queue`` beats its site's ``partition``).
-_SYNONYMS = [("scheduler.partition", "scheduler.queue"),
-             ("scaling.cpus_per_worker", "scaling.resources_per_worker.CPU"),
+#: layer's wins (a job file's ``cpus_per_worker`` beats its site's resources_per_worker.CPU).
+_SYNONYMS = [("scaling.cpus_per_worker", "scaling.resources_per_worker.CPU"),
              ("scaling.gpus_per_worker", "scaling.resources_per_worker.GPU")]
 
 
@@ -1171,12 +1178,22 @@ def _prefer_later_layer(merged: Dict[str, Any], origins: Mapping[str, str],
             del nb[kb]
         elif rb > ra:
             del na[ka]
-        elif a == "scheduler.partition" and na[ka] != nb[kb]:
-            raise ConfigError(f"scheduler: partition = {_show(na[ka])} and queue = "
-                              f"{_show(nb[kb])} name two different places",
-                              file=Ctx(job_file, origins).where(a),
-                              hint="give one of them (they mean the same: a Slurm partition "
-                                   "or a PBS queue)")
+    _drop_other_schedulers_keys(merged, rank)
+
+
+def _drop_other_schedulers_keys(merged: Dict[str, Any], rank: Callable[[str], int]) -> None:
+    """A layer that chose the scheduler (``kind``) drops what a lower layer set for
+    another one: a job file's ``kind = "pbs"`` over a Slurm site's ``partition``. A key of
+    another scheduler set at the same layer as ``kind``, or above it, stays and is refused
+    (:func:`hpctrain.config.check_scheduler_keys` names the scheduler that has it)."""
+    sched = merged.get("scheduler")
+    kind = sched.get("kind", "local") if isinstance(sched, dict) else None
+    if not isinstance(kind, str) or kind not in _registry.SCHEDULERS or "kind" not in sched:
+        return
+    own = toml_keys(scheduler_config_class(kind))
+    for key in [k for k in sched if k not in own and k in SECTIONS["scheduler"]]:
+        if rank(f"scheduler.{key}") < rank("scheduler.kind"):
+            del sched[key]
 
 
 def _without_deletes(value: Any) -> Any:

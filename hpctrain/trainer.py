@@ -20,7 +20,7 @@ from .config import DataConfig, RunConfig, ScalingConfig, default_storage_path
 from .errors import ConfigError
 from .result import Result
 from .run import FROM_PYTHON, Run, RunOptions
-from ._internal.registry import SCHEDULERS  # the registry's names
+from ._internal.registry import SCHEDULERS, describe  # the registry's names
 
 
 class DataParallelTrainer:
@@ -98,8 +98,8 @@ class DataParallelTrainer:
                                   f"SchedulerConfig, got {scheduler!r}")
             scheduler = SchedulerConfig(kind=scheduler)
         elif not isinstance(scheduler, SchedulerConfig):
-            raise ConfigError("scheduler: expected \"local\", \"slurm\", \"pbs\" or a "
-                              f"SchedulerConfig, got {type(scheduler).__name__}")
+            raise ConfigError(f"scheduler: expected {describe()} or a SchedulerConfig, got "
+                              f"{type(scheduler).__name__}")
         self.scheduler = scheduler
         self.site = site
         self._spec = None  # a JobSpec loaded from TOML (trainer_from_spec): used as is
