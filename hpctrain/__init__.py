@@ -22,6 +22,7 @@ from .checkpoint import Checkpoint
 from .config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig, RunConfig,
                      ScalingConfig, SchedulerConfig, SetupConfig, SyncConfig)
 # one factory per scheduler, kept with its class (hpctrain.schedulers.<name>)
+from .schedulers.lsf import LsfConfig
 from .schedulers.pbs import PbsConfig
 from .schedulers.slurm import SlurmConfig
 from .errors import (CheckpointError, ConfigError, HpctrainError, MissingFrameworkError, RunLockedError,
@@ -33,7 +34,7 @@ from ._version import __version__
 
 __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
-    "Run", "RunOptions", "SchedulerConfig", "SlurmConfig", "PbsConfig", "SetupConfig", "DataConfig", "SyncConfig",
+    "Run", "RunOptions", "SchedulerConfig", "SlurmConfig", "PbsConfig", "LsfConfig", "SetupConfig", "DataConfig", "SyncConfig",
     "report", "get_checkpoint", "get_context", "get_dataset_shard", "TrainingFailedError",
     "TrainingStoppedError", "ConfigError",
     "CheckpointError", "HpctrainError", "MissingFrameworkError", "RunLockedError", "__version__",

@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.formats import versioned_spec
 from hpctrain._internal.log import get_logger
-from hpctrain._internal.registry import backend_entry, load
+from hpctrain._internal.registry import backend_entry, describe, load, scheduler_names
 from hpctrain._internal.rundir.layout import RunDir, existing_run
 from hpctrain._internal.rundir.payload import WorkerPayload
 from hpctrain._internal.trust import (make_private_dir, read_trusted, share_of,
@@ -405,8 +405,8 @@ class Run:
         are checked first. ``rerender``: what the script says about rendering it again."""
         if self.spec.scheduler.kind == "local":
             raise ConfigError("scheduler: submit() needs a batch scheduler, got \"local\"",
-                              hint='give scheduler="slurm"/"pbs" or site="NAME"; fit() runs '
-                                   "a local run here")
+                              hint=f"give scheduler= {describe(scheduler_names(batch_only=True))}"
+                                   ' or site="NAME"; fit() runs a local run here')
         self.check_datasets()
         from hpctrain._internal.driver import submission
         from .job import Job

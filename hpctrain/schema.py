@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from .config import TomlKey
+from .config import TomlKey, scheduler_config_class, toml_keys
+from ._internal.registry import SCHEDULERS
 from .spec import ENV_NAME_PATTERN, EXPECTED, KEYS, TOP_LEVEL_KEYS
 from .units import MEMORY_PATTERN, WALLTIME_PATTERN
 
@@ -88,6 +89,16 @@ _SECTION_RULES = {
 }
 
 
+def _scheduler_rules() -> Dict[str, Any]:
+    """``[scheduler]``: each scheduler takes the shared keys and its own options only (a
+    ``queue`` with ``kind = "slurm"`` is flagged); without ``kind`` (a site config may set
+    it) any scheduler's are allowed."""
+    return {"allOf": [
+        {"if": {"required": ["kind"], "properties": {"kind": {"const": kind}}},
+         "then": {"propertyNames": {"enum": list(toml_keys(scheduler_config_class(kind)))}}}
+        for kind in SCHEDULERS]}
+
+
 def key_schema(key: TomlKey) -> Dict[str, Any]:
     """The JSON Schema of one key: its kind's, narrowed by its choices (``enum``) or its
     own schema, and its minimum; its doc and the expected value as ``description``."""
@@ -111,7 +122,8 @@ def _section_schema(name: str, keys: Optional[Dict[str, TomlKey]]) -> Dict[str, 
                                   f"\"{name}\").")
     return {"description": doc, "type": "object",
             "properties": {key: key_schema(k) for key, k in keys.items()},
-            "additionalProperties": False, **_SECTION_RULES.get(name, {})}
+            "additionalProperties": False, **_SECTION_RULES.get(name, {}),
+            **(_scheduler_rules() if name == "scheduler" else {})}
 
 
 def json_schema() -> Dict[str, Any]:

@@ -267,8 +267,7 @@ def derive_nodes(spec) -> None:
             scaling.workers_per_node or not scaling.gpus_each:
         return
     sched = spec.scheduler
-    limits, source = site.limits.effective(partition=sched.partition or sched.queue,
-                                           qos=sched.qos, constraint=sched.constraint)
+    limits, source = site.limits.effective(**sched.selectors())
     have = limits.get("gpus_per_node")
     if not have or scaling.gpus_each * scaling.num_workers <= have:
         return  # CPU-only nodes (check_limits says so) or one node is enough
@@ -302,20 +301,19 @@ def check_limits(spec) -> None:
     from .units import format_walltime, parse_memory, parse_walltime
 
     sched, scaling = spec.scheduler, spec.scaling
-    partition = sched.partition or sched.queue
-    part_key = "scheduler.partition" if sched.partition else "scheduler.queue"
+    partition = sched.queue_name  # Slurm's partition, PBS's queue…
+    part_key = f"scheduler.{sched.queue_option}"
     lim = site.limits
     if partition and lim.partitions and partition not in lim.partitions:
         from difflib import get_close_matches
 
         close = get_close_matches(partition, list(lim.partitions), n=1)
         raise ConfigError(
-            f"{part_key}: site {site.name!r} has no partition or queue {partition!r}",
+            f"{part_key}: site {site.name!r} has no {sched.queue_option} {partition!r}",
             file=spec.where(part_key),
             hint=(f"did you mean {close[0]!r}? " if close else "") +
                  f"known: {', '.join(sorted(lim.partitions))} ({site.path})")
-    limits, source = lim.effective(partition=partition, qos=sched.qos,
-                                   constraint=sched.constraint)
+    limits, source = lim.effective(**sched.selectors())
 
     def of(key: str) -> str:
         where = source.get(key, "site")

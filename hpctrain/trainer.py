@@ -94,8 +94,8 @@ class DataParallelTrainer:
                                   f"SchedulerConfig, got {scheduler!r}")
             scheduler = SchedulerConfig(kind=scheduler)
         elif not isinstance(scheduler, SchedulerConfig):
-            raise ConfigError(f"scheduler: expected {describe(list(SCHEDULERS))} or a "
-                              f"SchedulerConfig, got {type(scheduler).__name__}")
+            raise ConfigError(f"scheduler: expected {describe()} or a SchedulerConfig, got "
+                              f"{type(scheduler).__name__}")
         self.scheduler = scheduler
         self.site = site
         self.restored: Optional[Run] = None

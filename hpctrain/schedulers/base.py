@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from ..config import SchedulerConfig
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # (for the hints only)
@@ -92,6 +93,12 @@ class Scheduler:
     the rest of the package asks the registry (:mod:`hpctrain.schedulers`)."""
 
     name = "base"
+    #: How people write the batch system's name (in messages: "Slurm calls it partition").
+    title = "base"
+    #: The ``[scheduler]`` section's dataclass: :class:`~hpctrain.config.SchedulerConfig`
+    #: (the keys every scheduler shares), or a subclass with the scheduler's own options,
+    #: each a field declared with :func:`hpctrain.config.toml` (docs/adding-a-scheduler.md).
+    config_class = SchedulerConfig
     template: Optional[str] = None
     #: A folder searched for ``template`` before hpctrain's ``templates/`` (a plugin's
     #: own; its template can still ``{% include "_body.sh.j2" %}``).

@@ -7,6 +7,7 @@ from .base import Allocation, Scheduler
 
 class LocalScheduler(Scheduler):
     name = "local"
+    title = "local"
     template = None
 
     @classmethod

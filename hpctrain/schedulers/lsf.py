@@ -25,8 +25,10 @@ import math
 import os
 import re
 import subprocess
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, List, Mapping, Optional, Sequence, Tuple
 
+from ..config import SchedulerConfig, kind_field, toml
 from ..errors import ConfigError
 from ..units import parse_memory
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, array_ranges,
@@ -59,6 +61,19 @@ def format_lsf_memory(mib: int) -> str:
     return f"{mib // 1024}GB" if mib % 1024 == 0 else f"{mib}MB"
 
 
+@dataclass
+class LsfConfig(SchedulerConfig):
+    """The ``[scheduler]`` section of an LSF job: the shared keys and LSF's own options
+    (``queue`` → ``#BSUB -q``; ``account`` is LSF's project, ``-P``)."""
+
+    KIND: ClassVar[str] = "lsf"
+    queue_option: ClassVar[Optional[str]] = "queue"
+
+    kind: str = kind_field(KIND)
+    queue: Optional[str] = field(default=None, metadata=toml(
+        "str", "The queue (#BSUB -q).", aka=("partition",)))
+
+
 def lsf_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
     """hpctrain's ``#BSUB`` options for a request, before the spec's own directives."""
     spec = request.spec
@@ -75,7 +90,7 @@ def lsf_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
         ("-gpu", gpu),
         ("-M", format_lsf_memory(parse_memory(s.mem_per_worker)) if s.mem_per_worker else None),
         ("-W", format_lsf_walltime(sched.walltime_s) if sched.time else None),
-        ("-q", sched.partition or sched.queue),
+        ("-q", sched.queue),
         ("-P", sched.account),
         ("-w", " && ".join(f"ended({j})" for j in sched.after.split(":"))
          if sched.after else None),
@@ -106,6 +121,8 @@ _QUOTED = {"-R", "-gpu", "-w", "-alloc_flags"}
 
 class LsfScheduler(Scheduler):
     name = "lsf"
+    title = "LSF"
+    config_class = LsfConfig
     template = "lsf.sh.j2"
     job_id_var = "LSB_JOBID"
     submit_command = "bsub"

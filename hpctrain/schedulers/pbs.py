@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, List, Mapping, Optional, Sequence, Tuple
 
+from ..config import SchedulerConfig, kind_field, toml
 from ..units import check_mib, check_seconds, clock, parse_memory
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, check_directive,
                    job_name, merge_directives)
@@ -73,6 +75,19 @@ def select_chunk(request: BatchRequest) -> str:
     return chunk
 
 
+@dataclass
+class PbsConfig(SchedulerConfig):
+    """The ``[scheduler]`` section of a PBS job: the shared keys and PBS's own options
+    (``queue`` → ``#PBS -q``)."""
+
+    KIND: ClassVar[str] = "pbs"
+    queue_option: ClassVar[Optional[str]] = "queue"
+
+    kind: str = kind_field(KIND)
+    queue: Optional[str] = field(default=None, metadata=toml(
+        "str", "The queue (#PBS -q).", aka=("partition",)))
+
+
 def pbs_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
     """hpctrain's ``#PBS`` options for a request, before the spec's own directives."""
     spec = request.spec
@@ -82,7 +97,7 @@ def pbs_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
         ("select", select_chunk(request)),
         ("place", "scatter" if spec.scaling.nodes > 1 else None),
         ("walltime", format_pbs_walltime(sched.walltime_s) if sched.time else None),
-        ("-q", sched.partition or sched.queue),
+        ("-q", sched.queue),
         ("-A", sched.account),
         ("-r", "y"),
         ("-j", "oe"),
@@ -105,6 +120,8 @@ def is_subjob(job_id: str) -> bool:
 
 class PbsScheduler(Scheduler):
     name = "pbs"
+    title = "PBS"
+    config_class = PbsConfig
     template = "pbs.sh.j2"
     job_id_var = "PBS_JOBID"
     submit_command = "qsub"
@@ -307,10 +324,3 @@ def _script_depend(script_path: str) -> Optional[str]:
         return None
     m = re.search(r"^#PBS\s+-W\s+depend=(\S+)", text, re.MULTILINE)
     return m.group(1) if m else None
-
-
-def PbsConfig(**kwargs: Any):
-    """``SchedulerConfig(kind="pbs", ...)``."""
-    from ..config import SchedulerConfig
-
-    return SchedulerConfig(kind=PbsScheduler.name, **kwargs)

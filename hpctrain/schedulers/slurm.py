@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..config import SchedulerConfig, kind_field, toml
 from ..units import DAY, check_mib, check_seconds, clock, parse_memory
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, array_ranges,
                    check_directive, job_name, merge_directives, warning_seconds)
@@ -52,6 +54,29 @@ ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEU
 ENDED = "ENDED"
 
 
+@dataclass
+class SlurmConfig(SchedulerConfig):
+    """The ``[scheduler]`` section of a Slurm job: the shared keys and Slurm's own options,
+    each rendered as the ``#SBATCH`` option of the same name. ``TorchTrainer(...,
+    scheduler=SlurmConfig(partition="gpu", time="02:00:00"))``."""
+
+    KIND: ClassVar[str] = "slurm"
+    queue_option: ClassVar[Optional[str]] = "partition"
+
+    kind: str = kind_field(KIND)
+    partition: Optional[str] = field(default=None, metadata=toml(
+        "str", "The partition (#SBATCH --partition).", aka=("queue",)))
+    qos: Optional[str] = field(default=None, metadata=toml(
+        "str", "The quality of service (#SBATCH --qos)."))
+    constraint: Optional[str] = field(default=None, metadata=toml(
+        "str", 'Node features, e.g. "a100&hbm80g" (#SBATCH --constraint).'))
+    reservation: Optional[str] = field(default=None, metadata=toml(
+        "str", "An advance reservation the job runs in (#SBATCH --reservation)."))
+
+    def selectors(self) -> Dict[str, Optional[str]]:
+        return {"partition": self.partition, "qos": self.qos, "constraint": self.constraint}
+
+
 def slurm_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
     """hpctrain's ``#SBATCH`` options for a request, before the spec's own directives."""
     spec = request.spec
@@ -68,10 +93,11 @@ def slurm_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
          if gpus else None),
         ("mem", format_slurm_memory(mem) if mem else None),
         ("time", format_slurm_walltime(sched.walltime_s) if sched.time else None),
-        ("partition", sched.partition or sched.queue),
+        ("partition", sched.partition),
         ("account", sched.account),
         ("qos", sched.qos),
         ("constraint", sched.constraint),
+        ("reservation", sched.reservation),
         ("dependency", f"afterany:{sched.after}" if sched.after else None),
         # the warning before the time limit (and, where the site sets
         # preempt_send_user_signal, before a preemption) goes to the batch step
@@ -82,6 +108,8 @@ def slurm_directives(request: BatchRequest) -> List[Tuple[str, Any]]:
 
 class SlurmScheduler(Scheduler):
     name = "slurm"
+    title = "Slurm"
+    config_class = SlurmConfig
     template = "slurm.sh.j2"
     job_id_var = "SLURM_JOB_ID"
     submit_command = "sbatch"
@@ -323,11 +351,3 @@ def parse_scontrol(text: str) -> Dict[str, str]:
     fields = dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", text))
     return {"State": fields.get("JobState", "UNKNOWN"), "Reason": fields.get("Reason", ""),
             "NodeList": fields.get("NodeList", ""), "ExitCode": fields.get("ExitCode", "")}
-
-
-def SlurmConfig(**kwargs: Any):
-    """``SchedulerConfig(kind="slurm", ...)``: ``TorchTrainer(..., scheduler=SlurmConfig(
-    partition="gpu", time="02:00:00"))``."""
-    from ..config import SchedulerConfig
-
-    return SchedulerConfig(kind=SlurmScheduler.name, **kwargs)

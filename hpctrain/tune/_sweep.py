@@ -186,8 +186,7 @@ def max_array_size(spec: JobSpec) -> int:
     site = getattr(spec, "site_config", None)
     if site is not None:
         sched = spec.scheduler
-        limits, _ = site.limits.effective(partition=sched.partition or sched.queue,
-                                          qos=sched.qos, constraint=sched.constraint)
+        limits, _ = site.limits.effective(**sched.selectors())
         if limits.get("max_array_size"):
             return int(limits["max_array_size"])
     return scheduler_class(spec.scheduler.kind).max_array_size

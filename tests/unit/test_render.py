@@ -143,9 +143,9 @@ SLURM_CASES = [
          "--account=m1234_g", "--qos=regular", "--constraint=a100&hbm80g",
          "--dependency=afterany:4242", "--signal=B:USR1@120", "--requeue"],
         id="partition-account-qos-constraint-after"),
-    pytest.param("", ["scheduler.queue=short"],
-                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--partition=short", "--signal=B:USR1@120", "--requeue"],
-                 id="queue-is-the-partition-under-slurm"),
+    pytest.param("", ["scheduler.reservation=maint"],
+                 ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1", "--reservation=maint", "--signal=B:USR1@120", "--requeue"],
+                 id="reservation"),
     pytest.param(
         """
         [scheduler]
@@ -282,10 +282,10 @@ PBS_CASES = [
                   "-j oe", "-o /scratch/me/runs/r1/logs/", "-l place=scatter"],
                  id="walltime-hours-not-wrapped"),
     pytest.param('[scaling]\nnum_workers = 3\nmem_per_worker = "1500M"\n'
-                 '[scheduler]\npartition = "debug"\n', [],
+                 '[scheduler]\nqueue = "debug"\n', [],
                  ["-N r1", "-l select=1:ncpus=3:mpiprocs=3:mem=4500mb", "-q debug", "-r y",
                   "-j oe", "-o /scratch/me/runs/r1/logs/", "-l place=scatter"],
-                 id="partition-is-the-queue-under-pbs"),
+                 id="queue"),
     pytest.param(
         """
         [scheduler.directives]
@@ -484,11 +484,11 @@ LIMIT_CASES = [
     pytest.param(
         "frontier", "", ["scheduler.partition=bach"],
         "scheduler.partition", "override 'scheduler.partition=bach'",
-        ["site 'frontier' has no partition or queue 'bach'"],
+        ["site 'frontier' has no partition 'bach'"],
         ["did you mean 'batch'?", "known: batch, extended"], id="unknown-partition"),
     pytest.param(
         "polaris", '[scheduler]\nqueue = "prodd"\n', [],
-        "scheduler.queue", "FILE", ["site 'polaris' has no partition or queue 'prodd'"],
+        "scheduler.queue", "FILE", ["site 'polaris' has no queue 'prodd'"],
         ["did you mean 'prod'?"], id="unknown-queue"),
     pytest.param(
         "polaris", '[scheduler.directives]\nfilesystems = ""\n', [],
@@ -779,7 +779,7 @@ def cli_job(tmp_path) -> str:
                   "--set", "scaling.workers_per_node=1"],
                  ["scaling.num_nodes: 3 nodes requested", "use fewer nodes"], id="nodes"),
     pytest.param(["--site", "frontier", "--set", "scheduler.partition=bach"],
-                 ["no partition or queue 'bach'", "did you mean 'batch'?"], id="partition"),
+                 ["no partition 'bach'", "did you mean 'batch'?"], id="partition"),
     pytest.param(["--site", "polaris", "--set", "scheduler.directives.filesystems="],
                  ["scheduler.directives.filesystems", "requires this directive"],
                  id="polaris-filesystems"),

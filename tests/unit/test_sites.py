@@ -101,7 +101,7 @@ def test_gpu_on_cpu_partition_and_unknown_partition(tmp_path, site_dir):
         load_job_spec(path, ["scheduler.partition=cpu"])
     with pytest.raises(ConfigError) as e:
         load_job_spec(path, ["scheduler.partition=gpus"])
-    assert "has no partition or queue 'gpus'" in str(e.value)
+    assert "has no partition 'gpus'" in str(e.value)
     assert "did you mean 'gpu'?" in str(e.value)
     with pytest.raises(ConfigError, match="8 GPUs per node, but nodes of site 'mysite' have 4"):
         load_job_spec(path, ["scaling.num_workers=8", "scaling.workers_per_node=8"])

@@ -1,7 +1,6 @@
-"""User-facing configuration objects, named as in Ray Train 2.
-
-These are plain dataclasses; :mod:`hpctrain.spec` maps them to and from the TOML job
-spec, so the Python API and ``job.toml`` describe the same :class:`~hpctrain.spec.JobSpec`.
+"""The Ray-named configuration dataclasses: :class:`ScalingConfig`, :class:`RunConfig`,
+:class:`CheckpointConfig`, :class:`FailureConfig`, :class:`SyncConfig`,
+:class:`DataConfig`, and the storage path helpers :class:`RunConfig` uses.
 """
 from __future__ import annotations
 
@@ -9,77 +8,23 @@ import enum
 import math
 import os
 import re
-from dataclasses import InitVar, dataclass, field, fields, is_dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from dataclasses import InitVar, dataclass, field, fields
+from typing import Any, Dict, List, Optional, Union
 
-from .errors import ConfigError
-from .naming import RUN_NAME_PATTERN
-from ._internal.registry import LAUNCHERS, SCHEDULERS
-from ._internal.trust import SHARES
+from ..errors import ConfigError
+from ..naming import RUN_NAME_PATTERN
+from .._internal.trust import SHARES
+from .keys import TomlKey, python_only, toml
 
 DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 #: A GPU type (Slurm GRES type names: ``a100``, ``a100_3g.20gb``, ``h100-80gb``…).
 _GPU_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
-# --------------------------------------------------------------------------- TOML keys
-@dataclass(frozen=True)
-class TomlKey:
-    """How one key of a job file's section is read; declared once, next to the field it
-    sets (``field(metadata=toml("int", ...))``). :mod:`hpctrain.spec` checks job files
-    with it and :mod:`hpctrain.schema` exports it as JSON Schema.
-
-    * ``kind``: the value kind (``"int"``, ``"str"``, ``"walltime"``…; the list is
-      ``hpctrain.spec.EXPECTED``).
-    * ``doc``: one line for people (the schema's description, editor tooltips).
-    * ``choices``: the allowed values; ``minimum``: the smallest integer.
-    * ``own_check``: the class checks ``choices``/``minimum`` itself, with its own
-      message (and perhaps more spellings); the job spec does not check them first.
-    * ``schema``: more JSON Schema for the key (a ``pattern`` the class checks too), or
-      what replaces the ``enum`` of ``choices`` (a value the class accepts in more
-      spellings than ``choices`` lists).
-    """
-
-    kind: str
-    doc: str = ""
-    choices: Optional[Sequence[Any]] = None
-    minimum: Optional[int] = None
-    own_check: bool = False
-    schema: Optional[Mapping[str, Any]] = None
-
-
-def toml(kind: str, doc: str = "", **options: Any) -> Dict[str, Any]:
-    """A field's metadata: the TOML key of the same name, of ``kind`` (:class:`TomlKey`)."""
-    return {"toml": TomlKey(kind, doc, **options)}
-
-
-def python_only(why: str) -> Dict[str, Any]:
-    """A field's metadata: not a key of the field's section in a job file (``why``: where
-    it comes from instead)."""
-    return {"toml": None, "python_only": why}
-
-
-def toml_keys(cls: Any) -> Dict[str, TomlKey]:
-    """The TOML keys of a config class, in field order: a dataclass's fields (each must
-    declare :func:`toml` or :func:`python_only`), or a plain class's ``TOML_KEYS``.
-    TypeError for a field that declares neither, so that a new field cannot be
-    forgotten by the job file."""
-    if not is_dataclass(cls):
-        return dict(cls.TOML_KEYS)
-    out: Dict[str, TomlKey] = {}
-    for f in fields(cls):
-        if "toml" not in f.metadata:
-            raise TypeError(f"{cls.__name__}.{f.name} declares no TOML key: give it "
-                            "field(metadata=toml(kind, doc)) or python_only(why)")
-        if f.metadata["toml"] is not None:
-            out[f.name] = f.metadata["toml"]
-    return out
-
-
 def default_storage_path() -> str:
     """``$HPCTRAIN_STORAGE_PATH``, the user config's ``storage_path``
     (:mod:`hpctrain.userconfig`) or ``~/hpctrain_results`` (Ray's ``~/ray_results``)."""
-    from .userconfig import default_storage_path as user_default
+    from ..userconfig import default_storage_path as user_default
 
     value = os.environ.get(DEFAULT_STORAGE_ENV)
     if value:
@@ -191,7 +136,7 @@ class ScalingConfig:
         if self.gpus_per_worker is not None:
             _check_int("scaling.gpus_per_worker", self.gpus_per_worker, minimum=0)
         if self.mem_per_worker is not None:
-            from .units import UnitError, parse_memory
+            from ..units import UnitError, parse_memory
 
             try:
                 parse_memory(self.mem_per_worker)
@@ -356,7 +301,7 @@ class CheckpointConfig:
     frequency: InitVar[Any] = None
 
     def __post_init__(self, frequency: Any = None) -> None:
-        from ._internal.checkpoint_interval import frequency_value
+        from .._internal.checkpoint_interval import frequency_value
 
         if frequency is not None:
             if self.checkpoint_frequency not in (None, frequency):
@@ -475,7 +420,7 @@ class FailureConfig:
         """``mtbi`` in seconds (None: not set)."""
         if self.mtbi is None or isinstance(self.mtbi, int) and not isinstance(self.mtbi, bool):
             return self.mtbi
-        from .units import UnitError, parse_walltime
+        from ..units import UnitError, parse_walltime
 
         try:
             return parse_walltime(self.mtbi)
@@ -488,7 +433,7 @@ class FailureConfig:
         """``warning_time`` in seconds."""
         if isinstance(self.warning_time, int):
             return self.warning_time
-        from .units import UnitError, parse_walltime
+        from ..units import UnitError, parse_walltime
 
         try:
             return parse_walltime(self.warning_time)
@@ -616,11 +561,11 @@ class RunConfig:
                               f"{type(self.callbacks).__name__}")
         self.callbacks = list(self.callbacks)
         if self.callbacks:
-            from .callbacks import check_callbacks
+            from ..callbacks import check_callbacks
 
             check_callbacks(self.callbacks)
         if self.name is not None:
-            from .naming import check_run_name
+            from ..naming import check_run_name
 
             check_run_name(self.name, key="run.name")
         if self.verbose not in (0, 1, 2):
@@ -629,103 +574,6 @@ class RunConfig:
             raise ConfigError(f"run.share: expected one of {', '.join(map(repr, SHARES))}, "
                               f"got {self.share!r}",
                               hint='"group" lets your project group read the run directory')
-
-
-GPU_BINDINGS = ("none", "local_rank", "local_rank_reverse")
-# LAUNCHERS, the ``scheduler.launcher`` values, is the launcher registry's live view of
-# its names (hpctrain._internal.registry.register_launcher).
-
-
-@dataclass
-class SchedulerConfig:
-    """Where and how the job runs: the batch system, the allocation request and the
-    launcher inside it. ``kind="local"`` (the default) runs on this machine.
-
-    ``time`` is a walltime string (``"02:00:00"``, ``"1-12:00:00"``, ``"90m"``);
-    ``directives`` is a map of extra scheduler options keyed by option name (Slurm:
-    ``{"mail-type": "END"}`` → ``#SBATCH --mail-type=END``; PBS: ``{"filesystems":
-    "home:eagle"}`` → ``#PBS -l filesystems=home:eagle``). An empty string removes a
-    directive set by an earlier layer (site config or hpctrain's own).
-    """
-
-    kind: str = field(default="local", metadata=toml(
-        "str", "The batch system: local runs on this machine.", choices=SCHEDULERS))
-    partition: Optional[str] = field(default=None, metadata=toml(
-        "str", "The Slurm partition (the same as queue)."))
-    queue: Optional[str] = field(default=None, metadata=toml(
-        "str", "The PBS queue (the same as partition)."))
-    account: Optional[str] = field(default=None, metadata=toml(
-        "str", "The account (project) the job is charged to."))
-    qos: Optional[str] = field(default=None, metadata=toml("str", "The quality of service."))
-    constraint: Optional[str] = field(default=None, metadata=toml(
-        "str", 'Node features, e.g. "a100&hbm80g" (Slurm --constraint).'))
-    time: Optional[str] = field(default=None, metadata=toml(
-        "walltime", 'The walltime, e.g. "02:00:00", "1-12:00:00" or "90m".'))
-    after: Optional[str] = field(default=None, metadata=toml(
-        "str", "A job id this job starts after (once it ended)."))
-    launcher: Optional[str] = field(default=None, metadata=toml(
-        "str", "What starts the ranks inside the allocation (default: the scheduler's: srun "
-        "under Slurm, mpiexec under PBS).", choices=LAUNCHERS))
-    launcher_args: List[str] = field(default_factory=list, metadata=toml(
-        "strlist", "Extra arguments for the launcher."))
-    gpu_binding: str = field(default="none", metadata=toml(
-        "str", "Bind each rank to GPUs by its local rank.", choices=GPU_BINDINGS))
-    gpu_binding_var: str = field(default="CUDA_VISIBLE_DEVICES", metadata=toml(
-        "str", "The variable gpu_binding sets (ROCR_VISIBLE_DEVICES on AMD GPUs).",
-        schema={"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}))
-    python: Optional[str] = field(default=None, metadata=toml(
-        "str", "The Python interpreter in the job (default: the one that submits)."))
-    directives: Dict[str, Any] = field(default_factory=dict, metadata=toml(
-        "directives", 'Extra scheduler options: {"mail-type" = "END"} (Slurm), '
-        '{filesystems = "home:eagle"} (PBS); "" removes one.'))
-
-    def __post_init__(self) -> None:
-        from ._internal.registry import describe, scheduler_names
-
-        if self.kind not in scheduler_names():
-            raise ConfigError(f"scheduler.kind: expected {describe()}, got {self.kind!r}")
-        if self.time is not None:
-            from .units import UnitError, parse_walltime
-
-            try:
-                parse_walltime(self.time)
-            except UnitError as e:
-                raise ConfigError(f"scheduler.time: {e}", hint=e.hint) from None
-        if self.launcher is not None and self.launcher not in LAUNCHERS:
-            raise ConfigError(f"scheduler.launcher: expected one of {', '.join(LAUNCHERS)}, "
-                              f"got {self.launcher!r}")
-        if self.gpu_binding not in GPU_BINDINGS:
-            raise ConfigError(f"scheduler.gpu_binding: expected one of "
-                              f"{', '.join(GPU_BINDINGS)}, got {self.gpu_binding!r}")
-        self.launcher_args = list(self.launcher_args or [])
-        self.directives = dict(self.directives or {})
-
-    @property
-    def walltime_s(self) -> Optional[int]:
-        from .units import parse_walltime
-
-        return None if self.time is None else parse_walltime(self.time)
-
-    @property
-    def launcher_name(self) -> str:
-        """The launcher inside the allocation: as set, else the scheduler's default
-        (srun under Slurm, mpiexec under PBS), the local spawner otherwise."""
-        from ._internal.registry import default_launcher
-
-        return self.launcher or default_launcher(self.kind)
-
-
-
-@dataclass
-class SetupConfig:
-    """Shell set-up before training in the batch job: ``module load`` each of
-    ``modules`` in order, then run ``commands`` (e.g. ``source ~/venv/bin/activate``)."""
-
-    modules: List[str] = field(default_factory=list, metadata=toml(
-        "strlist", "Environment modules to load, in order (module load ...)."))
-    commands: List[str] = field(default_factory=list, metadata=toml(
-        "strlist", "Shell lines run before training, one line each (e.g. source "
-        "~/venv/bin/activate)."))
 
 
 def _is_search_space(value: Any) -> bool:
