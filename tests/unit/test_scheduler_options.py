@@ -24,7 +24,7 @@ from hpctrain.schema import json_schema
 from hpctrain.sites import SITE_PATH_ENV
 from hpctrain.spec import SECTIONS, load_job_spec
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT  # noqa: E402 - the repository root
 ENTRY = os.path.join(ROOT, "examples", "quickstart_train.py")
 RUN = "/scratch/me/runs/r1"
 
