@@ -124,6 +124,28 @@ def walk_files(root: str) -> list[str]:
     return out
 
 
+def copy_file(src: str, dst: str, mode: int = 0o600) -> None:
+    """Copy into a file created here (O_EXCL: fails if another rank made it first),
+    in the kernel (sendfile), as ``shutil.copyfile`` does. Not copyfile itself: it would
+    reopen the file with O_TRUNC, and ext4 flushes a truncated-then-rewritten file on
+    close (auto_da_alloc), which cost ~20 % on a 256 MiB checkpoint."""
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        fout = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
+        os.fchmod(fout, mode)  # whatever the umask
+        try:
+            offset, size = 0, os.fstat(fin).st_size
+            while offset < size:
+                sent = os.sendfile(fout, fin, offset, min(size - offset, 1 << 30))
+                if sent == 0:
+                    break
+                offset += sent
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+
+
 def rename_aside(path: str) -> Optional[str]:
     """Rename ``path`` to a ``.deleting_`` sibling (one atomic step, so nobody sees it
     half-deleted) and return the new name; None if it is already gone."""

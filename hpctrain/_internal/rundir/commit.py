@@ -35,8 +35,9 @@ from hpctrain.checkpoint import (COMMIT_FORMAT, FORMAT_KEY, INTERNAL_PREFIX, MET
                                  USER_METADATA_FILE, Checkpoint)
 from hpctrain.config import CheckpointConfig
 from hpctrain.errors import CheckpointError
-from hpctrain._internal.fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, disk_full, file_digest,
-                     fsync_path, json_default, read_json, rename_aside, walk_files)
+from hpctrain._internal.fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, copy_file,
+                                      disk_full, file_digest, fsync_path, json_default,
+                                      read_json, walk_files)
 from hpctrain._internal.rundir.layout import (SHARD_MANIFEST, TMP_PREFIX, RunDir, checkpoint_dir_name,
                       checkpoints_to_delete)
 
@@ -191,28 +192,6 @@ def _write_failed(rank: int, iteration: int, tmp: str, e: OSError) -> Checkpoint
         f"rank {rank}: writing the checkpoint of report {iteration} to {tmp} failed: "
         f"{e.strerror or e}. This checkpoint is discarded; the last committed one is "
         f"untouched.{hint}")
-
-
-def copy_file(src: str, dst: str, mode: int = 0o600) -> None:
-    """Copy into a file created here (O_EXCL: fails if another rank made it first),
-    in the kernel (sendfile), as ``shutil.copyfile`` does. Not copyfile itself: it would
-    reopen the file with O_TRUNC, and ext4 flushes a truncated-then-rewritten file on
-    close (auto_da_alloc), which cost ~20 % on a 256 MiB checkpoint."""
-    fin = os.open(src, os.O_RDONLY)
-    try:
-        fout = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
-        os.fchmod(fout, mode)  # whatever the umask
-        try:
-            offset, size = 0, os.fstat(fin).st_size
-            while offset < size:
-                sent = os.sendfile(fout, fin, offset, min(size - offset, 1 << 30))
-                if sent == 0:
-                    break
-                offset += sent
-        finally:
-            os.close(fout)
-    finally:
-        os.close(fin)
 
 
 _FLUSHER = None
