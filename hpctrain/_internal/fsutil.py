@@ -73,10 +73,14 @@ def atomic_write_bytes(path: str, data: bytes, *, sync: bool = True,
         fsync_path(os.path.dirname(os.path.abspath(path)))
 
 
+def json_bytes(obj: Any) -> bytes:
+    """``obj`` as the JSON hpctrain writes (indented, numpy scalars and paths allowed)."""
+    return (json.dumps(obj, indent=1, default=json_default) + "\n").encode()
+
+
 def atomic_write_json(path: str, obj: Any, *, sync: bool = True,
                       mode: Optional[int] = None) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=1, default=json_default) + "\n").encode(),
-                       sync=sync, mode=mode)
+    atomic_write_bytes(path, json_bytes(obj), sync=sync, mode=mode)
 
 
 def read_json(path: str, default: Any = None) -> Any:

@@ -75,9 +75,10 @@ class Storage:
     def exists(self, path: str) -> bool:
         raise NotImplementedError
 
-    def read_small(self, path: str, max_bytes: int = 16 << 20) -> bytes:
+    def read_small(self, path: str) -> bytes:
         """The bytes of a small file (a commit record, a checkpoint's metadata);
-        FileNotFoundError when it is missing, NotADirectoryError when a parent is a file."""
+        FileNotFoundError when it is missing; any other error as it is (an I/O error may
+        be transient: nothing is taken for damaged for it)."""
         raise NotImplementedError
 
     # -- writing --------------------------------------------------------------------

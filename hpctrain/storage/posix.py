@@ -10,7 +10,8 @@ from typing import List, Optional
 
 from hpctrain._internal.fsutil import (atomic_write_bytes, copy_file, fsync_path, remove_tree,
                                        rename_aside, walk_files)
-from hpctrain._internal.trust import makedirs, read_for_display
+from hpctrain._internal.formats import read_file_bytes
+from hpctrain._internal.trust import makedirs
 from hpctrain.storage.base import Storage
 
 
@@ -36,9 +37,8 @@ class PosixStorage(Storage):
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
 
-    def read_small(self, path: str, max_bytes: int = 16 << 20) -> bytes:
-        # a regular file, no symbolic link, no FIFO to wait on, of bounded size
-        return read_for_display(path, max_bytes)
+    def read_small(self, path: str) -> bytes:
+        return read_file_bytes(path)  # a regular file; no FIFO to wait on
 
     def makedirs(self, path: str, mode: int) -> None:
         makedirs(path, mode)
