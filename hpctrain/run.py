@@ -97,11 +97,11 @@ class Run:
         """The trainer."""
         self.options: RunOptions = options if options is not None else trainer.run_options
         """The run's options."""
-        self.path: str = (os.path.abspath(self.options.path) if self.options.path
-                          else trainer.run_path)
-        """The run directory's absolute path."""
-        self.run_dir = RunDir(self.path)
-        """The run directory (its files and ``state.json``)."""
+        self.run_dir = RunDir(self.options.path or trainer.run_path)
+        """The run directory (its files and ``state.json``; its storage kind's)."""
+        self.path: str = self.run_dir.path
+        """The run directory's absolute path (the control directory of a run whose
+        storage kind is not posix)."""
         self.spec = trainer.job_spec()
         """The resolved :class:`~hpctrain.spec.JobSpec`."""
 

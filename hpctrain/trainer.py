@@ -20,7 +20,7 @@ from .config import DataConfig, RunConfig, ScalingConfig, default_storage_path
 from .errors import ConfigError
 from .result import Result
 from .run import FROM_PYTHON, Run, RunOptions
-from ._internal.registry import SCHEDULERS  # the registry's names
+from ._internal.registry import SCHEDULERS, storage_for  # the registry's names
 
 
 class DataParallelTrainer:
@@ -145,7 +145,8 @@ class DataParallelTrainer:
             return self._restored.path
         storage = os.path.expandvars(os.path.expanduser(
             self.run_config.storage_path or default_storage_path()))
-        return os.path.join(os.path.abspath(storage), self.run_name)
+        # posix: <storage_path>/<name>; another storage kind: the run's location there
+        return storage_for(storage).run_location(storage, self.run_name)
 
     def job_spec(self):
         """The resolved :class:`~hpctrain.spec.JobSpec`: the one loaded from TOML, or one

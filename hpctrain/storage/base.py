@@ -49,13 +49,18 @@ class Storage:
     #: the URI scheme this kind is registered under (``file`` for posix)
     scheme: str = ""
     #: True when the data paths are POSIX paths on this machine (a checkpoint can be
-    #: opened where it lies, with no copy out)
+    #: opened where it lies, with no copy out: posix, or a kind mounted locally)
     local: bool = True
 
     # -- where ----------------------------------------------------------------------
     def run_location(self, storage_path: str, name: str) -> str:
         """The location of run ``name`` under ``storage_path`` (the run's data root)."""
         return self.join(storage_path, name)
+
+    def data_path(self, location: str) -> str:
+        """The form the data paths of the run at ``location`` take: ``location`` itself,
+        or, for a kind whose data are local files (:attr:`local`), their local path."""
+        return location
 
     def control_dir(self, location: str) -> str:
         """The POSIX directory holding the control files of the run at ``location``
@@ -72,7 +77,9 @@ class Storage:
         there is nothing there."""
         raise NotImplementedError
 
-    def exists(self, path: str) -> bool:
+    def isdir(self, path: str) -> bool:
+        """True when ``path`` is a directory (for an object store: a prefix with objects
+        under it)."""
         raise NotImplementedError
 
     def read_small(self, path: str) -> bytes:

@@ -22,6 +22,9 @@ class PosixStorage(Storage):
     def run_location(self, storage_path: str, name: str) -> str:
         return os.path.join(os.path.abspath(storage_path), name)
 
+    def data_path(self, location: str) -> str:
+        return os.path.abspath(location)
+
     def control_dir(self, location: str) -> str:
         return os.path.abspath(location)
 
@@ -34,8 +37,8 @@ class PosixStorage(Storage):
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path)
+    def isdir(self, path: str) -> bool:
+        return os.path.isdir(path)
 
     def read_small(self, path: str) -> bytes:
         return read_file_bytes(path)  # a regular file; no FIFO to wait on

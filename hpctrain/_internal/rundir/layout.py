@@ -87,7 +87,7 @@ class RunDir:
         self._given: Optional[Storage] = None
         if uri_scheme(path) not in (None, "file"):
             self._given = storage_for(path)
-            self.__dict__["_tier"] = (self._given, path)
+            self.__dict__["_tier"] = (self._given, self._given.data_path(path))
             path = self._given.control_dir(path)
         self.path = os.path.abspath(path)
 
