@@ -54,8 +54,9 @@ class Storage:
 
     # -- where ----------------------------------------------------------------------
     def run_location(self, storage_path: str, name: str) -> str:
-        """The location of run ``name`` under ``storage_path`` (the run's data root)."""
-        return self.join(storage_path, name)
+        """The location of run ``name`` under ``storage_path`` (a URI of this kind, which
+        :class:`~hpctrain._internal.rundir.layout.RunDir` takes)."""
+        return f"{storage_path.rstrip('/')}/{name}"
 
     def data_path(self, location: str) -> str:
         """The form the data paths of the run at ``location`` take: ``location`` itself,
