@@ -36,7 +36,6 @@ same kind without being told.
 """
 from __future__ import annotations
 
-import tempfile
 from typing import List, Optional
 
 
@@ -129,12 +128,6 @@ class Storage:
     def copy_out(self, path: str, local_dir: str) -> str:
         """Copy the directory ``path`` into the local directory ``local_dir``; return it."""
         raise NotImplementedError
-
-    def local_copy(self, path: str) -> str:
-        """A local directory with the content of ``path``: itself for a local kind."""
-        if self.local:
-            return path
-        return self.copy_out(path, tempfile.mkdtemp(prefix="hpctrain-ckpt-"))
 
 
 __all__ = ["Storage"]

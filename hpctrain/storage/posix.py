@@ -11,7 +11,7 @@ from typing import List, Optional
 from hpctrain._internal.fsutil import (atomic_write_bytes, copy_file, fsync_path, remove_tree,
                                        rename_aside, walk_files)
 from hpctrain._internal.formats import read_file_bytes
-from hpctrain._internal.trust import makedirs
+from hpctrain._internal.trust import MODES, makedirs
 from hpctrain.storage.base import Storage
 
 
@@ -74,9 +74,11 @@ class PosixStorage(Storage):
             remove_tree(path)
 
     def copy_in(self, local_dir: str, path: str, mode: int) -> None:
+        # directories with the run's directory mode that goes with its file mode
+        dir_mode = next((d for d, f, _ in MODES.values() if f == mode), 0o700)
         for rel in walk_files(local_dir):
             dst = os.path.join(path, rel)
-            makedirs(os.path.dirname(dst), 0o700 if mode == 0o600 else 0o750)
+            makedirs(os.path.dirname(dst), dir_mode)
             copy_file(os.path.join(local_dir, rel), dst, mode)
 
     def copy_out(self, path: str, local_dir: str) -> str:
