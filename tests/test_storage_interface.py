@@ -74,14 +74,17 @@ class NoRenameStorage(Storage):
             f.write(data)
 
     def publish(self, staged, final, record_name, record, *, sync, mode):
+        # the staging is on POSIX: take it out of the ranks' sight first (see base.publish)
+        taken = f"{staged}.publishing"
+        os.rename(staged, taken)
+        staged = taken
         for n, rel in enumerate(sorted(_files(staged))):
             if self.fail_after is not None and n >= self.fail_after:
                 raise OSError(5, "the connection dropped mid-upload")
             os.makedirs(os.path.dirname(os.path.join(final, rel)), exist_ok=True)
             shutil.copyfile(os.path.join(staged, rel), os.path.join(final, rel))
         self.write_atomic(os.path.join(final, record_name), record)  # last
-        # (a rank's background digest record may still land in the staged directory)
-        shutil.rmtree(staged, ignore_errors=True)
+        shutil.rmtree(staged, ignore_errors=True)  # (what is left: the next attempt's)
         self._journal(final, "publish")
 
     def retire(self, path):

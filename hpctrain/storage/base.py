@@ -102,7 +102,11 @@ class Storage:
         """Make the checkpoint staged in the local directory ``staged`` visible as
         ``final``, with its commit record ``record_name`` (``record``) written last: before
         this returns, readers see no checkpoint at ``final``, or an incomplete one without
-        a commit record, which they skip. ``staged`` is gone afterwards."""
+        a commit record, which they skip. ``staged`` is gone afterwards. ``staged`` is on
+        the POSIX side: a kind that copies renames it aside there first (one rename), so
+        that a rank's late background write (its digest record) lands in the copy being
+        published, never in a ``.tmp_checkpoint_i…`` that a later agreement would
+        publish again."""
         raise NotImplementedError
 
     def retire(self, path: str) -> Optional[str]:
