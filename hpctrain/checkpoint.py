@@ -16,7 +16,8 @@ from typing import Any, Dict, Iterator, Optional
 
 import cloudpickle
 
-from hpctrain._internal.formats import COMMIT_FORMAT, FORMAT_KEY
+from hpctrain._internal.formats import COMMIT_FORMAT, FORMAT_KEY, read_commit_record
+from hpctrain._internal.registry import storage_for
 
 DICT_FILE = "dict_checkpoint.pkl"
 METADATA_FILE = ".hpctrain_checkpoint.json"
@@ -94,9 +95,9 @@ class Checkpoint:
         """The metadata stored with the checkpoint (Ray 2's contract): what
         :meth:`set_metadata`/:meth:`update_metadata` wrote, merged at the commit over the
         trainer's ``metadata=`` (keys set on the checkpoint win). ``{}`` when none."""
+        storage = storage_for(self.path, "Checkpoint.path")
         try:
-            with open(os.path.join(self.path, USER_METADATA_FILE)) as f:
-                return json.load(f)
+            return json.loads(storage.read_small(storage.join(self.path, USER_METADATA_FILE)))
         except FileNotFoundError:
             return {}
 
@@ -127,10 +128,10 @@ class Checkpoint:
         ranks, file sizes and checksum. ``{}`` for a directory that is not committed (no
         record, or one that cannot be read); a record written by a newer hpctrain raises
         a ConfigError that says so."""
-        from hpctrain._internal.formats import read_commit_record
-
+        storage = storage_for(self.path, "Checkpoint.path")
         try:
-            record, _why = read_commit_record(os.path.join(self.path, METADATA_FILE))
+            record, _why = read_commit_record(storage.join(self.path, METADATA_FILE),
+                                              storage.read_small)
         except OSError:  # an I/O error reading it
             return {}
         return record or {}

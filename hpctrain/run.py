@@ -42,7 +42,8 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.formats import versioned_spec
 from hpctrain._internal.log import get_logger
-from hpctrain._internal.registry import backend_entry, describe, load, scheduler_names
+from hpctrain._internal.registry import (backend_entry, describe, load, scheduler_names,
+                                         storage_for)
 from hpctrain._internal.rundir.layout import RunDir, existing_run
 from hpctrain._internal.rundir.payload import WorkerPayload
 from hpctrain._internal.trust import (make_private_dir, read_trusted, share_of,
@@ -121,7 +122,7 @@ class Run:
         self.options: RunOptions = options if options is not None else RunOptions()
         """The run's options."""
         if self.options.path:
-            self.path: str = os.path.abspath(self.options.path)
+            path = os.path.abspath(self.options.path)
         else:
             rc = spec.run
             if rc.name is None:
@@ -129,10 +130,13 @@ class Run:
                 rc.name = f"{trainer}_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid() % 10000:04d}"
             storage = os.path.expandvars(os.path.expanduser(
                 rc.storage_path or default_storage_path()))
-            self.path = os.path.join(os.path.abspath(storage), rc.name)
-        """The run directory's absolute path."""
-        self.run_dir = RunDir(self.path)
-        """The run directory (its files and ``state.json``)."""
+            # posix: <storage_path>/<name>; another storage kind: the run's location there
+            path = storage_for(storage).run_location(storage, rc.name)
+        self.run_dir = RunDir(path)
+        """The run directory (its files and ``state.json``; its storage kind's)."""
+        self.path: str = self.run_dir.path
+        """The run directory's absolute path (the control directory of a run whose
+        storage kind is not posix)."""
         self._payload = payload
         if payload is not None:
             payload.run_name = self.name

@@ -25,7 +25,7 @@ import json
 import os
 import stat
 import sys
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from hpctrain.errors import ConfigError
 
@@ -95,7 +95,7 @@ def _decode_problem(e: ValueError, data: bytes) -> str:
     return str(e)
 
 
-def _read_bytes(path: str) -> bytes:
+def read_file_bytes(path: str) -> bytes:
     """The file's bytes; FileNotFoundError when it is missing, :class:`Damaged` when it is
     not a file; any other OSError (an I/O error, a stale NFS handle: perhaps transient)
     as it is, so that nothing is taken for damaged that may read fine next time. Opened
@@ -111,10 +111,12 @@ def _read_bytes(path: str) -> bytes:
         return f.read()
 
 
-def read_json_record(path: str) -> Dict[str, Any]:
-    """The JSON object in ``path``: FileNotFoundError when it is missing,
-    :class:`Damaged` when it is unreadable, not JSON, or not an object."""
-    data = _read_bytes(path)
+def read_json_record(path: str, data: Optional[bytes] = None) -> Dict[str, Any]:
+    """The JSON object in ``path`` (or its bytes ``data``, read already):
+    FileNotFoundError when it is missing, :class:`Damaged` when it is unreadable, not
+    JSON, or not an object."""
+    if data is None:
+        data = read_file_bytes(path)
     try:
         obj = json.loads(data.decode())
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
@@ -129,7 +131,7 @@ def read_toml_record(path: str, data: Optional[bytes] = None) -> Dict[str, Any]:
     """The TOML document in ``path`` (or its bytes ``data``, read already):
     FileNotFoundError when it is missing, :class:`Damaged` when it does not parse."""
     if data is None:
-        data = _read_bytes(path)
+        data = read_file_bytes(path)
     if not data.strip():
         raise Damaged("it is empty")
     try:
@@ -142,14 +144,16 @@ def read_toml_record(path: str, data: Optional[bytes] = None) -> Dict[str, Any]:
         raise Damaged("it is not valid TOML: nested too deep") from None
 
 
-def read_commit_record(path: str) -> Tuple[Optional[Dict[str, Any]], str]:
+def read_commit_record(path: str, read: Optional[Callable[[str], bytes]] = None
+                       ) -> Tuple[Optional[Dict[str, Any]], str]:
     """``(record, "")`` for the commit record at ``path`` (a checkpoint directory's
     ``.hpctrain_checkpoint.json``); ``(None, why)`` when the checkpoint is not committed:
     no commit record, or one that cannot be read. A record of a newer format raises
     :func:`newer_format`'s error: it is not damaged, only not ours to read; an I/O error
-    (perhaps transient) is raised as it is."""
+    (perhaps transient) is raised as it is. ``read``: how to read the file's bytes (a
+    storage kind's :meth:`~hpctrain.storage.base.Storage.read_small`); default, here."""
     try:
-        record = read_json_record(path)
+        record = read_json_record(path, read(path) if read is not None else None)
         check_format(record, path, COMMIT_FORMAT, "the checkpoint's commit record")
     except FileNotFoundError:
         return None, f"it has no commit record ({os.path.basename(path)})"

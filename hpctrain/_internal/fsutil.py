@@ -73,10 +73,14 @@ def atomic_write_bytes(path: str, data: bytes, *, sync: bool = True,
         fsync_path(os.path.dirname(os.path.abspath(path)))
 
 
+def json_bytes(obj: Any) -> bytes:
+    """``obj`` as the JSON hpctrain writes (indented, numpy scalars and paths allowed)."""
+    return (json.dumps(obj, indent=1, default=json_default) + "\n").encode()
+
+
 def atomic_write_json(path: str, obj: Any, *, sync: bool = True,
                       mode: Optional[int] = None) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=1, default=json_default) + "\n").encode(),
-                       sync=sync, mode=mode)
+    atomic_write_bytes(path, json_bytes(obj), sync=sync, mode=mode)
 
 
 def read_json(path: str, default: Any = None) -> Any:
@@ -122,6 +126,28 @@ def walk_files(root: str) -> list[str]:
             out.append(os.path.relpath(os.path.join(dirpath, name), root))
     out.sort()
     return out
+
+
+def copy_file(src: str, dst: str, mode: int = 0o600) -> None:
+    """Copy into a file created here (O_EXCL: fails if another rank made it first),
+    in the kernel (sendfile), as ``shutil.copyfile`` does. Not copyfile itself: it would
+    reopen the file with O_TRUNC, and ext4 flushes a truncated-then-rewritten file on
+    close (auto_da_alloc), which cost ~20 % on a 256 MiB checkpoint."""
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        fout = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
+        os.fchmod(fout, mode)  # whatever the umask
+        try:
+            offset, size = 0, os.fstat(fin).st_size
+            while offset < size:
+                sent = os.sendfile(fout, fin, offset, min(size - offset, 1 << 30))
+                if sent == 0:
+                    break
+                offset += sent
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
 
 
 def rename_aside(path: str) -> Optional[str]:

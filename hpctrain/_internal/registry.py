@@ -31,6 +31,8 @@ from .log import get_logger
 
 _log = get_logger("registry")
 
+from hpctrain.errors import ConfigError
+
 
 class _Index(Sequence):
     """One axis's registrations by name, in registration order, filled on first use by
@@ -320,3 +322,49 @@ def launcher_names() -> Tuple[str, ...]:
 def launcher_class(name: str) -> Any:
     """The launcher class registered as ``name``; ValueError naming the known ones."""
     return LAUNCHERS.load(name)
+
+
+# --------------------------------------------------------------------------- storage
+#: The registered storage kinds by URI scheme (a live view); entries are ``"module:Class"``
+#: targets of :class:`~hpctrain.storage.base.Storage` subclasses. ``file`` (posix) also
+#: takes every plain path.
+STORAGES = _Index("hpctrain.storage", "storage scheme")
+
+STORAGE_URI_HINT = ("use a directory on the shared filesystem every node mounts (e.g. "
+                    "/lustre/$USER/runs or $SCRATCH/runs); a file:///absolute/path URI "
+                    "works too")
+
+
+def register_storage(scheme: str, target: str) -> None:
+    """Register the :class:`~hpctrain.storage.base.Storage` ``target`` (``"module:Class"``)
+    for storage paths ``scheme://…``."""
+    STORAGES.add(scheme.lower(), target)
+
+
+def storage_schemes() -> Tuple[str, ...]:
+    """The registered URI schemes, ``file`` first."""
+    return tuple(STORAGES)
+
+
+def uri_scheme(value: str) -> Optional[str]:
+    """The lower-cased URI scheme of ``value`` (``s3`` in ``s3://b/p``), None for a path.
+
+    >>> uri_scheme("S3://bucket/runs"), uri_scheme("/scratch/runs")
+    ('s3', None)
+    """
+    head, sep, _ = value.partition("://")
+    if sep and head[:1].isalpha() and all(c.isalnum() or c in "+.-" for c in head):
+        return head.lower()
+    return None
+
+
+def storage_for(path: str, key: str = "run.storage_path") -> Any:
+    """The storage kind of ``path``: posix for a plain path or ``file://``, else the kind
+    registered for its scheme; a ConfigError naming ``key`` for a scheme nobody
+    registered."""
+    scheme = uri_scheme(path) or "file"
+    if scheme not in STORAGES:
+        raise ConfigError(f"{key}: expected a path on a shared filesystem, got {path!r}: "
+                          f"{scheme}:// storage (object storage, remote filesystems) is not "
+                          "supported yet", hint=STORAGE_URI_HINT)
+    return STORAGES.load(scheme)()

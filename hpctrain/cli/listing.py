@@ -17,6 +17,7 @@ from typing import List, Optional
 from hpctrain.errors import ConfigError
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.terminal import markup, plain as plain_text
+from hpctrain.storage import storage_for
 
 
 @dataclass
@@ -68,16 +69,17 @@ def list_storage(storage_path: str) -> List[Entry]:
     """The runs and sweeps directly under ``storage_path``, newest first."""
     from hpctrain.tune.sweepdir import SweepDir
 
-    if not os.path.isdir(storage_path):
+    storage = storage_for(storage_path, "hpctrain list")
+    if not storage.isdir(storage_path):
         raise ConfigError(f"{storage_path}: no such directory",
                           hint="give a storage path (run.storage_path of your jobs); "
                                "`hpctrain sites` shows the default one")
     out: List[Entry] = []
-    for name in sorted(os.listdir(storage_path)):
-        path = os.path.join(storage_path, name)
+    for name in sorted(storage.listdir(storage_path)):
+        path = storage.run_location(storage_path, name)
         if SweepDir.is_sweep(path):
             out.append(_sweep_entry(path))
-        elif RunDir(path).exists():
+        elif RunDir(path).exists():  # (state.json: in the run's control directory)
             out.append(_run_entry(path))
     out.sort(key=lambda e: e.updated, reverse=True)
     return out

@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from ..naming import RUN_NAME_PATTERN
 from .._internal.trust import SHARES
 from .keys import TomlKey, python_only, toml
+from .._internal.registry import STORAGE_URI_HINT, storage_for
 
 DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 #: A GPU type (Slurm GRES type names: ``a100``, ``a100_3g.20gb``, ``h100-80gb``…).
@@ -37,16 +38,14 @@ def default_storage_path() -> str:
 
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
-STORAGE_URI_HINT = ("use a directory on the shared filesystem every node mounts (e.g. "
-                    "/lustre/$USER/runs or $SCRATCH/runs); a file:///absolute/path URI "
-                    "works too")
 
 
 def local_storage_path(value: str, key: str = "run.storage_path") -> str:
     """``value`` as a filesystem path: a ``file://`` URI (``file:///abs``, as Ray
-    accepts) becomes its path; any other ``scheme://`` (``s3://``, ``gs://``,
-    ``hdfs://``…) is refused with a ConfigError naming ``key``: only a shared filesystem
-    is supported, and such a string would otherwise become a local ``./s3:/…`` directory.
+    accepts) becomes its path; the URI of a registered storage kind
+    (:func:`~hpctrain._internal.registry.register_storage`) stays as it is; any other
+    ``scheme://`` (``s3://``, ``gs://``, ``hdfs://``…) is refused with a ConfigError
+    naming ``key``: such a string would otherwise become a local ``./s3:/…`` directory.
 
     >>> local_storage_path("file:///lustre/me/runs"), local_storage_path("/scratch/runs")
     ('/lustre/me/runs', '/scratch/runs')
@@ -63,9 +62,8 @@ def local_storage_path(value: str, key: str = "run.storage_path") -> str:
             return unquote(parts.path)
         raise ConfigError(f"{key}: expected file:///absolute/path, got {value!r}",
                           hint=STORAGE_URI_HINT)
-    raise ConfigError(f"{key}: expected a path on a shared filesystem, got {value!r}: "
-                      f"{scheme}:// storage (object storage, remote filesystems) is not "
-                      "supported yet", hint=STORAGE_URI_HINT)
+    storage_for(value, key)  # a scheme no storage kind is registered for: refused
+    return value  # a registered storage kind's URI (hpctrain.storage): kept as it is
 
 
 @dataclass

@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional
 import cloudpickle
 from filelock import FileLock
 
-from .._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from .._internal.fsutil import atomic_write_bytes, atomic_write_json, json_bytes, read_json
 from .._internal.log import get_logger
 from .._internal.rundir.layout import DECISION_FILE, RunDir, checkpoint_dir_name, read_results
 from .._internal.trust import load_trusted_pickle
@@ -192,19 +192,21 @@ class ReportHook:
             if record is None:
                 continue
             index = me.next_checkpoint_index()
-            tmp = os.path.join(me.checkpoints_dir, f".tmp_checkpoint_pbt-{os.getpid()}")
+            tmp = os.path.join(os.path.dirname(me.staging_tmp(0)),
+                               f".tmp_checkpoint_pbt-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
             try:
-                shutil.copytree(record.path, tmp)
+                src.storage.copy_out(record.path, tmp)
             except (OSError, shutil.Error):  # retention deleted it meanwhile
                 shutil.rmtree(tmp, ignore_errors=True)
                 continue
             meta = read_json(os.path.join(tmp, METADATA_FILE)) or {}
             meta.update(index=index, exploited_from={
                 "trial": source, "checkpoint": os.path.basename(record.path)})
-            atomic_write_json(os.path.join(tmp, METADATA_FILE), meta, mode=me.file_mode)
+            os.unlink(os.path.join(tmp, METADATA_FILE))  # written last, by the publish
             name = checkpoint_dir_name(index)
-            os.rename(tmp, os.path.join(me.checkpoints_dir, name))
+            me.storage.publish(tmp, me.storage.join(me.checkpoints_dir, name), METADATA_FILE,
+                               json_bytes(meta), sync=True, mode=me.file_mode)
             m = sweep.read()
             me_i, src_i = trial_index(self.trial_id), trial_index(source)
             old = m["trials"][me_i]["config"]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 from hpctrain.errors import ConfigError, TrainingFailedError
 from hpctrain._internal.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import LineTail, RunDir
+from hpctrain.storage import storage_for
 from hpctrain.userconfig import default_share
 
 if TYPE_CHECKING:  # (for the hints only)
@@ -203,14 +204,16 @@ def result_of(run_path: str, status: str):
 
 
 def resolve_run(name_or_path: str) -> RunDir:
-    """A run directory from a path, or from a run name under the default storage path."""
+    """A run directory from a path (or a storage location), or from a run name under the
+    default storage path."""
     from hpctrain.config import default_storage_path
 
     candidates = [name_or_path]
     if os.sep not in name_or_path and not name_or_path.startswith("."):
-        candidates.append(os.path.join(os.path.expanduser(default_storage_path()), name_or_path))
+        storage = os.path.expanduser(default_storage_path())
+        candidates.append(storage_for(storage).run_location(storage, name_or_path))
     for c in candidates:
-        run = RunDir(c)
+        run = RunDir(c)  # (a location of another storage kind: its control directory)
         if os.path.isdir(run.internal_dir) or os.path.exists(run.state_file):
             return run
     raise ConfigError(f"no run directory at {name_or_path!r}"

@@ -35,8 +35,9 @@ from hpctrain.checkpoint import (COMMIT_FORMAT, FORMAT_KEY, INTERNAL_PREFIX, MET
                                  USER_METADATA_FILE, Checkpoint)
 from hpctrain.config import CheckpointConfig
 from hpctrain.errors import CheckpointError
-from hpctrain._internal.fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, disk_full, file_digest,
-                     fsync_path, json_default, read_json, rename_aside, walk_files)
+from hpctrain._internal.fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, copy_file,
+                                      disk_full, file_digest, fsync_path, json_bytes,
+                                      json_default, read_json, walk_files)
 from hpctrain._internal.rundir.layout import (SHARD_MANIFEST, TMP_PREFIX, RunDir, checkpoint_dir_name,
                       checkpoints_to_delete)
 
@@ -193,28 +194,6 @@ def _write_failed(rank: int, iteration: int, tmp: str, e: OSError) -> Checkpoint
         f"untouched.{hint}")
 
 
-def copy_file(src: str, dst: str, mode: int = 0o600) -> None:
-    """Copy into a file created here (O_EXCL: fails if another rank made it first),
-    in the kernel (sendfile), as ``shutil.copyfile`` does. Not copyfile itself: it would
-    reopen the file with O_TRUNC, and ext4 flushes a truncated-then-rewritten file on
-    close (auto_da_alloc), which cost ~20 % on a 256 MiB checkpoint."""
-    fin = os.open(src, os.O_RDONLY)
-    try:
-        fout = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
-        os.fchmod(fout, mode)  # whatever the umask
-        try:
-            offset, size = 0, os.fstat(fin).st_size
-            while offset < size:
-                sent = os.sendfile(fout, fin, offset, min(size - offset, 1 << 30))
-                if sent == 0:
-                    break
-                offset += sent
-        finally:
-            os.close(fout)
-    finally:
-        os.close(fin)
-
-
 _FLUSHER = None
 
 
@@ -237,7 +216,7 @@ def is_staged(run: RunDir, src: str) -> bool:
 def staged_iterations(run: RunDir, up_to: int) -> List[int]:
     """Reports (iterations ≤ ``up_to``) whose checkpoint is staged but not published."""
     out = []
-    for entry in os.listdir(run.checkpoints_dir):
+    for entry in os.listdir(os.path.dirname(run.staging_tmp(0))):  # the POSIX side
         if entry.startswith(TMP_PREFIX):
             try:
                 it = int(entry[len(TMP_PREFIX):])
@@ -303,22 +282,21 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
         meta["duplicate_files"] = duplicated
         if on_duplicates is not None:
             on_duplicates(duplicated)
+    name = checkpoint_dir_name(index)
+    storage = run.storage
     try:
         if user:
             atomic_write_json(os.path.join(tmp, USER_METADATA_FILE), user,
                               sync=config.sync_to_disk, mode=run.file_mode)
-        atomic_write_json(os.path.join(tmp, METADATA_FILE), meta, sync=config.sync_to_disk,
-                          mode=run.file_mode)
+        # the commit record last, then the one step that makes the checkpoint visible
+        # (posix: a rename; a kind without rename: the files, then the record)
+        storage.publish(tmp, storage.join(run.checkpoints_dir, name), METADATA_FILE,
+                        json_bytes(meta), sync=config.sync_to_disk, mode=run.file_mode)
     except OSError as e:
         if disk_full(e):
             shutil.rmtree(tmp, ignore_errors=True)  # never published: free its room
         raise _write_failed(0, iteration, tmp, e) from e
-    name = checkpoint_dir_name(index)
-    final = os.path.join(run.checkpoints_dir, name)
-    os.rename(tmp, final)
-    if config.sync_to_disk:
-        fsync_path(run.checkpoints_dir)
-    doomed = [rename_aside(rec.path) for rec in checkpoints_to_delete(
+    doomed = [storage.retire(rec.path) for rec in checkpoints_to_delete(
         run.list_checkpoints(), config.num_to_keep, config.checkpoint_score_attribute,
         config.checkpoint_score_order)]
     return name, [d for d in doomed if d]
@@ -370,7 +348,7 @@ def digest_shard(run: RunDir, iteration: int, rank: int, files: List[str],
         if rel in aside:
             yield aside_dir
         if committed_name:
-            yield os.path.join(run.checkpoints_dir, committed_name)
+            yield run.storage.join(run.checkpoints_dir, committed_name)
         if rel not in aside:
             yield tmp  # another rank's copy sits there until publish
         found = [r for r in run.list_checkpoints() if r.iteration == iteration]

@@ -10,6 +10,13 @@
 ```
 The filesystem is the only source of truth: committed checkpoints are found by listing
 ``checkpoints/`` and reading each one's metadata, so nothing can disagree with it.
+
+The committed checkpoints are the run's *data*, reached through its storage kind
+(:attr:`RunDir.storage`, :mod:`hpctrain.storage`): listing, reading commit records,
+setting aside and deleting go through it. Everything else here — ``state.json`` and its
+lock, ``run.lock``, ``spec.toml``, the payload, the attempts, ``result.json``, the logs and
+the staging area ``checkpoints/.tmp_checkpoint_i…`` — is a control file, always on the
+POSIX path :attr:`RunDir.path` (for ``posix`` storage, the same directory).
 """
 from __future__ import annotations
 
@@ -39,6 +46,9 @@ from hpctrain._internal.trust import (MODES, fix_mode, make_private_dir, makedir
                                       read_for_display, read_trusted)
 from hpctrain._internal.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
                      read_json, remove_tree)
+from hpctrain._internal.registry import STORAGES, load, uri_scheme
+from hpctrain.storage import storage_for
+from hpctrain.storage.base import Storage
 
 #: In an attempt's directory: what a sweep's scheduler decided for this trial (stop, or
 #: restart from another trial's checkpoint), written by rank 0 for the supervisor.
@@ -55,6 +65,9 @@ INDEX_RE = re.compile(r"^(?:\.damaged_|\.deleting_)?checkpoint_(\d{6,})(?:_.*)?$
 DAMAGED_PREFIX = ".damaged_"
 TMP_PREFIX = ".tmp_checkpoint_i"  # + the report (iteration) that handed it in
 SHARD_MANIFEST = ".hpctrain_shard.rank-{rank}.json"
+#: In ``.hpctrain/``: the storage kind of a run whose data is not on its POSIX path
+#: (absent: ``posix``, the run directory itself)
+STORAGE_RECORD = "storage.json"
 
 
 def checkpoint_dir_name(index: int) -> str:
@@ -62,10 +75,50 @@ def checkpoint_dir_name(index: int) -> str:
 
 
 class RunDir:
-    """Paths and state of one run directory."""
+    """Paths and state of one run directory.
+
+    ``path``: the run's POSIX directory, or the location of a run whose storage kind is
+    not posix (``scheme://…/<name>``: its control directory is the kind's
+    :meth:`~hpctrain.storage.base.Storage.control_dir`, and :meth:`create` records the
+    kind there for the run's other processes)."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = os.path.abspath(os.fspath(path))
+        path = os.fspath(path)
+        self._given: Optional[Storage] = None
+        if uri_scheme(path) not in (None, "file"):
+            self._given = storage_for(path)
+            self.__dict__["_tier"] = (self._given, self._given.data_path(path))
+            path = self._given.control_dir(path)
+        self.path = os.path.abspath(path)
+
+    @functools.cached_property
+    def _tier(self) -> tuple:
+        """(storage kind, data location): the kind recorded in ``.hpctrain/storage.json``,
+        else posix at :attr:`path`."""
+        record = self._p(".hpctrain", STORAGE_RECORD)
+        if not os.path.lexists(record):  # posix (no owner check: a colleague's run too)
+            return storage_for(self.path), self.path
+        try:
+            # it names code to import: read through the checked loader
+            data = json.loads(read_trusted(record, what="the run's storage record"))
+        except FileNotFoundError:
+            return storage_for(self.path), self.path
+        except ValueError as e:
+            raise CheckpointError(f"{record}: not a storage record ({e}); expected "
+                                  '{"scheme": ..., "target": ..., "location": ...}') from None
+        scheme, target = data.get("scheme"), data.get("target")
+        cls = STORAGES.load(scheme) if scheme in STORAGES else load(target)
+        return cls(), data["location"]
+
+    @property
+    def storage(self) -> Storage:
+        """The storage kind holding the run's committed checkpoints."""
+        return self._tier[0]
+
+    @property
+    def location(self) -> str:
+        """The run's data location in its storage kind (:attr:`path` for posix)."""
+        return self._tier[1]
 
     # -- paths -------------------------------------------------------------------
     def _p(self, *parts: str) -> str:
@@ -81,7 +134,8 @@ class RunDir:
     result_file = property(lambda self: self._p("result.json"))
     progress_file = property(lambda self: self._p("progress.csv"))
     error_file = property(lambda self: self._p("error.txt"))
-    checkpoints_dir = property(lambda self: self._p("checkpoints"))
+    #: the committed checkpoints (the storage kind's path form)
+    checkpoints_dir = property(lambda self: self.storage.join(self.location, "checkpoints"))
     internal_dir = property(lambda self: self._p(".hpctrain"))
     payload_file = property(lambda self: self._p(".hpctrain", "payload.pkl"))
     driver_file = property(lambda self: self._p(".hpctrain", "driver.json"))
@@ -105,10 +159,17 @@ class RunDir:
         if share is None:
             share = "group" if self.dir_mode == MODES["group"][0] else "private"
         _warn_if_others_can_rename(os.path.dirname(self.path))
-        for d in (self.path, self.internal_dir, self.checkpoints_dir, self._p("logs")):
+        for d in (self.path, self.internal_dir, self._p("checkpoints"), self._p("logs")):
             make_private_dir(d, share=share, what="run directory" if d == self.path
                              else "run directory's subdirectory")
         self.__dict__.pop("_modes", None)
+        if self._given is not None:  # not posix: say which kind, for every process
+            kind = type(self._given)
+            atomic_write_json(self._p(".hpctrain", STORAGE_RECORD),
+                              {"scheme": kind.scheme, "location": self.location,
+                               "target": f"{kind.__module__}:{kind.__qualname__}"},
+                              mode=self.file_mode)
+            self.storage.makedirs(self.checkpoints_dir, self.dir_mode)
 
     @functools.cached_property
     def _modes(self):
@@ -194,20 +255,26 @@ class RunDir:
         out = []
         for index, path in self._checkpoint_dirs():
             try:
-                meta, _why = read_commit_record(os.path.join(path, METADATA_FILE))
+                meta, _why = self._commit_record(path)
             except OSError:  # an I/O error: not listed this time, not taken for damaged
                 continue
             if meta is not None:
                 out.append(CheckpointRecord(index, path, meta))
         return out
 
+    def _commit_record(self, path: str) -> tuple:
+        """:func:`read_commit_record` of the checkpoint ``path``, through the storage."""
+        storage = self.storage
+        return read_commit_record(storage.join(path, METADATA_FILE), storage.read_small)
+
     def _checkpoint_dirs(self) -> List[tuple]:
         """``(index, path)`` of every ``checkpoint_<index>`` entry, by index."""
         found = []
-        for entry in _listdir(self.checkpoints_dir):
+        storage, where = self.storage, self.checkpoints_dir
+        for entry in storage.listdir(where):
             m = CHECKPOINT_RE.match(entry)
             if m:
-                found.append((int(m.group(1)), os.path.join(self.checkpoints_dir, entry)))
+                found.append((int(m.group(1)), storage.join(where, entry)))
         return sorted(found)
 
     def damaged_checkpoints(self) -> List[tuple]:
@@ -216,7 +283,7 @@ class RunDir:
         out = []
         for _index, path in self._checkpoint_dirs():
             try:
-                meta, why = read_commit_record(os.path.join(path, METADATA_FILE))
+                meta, why = self._commit_record(path)
             except OSError:  # perhaps transient: never moved aside for it
                 continue
             if meta is None:
@@ -227,14 +294,14 @@ class RunDir:
         """Rename the checkpoint directory ``path`` to ``.damaged_<name>_<time>`` beside
         it (one rename: never read as a checkpoint again, never deleted, its index never
         reused); return the new path."""
-        parent, name = os.path.split(path.rstrip(os.sep))
-        base = os.path.join(parent, f"{DAMAGED_PREFIX}{name}_{time.strftime('%Y%m%d-%H%M%S')}")
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        base = f"{DAMAGED_PREFIX}{name}_{time.strftime('%Y%m%d-%H%M%S')}"
+        taken = set(self.storage.listdir(self.checkpoints_dir))
         aside, n = base, 1
-        while os.path.lexists(aside):
+        while aside in taken:
             n += 1
             aside = f"{base}-{n}"
-        os.rename(path, aside)
-        return aside
+        return self.storage.set_aside(path, aside)
 
     def set_aside_damaged(self) -> List[tuple]:
         """Move every checkpoint directory that is not committed aside
@@ -261,8 +328,9 @@ class RunDir:
         """One past the highest index any checkpoint name holds: committed or not, moved
         aside as damaged, or being deleted (:data:`INDEX_RE`). A directory left without
         a commit record never makes a commit collide with it."""
-        indices = [int(m.group(1)) for m in map(INDEX_RE.match, _listdir(self.checkpoints_dir))
-                   if m]
+        names = set(self.storage.listdir(self.checkpoints_dir)) | set(
+            _listdir(self._p("checkpoints")))  # the data, and the staging beside it
+        indices = [int(m.group(1)) for m in map(INDEX_RE.match, names) if m]
         return max(indices) + 1 if indices else 0
 
     def clean_incomplete(self) -> List[str]:
@@ -271,16 +339,24 @@ class RunDir:
         (:meth:`set_aside_damaged`). Only the supervisor calls this, and only while no
         worker runs."""
         removed = []
-        for entry in _listdir(self.checkpoints_dir):
+        for entry in _listdir(self._p("checkpoints")):  # staging: on the POSIX side
             if entry.startswith((".tmp_checkpoint_", ".deleting_", ".staging")):
-                remove_tree(os.path.join(self.checkpoints_dir, entry))
+                remove_tree(self._p("checkpoints", entry))
                 removed.append(entry)
+        if self.checkpoints_dir != self._p("checkpoints"):  # retention's leftovers there
+            storage = self.storage
+            for entry in storage.listdir(self.checkpoints_dir):
+                if entry.startswith(".deleting_"):
+                    storage.delete(storage.join(self.checkpoints_dir, entry))
+                    removed.append(entry)
         self.set_aside_damaged()
         return removed
 
     def staging_tmp(self, iteration: int) -> str:
-        """Where the shards of the checkpoint handed in at report ``iteration`` gather."""
-        return os.path.join(self.checkpoints_dir, f"{TMP_PREFIX}{iteration:09d}")
+        """Where the shards of the checkpoint handed in at report ``iteration`` gather
+        (always on the POSIX side: :meth:`~hpctrain.storage.base.Storage.publish` takes it
+        from there)."""
+        return self._p("checkpoints", f"{TMP_PREFIX}{iteration:09d}")
 
 
 _RUN_LOCKS: Dict[str, FileLock] = {}

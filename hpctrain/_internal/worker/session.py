@@ -321,7 +321,7 @@ class Session:
                         published[it] = name
                         self.committed.append((it, name))
                     for path in dropped:
-                        self._background.submit(shutil.rmtree, path, ignore_errors=True)
+                        self._background.submit(self.run.storage.delete, path)
             for it in [it for it in self._reports_since_agreement if it < below]:
                 del self._reports_since_agreement[it]
         # a checkpoint still in flight is published at a later agreement

@@ -1,0 +1,12 @@
+"""The storage axis: where a run's checkpoints live (``run.storage_path``).
+
+One module per kind behind :class:`~hpctrain.storage.base.Storage`; hpctrain's own kinds
+are registered here, by URI scheme. A new kind (an object store, in ``s3.py``) is one
+module and one :func:`register_storage` line — or a line in a plugin's own package: no
+other hpctrain file needs editing.
+"""
+from hpctrain._internal.registry import STORAGES, register_storage, storage_for
+
+register_storage("file", "hpctrain.storage.posix:PosixStorage")
+
+__all__ = ["STORAGES", "register_storage", "storage_for"]
