@@ -283,7 +283,7 @@ def test_slurm_array_script_lines_and_a_split_array_running_its_own_trial(tmp_pa
     assert manifest["seed"] == 5 and len(manifest["trials"]) == 5
     assert [t["status"] for t in manifest["trials"]] == ["PENDING"] * 3 + ["FINISHED", "PENDING"]
     assert manifest["trials"][3]["job_id"] == "99_1"
-    state = run_state(sweep, "trial_00003")
+    state = run_state(os.path.join(sweep, "trial_00003"))
     assert state["status"] == "FINISHED" and state["job_ids"] == ["99_1"]
     rows = [json.loads(line) for line in open(os.path.join(sweep, "trial_00003",
                                                            "result.json"))]
@@ -310,7 +310,7 @@ def test_pbs_array_script_and_the_fake_qsub(tmp_path, storage, monkeypatch):
     assert submitted.decode() == rendered  # what --dry-run printed is what qsub got
     assert pbs.jobs()["1[].pbshost"]["array_indices_submitted"] == "0-2"
     for i in range(3):
-        state = run_state(sweep, f"trial_0000{i}")
+        state = run_state(os.path.join(sweep, f"trial_0000{i}"))
         assert state["status"] == "PENDING"
         assert state["submissions"][-1]["job_id"] == f"1[{i}].pbshost"
     # subjob 2, as MoM starts it (PBS_ARRAY_INDEX=2): trial 2 runs
@@ -334,7 +334,7 @@ def test_docstring_examples_of_the_sweep_helpers(name):
 
 # --------------------------------------------------------------------------- review fixes
 def trial_state(sweep, i):
-    return run_state(sweep, f"trial_{i:05d}")
+    return run_state(os.path.join(sweep, f"trial_{i:05d}"))
 
 
 def starts(sweep, i):
