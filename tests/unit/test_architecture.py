@@ -19,7 +19,9 @@ import re
 import sys
 
 import pytest
-from helpers import ROOT as REPO
+
+#: the repository (tests/unit/ is two levels below it; also when run as a script)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 grimp = pytest.importorskip("grimp", reason="grimp (the dev extra) builds the import graph")
 
@@ -264,3 +266,277 @@ def test_the_checks_above_can_fail(tmp_path):
     (pkg / "c.py").write_text("def f():\n    from .gone import x\n    from . import moved\n")
     assert missing_modules(str(pkg)) == [(os.path.join(PACKAGE, "c.py"), 2, "hpctrain.gone"),
                                          (os.path.join(PACKAGE, "c.py"), 3, "hpctrain.moved")]
+
+
+# ---------------------------------------------------------------- the layer order (issue 26)
+DOC = os.path.join(os.path.dirname(ROOT), "docs", "architecture.md")
+
+
+def read_layers(doc: str = DOC):
+    """The layer list of docs/architecture.md ("The import rule"): node → layer number, from
+    the numbered items after "The nodes form layers"; each name in backticks is a node (a
+    path below ``hpctrain/``; ``__init__`` is the package itself)."""
+    text = open(doc, encoding="utf-8").read()
+    start = text.index("The nodes form layers")
+    items = re.split(r"\n\s*(\d+)\. ", text[start:])
+    layers, number = {}, 0
+    for i in range(1, len(items), 2):
+        if int(items[i]) != number + 1:
+            break
+        number += 1
+        body = re.split(r"\n\s*\n", items[i + 1])[0]
+        for name in re.findall(r"`([^`]+)`", body):
+            if name.endswith(".py"):
+                continue  # a file inside a node, named for the reader
+            node = PACKAGE if name == "__init__" else \
+                ".".join([PACKAGE] + name.removesuffix("/__init__").split("/"))
+            layers[node] = number
+    assert layers, f"{doc}: no numbered layer list after 'The nodes form layers'"
+    return layers
+
+
+def arrows(graph):
+    """``{(node a, node b): "module imports module"}`` for every import between two nodes."""
+    found = {}
+    for module in sorted(graph.modules):
+        a = node_of(graph, module)
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            b = node_of(graph, imported)
+            if a != b:
+                found.setdefault((a, b), f"{module} imports {imported}")
+    return found
+
+
+def layer_problems(graph, layers):
+    nodes = {node_of(graph, m) for m in graph.modules}
+    problems = [f"{n} is in no layer of {os.path.relpath(DOC)}" for n in sorted(nodes - set(layers))]
+    problems += [f"{os.path.relpath(DOC)} lists {n}, which is not a node of the import graph"
+                 for n in sorted(set(layers) - nodes)]
+    for (a, b), why in sorted(arrows(graph).items()):
+        if a in layers and b in layers and layers[a] < layers[b]:
+            problems.append(f"{why}: layer {layers[a]} → layer {layers[b]}")
+    return problems
+
+
+def test_every_import_points_down_the_layers_of_the_architecture_page(graph):
+    problems = layer_problems(graph, read_layers())
+    assert not problems, ("\n".join(problems) + "\nHINT: an import goes to the same layer or a "
+                          "lower one (docs/architecture.md, 'The import rule'): move what the "
+                          "lower folder needs down, or place a new node in the list")
+
+
+# ---------------------------------------------------------------- function-local imports
+#: Frameworks and heavy optional libraries: imported inside the function that needs them, so
+#: that ``import hpctrain`` and ``hpctrain --help`` load none of them.
+LAZY = [
+    "accelerate", "datasets", "deepspeed", "h5py", "horovod", "jax", "jinja2", "keras",
+    "lightgbm", "lightning", "matplotlib", "mlflow", "mpi4py", "numpy", "optuna", "pandas",
+    "peft", "psutil", "pyarrow", "pytorch_lightning", "ray", "rich", "scipy", "sklearn",
+    "submitit", "tensorboard", "tensorboardX", "tensorflow", "tf_keras", "torch",
+    "torchvision", "transformers", "wandb", "xgboost", "xxhash",
+]
+#: (file, module, the chain) whose function-local import avoids an import-time cycle: the
+#: import chain that fails when it moves to the top (what relayer.py's hoist found).
+CYCLES = [
+    ("hpctrain/schedulers/base.py", "hpctrain.schedulers",
+     "__init__ → schedulers/__init__ → schedulers/base"),
+    ("hpctrain/tune/_batch.py", "hpctrain.tune._control",
+     "tune/__init__ → tune/legacy → tune/tuner → tune/_batch → tune/_control → tune/_sweep"),
+    ("hpctrain/tune/_control.py", "hpctrain.tune._sweep",
+     "tune/__init__ → tune/legacy → tune/tuner → tune/_batch → tune/_control → tune/_sweep"),
+    ("hpctrain/tune/_sweep.py", "hpctrain.tune._control",
+     "tune/__init__ → tune/legacy → tune/tuner → tune/_batch → tune/_control → tune/_sweep"),
+    ("hpctrain/tune/legacy.py", "hpctrain.tune.tuner",
+     "tune/__init__ → tune/legacy → tune/tuner → tune/_batch → tune/_control → tune/_sweep"),
+    ("hpctrain/tune/tuner.py", "hpctrain.tune._batch",
+     "tune/__init__ → tune/legacy → tune/tuner → tune/_batch → tune/_control → tune/_sweep"),
+]
+
+
+def _resolve(parts, node):
+    if not node.level:
+        return node.module or ""
+    pkg = parts[:-1]
+    pkg = pkg[:len(pkg) - (node.level - 1)]
+    return ".".join(pkg + (node.module.split(".") if node.module else []))
+
+
+def _parse_package(root: str = ROOT):
+    """``{module name: (path, parts, tree)}`` for every module of the package."""
+    found = {}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                parts = os.path.relpath(path, os.path.dirname(root))[:-3].split(os.sep)
+                module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+                with open(path, encoding="utf-8") as f:
+                    found[module] = (path, parts, ast.parse(f.read(), path))
+    return found
+
+
+def _imported(parts, node):
+    """The modules an import statement names (``from m import n``: m, and m.n)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    target = _resolve(parts, node)
+    return [target] + [f"{target}.{a.name}" for a in node.names]
+
+
+def loads_a_lazy_library(modules):
+    """The hpctrain modules that import a LAZY library when they are imported (through their
+    top-level imports, not those in a ``try``, transitively)."""
+    deps = {}
+    for module, (_, parts, tree) in modules.items():
+        deps[module] = set()
+        for node in tree.body:
+            stmts = [node] if isinstance(node, (ast.Import, ast.ImportFrom)) else \
+                [s for s in ast.walk(node) if isinstance(s, (ast.Import, ast.ImportFrom))] \
+                if isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.dump(node.test) else []
+            for s in stmts:
+                deps[module].update(_imported(parts, s))
+    heavy, changed = set(), True
+    while changed:
+        changed = False
+        for module, names in deps.items():
+            if module not in heavy and any(n.split(".")[0] in LAZY or n in heavy for n in names):
+                heavy.add(module)
+                changed = True
+    return heavy
+
+
+def _catches_import_error(handler) -> bool:
+    if handler.type is None:
+        return True
+    names = {n.id for n in ast.walk(handler.type) if isinstance(n, ast.Name)}
+    return bool(names & {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+
+
+def loaded_by_the_command(modules, entry=f"{PACKAGE}.cli.main"):
+    """What ``hpctrain --help`` imports: the modules (hpctrain's and the standard library's
+    that hpctrain's name) reached from ``hpctrain.cli.main`` through top-level imports."""
+    def top_imports(module):
+        _, parts, tree = modules[module]
+        found = set()
+        for node in tree.body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
+                continue
+            for s in [node] if isinstance(node, (ast.Import, ast.ImportFrom)) else \
+                    [s for s in ast.walk(node) if isinstance(s, (ast.Import, ast.ImportFrom))] \
+                    if isinstance(node, (ast.If, ast.Try)) else []:
+                found.update(_imported(parts, s))
+        return found
+    seen, todo = set(), [entry]
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # a module's packages are imported first
+            m = ".".join(parts[:i])
+            if m not in seen and (m in modules or not m.startswith(PACKAGE)):
+                seen.add(m)
+                if m in modules:
+                    todo.extend(top_imports(m))
+    return seen
+
+
+def function_local_imports(root: str = ROOT):
+    """``(reason, file, line, module)`` for every import inside a function; reason is
+    "lazy", "cli", "cycle", "type hints", "optional" (in the body of a ``try`` that catches
+    ImportError: a probe), "re-import" or None (unexplained)."""
+    modules = _parse_package(root)
+    heavy = loads_a_lazy_library(modules)
+    startup = loaded_by_the_command(modules) if f"{PACKAGE}.cli.main" in modules else set()
+    cycles = {(f, m) for f, m, _ in CYCLES}
+    found = []
+    for module, (path, parts, tree) in sorted(modules.items()):
+        rel = os.path.relpath(path, os.path.dirname(root)).replace(os.sep, "/")
+        at_top = {ast.dump(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))}
+
+        def visit(node, in_function, type_hints, probe):
+            for child in ast.iter_child_nodes(node):
+                hints = type_hints or (isinstance(child, ast.If)
+                                       and "TYPE_CHECKING" in ast.dump(child.test))
+                in_probe = probe or (isinstance(node, ast.Try) and child in node.body
+                                     and any(_catches_import_error(h) for h in node.handlers))
+                if isinstance(child, (ast.Import, ast.ImportFrom)) and in_function:
+                    names = _imported(parts, child)
+                    target = names[0]
+                    if hints:
+                        reason = "type hints"
+                    elif in_probe:
+                        reason = "optional"
+                    elif any(n.split(".")[0] in LAZY or n in heavy for n in names):
+                        reason = "lazy"
+                    elif rel.startswith(f"{PACKAGE}/cli/") or (
+                            module in startup and not all(
+                                n in startup or n.rsplit(".", 1)[0] in startup
+                                and n.rsplit(".", 1)[0] in modules and n not in modules
+                                for n in names)):
+                        reason = "cli"  # in cli/, or it would add to `hpctrain --help`'s imports
+                    elif ast.dump(child) in at_top:
+                        reason = "re-import"
+                    elif (rel, target) in cycles:
+                        reason = "cycle"
+                    else:
+                        reason = None
+                    found.append((reason, rel, child.lineno, target))
+                visit(child, in_function or isinstance(
+                    child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)), hints, in_probe)
+        visit(tree, False, False, False)
+    return found
+
+
+def test_function_local_imports_each_have_a_reason():
+    found = function_local_imports()
+    counts = {}
+    for reason, *_ in found:
+        counts[reason or "unexplained"] = counts.get(reason or "unexplained", 0) + 1
+    bad = [f"  {path}:{line}: {module}" + (" (already imported at the top: delete it)"
+                                           if reason == "re-import" else "")
+           for reason, path, line, module in found if reason in (None, "re-import")]
+    assert not bad, (f"function-local imports by reason: {dict(sorted(counts.items()))}\n"
+                     "imports inside a function that no rule explains:\n" + "\n".join(bad)
+                     + "\nHINT: import it at the top of the file. It stays inside only for a "
+                       "lazy framework (LAZY in tests/test_architecture.py), in cli/ (the "
+                       "command's start-up), under `if TYPE_CHECKING:`, in a `try` that "
+                       "catches ImportError (an optional dependency), or to avoid a real "
+                       "import-time cycle: then add (file, module, the chain) to CYCLES")
+
+
+def test_the_layer_and_local_import_checks_can_fail(tmp_path):
+    """An arrow up the layers is named with its layers; an unexplained local import and a
+    re-import are found, a lazy one is not."""
+    class Graph:
+        modules = {"hpctrain.spec", "hpctrain.run"}
+
+        def find_modules_directly_imported_by(self, m):
+            return {"hpctrain.run"} if m == "hpctrain.spec" else set()
+
+        def find_children(self, m):
+            return set()
+    assert layer_problems(Graph(), {"hpctrain.spec": 4, "hpctrain.run": 6}) == [
+        "hpctrain.spec imports hpctrain.run: layer 4 → layer 6"]
+    pkg = tmp_path / PACKAGE
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("import json\n\ndef f():\n    import json\n    import torch\n"
+                              "    from hpctrain import b\n")
+    found = function_local_imports(str(pkg))
+    assert [(r, line, m) for r, _, line, m in found] == [
+        ("re-import", 4, "json"), ("lazy", 5, "torch"), (None, 6, "hpctrain")]
+
+
+if __name__ == "__main__":  # python3 tests/test_architecture.py [--up]: the layered graph
+    sys.path.insert(0, os.path.dirname(ROOT))
+    g = grimp.build_graph(PACKAGE, include_external_packages=False, cache_dir=None)
+    layers, edges = read_layers(), arrows(g)
+    for node in sorted(layers, key=lambda n: (layers[n], n)):
+        out = sorted({b for a, b in edges if a == node})
+        up = [b for b in out if layers.get(b, 0) > layers[node]]
+        if "--up" not in sys.argv:
+            print(f"{layers[node]} {node} → " + ", ".join(
+                f"{b} ({layers.get(b, '?')})" for b in out))
+        for b in up:
+            print(f"UP: {edges[(node, b)]}: layer {layers[node]} → layer {layers[b]}")
+    print("\n".join(layer_problems(g, layers)) or "every arrow points down or sideways")
