@@ -42,13 +42,21 @@ submits (Slurm passes its environment to the job), or give ``api_key_file`` (W&B
 """
 from __future__ import annotations
 
+import inspect
 import os
 import re
+import socket
+import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from ._internal.base.log import get_logger
 from .errors import ConfigError
+from hpctrain._internal.base.fsutil import atomic_write_json, read_json
+from hpctrain._internal.base.metrics import flatten
 
 __all__ = ["Callback", "RunInfo", "JsonLoggerCallback", "CSVLoggerCallback",
            "TensorBoardLoggerCallback", "TBXLoggerCallback", "MLflowLoggerCallback",
@@ -74,9 +82,7 @@ class RunInfo:
     def load_state(self, kind: str) -> Dict[str, Any]:
         """What :meth:`save_state` kept; ``{}`` when there is none or it is unreadable
         (a crash may leave it empty: then a new tracking run starts, with a warning)."""
-        import sys
 
-        from hpctrain._internal.fsutil import read_json
 
         try:
             state = read_json(self.state_file(kind), default={}) or {}
@@ -84,14 +90,12 @@ class RunInfo:
                 raise ValueError("not a JSON object")
             return state
         except (OSError, ValueError) as e:
-            from ._internal.log import get_logger
 
             get_logger("callbacks").warning(f"WARNING: {self.state_file(kind)} is unreadable "
                                             f"({type(e).__name__}: {e}); starting afresh")
             return {}
 
     def save_state(self, kind: str, state: Dict[str, Any]) -> None:
-        from hpctrain._internal.fsutil import atomic_write_json
 
         atomic_write_json(self.state_file(kind), state, sync=False, mode=0o600)
 
@@ -131,7 +135,6 @@ def user_metrics(row: Dict[str, Any]) -> Dict[str, float]:
     >>> user_metrics({"loss": 0.5, "acc": {"top1": 1}, "_timestamp": 9, "ok": True, "s": "x"})
     {'loss': 0.5, 'acc/top1': 1}
     """
-    from hpctrain._internal.metrics import flatten
 
     return {k: v for k, v in flatten(row).items()
             if not k.startswith("_") and k != "checkpoint_dir_name"
@@ -164,8 +167,6 @@ class EventFile:
         except ImportError as e:
             raise ImportError("TensorBoard event files need tensorboard: "
                               "pip install 'hpctrain[tracking]'") from e
-        import socket
-        import time
 
         os.makedirs(logdir, exist_ok=True)
         name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
@@ -248,7 +249,6 @@ def uri_secret(uri: str) -> Optional[str]:
     >>> uri_secret("https://u:pw@mlflow.example"), uri_secret("https://h/?token=abc")
     ('user information (user:password@host)', "query parameter 'token'")
     """
-    from urllib.parse import parse_qsl, urlsplit
 
     parts = urlsplit(uri)
     if "@" in parts.netloc:
@@ -267,7 +267,6 @@ def redact_uri(uri: str) -> str:
     >>> redact_uri("file:///runs/x/mlruns")
     'file:///runs/x/mlruns'
     """
-    from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(uri)
     netloc = parts.netloc
@@ -352,7 +351,6 @@ class MLflowLoggerCallback(Callback):
         if self.log_params and run.config:
             from mlflow.entities import Param
 
-            from hpctrain._internal.metrics import flatten
 
             params = [Param(k, str(v)[:6000]) for k, v in flatten(run.config).items()]
             for i in range(0, len(params), 100):
@@ -495,7 +493,6 @@ TOML_NAMES = tuple(_KINDS)
 def from_toml(table: Dict[str, Any]) -> List[Callback]:
     """The callbacks of a job file's ``[callbacks]`` table (``name = true`` or ``name =
     { option = value }``); a ConfigError naming ``callbacks.<name>[.<option>]`` otherwise."""
-    import inspect
 
     out: List[Callback] = []
     for name, value in table.items():

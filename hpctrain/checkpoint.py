@@ -16,14 +16,15 @@ from typing import Any, Dict, Iterator, Optional
 
 import cloudpickle
 
-from hpctrain._internal.formats import COMMIT_FORMAT, FORMAT_KEY, read_commit_record
-from hpctrain._internal.registry import storage_for
+from hpctrain._internal.base.formats import COMMIT_FORMAT, FORMAT_KEY, read_commit_record
+from hpctrain._internal.base.fsutil import atomic_write_bytes
+from hpctrain._internal.base.registry import storage_for
 
 DICT_FILE = "dict_checkpoint.pkl"
 METADATA_FILE = ".hpctrain_checkpoint.json"
 # The commit record's format (its FORMAT_KEY, imported above): COMMIT_FORMAT is what this
 # hpctrain writes and the highest it reads; a record without one is format 1
-# (hpctrain._internal.formats).
+# (hpctrain._internal.base.formats).
 #: The user's metadata (``set_metadata``/``get_metadata``), Ray's file name. Not part of
 #: the checkpoint's content record: it may change after the commit, as in Ray.
 USER_METADATA_FILE = ".metadata.json"
@@ -107,7 +108,6 @@ class Checkpoint:
         if not isinstance(metadata, dict):
             raise TypeError(f"Checkpoint.set_metadata expects a dict, got "
                             f"{type(metadata).__name__}")
-        from hpctrain._internal.fsutil import atomic_write_bytes
 
         try:
             data = json.dumps(metadata)

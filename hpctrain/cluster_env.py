@@ -76,6 +76,7 @@ from typing import List, NamedTuple, Optional
 
 import hostlist
 
+from ._internal.base.registry import detect_scheduler as detect, scheduler_class, scheduler_names
 from .errors import ConfigError
 
 __all__ = [
@@ -100,7 +101,6 @@ def _source(launcher: str) -> str:
     such as srun, is named by its scheduler class)."""
     if launcher in _SOURCE:
         return _SOURCE[launcher]
-    from ._internal.registry import scheduler_class
 
     return scheduler_class(launcher).task_source or launcher
 
@@ -334,7 +334,6 @@ def detect_launcher(env: Mapping[str, str]) -> str:
 
 def _scheduler_task(env: Mapping[str, str]) -> Optional[str]:
     """The scheduler whose own launcher started this process as a rank, if any."""
-    from ._internal.registry import scheduler_class, scheduler_names
 
     for name in scheduler_names():
         if scheduler_class(name).is_task(env):
@@ -352,7 +351,6 @@ def detect_scheduler(env: Mapping[str, str]) -> str:
     >>> detect_scheduler({})
     'local'
     """
-    from ._internal.registry import detect_scheduler as detect
 
     return detect(env)
 
@@ -478,7 +476,6 @@ def worker_info_from_env(env: Mapping[str, str] | None = None, *,
         hostname = socket.gethostname()
     reader = read_file if read_file is not None else _read_text
 
-    from ._internal.registry import scheduler_class
 
     launcher = detect_launcher(env)
     scheduler = detect_scheduler(env)

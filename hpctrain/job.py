@@ -16,6 +16,11 @@ import os
 import time
 from typing import Any, Optional
 
+from .errors import ConfigError
+from .schedulers import get_scheduler
+from hpctrain._internal.driver.submission import last_job, result_of
+from hpctrain._internal.rundir.layout import RunDir
+
 #: Run statuses after which nothing more happens to the run.
 FINAL = ("FINISHED", "FAILED", "STOPPED")
 
@@ -24,7 +29,6 @@ class Job:
     """One submitted batch run (see the module docstring)."""
 
     def __init__(self, run_path: str | os.PathLike):
-        from hpctrain._internal.rundir.layout import RunDir
 
         self._run = RunDir(run_path)
 
@@ -37,11 +41,9 @@ class Job:
         return self._run.path
 
     def _last(self) -> dict:
-        from hpctrain._internal.driver.submission import last_job
 
         job = last_job(self._run)
         if job is None:
-            from .errors import ConfigError
 
             raise ConfigError(f"{self.path} has no submitted job",
                               hint="trainer.submit() or hpctrain submit job.toml")
@@ -62,7 +64,6 @@ class Job:
         REQUEUED while it waits for its next allocation, then FINISHED, FAILED or
         STOPPED. ``JOB_<STATE>`` (e.g. ``JOB_CANCELLED``) when the job ended before the
         run could record an end of its own."""
-        from .schedulers import get_scheduler
 
         status = self._run.read_state().get("status", "PENDING")
         if status in FINAL or status == "REQUEUED":
@@ -96,14 +97,12 @@ class Job:
     def result(self, timeout: Optional[float] = None) -> Any:
         """Wait, then the run's :class:`~hpctrain.Result`; raises TrainingFailedError /
         TrainingStoppedError as ``fit()`` does."""
-        from hpctrain._internal.driver.submission import result_of
 
         return result_of(self.path, self.wait(timeout))
 
     def cancel(self) -> bool:
         """Cancel the run's latest job (scancel / qdel); committed checkpoints stay and
         submitting the run again resumes it. False when the job had already ended."""
-        from .schedulers import get_scheduler
 
         job = self._last()
         scheduler = get_scheduler(job["scheduler"])

@@ -59,13 +59,15 @@ except ModuleNotFoundError:  # the standalone ``pytorch_lightning`` package
     from pytorch_lightning.trainer.connectors.signal_connector import _SignalConnector
 
 import hpctrain
+from ._internal.base.context import get_session
+from .torch import get_device
+from hpctrain._internal.worker.session import current_session
 
 __all__ = ["RayDDPStrategy", "RayFSDPStrategy", "RayDeepSpeedStrategy",
            "RayLightningEnvironment", "RayTrainReportCallback", "prepare_trainer"]
 
 
 def _context():
-    from hpctrain._internal.worker.session import current_session
 
     session = current_session()
     if session is None:
@@ -99,7 +101,6 @@ class _RayStrategyMixin:
 
     @property
     def root_device(self) -> torch.device:
-        from .torch import get_device
 
         return get_device()
 
@@ -205,7 +206,6 @@ class RayTrainReportCallback(pl.callbacks.Callback):
                    for k, v in trainer.callback_metrics.items()}
         metrics["epoch"] = trainer.current_epoch
         metrics["step"] = trainer.global_step
-        from ._internal.context import get_session
 
         if not get_session("RayTrainReportCallback").checkpoint_wanted():
             # CheckpointConfig(checkpoint_frequency=...): not due at this epoch

@@ -7,8 +7,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .checkpoint import Checkpoint
 from .errors import TrainingFailedError, TrainingStoppedError
-from hpctrain._internal.rundir.layout import RunDir, read_results
-from hpctrain._internal.trust import load_own_pickle
+from hpctrain._internal.rundir.layout import RunDir, existing_run, read_results
+from hpctrain._internal.base.trust import load_own_pickle
 
 
 @dataclass
@@ -51,7 +51,6 @@ class Result:
         """Rebuild the Result of a run from its directory (finished, failed or running).
         A missing path, or one that is not a run directory, raises
         :class:`~hpctrain.errors.RunNotFoundError` (a ValueError and a FileNotFoundError)."""
-        from hpctrain._internal.rundir.layout import existing_run
 
         run = existing_run(path, "Result.from_path")
         rows = read_results(run.result_file)

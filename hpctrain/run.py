@@ -39,14 +39,15 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
-from hpctrain._internal.formats import versioned_spec
-from hpctrain._internal.log import get_logger
-from hpctrain._internal.registry import (backend_entry, describe, load, scheduler_names,
+from .sites import derive_nodes
+from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
+from hpctrain._internal.base.formats import versioned_spec
+from hpctrain._internal.base.log import get_logger
+from hpctrain._internal.base.registry import (backend_entry, describe, load, scheduler_names,
                                          storage_for)
 from hpctrain._internal.rundir.layout import RunDir, existing_run
 from hpctrain._internal.rundir.payload import WorkerPayload
-from hpctrain._internal.trust import (make_private_dir, read_trusted, share_of,
+from hpctrain._internal.base.trust import (make_private_dir, read_trusted, share_of,
                                       trusted_pythonpath)
 from .config import DataConfig, RunConfig, default_storage_path
 from .errors import ConfigError
@@ -486,7 +487,6 @@ def spec_of_trainer(trainer: Any) -> JobSpec:
     resolved.entrypoint = spec.entrypoint
     resolved.site_config = site
     if site is not None:
-        from .sites import derive_nodes
 
         derive_nodes(resolved)
     resolved.run = t.run_config
@@ -551,7 +551,7 @@ def driver_pythonpath(*, also: Sequence[str] = (),
     directory, a notebook's cwd, pytest's rootdir…, then ``also``) so that functions
     pickled by reference import in the workers exactly as they did in the driver, then
     ``$PYTHONPATH``. With ``warn``, the additions another user could write are left out
-    (:func:`~hpctrain._internal.trust.trusted_pythonpath`); ``$PYTHONPATH`` is the
+    (:func:`~hpctrain._internal.base.trust.trusted_pythonpath`); ``$PYTHONPATH`` is the
     user's own choice and kept."""
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     extra = []

@@ -25,8 +25,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from ._internal.tomlfile import read_toml
+from ._internal.base.registry import backend_names, describe, scheduler_names
+from ._internal.base.tomlfile import read_toml
 from .errors import ConfigError
+from .units import UnitError, format_walltime, parse_memory, parse_walltime
 
 SITE_PATH_ENV = "HPCTRAIN_SITE_PATH"
 SYSTEM_SITE_DIR = "/etc/hpctrain/sites"
@@ -50,7 +52,6 @@ _SITE_SECTIONS = ("scheduler", "scaling", "env", "setup", "run", "checkpoint", "
 def site_sections() -> Tuple[str, ...]:
     """Job-spec sections a site may set (not the entry point, the run's name or its
     config): those above and every registered backend's section."""
-    from ._internal.registry import backend_names
 
     return _SITE_SECTIONS + backend_names()
 
@@ -105,7 +106,6 @@ class Limits:
 
 def _limit_value(key: str, value: Any) -> int:
     if key == "max_walltime":
-        from .units import parse_walltime
 
         return parse_walltime(value)
     return int(value)
@@ -179,7 +179,6 @@ def load_site_file(path: str) -> Site:
             raise err(f"site.{k}", f"expected a string, got {v!r}")
     if meta.get("name", stem) != stem:
         raise err("site.name", f"expected {stem!r} (the file's name), got {meta['name']!r}")
-    from ._internal.registry import describe, scheduler_names
 
     batch = scheduler_names(batch_only=True)
     scheduler = meta.get("scheduler", batch[0])  # the first registered batch scheduler
@@ -205,7 +204,6 @@ def _parse_limits(table: Any, err) -> Limits:
         raise err("limits", "expected a table ([limits] section)")
 
     def one(where: str, t: Any, allow_required: bool) -> Dict[str, Any]:
-        from .units import UnitError, parse_memory, parse_walltime
 
         if not isinstance(t, dict):
             raise err(where, "expected a table")
@@ -298,7 +296,6 @@ def check_limits(spec) -> None:
     site: Optional[Site] = spec.site_config
     if site is None:
         return
-    from .units import format_walltime, parse_memory, parse_walltime
 
     sched, scaling = spec.scheduler, spec.scaling
     partition = sched.queue_name  # Slurm's partition, PBS's queue…

@@ -9,10 +9,11 @@ the run directory.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from typing import Any, Callable, Dict, Optional
 
-from hpctrain._internal.registry import BACKENDS, SCHEDULERS, backend_entry, describe
+from hpctrain._internal.base.registry import BACKENDS, SCHEDULERS, backend_entry, describe
 from hpctrain._internal.rundir.layout import RunDir, existing_run
 from .checkpoint import Checkpoint
 from .config import DataConfig, RunConfig, ScalingConfig, SchedulerConfig
@@ -189,7 +190,6 @@ def _checked_metadata(metadata: Any) -> Dict[str, Any]:
     """The trainer's ``metadata=`` (Ray: a JSON-serializable dict, made available as
     ``get_context().get_metadata()`` and in every reported checkpoint's
     ``get_metadata()``), as JSON gives it back."""
-    import json
 
     if metadata is None:
         return {}

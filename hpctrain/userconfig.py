@@ -29,9 +29,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-from ._internal.tomlfile import did_you_mean, kind_name, read_toml, show_value
+from ._internal.base.tomlfile import did_you_mean, kind_name, read_toml, show_value
 from .errors import ConfigError
-from ._internal.trust import SHARES
+from ._internal.base.trust import SHARES
+from .sites import find_site
 
 SITE_ENV = "HPCTRAIN_SITE"
 STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
@@ -92,7 +93,6 @@ def load_user_defaults() -> UserDefaults:
             out.values[key] = value
             out.sources[key] = path
         if "site" in out.values:
-            from .sites import find_site
 
             find_site(out.values["site"], key="site", file=path)
         if "storage_path" in out.values:
@@ -103,7 +103,6 @@ def load_user_defaults() -> UserDefaults:
                               hint='share = "group" lets your project group read your runs')
     site = os.environ.get(SITE_ENV)
     if site:
-        from .sites import find_site
 
         find_site(site, key="site", file=f"${SITE_ENV}")
         out.values["site"], out.sources["site"] = site, f"${SITE_ENV}"

@@ -8,6 +8,8 @@ import os
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+import hpctrain
+from hpctrain.checkpoint import Checkpoint
 from hpctrain.errors import ConfigError
 
 Metrics = Optional[Union[str, List[str], Dict[str, str]]]
@@ -68,7 +70,6 @@ def report(metrics: Dict[str, Any], save: Optional[Callable[[str], None]] = None
     """``hpctrain.report(metrics)``; with ``save``, rank 0 writes its model with
     ``save(path)`` into a temporary directory handed in as the checkpoint (every rank holds
     the same model: the others hand in none)."""
-    import hpctrain
 
     if save is None or hpctrain.get_context().get_world_rank() != 0:
         hpctrain.report(metrics)
@@ -80,7 +81,6 @@ def report(metrics: Dict[str, Any], save: Optional[Callable[[str], None]] = None
 
 def model_path(checkpoint: Any, filename: str) -> str:
     """The model file of a checkpoint; a clear error when it has none."""
-    from hpctrain.checkpoint import Checkpoint
 
     if not isinstance(checkpoint, Checkpoint):
         raise ConfigError(f"get_model: expected a hpctrain.Checkpoint, got {type(checkpoint).__name__}",
@@ -120,7 +120,6 @@ def check_legacy(name: str, params: Any, label_column: Any, num_boost_round: Any
 
 def features_and_label(dataset: str, label_column: str) -> Tuple[Any, Any]:
     """This rank's rows of ``dataset`` as (features DataFrame, label Series)."""
-    import hpctrain
 
     df = hpctrain.get_dataset_shard(dataset).to_pandas()
     if label_column not in df.columns:

@@ -7,6 +7,7 @@ import importlib
 from typing import Any, Callable, Dict, Optional
 
 from ..trainer import DataParallelTrainer
+from .gbdt import check_legacy
 
 #: the trainer's own keywords; any other one goes to ``xgboost.train``/``lightgbm.train``
 TRAINER_KEYWORDS = {"scaling_config", "run_config", "resume_from_checkpoint", "datasets",
@@ -28,7 +29,6 @@ class GBDTTrainer(DataParallelTrainer):
         name, lib = type(self).__name__, self._library
         train_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in TRAINER_KEYWORDS}
         if train_loop_per_worker is None:
-            from .gbdt import check_legacy
 
             check_legacy(name, params, label_column, num_boost_round, kwargs.get("datasets"),
                          checkpoint_frequency)

@@ -26,12 +26,18 @@ failed rank's status so that ``srun --kill-on-bad-exit`` ends the step on every 
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
+import socket
 import sys
 import time
 
-from hpctrain._internal.trust import no_write_for_others
+from hpctrain._internal.base.fsutil import atomic_write_json
+from hpctrain._internal.base.trust import no_write_for_others
+from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.spare import preload
+from hpctrain._internal.worker.entry import main as worker_main
 
 ENV_SWITCH = "HPCTRAIN_FORK_RANKS"
 ENV_PER_NODE = "HPCTRAIN_RANKS_PER_NODE"
@@ -67,8 +73,6 @@ def child_env(env, *, node: int, nodes: int, per_node: int, local: int) -> dict:
 def _record_death(run_dir: str, rank: int, status: int) -> None:
     """A child killed by a signal left no error record: write the one the supervisor
     reads (unless the rank wrote its own)."""
-    from hpctrain._internal.fsutil import atomic_write_json
-    from hpctrain._internal.rundir.layout import RunDir
 
     attempt = int(os.environ.get("HPCTRAIN_ATTEMPT", "1"))
     adir = RunDir(run_dir).attempt_dir(attempt)
@@ -79,7 +83,6 @@ def _record_death(run_dir: str, rank: int, status: int) -> None:
         how = f"killed by signal {os.WTERMSIG(status)}"
     else:
         how = f"exit code {os.WEXITSTATUS(status)}"
-    import socket
 
     msg = f"rank {rank} {how}"
     try:
@@ -102,7 +105,6 @@ def main(argv=None) -> None:
     nodes = int(os.environ.get("SLURM_STEP_NUM_NODES") or os.environ.get("SLURM_NNODES")
                 or os.environ.get("SLURM_STEP_NUM_TASKS", "1"))
     node = int(os.environ.get("SLURM_NODEID", "0"))
-    from hpctrain._internal.spare import preload
 
     preload(run_dir)
     children = {}
@@ -117,10 +119,8 @@ def main(argv=None) -> None:
                     signal.signal(sig, signal.SIG_DFL)
                 if os.environ.get("HPCTRAIN_ZYGOTE_VERBOSE"):
                     # where a rank stuck after its stop hangs: its stacks, into its log
-                    import faulthandler
 
                     faulthandler.register(signal.SIGUSR2, all_threads=True)
-                from hpctrain._internal.worker.entry import main as worker_main
 
                 worker_main([run_dir])
             finally:

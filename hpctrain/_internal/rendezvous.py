@@ -9,7 +9,7 @@ keeps the connection for the attempt. Two operations:
 * :meth:`TcpGroup.allgather` — every rank's JSON value, in rank order, on every rank
   (the TensorFlow backend gathers each worker's ``host:port`` for ``TF_CONFIG`` with it);
 * :meth:`TcpGroup.allreduce_max` — the element-wise max of a few integers
-  (``report()``'s agreement, the :class:`~hpctrain._internal.context.Coordinator` API).
+  (``report()``'s agreement, the :class:`~hpctrain._internal.base.context.Coordinator` API).
 
 A rank that dies closes its socket: a rank waiting in one of these operations gets
 :class:`ConnectionError` instead of hanging (a rank blocked inside the framework's own
@@ -59,8 +59,9 @@ import struct
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hpctrain._internal.context import Coordinator
-from hpctrain._internal.log import get_logger
+from hpctrain._internal.base.context import Coordinator
+from hpctrain._internal.base.log import get_logger
+from hpctrain.cluster_env import derive_port
 
 _LEN = struct.Struct(">I")
 HELLO_TIMEOUT_S = 10.0
@@ -552,7 +553,6 @@ def reserve_port(key: str, *, tries: int = 64) -> int:
     outgoing connection is handed it before the framework binds it), chosen by hashing
     ``key`` (as :func:`~hpctrain.cluster_env.derive_port`) and probing the next
     candidates when one is taken; the kernel's choice as a last resort."""
-    from hpctrain.cluster_env import derive_port
 
     for i in range(tries):
         port = derive_port(key, step=str(i))

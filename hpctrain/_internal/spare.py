@@ -26,7 +26,8 @@ import os
 import sys
 import time
 
-from hpctrain._internal.trust import makedirs, modes_of
+from hpctrain._internal.base.trust import makedirs, modes_of
+from hpctrain._internal.worker.entry import main as worker_main
 
 #: Variables read at interpreter or library start-up (import time), not when a rank
 #: starts: a spare started with other values than the assignment's is not used.
@@ -114,7 +115,6 @@ def main(argv=None) -> None:
         os.close(fd)
     except OSError:
         pass
-    from hpctrain._internal.worker.entry import main as worker_main
 
     worker_main([order.get("run_dir", run_dir)])
 

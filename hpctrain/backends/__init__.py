@@ -8,7 +8,7 @@ agree across ranks, and tears down afterwards. Backends are imported lazily, so 
 This package holds the **backend registry**'s lines: one :func:`register_backend` per
 backend names its class, its config dataclass (the job file's ``[name]`` section), its
 trainer and the modules it needs; ``job.backend``'s choices, ``hpctrain run`` and the 1.x
-API read them (:mod:`hpctrain._internal.registry`).
+API read them (:mod:`hpctrain._internal.base.registry`).
 
 =============== ====================================== ========================= ==========
 backend         set-up                                 report()'s agreement      launcher
@@ -24,13 +24,14 @@ backend         set-up                                 report()'s agreement     
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import asdict
 from typing import Any, Dict, Mapping
 
 from ..errors import ConfigError, MissingFrameworkError
-from .._internal.registry import (backend_entry, backend_names, load, register_backend)
+from .._internal.base.registry import (backend_entry, backend_names, load, register_backend)
 from .base import Backend
 
-# The backend registry (hpctrain._internal.registry): one line per backend.
+# The backend registry (hpctrain._internal.base.registry): one line per backend.
 register_backend("torch", backend="hpctrain.backends.torch:TorchBackend",
                  config="hpctrain.backends.torch:TorchConfig",
                  trainer="hpctrain.torch:TorchTrainer", config_keyword="torch_config",
@@ -112,6 +113,5 @@ def backend_options(config: Any) -> Dict[str, Any]:
     """A backend config dataclass as its TOML table (``None`` values left out)."""
     if config is None or not hasattr(config, "__dataclass_fields__"):
         return {}
-    from dataclasses import asdict
 
     return {k: v for k, v in asdict(config).items() if v is not None}

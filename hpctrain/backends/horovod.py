@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -28,6 +29,8 @@ from ..cluster_env import WorkerInfo
 from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
+from .tensorflow import worker_address
+from hpctrain._internal.rendezvous import TcpGroup, group_token
 
 CONTROLLERS = ("auto", "gloo", "mpi")
 MPI_LAUNCHERS = ("openmpi", "pmi", "pals")
@@ -122,8 +125,6 @@ class HorovodBackend(Backend):
         self.controller = "gloo"
 
     def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
-        from hpctrain._internal.rendezvous import TcpGroup, group_token
-        from .tensorflow import worker_address
 
         cfg: HorovodConfig = self.config
         mpi_launched = mpi_launched_here(info.launcher, os.environ)
@@ -176,7 +177,6 @@ class HorovodBackend(Backend):
         return self._group
 
     def on_shutdown(self, info: WorkerInfo) -> None:
-        import sys
 
         hvd = sys.modules.get("horovod.torch")
         if hvd is not None:

@@ -24,6 +24,7 @@ from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 from .xgboost import cores_per_rank, worker_ip
+from hpctrain._internal.rendezvous import TcpGroup, group_token, reserve_port
 
 _NETWORK_KEYS = ("machines", "num_machines", "local_listen_port", "machine_list_filename")
 _THREAD_KEYS = ("num_threads", "num_thread", "nthread", "nthreads", "n_jobs")
@@ -107,7 +108,6 @@ class LightGBMBackend(Backend):
 
     def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
         global _params, _threads
-        from hpctrain._internal.rendezvous import TcpGroup, group_token, reserve_port
 
         cfg: LightGBMConfig = self.config
         self._group = TcpGroup(rank=info.world_rank, world_size=info.world_size,

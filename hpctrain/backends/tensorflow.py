@@ -31,6 +31,7 @@ from ..cluster_env import WorkerInfo
 from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
+from hpctrain._internal.rendezvous import TcpGroup, group_token, reserve_port
 
 _LOOPBACK = "localhost"
 
@@ -86,7 +87,6 @@ class TensorflowBackend(Backend):
         self._group = None
 
     def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
-        from hpctrain._internal.rendezvous import TcpGroup, group_token, reserve_port
 
         cfg: TensorflowConfig = self.config
         if cfg.legacy_keras:

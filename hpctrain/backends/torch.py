@@ -13,11 +13,12 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
-from hpctrain._internal.context import Coordinator, current_session
+from hpctrain._internal.base.context import Coordinator, current_session
 from ..cluster_env import WorkerInfo
 from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
+from hpctrain.cluster_env import local_gpu_indices, visible_gpu_count
 
 
 @dataclass
@@ -140,7 +141,6 @@ def gpu_indices(local_rank: int, local_world_size: int, gpus_per_worker: int):
     the driver's count); the backend binds the first one before the process group."""
     import torch
 
-    from hpctrain.cluster_env import local_gpu_indices, visible_gpu_count
 
     visible = visible_gpu_count(os.environ.get("CUDA_VISIBLE_DEVICES"),
                                 torch.cuda.device_count())

@@ -12,6 +12,7 @@ after each round, so only rank 0's checkpoint is kept.
 """
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 from .tensorflow import worker_address
+from hpctrain._internal.rendezvous import TcpGroup, group_token
 
 
 @dataclass
@@ -75,7 +77,6 @@ def cores_per_rank(info: WorkerInfo) -> int:
     every core by default; two ranks on one node that both do spin against each other
     (LightGBM's quick start: 3 s with one thread per rank, over a minute without, on a
     busy 2-core node)."""
-    import os
 
     if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         return int(os.environ["OMP_NUM_THREADS"])
@@ -97,7 +98,6 @@ class XGBoostBackend(Backend):
         import xgboost
         from xgboost import collective
 
-        from hpctrain._internal.rendezvous import TcpGroup, group_token
 
         cfg: XGBoostConfig = self.config
         # the default of params' nthread (XGBoost's global config: set_config(nthread=))

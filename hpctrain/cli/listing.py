@@ -16,7 +16,7 @@ from typing import List, Optional
 
 from hpctrain.errors import ConfigError
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.terminal import markup, plain as plain_text
+from hpctrain._internal.base.terminal import markup, plain as plain_text
 from hpctrain.storage import storage_for
 
 

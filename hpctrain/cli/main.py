@@ -32,7 +32,7 @@ from typing import List, Optional
 
 from hpctrain import __version__
 from hpctrain.errors import ConfigError, HpctrainError, TrainingFailedError, TrainingStoppedError
-from hpctrain._internal.terminal import plain
+from hpctrain._internal.base.terminal import plain
 
 #: ``hpctrain run`` stopped cleanly after the warning signal (EX_TEMPFAIL: try again later).
 EXIT_STOPPED = 75
@@ -212,7 +212,7 @@ def _rerender_command(args, run_name: str) -> str:
 
 
 def _batch_run(args):
-    from hpctrain._internal.registry import describe, scheduler_names
+    from hpctrain._internal.base.registry import describe, scheduler_names
     from hpctrain.run import Run, RunOptions
 
     spec = _load(args)
@@ -262,7 +262,7 @@ def cmd_schema(args) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    from hpctrain._internal.fsutil import atomic_write_bytes
+    from hpctrain._internal.base.fsutil import atomic_write_bytes
 
     atomic_write_bytes(args.output, text.encode(), sync=False)
     print(f"wrote {args.output}", file=sys.stderr)
@@ -540,7 +540,7 @@ def cmd_validate(args) -> int:
         from hpctrain.tune.jobfile import control_from_spec, space_of
 
         control_from_spec(spec, space_of(spec))  # the scheduler's and searcher's options
-    from hpctrain._internal.registry import scheduler_class
+    from hpctrain._internal.base.registry import scheduler_class
 
     if scheduler_class(spec.scheduler.kind).template:  # a batch job: what `render` (a
         if spec.sweep:                                 # sweep: `sweep --dry-run`) refuses
@@ -643,7 +643,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(2)
     import logging
 
-    from hpctrain._internal.log import configure
+    from hpctrain._internal.base.log import configure
 
     configure(logging.WARNING if args.quiet else
               logging.DEBUG if args.verbose else logging.INFO)

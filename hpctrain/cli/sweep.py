@@ -88,7 +88,7 @@ def _print_plan(spec: JobSpec) -> None:
         seed = spec.sweep.get("seed", 0)
         trials = list(enumerate(search.expand(space_of(spec), spec.sweep.get("num_samples", 1),
                                               seed)))
-    from hpctrain._internal.terminal import plain
+    from hpctrain._internal.base.terminal import plain
 
     for i, config in trials:
         print(f"{trial_id(i)}  {plain(config.get('train_loop_config', config))}")
@@ -105,7 +105,7 @@ def print_results(path: str, final: bool = False) -> int:
     from rich.table import Table
 
     from hpctrain._internal.driver.progress import user_metrics
-    from hpctrain._internal.terminal import markup
+    from hpctrain._internal.base.terminal import markup
     from hpctrain.tune.result_grid import ResultGrid
 
     grid = ResultGrid.from_path(path)
@@ -159,7 +159,7 @@ def print_results(path: str, final: bool = False) -> int:
 
 
 def _config_of(result: Any) -> dict:
-    from hpctrain._internal.metrics import flatten
+    from hpctrain._internal.base.metrics import flatten
 
     config = result.config or {}
     return flatten(config.get("train_loop_config", config) if isinstance(config, dict) else {})

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain.errors import ConfigError, HpctrainError
 from hpctrain._internal.rundir.layout import RunDir, read_results
-from hpctrain._internal.terminal import markup, plain
+from hpctrain._internal.base.terminal import markup, plain
 
 
 def numeric(v: Any) -> bool:
@@ -47,7 +47,7 @@ def metric_rows(rows: List[Dict[str, Any]]) -> Dict[str, List[Tuple[int, float, 
     ...              {"loss": 1.0, "acc": {"top1": 0.5}, "_training_iteration": 2, "_timestamp": 6}])
     {'loss': [(1, 5, 2.0), (2, 6, 1.0)], 'acc/top1': [(2, 6, 0.5)]}
     """
-    from hpctrain._internal.metrics import flatten
+    from hpctrain._internal.base.metrics import flatten
 
     out: Dict[str, List[Tuple[int, float, float]]] = {}
     rows = [dict(row, _training_iteration=row.get("_training_iteration", i + 1))

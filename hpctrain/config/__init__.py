@@ -23,7 +23,7 @@ from .ray_named import (DEFAULT_STORAGE_ENV, STORAGE_URI_HINT, WARNING_SIGNALS, 
 from .scheduler import (GPU_BINDINGS, SchedulerConfig, SetupConfig, check_scheduler_keys,
                         kind_field, scheduler_config_class, scheduler_keys,
                         scheduler_options, scheduler_title)
-from .._internal.registry import LAUNCHERS, SCHEDULERS
+from .._internal.base.registry import LAUNCHERS, SCHEDULERS
 
 __all__ = [
     "CheckpointConfig", "CheckpointUploadMode", "DEFAULT_STORAGE_ENV", "DataConfig",

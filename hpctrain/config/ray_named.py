@@ -12,10 +12,12 @@ from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Union
 
 from ..errors import ConfigError
-from ..naming import RUN_NAME_PATTERN
-from .._internal.trust import SHARES
+from ..naming import RUN_NAME_PATTERN, check_run_name
+from .._internal.base.trust import SHARES
+from ..units import UnitError, parse_memory, parse_walltime
+from ..userconfig import default_storage_path as user_default
 from .keys import TomlKey, python_only, toml
-from .._internal.registry import STORAGE_URI_HINT, storage_for
+from .._internal.base.registry import STORAGE_URI_HINT, storage_for
 
 DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 #: A GPU type (Slurm GRES type names: ``a100``, ``a100_3g.20gb``, ``h100-80gb``…).
@@ -25,7 +27,6 @@ _GPU_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 def default_storage_path() -> str:
     """``$HPCTRAIN_STORAGE_PATH``, the user config's ``storage_path``
     (:mod:`hpctrain.userconfig`) or ``~/hpctrain_results`` (Ray's ``~/ray_results``)."""
-    from ..userconfig import default_storage_path as user_default
 
     value = os.environ.get(DEFAULT_STORAGE_ENV)
     if value:
@@ -43,7 +44,7 @@ _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 def local_storage_path(value: str, key: str = "run.storage_path") -> str:
     """``value`` as a filesystem path: a ``file://`` URI (``file:///abs``, as Ray
     accepts) becomes its path; the URI of a registered storage kind
-    (:func:`~hpctrain._internal.registry.register_storage`) stays as it is; any other
+    (:func:`~hpctrain._internal.base.registry.register_storage`) stays as it is; any other
     ``scheme://`` (``s3://``, ``gs://``, ``hdfs://``…) is refused with a ConfigError
     naming ``key``: such a string would otherwise become a local ``./s3:/…`` directory.
 
@@ -134,7 +135,6 @@ class ScalingConfig:
         if self.gpus_per_worker is not None:
             _check_int("scaling.gpus_per_worker", self.gpus_per_worker, minimum=0)
         if self.mem_per_worker is not None:
-            from ..units import UnitError, parse_memory
 
             try:
                 parse_memory(self.mem_per_worker)
@@ -299,7 +299,7 @@ class CheckpointConfig:
     frequency: InitVar[Any] = None
 
     def __post_init__(self, frequency: Any = None) -> None:
-        from .._internal.checkpoint_interval import frequency_value
+        from .._internal.base.checkpoint_interval import frequency_value
 
         if frequency is not None:
             if self.checkpoint_frequency not in (None, frequency):
@@ -418,7 +418,6 @@ class FailureConfig:
         """``mtbi`` in seconds (None: not set)."""
         if self.mtbi is None or isinstance(self.mtbi, int) and not isinstance(self.mtbi, bool):
             return self.mtbi
-        from ..units import UnitError, parse_walltime
 
         try:
             return parse_walltime(self.mtbi)
@@ -431,7 +430,6 @@ class FailureConfig:
         """``warning_time`` in seconds."""
         if isinstance(self.warning_time, int):
             return self.warning_time
-        from ..units import UnitError, parse_walltime
 
         try:
             return parse_walltime(self.warning_time)
@@ -563,7 +561,6 @@ class RunConfig:
 
             check_callbacks(self.callbacks)
         if self.name is not None:
-            from ..naming import check_run_name
 
             check_run_name(self.name, key="run.name")
         if self.verbose not in (0, 1, 2):

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Type
 
 from ..errors import ConfigError
-from .._internal.registry import (LAUNCHERS, SCHEDULERS, default_launcher, describe,
-                                  scheduler_class, scheduler_names)
+from .._internal.base.registry import (LAUNCHERS, SCHEDULERS, default_launcher, describe,
+                                       scheduler_class)
+from ..units import UnitError, parse_walltime
 from .keys import TomlKey, toml, toml_keys
 
 GPU_BINDINGS = ("none", "local_rank", "local_rank_reverse")
 # LAUNCHERS, the ``scheduler.launcher`` values, is the launcher registry's live view of
-# its names (hpctrain._internal.registry.register_launcher).
+# its names (hpctrain._internal.base.registry.register_launcher).
 
 
 @dataclass
@@ -47,6 +48,11 @@ class SchedulerConfig:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "SchedulerConfig":
         kind = args[0] if args else kwargs.get("kind", getattr(cls, "KIND", "local"))
+        if cls is SchedulerConfig and kind == "local" and len(args) <= 1 \
+                and set(kwargs) <= {"kind"}:
+            # the default, made at import time: no registry lookup (that would import
+            # the schedulers and read the installed plugins at `import hpctrain`)
+            return super().__new__(cls)
         if isinstance(kind, str) and kind in SCHEDULERS:
             target = scheduler_config_class(kind)
             if cls is not SchedulerConfig and target is not cls:
@@ -83,10 +89,9 @@ class SchedulerConfig:
         '{filesystems = "home:eagle"} (PBS); "" removes one.'))
 
     def __post_init__(self) -> None:
-        if self.kind not in scheduler_names():
+        if self.kind not in SCHEDULERS:
             raise ConfigError(f"scheduler.kind: expected {describe()}, got {self.kind!r}")
         if self.time is not None:
-            from ..units import UnitError, parse_walltime
 
             try:
                 parse_walltime(self.time)
@@ -103,7 +108,6 @@ class SchedulerConfig:
 
     @property
     def walltime_s(self) -> Optional[int]:
-        from ..units import parse_walltime
 
         return None if self.time is None else parse_walltime(self.time)
 

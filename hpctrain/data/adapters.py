@@ -4,16 +4,18 @@ Imported only when asked for: ``import hpctrain`` needs neither torch nor Tensor
 """
 from __future__ import annotations
 
+import importlib
 import warnings
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
+from ..backends.torch import get_device
 from ..errors import ConfigError
+from hpctrain._internal.base.context import current_session
 
 
 def _need(module: str, extra: str):
-    import importlib
 
     try:
         return importlib.import_module(module)
@@ -68,11 +70,9 @@ def torch_device(device: Any) -> Any:
     inside a training function, the CPU outside one (Ray's rule); else ``device``."""
     torch = _need("torch", "hpctrain[torch]")
     if device is None or device == "auto":
-        from hpctrain._internal.context import current_session
 
         if current_session() is None:
             return torch.device("cpu")
-        from ..backends.torch import get_device
 
         return get_device()
     try:

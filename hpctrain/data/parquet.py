@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MissingFrameworkError
 from . import plan
 from .shard import DatasetShard
 from .source import (DEFAULT_WINDOW_MB, changed_options, check_options, resolve_path,
@@ -31,7 +31,6 @@ def _pyarrow():
     try:
         import pyarrow.parquet as pq
     except ImportError as e:
-        from ..errors import MissingFrameworkError
 
         raise MissingFrameworkError(
             f"hpctrain.data: Parquet files need pyarrow, which is not importable here ({e})."

@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import ConfigError
 from . import plan
 from .shard import DatasetShard
+from hpctrain._internal.base.context import current_session
 
 
 class SequenceDataset:
@@ -111,7 +112,6 @@ def shard_list(items: Sequence[Any], *, rank: Optional[int] = None,
     array([2, 3])
     """
     if rank is None or world_size is None:
-        from hpctrain._internal.context import current_session
 
         s = current_session()
         rank = s.info.world_rank if s is not None and rank is None else (rank or 0)

@@ -49,12 +49,12 @@ import transformers
 from transformers.trainer_callback import TrainerCallback
 
 import hpctrain
+from hpctrain._internal.worker.session import current_session
 
 __all__ = ["RayTrainReportCallback", "prepare_trainer"]
 
 
 def _context():
-    from hpctrain._internal.worker.session import current_session
 
     if current_session() is None:
         raise RuntimeError(

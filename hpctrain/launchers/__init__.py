@@ -6,11 +6,16 @@ PALS). The supervisor talks to all of them through :class:`Launcher`.
 """
 from __future__ import annotations
 
+import shlex
+import shutil
 from typing import TYPE_CHECKING, List
 
-from .._internal.registry import LAUNCHERS, launcher_class, register_launcher
+from .._internal.base.registry import LAUNCHERS, get_scheduler, launcher_class, register_launcher
+from ..backends import needs_mpi_launcher
 from .base import ExitRecord, Launcher, WorkerGroup
 from .local import LocalLauncher
+from .mpiexec import detect_flavor, mpiexec_argv
+from .srun import srun_argv
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -18,7 +23,7 @@ if TYPE_CHECKING:  # (for the hints only)
 __all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "launcher_for",
            "launch_line", "without_gpu_args"]
 
-# The launcher registry (hpctrain._internal.registry): one line per ``scheduler.launcher``
+# The launcher registry (hpctrain._internal.base.registry): one line per ``scheduler.launcher``
 # value, in the order the docs and the schema list them.
 register_launcher("srun", "hpctrain.launchers.srun:SrunLauncher")
 register_launcher("mpiexec", "hpctrain.launchers.mpiexec:MpiexecLauncher")
@@ -38,7 +43,6 @@ def launcher_for(spec: JobSpec, *, here: bool = False) -> Launcher:
     Backends whose ranks must be one MPI job (``mpi``; ``horovod`` with the MPI
     controller) get ``mpiexec`` instead of the local spawner, and ``srun --mpi=pmix``
     unless ``scheduler.launcher_args`` names an ``--mpi`` plugin itself."""
-    from ..backends import needs_mpi_launcher
 
     sched, scaling = spec.scheduler, spec.scaling
     launcher_args = without_gpu_args(sched.launcher_args) if not scaling.gpus_each \
@@ -88,22 +92,18 @@ def launch_line(spec: JobSpec, *, python: str, run_dir: str) -> List[str]:
     the run directory as the script spells it. For ``mpiexec``, whose dialect is read from
     ``mpiexec --version`` inside the job, the form of the MPI found here is shown (MPICH's
     when there is none), and a second line says so."""
-    import shlex
 
     launcher = launcher_for(spec)
     command = [python, "-m", "hpctrain._internal.worker", _RUN_DIR]
     notes: List[str] = []
     if launcher.name == "srun":
-        from .srun import srun_argv
 
         argv = srun_argv(nodes=launcher.nodes, workers_per_node=launcher.workers_per_node,
                          cpus_per_worker=launcher.cpus_per_worker,
                          gpus_per_worker=launcher.gpus_per_worker,
                          extra_args=launcher.extra_args, command=command)
     elif launcher.name == "mpiexec":
-        import shutil
 
-        from .mpiexec import detect_flavor, mpiexec_argv
 
         flavor = None
         if shutil.which(launcher.executable):
@@ -116,7 +116,6 @@ def launch_line(spec: JobSpec, *, python: str, run_dir: str) -> List[str]:
                      + (f"{flavor}, as here" if flavor else "mpich, the MPI of this "
                         "machine is unknown") + "; Open MPI adds -x NAME per variable)")
         flavor = flavor or "mpich"
-        from .._internal.registry import get_scheduler
 
         var = get_scheduler(spec.scheduler.kind).hostfile_var
         hostfile = f"${var}" if var else None

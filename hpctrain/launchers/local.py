@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
+from .._internal.base.log import get_logger
 from .base import ExitRecord, Launcher, LineSink, WorkerGroup, open_log
 
 
@@ -108,7 +109,6 @@ class LocalWorkerGroup(WorkerGroup):
 def _drop_log(log, rank: int, err: OSError) -> None:
     """Stop writing a rank's log file (e.g. the disk is full); its output still reaches
     ``on_line``. Returns None, the new log."""
-    from .._internal.log import get_logger
 
     get_logger("launcher").warning(f"rank {rank}: cannot write its log {log.name} "
                                    f"({err.strerror}); further output of this rank is not "

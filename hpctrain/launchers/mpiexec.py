@@ -53,6 +53,7 @@ import re
 import subprocess
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
+from .._internal.base.registry import scheduler_class, scheduler_names
 from ..errors import ConfigError
 from .base import Launcher, LineSink
 from .step import ENV_RANK_LOG_DIR, StepWorkerGroup
@@ -168,7 +169,6 @@ def default_hostfile(hostfile: Optional[str], env: Mapping[str, str]) -> Optiona
     """
     if hostfile:
         return hostfile
-    from .._internal.registry import scheduler_class, scheduler_names
 
     for name in scheduler_names():  # the host file a scheduler names (PBS_NODEFILE)
         var = scheduler_class(name).hostfile_var

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
+from .._internal.nodezygote import fork_requested
 from .base import Launcher, LineSink
 from .step import StepWorkerGroup
 
@@ -104,7 +105,6 @@ def zygote_argv(launcher: SrunLauncher, command: Sequence[str], env: Dict[str, s
     >>> zygote_argv(l, ["py", "-m", "hpctrain._internal.worker", "/r"], {}) is None
     True
     """
-    from .._internal.nodezygote import fork_requested
 
     if not fork_requested(env) or launcher.gpus_per_worker:
         return None

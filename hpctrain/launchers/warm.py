@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Sequence
 
 from hpctrain.launchers.base import open_log
 from hpctrain.launchers.local import LocalLauncher, LocalWorkerGroup, signal_group, free_port
-from hpctrain._internal.log import get_logger
+from hpctrain._internal.base.log import get_logger
 from hpctrain._internal.spare import READY_SUFFIX, fixed_part
 
 _logger = get_logger("warmpool")

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+import hpctrain
+from ..backends.lightgbm import with_network
+from hpctrain._internal.gbdt import features_and_label, report
+
 
 def train_loop(config: Dict[str, Any]) -> None:
     import lightgbm
 
-    import hpctrain
 
-    from hpctrain._internal.gbdt import features_and_label, report
-    from ..backends.lightgbm import with_network
     from ._callback import RayTrainReportCallback
 
     label = config["label_column"]

@@ -15,12 +15,14 @@ import functools
 import os
 import re
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..config import SchedulerConfig
 from ..errors import ConfigError
+from hpctrain._version import __version__
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -195,7 +197,6 @@ class Scheduler:
     def render(self, request: BatchRequest, **overrides: Any) -> str:
         """The script; ``overrides`` replace template variables (a sweep's job array runs
         each task's trial: ``run_dir``, ``log_file``, ``prelude``, ``batch_args``)."""
-        from hpctrain._version import __version__
         from . import scheduler_names
 
         if self.template is None:
@@ -248,7 +249,6 @@ class Scheduler:
     submit_command: Optional[str] = None
 
     def check_available(self) -> None:
-        import shutil
 
         if self.submit_command and shutil.which(self.submit_command) is None:
             raise ConfigError(

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import SchedulerConfig, kind_field, toml
-from ..units import check_mib, check_seconds, clock, parse_memory
+from ..errors import ConfigError
+from ..units import check_mib, check_seconds, clock, parse_memory, parse_walltime
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, check_directive,
                    job_name, merge_directives)
 
@@ -58,7 +59,6 @@ def select_chunk(request: BatchRequest) -> str:
     if gpus:
         chunk += f":ngpus={gpus}"
     if s.accelerator_type:
-        from ..errors import ConfigError
 
         raise ConfigError(
             f"scaling.accelerator_type: {s.accelerator_type!r} cannot be requested from PBS "
@@ -146,7 +146,6 @@ class PbsScheduler(Scheduler):
         """Hosts: the ``PBS_NODEFILE`` lines (one per MPI slot), unique, in order of first
         appearance; not read when ``HPCTRAIN_HOSTS`` names them."""
         from ..cluster_env import env_value, hosts_from_nodefile
-        from ..errors import ConfigError
 
         job_id = env_value(env, "PBS_JOBID") or ""
         path = env_value(env, "PBS_NODEFILE")
@@ -165,7 +164,6 @@ class PbsScheduler(Scheduler):
         """``Resource_List.walltime`` of a PBS job in seconds (``qstat -f -F json``; a
         queue's ``resources_default.walltime`` limits a job just the same), None when
         qstat cannot tell."""
-        from ..units import parse_walltime
         from .pbs_submitit import qstat_jobs
 
         try:
@@ -243,7 +241,6 @@ class PbsScheduler(Scheduler):
     def submit(self, script_path: str) -> str:
         from submitit.core.utils import FailedSubmissionError
 
-        from ..errors import ConfigError
         from .pbs_submitit import PbsExecutor
 
         folder = os.path.join(os.path.dirname(os.path.abspath(script_path)), ".hpctrain",

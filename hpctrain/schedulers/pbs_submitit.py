@@ -17,7 +17,7 @@ Removed (issue 14): this module used to be a complete submitit plugin
 with pickled-function submission, ``PbsJobEnvironment``, ``PbsSignalHandler`` (walltime
 timer), self-resubmission with ``qsub -W depend=afterany`` and job handles that followed
 it. hpctrain never used that path: it submits the scripts it renders, and its batch step
-keeps its own PBS timer and requeue (:mod:`hpctrain._internal.batch`,
+keeps its own PBS timer and requeue (:mod:`hpctrain.cli.batch`,
 :mod:`hpctrain._internal.allocation.recovery`). No documentation offered the plugin to
 users, so it went, with its tests and the entry point; :class:`PbsExecutor` is no
 longer a submitit executor.

@@ -12,7 +12,9 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .._internal.base.log import get_logger
 from ..config import SchedulerConfig, kind_field, toml
+from ..errors import ConfigError
 from ..units import DAY, check_mib, check_seconds, clock, parse_memory
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, array_ranges,
                    check_directive, job_name, merge_directives, warning_seconds)
@@ -188,7 +190,6 @@ class SlurmScheduler(Scheduler):
         # step", SLURM_STEP_TASKS_PER_NODE "number of processes per node within the step".
         # https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES
         from ..cluster_env import check_below, first_set, parse_tasks_per_node, required_int
-        from ..errors import ConfigError
 
         la = cls.name
         size_name, size = required_int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
@@ -275,7 +276,6 @@ class SlurmScheduler(Scheduler):
         if "disabled" not in p.stderr.lower():
             # (a timeout may have requeued it all the same: never start a second chain)
             raise RuntimeError(f"scontrol requeue {job_id} failed: {p.stderr.strip()}")
-        from .._internal.log import get_logger
 
         get_logger("slurm").warning(f"scontrol requeue {job_id} was refused "
                                     f"({p.stderr.strip()}); submitting the job again instead")

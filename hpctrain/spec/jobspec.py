@@ -9,7 +9,7 @@ from typing import Any, Dict, Mapping, Optional
 import tomli_w
 
 from ..config import DataConfig, RunConfig, ScalingConfig, SchedulerConfig, SetupConfig
-from .._internal.tomlfile import show_value as _show
+from .._internal.base.tomlfile import show_value as _show
 from .entrypoint import EntryPoint
 from .sections import Ctx, check_table, check_value
 from .values import ENV_NAME, check_env, redact_config

@@ -14,6 +14,7 @@ try:
 except ImportError:  # pragma: no cover - Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+from .._internal.base.formats import SPEC_FORMAT, newer_format
 from ..config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
                       SchedulerConfig, SetupConfig, scheduler_config_class, toml_keys)
 from .. import sites
@@ -21,11 +22,11 @@ from ..errors import ConfigError
 from ..sites import Site, derive_nodes
 from ..sites import check_limits as check_site_limits
 from ..userconfig import load_user_defaults
-from .._internal.tomlfile import kind_name as _kind
-from .._internal.tomlfile import loads_toml as _loads_toml
-from .._internal.tomlfile import read_toml as _read_toml
-from .._internal.tomlfile import show_value as _show
-from .._internal import registry as _registry
+from .._internal.base.tomlfile import kind_name as _kind
+from .._internal.base.tomlfile import loads_toml as _loads_toml
+from .._internal.base.tomlfile import read_toml as _read_toml
+from .._internal.base.tomlfile import show_value as _show
+from .._internal.base import registry as _registry
 from .entrypoint import EntryPoint
 from .jobspec import JobSpec
 from .sections import (BACKENDS, MERGED_TABLES, SECTIONS, TOP_LEVEL, Ctx, check_callbacks,
@@ -43,7 +44,6 @@ def _build(ctx: Ctx, cls: Any, **kwargs: Any) -> Any:
 def _check_spec_format(ctx: Ctx, value: int) -> None:
     """``format`` (what a run directory's spec.toml records): 1 up to the version this
     hpctrain writes; a newer one is refused."""
-    from .._internal.formats import SPEC_FORMAT, newer_format
 
     if value < 1:
         raise ctx.error("format", f"expected a format version (1, 2…), got {_show(value)}",

@@ -12,13 +12,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 from ..config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
                       SchedulerConfig, SetupConfig, TomlKey, scheduler_keys, toml_keys)
 from ..errors import ConfigError
-from .._internal.tomlfile import did_you_mean as _did_you_mean
-from .._internal.tomlfile import kind_name as _kind
-from .._internal.tomlfile import show_value as _show
-from .._internal import registry as _registry
+from .._internal.base.tomlfile import did_you_mean as _did_you_mean
+from .._internal.base.tomlfile import kind_name as _kind
+from .._internal.base.tomlfile import show_value as _show
+from .._internal.base import registry as _registry
+from ..units import UnitError, parse_memory, parse_walltime
 
 #: The registered backend names (a live view of the backend registry,
-#: :func:`hpctrain._internal.registry.register_backend`).
+#: :func:`hpctrain._internal.base.registry.register_backend`).
 BACKENDS = _registry.BACKENDS
 
 # --------------------------------------------------------------------------- schema
@@ -314,7 +315,6 @@ def check_value(ctx: Ctx, key: str, kind: str, value: Any) -> Any:
         raise ctx.error(key, f"expected {EXPECTED[kind]}, got {_show(value)} ({_kind(value)})",
                         hint)
     if kind in ("walltime", "memory"):
-        from ..units import UnitError, parse_memory, parse_walltime
 
         try:
             (parse_walltime if kind == "walltime" else parse_memory)(value)

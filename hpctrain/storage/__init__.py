@@ -5,7 +5,7 @@ are registered here, by URI scheme. A new kind (an object store, in ``s3.py``) i
 module and one :func:`register_storage` line — or a line in a plugin's own package: no
 other hpctrain file needs editing.
 """
-from hpctrain._internal.registry import STORAGES, register_storage, storage_for
+from hpctrain._internal.base.registry import STORAGES, register_storage, storage_for
 
 register_storage("file", "hpctrain.storage.posix:PosixStorage")
 

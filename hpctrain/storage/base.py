@@ -4,7 +4,7 @@ they are kept (``run.storage_path``).
 One :class:`Storage` subclass per kind, one module each (:mod:`.posix`: a filesystem
 every node mounts, today's only kind), chosen from the storage path by
 :func:`storage_for`: a plain path or ``file://`` → ``posix``; ``scheme://…`` → the kind
-registered for ``scheme`` (:func:`~hpctrain._internal.registry.register_storage`); an
+registered for ``scheme`` (:func:`~hpctrain._internal.base.registry.register_storage`); an
 unknown scheme → a ConfigError naming the key, as before.
 
 Two tiers, and which is which:
@@ -13,8 +13,8 @@ Two tiers, and which is which:
   ``run.lock``, ``spec.toml``, ``job.sh``, the payload, the attempts' records, the logs,
   ``result.json``, and the staging area where the ranks gather a checkpoint's files
   (``checkpoints/.tmp_checkpoint_i…``). These need POSIX (file locks, ``O_APPEND``,
-  ``O_EXCL``, hard links, the owner checks of :mod:`hpctrain._internal.trust`), so they are
-  always on a POSIX path, written with :mod:`os` and :mod:`hpctrain._internal.fsutil`.
+  ``O_EXCL``, hard links, the owner checks of :mod:`hpctrain._internal.base.trust`), so they are
+  always on a POSIX path, written with :mod:`os` and :mod:`hpctrain._internal.base.fsutil`.
 * **The data** (:meth:`Storage.join` of the run's location): the committed checkpoints.
   Everything that touches them goes through a :class:`Storage`: publishing a staged
   checkpoint (:meth:`~Storage.publish`), listing (:meth:`~Storage.listdir`), reading a

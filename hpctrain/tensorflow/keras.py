@@ -25,6 +25,9 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+import hpctrain
+from ..errors import ConfigError
+
 MODEL_FILE = "model.keras"
 STATE_FILE = "checkpoint.json"
 
@@ -35,7 +38,6 @@ def _events(value: Union[str, Sequence[str]], what: str) -> List[str]:
     events = [value] if isinstance(value, str) else list(value)
     for e in events:
         if e not in _EVENTS:
-            from ..errors import ConfigError
 
             raise ConfigError(f"ReportCheckpointCallback({what}=...): expected one or more of "
                               f"{', '.join(_EVENTS)}, got {e!r}")
@@ -83,7 +85,6 @@ class _ReportCheckpointCallback:
         return {name: logs[name] for name in self._metrics if name in logs}
 
     def _handle(self, event: str, logs: Optional[Dict[str, Any]]) -> None:
-        import hpctrain
 
         if event not in self._report_on and event not in self._checkpoint_on:
             return

@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional
 
 from ..backends.torch import TorchConfig, get_device, get_devices
 from ..trainer import DataParallelTrainer
+from hpctrain._internal.base.context import current_session
 
 __all__ = ["TorchTrainer", "TorchConfig", "prepare_model", "prepare_data_loader", "get_device",
            "get_devices", "enable_reproducibility", "backward", "prepare_optimizer"]
@@ -29,7 +30,6 @@ class TorchTrainer(DataParallelTrainer):
 
 
 def _session():
-    from hpctrain._internal.context import current_session
 
     return current_session()
 

@@ -24,6 +24,7 @@ import copy
 import os
 from typing import Any, Dict, Optional
 
+import hpctrain
 from hpctrain.checkpoint import Checkpoint
 
 _DCP_GROUP = None
@@ -31,7 +32,6 @@ _DCP_PENDING = None  # the future of the save in flight
 
 
 def _staging_dir() -> str:
-    import hpctrain
 
     ctx = hpctrain.get_context()
     if ctx is None or not hasattr(ctx, "get_checkpoint_staging_dir"):

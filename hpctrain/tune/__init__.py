@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from .. import report as _report
 from ..config import SyncConfig
 from ..train import LegacyTrainable
 from .legacy import ExperimentAnalysis, TuneError, run
@@ -40,6 +41,5 @@ def report(metrics: Optional[Dict[str, Any]] = None, *, checkpoint: Any = None,
            **kwargs: Any) -> None:
     """Report from a trial's training function: Ray 2's ``tune.report({"loss": x})`` or
     Ray 1's ``tune.report(loss=x)`` (both are :func:`hpctrain.report`)."""
-    from .. import report as _report
 
     _report({**(metrics or {}), **kwargs}, checkpoint=checkpoint)

@@ -28,10 +28,10 @@ from typing import Any, Dict, Optional
 import cloudpickle
 from filelock import FileLock
 
-from .._internal.fsutil import atomic_write_bytes, atomic_write_json, json_bytes, read_json
-from .._internal.log import get_logger
+from .._internal.base.fsutil import atomic_write_bytes, atomic_write_json, json_bytes, read_json
+from .._internal.base.log import get_logger
 from .._internal.rundir.layout import DECISION_FILE, RunDir, checkpoint_dir_name, read_results
-from .._internal.trust import load_trusted_pickle
+from .._internal.base.trust import load_trusted_pickle
 from ..checkpoint import METADATA_FILE
 from ..config import check_stop  # noqa: F401 (the tune side's name for it)
 from .._internal.worker.trial import CONTROL_FILE

@@ -21,9 +21,9 @@ from ..schedulers.base import array_ranges
 from ..sites import check_limits
 from hpctrain._internal.allocation.recovery import EARLY, THREADED, stop_signals
 from hpctrain._internal.driver.progress import user_metrics
-from hpctrain._internal.fsutil import atomic_write_bytes
+from hpctrain._internal.base.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import RunDir, read_results
-from hpctrain._internal.trust import makedirs, modes_of
+from hpctrain._internal.base.trust import makedirs, modes_of
 from ._control import tell_search
 from .sweepdir import (FINISHED, INTERRUPTED, PENDING, RUNNING, SweepDir, array_active,
                        own_job, stopped_by, trial_id)

@@ -33,6 +33,10 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict, Optional
 
+from ..errors import ConfigError
+from . import schedulers
+from .search import from_tables, optuna
+
 SCHEDULERS = {"asha": "ASHAScheduler", "async_hyperband": "ASHAScheduler",
               "hyperband": "HyperBandScheduler", "pbt": "PopulationBasedTraining",
               "fifo": "FIFOScheduler"}
@@ -43,7 +47,6 @@ def build(table: Dict[str, Any], key: str, error: Callable[[str, str, Optional[s
           ) -> Any:
     """The scheduler or search algorithm a ``[sweep.scheduler]``/``[sweep.search_alg]``
     table describes (``error(key, message, hint)`` makes the exception)."""
-    from ..errors import ConfigError
 
     kinds = SCHEDULERS if key.endswith("scheduler") else SEARCHERS
     table = dict(table)
@@ -51,18 +54,13 @@ def build(table: Dict[str, Any], key: str, error: Callable[[str, str, Optional[s
     if kind not in kinds:
         raise error(f"{key}.type", f"expected one of {', '.join(repr(k) for k in kinds)}, got "
                     f"{kind!r}", f'e.g. [{key}] type = "{next(iter(kinds))}"')
-    if kinds is SCHEDULERS:
-        from . import schedulers as module
-    else:
-        from .search import optuna as module  # type: ignore[no-redef]
-    cls = getattr(module, kinds[kind])
+    cls = getattr(schedulers if kinds is SCHEDULERS else optuna, kinds[kind])
     params = inspect.signature(cls.__init__).parameters
     unknown = [k for k in table if k not in params or k == "self"]
     if unknown:
         raise error(f"{key}.{unknown[0]}", f"{cls.__name__} has no option {unknown[0]!r}",
                     "its options: " + ", ".join(p for p in params if p != "self"))
     if "hyperparam_mutations" in table:
-        from .search import from_tables
 
         muts = table["hyperparam_mutations"]
         lists = {k: v for k, v in muts.items() if isinstance(v, list)} \

@@ -1,10 +1,10 @@
 """Inside one task of a sweep's job array: find this task's trial, make its run directory
 if nothing was prepared (an array script submitted by hand), run it as any batch run
 (the batch step's ``run_batch``: same recovery, requeue and max_failures), and keep the
-sweep's manifest up to date. The batch step (:mod:`hpctrain._internal.batch`) calls
+sweep's manifest up to date. The batch step (:mod:`hpctrain.cli.batch`) calls
 :func:`run_trial`.
 
-    python -m hpctrain._internal.batch SWEEP/trial_00003 --sweep-trial 3 ... < sweep spec
+    python -m hpctrain.cli.batch SWEEP/trial_00003 --sweep-trial 3 ... < sweep spec
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from filelock import FileLock, Timeout
 
 from ..errors import ConfigError
 from ..schedulers import BatchRequest
-from hpctrain._internal.fsutil import atomic_write_bytes
-from hpctrain._internal.log import get_logger
-from hpctrain._internal.registry import scheduler_class
+from hpctrain._internal.base.fsutil import atomic_write_bytes
+from hpctrain._internal.base.log import get_logger
+from hpctrain._internal.base.registry import scheduler_class
 from hpctrain._internal.rundir.layout import RunDir
 from ._control import ensure_trial_config, tell_search
 from .jobfile import manifest_from_spec, trial_spec

@@ -24,7 +24,9 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
+from ..config import RunConfig
 from ..errors import ConfigError, HpctrainError
+from .tuner import TuneConfig, Tuner
 
 
 class TuneError(HpctrainError):
@@ -119,9 +121,6 @@ def run(run_or_experiment: Any, *, config: Optional[Dict[str, Any]] = None,
     an :class:`ExperimentAnalysis`. Trials go to ``<local_dir>/<name>/trial_NNNNN``
     (default: the default storage path and ``<trainable>_<date>``). Running again with
     the same ``name`` continues the sweep (only unfinished trials run)."""
-    from ..config import RunConfig
-    from .tuner import TuneConfig, Tuner
-
     if unsupported:
         raise ConfigError(f"tune.run({', '.join(f'{k}=...' for k in sorted(unsupported))}): "
                           "not available in hpctrain", hint="supported: config, num_samples, "

@@ -5,8 +5,11 @@ import math
 import os
 from typing import Any, Dict, Iterator, List, Optional
 
+from ..errors import RunNotFoundError
 from ..result import Result
 from .sweepdir import FAILED, FINISHED, PENDING, SweepDir
+from hpctrain._internal.base.metrics import flatten
+from hpctrain._internal.rundir.layout import read_results
 
 
 class TrialResult(Result):
@@ -47,7 +50,6 @@ def _score(result: Result, metric: str, scope: str) -> Optional[List[float]]:
     if scope == "last":
         values = [(result.metrics or {}).get(metric)]
     else:
-        from hpctrain._internal.rundir.layout import read_results
 
         values = [row.get(metric) for row in read_results(os.path.join(result.path,
                                                                        "result.json"))]
@@ -155,8 +157,6 @@ class ResultGrid:
             raise ImportError("ResultGrid.get_dataframe() needs pandas.\n"
                               "HINT: pip install 'hpctrain[tune]' (or pip install pandas)"
                               ) from None
-        from hpctrain._internal.metrics import flatten
-        from hpctrain._internal.rundir.layout import read_results
 
         rows = []
         for r in self._results:
@@ -184,7 +184,6 @@ __all__ = ["ResultGrid", "TrialResult", "PENDING"]
 def not_a_sweep(path: str, caller: str) -> Exception:
     """The error for a path that is not a sweep directory (a ValueError and a
     FileNotFoundError, as for a run directory)."""
-    from ..errors import RunNotFoundError
 
     why = ("it does not exist" if not os.path.exists(path) else
            "it is not a sweep directory (no sweep.json)")

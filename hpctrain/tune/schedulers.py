@@ -62,6 +62,7 @@ import random
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import ConfigError
+from .search import Domain, is_domain_table, to_tables
 
 CONTINUE, STOP, EXPLOIT = "CONTINUE", "STOP", "EXPLOIT"
 
@@ -381,7 +382,6 @@ class PopulationBasedTraining(TrialScheduler):
 
     def describe(self):
         out = super().describe()
-        from .search import to_tables
 
         out["hyperparam_mutations"] = _describe_mutations(to_tables(self.hyperparam_mutations))
         return out
@@ -396,7 +396,6 @@ def _describe_mutations(m: Any) -> Any:
 
 
 def _sample(spec: Any, rng: random.Random) -> Any:
-    from .search import Domain
 
     if isinstance(spec, Domain):
         return spec.sample(rng)
@@ -416,7 +415,6 @@ def _explore(config: Dict[str, Any], mutations: Dict[str, Any], resample_p: floa
             new[key] = _explore(config.get(key) or {}, spec, resample_p, factors, rng)
             continue
         if _is_domain_table(spec):
-            from .search import Domain
 
             kind, args = next(iter(spec.items()))
             spec = list(args) if kind in ("grid_search", "choice") else \
@@ -438,7 +436,6 @@ def _explore(config: Dict[str, Any], mutations: Dict[str, Any], resample_p: floa
 
 
 def _is_domain_table(spec: Any) -> bool:
-    from .search import is_domain_table
 
     return is_domain_table(spec)
 

@@ -25,6 +25,7 @@ from ._sweep import (at_a_time, local_concurrency, prepare_batch_trial, removed_
                      run_local, submit_arrays, trial_context)
 from .result_grid import ResultGrid, not_a_sweep
 from .schedulers import check_scheduler
+from .search.optuna import Searcher
 from .sweepdir import SweepDir, follow, to_run, train_loop_config, trial_id
 
 
@@ -49,7 +50,6 @@ class TuneConfig:
     def __post_init__(self) -> None:
         self.scheduler = check_scheduler(self.scheduler)
         if self.search_alg is not None:
-            from .search.optuna import Searcher
 
             if not isinstance(self.search_alg, Searcher):
                 raise ConfigError(f"tune_config.search_alg: expected a search algorithm "

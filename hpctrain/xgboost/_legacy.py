@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+import hpctrain
+from hpctrain._internal.gbdt import features_and_label, report
+
 
 def train_loop(config: Dict[str, Any]) -> None:
     import xgboost
 
-    import hpctrain
 
-    from hpctrain._internal.gbdt import features_and_label, report
     from ._callback import RayTrainReportCallback
 
     label = config["label_column"]

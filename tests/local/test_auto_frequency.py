@@ -12,7 +12,7 @@ import pytest
 import async_workloads
 from helpers import fit, out
 from hpctrain import CheckpointConfig, ConfigError, FailureConfig
-from hpctrain._internal.checkpoint_interval import (DEFAULT_MTBI_S, FrequencyPolicy,
+from hpctrain._internal.base.checkpoint_interval import (DEFAULT_MTBI_S, FrequencyPolicy,
                                                      describe_interval, frequency_value,
                                                      observed_mtbi, young_daly_interval)
 from hpctrain._internal.rundir.layout import RunDir

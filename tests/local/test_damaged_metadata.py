@@ -309,6 +309,6 @@ def test_format_versions_are_written_a_newer_one_is_refused_a_missing_one_reads_
 
 
 def test_format_helpers_examples():
-    import hpctrain._internal.formats as formats
+    import hpctrain._internal.base.formats as formats
 
     assert doctest.testmod(formats, optionflags=doctest.ELLIPSIS).failed == 0

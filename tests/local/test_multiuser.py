@@ -225,7 +225,7 @@ BATCH_STEP = """
 import subprocess, sys
 run = sys.argv[1]
 with open(run + "/spec.toml") as spec:
-    p = subprocess.run([sys.executable, "-m", "hpctrain._internal.batch", run], stdin=spec,
+    p = subprocess.run([sys.executable, "-m", "hpctrain.cli.batch", run], stdin=spec,
                        capture_output=True, text=True)
 print("EXIT", p.returncode)
 print(p.stdout + p.stderr)

@@ -53,7 +53,7 @@ packages = ["hpctrain_plugintest"]
 """
 
 GOOD = """\
-from hpctrain._internal.registry import BackendEntry
+from hpctrain._internal.base.registry import BackendEntry
 from hpctrain.launchers.local import LocalLauncher
 from hpctrain.schedulers.local import LocalScheduler as Local
 
@@ -121,7 +121,7 @@ def test_toy_scheduler_plugin_validates_renders_and_runs_a_job(toy_site, tmp_pat
     script = cli("render", job, env=env).stdout
     # the plugin's own template (its directive lines), with hpctrain's shared body
     assert "#TOY nodes=1\n#TOY walltime=600\n" in script
-    assert "-m hpctrain._internal.batch" in script
+    assert "-m hpctrain.cli.batch" in script
 
     p = cli("submit", job, "--follow", env=env, timeout=240)
     assert "submitted toybatch job" in p.stdout and "run FINISHED" in p.stdout

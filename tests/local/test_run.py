@@ -68,7 +68,7 @@ def test_run_options_reach_the_payload_and_the_choice_of_here(tmp_path):
     assert payload.per_rank_results and not payload.keep_return_values
     assert payload.trial == {"trainer": "TorchTrainer", "trial_id": "trial_00001"}
     _, script = Run.for_trainer(trainer).render()
-    assert "hpctrain._internal.batch" in script and "#SBATCH" in script
+    assert "hpctrain.cli.batch" in script and "#SBATCH" in script
     with pytest.raises(ConfigError, match="submit\\(\\) needs a batch scheduler"):
         Run.for_trainer(_trainer(tmp_path)).submit()
 

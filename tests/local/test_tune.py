@@ -568,7 +568,7 @@ def test_array_tasks_run_their_trial_when_the_manifest_lock_is_busy(tmp_path, st
     sweep.json's lock in time still runs its trial (its state.json is the truth)."""
     from filelock import FileLock
 
-    from hpctrain._internal.batch import run_allocation
+    from hpctrain.cli.batch import run_allocation
     from hpctrain._internal.allocation.recovery import PendingStop
     from hpctrain._internal.rundir.layout import RunDir
     from hpctrain.tune import array_task as _batch

@@ -258,7 +258,7 @@ def test_the_checks_above_can_fail(tmp_path):
         ("hpctrain.cli.main", "hpctrain.tune._sweep"),                # another package's: no
         ("hpctrain.tune.tuner", "hpctrain.tune._sweep"),              # its own package's
         ("hpctrain.tune", "hpctrain.tune._control"),                  # (its __init__ too)
-        ("hpctrain.cli.main", "hpctrain._internal.log"),              # _internal: everyone's
+        ("hpctrain.cli.main", "hpctrain._internal.base.log"),              # _internal: everyone's
         ("hpctrain.run", "hpctrain._internal.worker._entry"),         # _internal.worker's own
         ("hpctrain._internal.worker.session", "hpctrain._internal.worker._entry"),
     ]) == [("hpctrain.cli.main", "hpctrain.tune._sweep"),
@@ -340,16 +340,9 @@ LAZY = [
 CYCLES = [
     ("hpctrain/schedulers/base.py", "hpctrain.schedulers",
      "__init__ → schedulers/__init__ → schedulers/base"),
-    ("hpctrain/tune/_batch.py", "hpctrain.tune._control",
-     "tune/__init__ → tune/legacy → tune/tuner → tune/_batch → tune/_control → tune/_sweep"),
-    ("hpctrain/tune/_control.py", "hpctrain.tune._sweep",
-     "tune/__init__ → tune/legacy → tune/tuner → tune/_batch → tune/_control → tune/_sweep"),
-    ("hpctrain/tune/_sweep.py", "hpctrain.tune._control",
-     "tune/__init__ → tune/legacy → tune/tuner → tune/_batch → tune/_control → tune/_sweep"),
-    ("hpctrain/tune/legacy.py", "hpctrain.tune.tuner",
-     "tune/__init__ → tune/legacy → tune/tuner → tune/_batch → tune/_control → tune/_sweep"),
-    ("hpctrain/tune/tuner.py", "hpctrain.tune._batch",
-     "tune/__init__ → tune/legacy → tune/tuner → tune/_batch → tune/_control → tune/_sweep"),
+    ("hpctrain/schedulers/base.py", "hpctrain.spec",
+     "__init__ → schedulers/__init__ → schedulers/base → spec/__init__ → spec/jobspec → "
+     "config/scheduler → _internal/base/registry → schedulers"),
 ]
 
 

@@ -9,7 +9,7 @@ MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.sched
            "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units",
            "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod",
            "hpctrain._internal.rundir.commit", "hpctrain._internal.worker.session",
-           "hpctrain._internal.checkpoint_interval",
+           "hpctrain._internal.base.checkpoint_interval",
            "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm",
            "hpctrain._internal.nodezygote", "hpctrain.schema",
            "hpctrain._internal.allocation.supervisor"]

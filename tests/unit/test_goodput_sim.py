@@ -13,7 +13,7 @@ import goodput_sim as gs  # noqa: E402
 
 
 def test_auto_is_the_products_own_rule():
-    from hpctrain._internal.checkpoint_interval import young_daly_interval
+    from hpctrain._internal.base.checkpoint_interval import young_daly_interval
 
     c, m = 30, 36000
     assert gs.young_daly(c, m) == young_daly_interval(c, m)

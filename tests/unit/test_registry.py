@@ -68,7 +68,7 @@ def test_detection_asks_each_scheduler_in_registration_order():
 
 
 def test_a_registered_scheduler_is_known_everywhere():
-    from hpctrain._internal.registry import SCHEDULERS
+    from hpctrain._internal.base.registry import SCHEDULERS
     from hpctrain.cluster_env import worker_info_from_env
     from hpctrain.spec import spec_from_dict
 
@@ -110,7 +110,7 @@ def test_import_hpctrain_imports_no_framework():
 @pytest.fixture
 def registries():
     """The backend and launcher registries, restored afterwards."""
-    from hpctrain._internal import registry
+    from hpctrain._internal.base import registry
 
     with registry.BACKENDS.scoped(), registry.LAUNCHERS.scoped():
         yield registry
@@ -137,7 +137,7 @@ class ToyLauncher(Launcher):
 
 
 def test_every_registered_backend_loads():
-    from hpctrain._internal.registry import backend_entries, load
+    from hpctrain._internal.base.registry import backend_entries, load
 
     assert [e.name for e in backend_entries()] == list(BACKENDS)
     for e in backend_entries():

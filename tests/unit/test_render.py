@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from hpctrain._internal.registry import describe, scheduler_names
+from hpctrain._internal.base.registry import describe, scheduler_names
 from hpctrain.errors import ConfigError
 from hpctrain.schedulers import BatchRequest
 from hpctrain.sites import PACKAGE_SITE_DIR, SITE_PATH_ENV, available_sites
@@ -181,7 +181,7 @@ def test_slurm_directives_without_a_site(tmp_path):
     script = render(tmp_path, '[scheduler]\nkind = "slurm"\ntime = "2h"\n')
     assert directives(script) == ["--job-name=r1", "--nodes=1", "--ntasks-per-node=1",
                                   "--time=02:00:00", "--signal=B:USR1@120", "--requeue"]
-    assert "-m hpctrain._internal.batch /scratch/me/runs/r1 " in script
+    assert "-m hpctrain.cli.batch /scratch/me/runs/r1 " in script
 
 
 def test_directive_order_is_stable(tmp_path):
@@ -692,7 +692,7 @@ def _heredoc_through_bash(script: str) -> str:
     feeds it on stdin."""
     lines = script.splitlines(keepends=True)
     start = max(i for i, l in enumerate(lines) if l.startswith("exec ")
-                and " -m hpctrain._internal.batch " in l)
+                and " -m hpctrain.cli.batch " in l)
     head = lines[start]
     assert head.rstrip("\n").endswith(f"<<'{EOF_MARK}'"), head
     assert lines[-1] == EOF_MARK + "\n" or lines[-1] == EOF_MARK, "the heredoc ends the script"
@@ -752,7 +752,7 @@ def test_whole_script_runs_and_feeds_the_spec_to_the_supervisor(tmp_path):
     assert (tmp_path / "capture.x").read_text() == f"$(touch {marker})`touch {marker}`"
     assert (tmp_path / "capture.stdin").read_text() == spec.to_toml()
     args = (tmp_path / "capture.args").read_text().splitlines()
-    assert args[:4] == ["-m", "hpctrain._internal.batch", run_path, "--script"]
+    assert args[:4] == ["-m", "hpctrain.cli.batch", run_path, "--script"]
     assert args[4] == str(job)
 
 

@@ -199,7 +199,7 @@ def test_a_value_that_slipped_past_stays_a_comment(tmp_path, monkeypatch, kind, 
                                        str(stub))
     lines = script.replace("\r", "\n").split("\n")
     body = lines[:next(i for i, l in enumerate(lines)
-                       if l.startswith("exec ") and "hpctrain._internal.batch" in l)]
+                       if l.startswith("exec ") and "hpctrain.cli.batch" in l)]
     injected = [l for l in body if "touch " in l]  # (the embedded spec's TOML escapes them)
     assert len(injected) == 4, script
     assert all(l.startswith("#") for l in injected), injected
@@ -275,7 +275,7 @@ def test_keys_that_only_look_close_are_kept(tmp_path):
 def test_the_spec_embedded_by_an_older_hpctrain_still_loads_in_the_job(tmp_path):
     """A run started from Python before credentials were redacted has the key in its
     job.sh: a requeue of that script must not fail on it (only job files are refused)."""
-    from hpctrain._internal.batch import load_spec
+    from hpctrain.cli.batch import load_spec
 
     text = (f'[job]\nentrypoint = "{ENTRY}:train_func"\n[scheduler]\nkind = "slurm"\n'
             '[config]\napi_key = "sk-old"\n')

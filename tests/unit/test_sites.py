@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hpctrain._internal.registry import describe, scheduler_names
+from hpctrain._internal.base.registry import describe, scheduler_names
 from hpctrain.cluster_env import gpu_binding
 from hpctrain.errors import ConfigError
 from hpctrain.launchers import launcher_for

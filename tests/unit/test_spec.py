@@ -244,7 +244,7 @@ def test_unreadable_file(tmp_path: Path, monkeypatch) -> None:
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied", path)
 
-    from hpctrain._internal import tomlfile
+    from hpctrain._internal.base import tomlfile
 
     monkeypatch.setattr(tomlfile, "open", denied, raising=False)  # works as root too
     with pytest.raises(ConfigError, match="job.toml: cannot read the job spec: permission denied"):

@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable, Iterator, Optional
 
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.trust import private_copy, read_trusted
+from hpctrain._internal.base.trust import private_copy, read_trusted
 from hpctrain._internal.allocation.supervisor import REQUEUED, STOPPED, Supervisor
 
 #: A chain of allocations ends after this many in a row that committed no new checkpoint

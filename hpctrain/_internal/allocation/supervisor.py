@@ -1,6 +1,6 @@
 """The supervisor owns the worker group of one run inside one allocation.
 
-It runs in the batch step on a cluster (``python -m hpctrain._internal.batch``) and in
+It runs in the batch step on a cluster (``python -m hpctrain.cli.batch``) and in
 the driver process for local runs, the same code either way. Per attempt it picks the
 checkpoint to resume from (the latest committed one that verifies), starts every rank
 through the launcher, waits, and on a failure stops the remaining ranks, finds the rank
@@ -24,16 +24,18 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from hpctrain.launchers.base import ExitRecord, Launcher, LineSink
-from hpctrain._internal.log import get_logger
+from hpctrain._internal.base.log import get_logger
 
 _logger = get_logger("supervisor")
 from hpctrain._internal.rundir.commit import verify_checkpoint
-from hpctrain._internal.fsutil import read_json
+from hpctrain._internal.base.fsutil import read_json
 from hpctrain._internal.rundir.layout import DECISION_FILE, RunDir
-from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
+from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.worker.entry import (ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_GROUP_SECRET,
                                              ENV_RESUME, ENV_RUN_DIR, ENV_START_ITER,
                                              ENV_WARNING_SIGNAL, STOP_FILE)
+from hpctrain.launchers.local import LocalLauncher
+from hpctrain.launchers.warm import WarmLocalLauncher, warm_spares_requested
 
 FINISHED, FAILED, RUNNING, INTERRUPTED = "FINISHED", "FAILED", "RUNNING", "INTERRUPTED"
 #: The run stopped cleanly after the scheduler's warning; REQUEUED: waiting for its next
@@ -68,8 +70,6 @@ class Failure:
 def _maybe_warm(launcher: Launcher, python: str, extra_env: Optional[Dict[str, str]]):
     """The local launcher with warm spares when ``HPCTRAIN_WARM_SPARES=1`` (see
     :mod:`hpctrain.launchers.warm`); any other launcher as given."""
-    from hpctrain.launchers.local import LocalLauncher
-    from hpctrain.launchers.warm import WarmLocalLauncher, warm_spares_requested
 
     if type(launcher) is LocalLauncher and (
             warm_spares_requested() or warm_spares_requested(extra_env or {})):

@@ -13,10 +13,12 @@ from typing import Any, Dict, List, Optional
 
 import cloudpickle
 
-from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from hpctrain._internal.base.log import get_logger
+from hpctrain.callbacks import Callback
 from hpctrain.errors import UnsafePathError
 from hpctrain._internal.rundir.layout import ResultTail, RunDir
-from hpctrain._internal.trust import load_trusted_pickle
+from hpctrain._internal.base.trust import load_trusted_pickle
 
 CALLBACKS_FILE = "callbacks.pkl"
 TRACKING_FILE = "tracking.json"
@@ -25,7 +27,6 @@ SAVE_EVERY_S = 1.0
 
 def _log(msg: str) -> None:
     """Trouble with a tracking callback (the training goes on): a warning."""
-    from hpctrain._internal.log import get_logger
 
     get_logger("tracking").warning(msg)
 
@@ -74,7 +75,6 @@ class _SeedEraAdapter:
 
 
 def _wrap(cb: Any) -> Any:
-    from hpctrain.callbacks import Callback
 
     if isinstance(cb, Callback) or not hasattr(cb, "handle_result"):
         return cb

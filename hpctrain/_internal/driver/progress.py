@@ -20,8 +20,9 @@ import sys
 import time
 from typing import Any, Dict, Optional
 
+from hpctrain._internal.base.checkpoint_interval import describe_interval
 from hpctrain._internal.rundir.layout import ResultTail, RunDir
-from hpctrain._internal.terminal import markup, plain
+from hpctrain._internal.base.terminal import markup, plain
 
 MAX_METRICS = 8
 
@@ -148,7 +149,6 @@ class Progress:
         seconds = (self.latest or {}).get("_checkpoint_interval_s")
         if not isinstance(seconds, (int, float)):
             return None
-        from hpctrain._internal.checkpoint_interval import describe_interval
 
         return describe_interval(seconds)
 

@@ -15,9 +15,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
+from hpctrain._internal.driver.progress import Progress
+from hpctrain._internal.rundir.checks import check_shared_storage, ensure_storage_dir
+from hpctrain.config import default_storage_path
 from hpctrain.errors import ConfigError, TrainingFailedError
-from hpctrain._internal.fsutil import atomic_write_bytes
+from hpctrain._internal.base.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import LineTail, RunDir
+from hpctrain.result import Result, result_or_raise
+from hpctrain.schedulers import BatchRequest, get_scheduler
+from hpctrain.sites import check_limits
 from hpctrain.storage import storage_for
 from hpctrain.userconfig import default_share
 
@@ -38,8 +44,6 @@ class Submission:
 def render(run_path: str, spec: JobSpec, rerender: str = ""):
     """The :class:`~hpctrain.schedulers.BatchRequest` of the run at ``run_path`` and its
     script, checked."""
-    from hpctrain.schedulers import BatchRequest
-    from hpctrain.sites import check_limits
 
     check_limits(spec)
     request = BatchRequest(spec, run_path, rerender=rerender)
@@ -54,7 +58,6 @@ def submit(run_path: str, spec: JobSpec, prepare: Callable[[], Any], *,
     Nothing is created when the script cannot be rendered; a run directory created here
     is removed again when the scheduler refuses the job."""
     request, script = render(run_path, spec, rerender)
-    from hpctrain._internal.rundir.checks import check_shared_storage, ensure_storage_dir
 
     check_shared_storage(spec, run_path)
     scheduler = request.scheduler
@@ -91,7 +94,6 @@ def _refuse_if_active(run: RunDir, state: Dict[str, Any], scheduler: Any) -> Non
     last = (state.get(SUBMISSIONS) or [None])[-1]
     if not last:
         return
-    from hpctrain.schedulers import get_scheduler
 
     try:
         job = get_scheduler(last["scheduler"]).state(last["job_id"])
@@ -117,8 +119,6 @@ def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0, stream=None,
     record one). A requeued job (Slurm: same id, pending again) and a resubmitted one
     (PBS: the next job in ``state.json``) are followed on. Ctrl-C detaches and re-raises
     KeyboardInterrupt."""
-    from hpctrain.schedulers import get_scheduler
-    from hpctrain._internal.driver.progress import Progress
 
     run = RunDir(run_path)
     job = last_job(run)
@@ -190,8 +190,6 @@ def detach_message(run_path: str, job_id: str) -> str:
 def result_of(run_path: str, status: str):
     """The Result after ``follow()``; raises TrainingFailedError when the run failed or
     its job ended before the run did."""
-    from hpctrain.result import Result
-    from hpctrain.result import result_or_raise
 
     if status in ("FINISHED", "FAILED", "STOPPED"):
         return result_or_raise(run_path, status)
@@ -206,7 +204,6 @@ def result_of(run_path: str, status: str):
 def resolve_run(name_or_path: str) -> RunDir:
     """A run directory from a path (or a storage location), or from a run name under the
     default storage path."""
-    from hpctrain.config import default_storage_path
 
     candidates = [name_or_path]
     if os.sep not in name_or_path and not name_or_path.startswith("."):

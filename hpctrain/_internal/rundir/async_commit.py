@@ -60,7 +60,7 @@ from typing import Any, Callable, Dict, List, Optional
 from hpctrain.checkpoint import METADATA_FILE, Checkpoint
 from hpctrain.config import CheckpointUploadMode, upload_mode
 from hpctrain._internal.rundir.commit import copy_file, is_staged, stage_shard
-from hpctrain._internal.fsutil import walk_files
+from hpctrain._internal.base.fsutil import walk_files
 from hpctrain._internal.rundir.layout import RunDir
 
 SNAPSHOT_PREFIX = ".hpctrain-snapshot-"

@@ -21,6 +21,7 @@ import os
 import stat
 from typing import List, Optional, Tuple
 
+from hpctrain.config import DEFAULT_STORAGE_ENV
 from hpctrain.errors import ConfigError
 
 #: Filesystem types that live on one machine only.
@@ -38,7 +39,6 @@ def _storage_key_where(spec) -> Tuple[str, Optional[str]]:
     if spec is None:
         return key, None
     if spec.run.storage_path is None:
-        from hpctrain.config import DEFAULT_STORAGE_ENV
 
         return key, (f"the default storage path (${DEFAULT_STORAGE_ENV}, the user config's "
                      "storage_path, or ~/hpctrain_results)")

@@ -28,14 +28,17 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from hpctrain._internal.base.formats import read_commit_record
 from hpctrain.checkpoint import (COMMIT_FORMAT, FORMAT_KEY, INTERNAL_PREFIX, METADATA_FILE,
                                  USER_METADATA_FILE, Checkpoint)
 from hpctrain.config import CheckpointConfig
 from hpctrain.errors import CheckpointError
-from hpctrain._internal.fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, copy_file,
+from hpctrain._internal.base.fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, copy_file,
                                       disk_full, file_digest, fsync_path, json_bytes,
                                       json_default, read_json, walk_files)
 from hpctrain._internal.rundir.layout import (SHARD_MANIFEST, TMP_PREFIX, RunDir, checkpoint_dir_name,
@@ -200,7 +203,6 @@ _FLUSHER = None
 def _flusher():
     global _FLUSHER
     if _FLUSHER is None:
-        from concurrent.futures import ThreadPoolExecutor
 
         _FLUSHER = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hpctrain-fsync")
     return _FLUSHER
@@ -385,7 +387,6 @@ _DIGEST_RECORD = re.compile(re.escape(INTERNAL_PREFIX) + r"digest\.rank-(\d+)\.j
 def verify_checkpoint(path: str) -> List[str]:
     """Problems found in a committed checkpoint (empty list: it is intact): missing
     files, wrong sizes, digests that do not match."""
-    from hpctrain._internal.formats import read_commit_record
 
     try:
         meta, why = read_commit_record(os.path.join(path, METADATA_FILE))
@@ -430,7 +431,6 @@ def new_staging_dir(run: RunDir, rank: int) -> str:
     into; reporting it moves the files (one rename each) instead of copying them."""
     base = os.path.join(run.staging_root, f"rank-{rank}")
     run.makedirs(base)
-    import tempfile
 
     return tempfile.mkdtemp(prefix="ckpt-", dir=base)
 

@@ -37,16 +37,16 @@ from filelock import FileLock, Timeout
 
 from hpctrain.checkpoint import METADATA_FILE, Checkpoint
 from hpctrain.errors import CheckpointError, RunLockedError, RunNotFoundError
-from hpctrain._internal.log import get_logger
-from hpctrain._internal.metrics import flatten
-from hpctrain._internal.formats import (FORMAT_KEY, SPEC_FORMAT, STATE_FORMAT, Damaged,
+from hpctrain._internal.base.log import get_logger
+from hpctrain._internal.base.metrics import flatten
+from hpctrain._internal.base.formats import (FORMAT_KEY, SPEC_FORMAT, STATE_FORMAT, Damaged,
                                         check_format, damaged_spec, damaged_state,
                                         read_commit_record, read_json_record, read_toml_record)
-from hpctrain._internal.trust import (MODES, fix_mode, make_private_dir, makedirs, modes_of,
+from hpctrain._internal.base.trust import (MODES, fix_mode, make_private_dir, makedirs, modes_of,
                                       read_for_display, read_trusted)
-from hpctrain._internal.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
+from hpctrain._internal.base.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
                      read_json, remove_tree)
-from hpctrain._internal.registry import STORAGES, load, uri_scheme
+from hpctrain._internal.base.registry import STORAGES, load, uri_scheme
 from hpctrain.storage import storage_for
 from hpctrain.storage.base import Storage
 
@@ -231,7 +231,7 @@ class RunDir:
         """The resolved spec the run was started with (``spec.toml``); None when there
         is none. A damaged one raises a ConfigError naming the file, with a HINT; one of
         a newer format, a ConfigError that says so. Read through the checked loader
-        (:func:`~hpctrain._internal.trust.read_trusted`), or, ``to_show`` (what is only
+        (:func:`~hpctrain._internal.base.trust.read_trusted`), or, ``to_show`` (what is only
         displayed: a colleague's shared run), with no owner check."""
         return read_run_spec(self.spec_file, to_show=to_show)
 

@@ -9,9 +9,9 @@ from typing import Any, Dict, Optional
 import cloudpickle
 
 from hpctrain.config import CheckpointConfig, ScalingConfig
-from hpctrain._internal.fsutil import atomic_write_bytes
+from hpctrain._internal.base.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.trust import MAX_PAYLOAD_BYTES, load_trusted_pickle
+from hpctrain._internal.base.trust import MAX_PAYLOAD_BYTES, load_trusted_pickle
 
 
 @dataclass

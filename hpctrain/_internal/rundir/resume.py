@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+from hpctrain._internal.rundir.layout import read_run_spec
+from hpctrain.errors import ConfigError
+
 #: Sections (or ``section.key``) whose change makes the continuation another training.
 GUARDED = ("job.backend", "scaling", "config", "datasets")
 
@@ -56,8 +59,6 @@ def check_resume(run_path: str, spec_file: str, new: Dict[str, Any], run_name: s
     or ``[config]``; the error lists each change. Without a ``spec_file`` there is nothing
     to compare with; a damaged one (truncated, not TOML) is an error naming it, with a
     HINT — never a silent pass: it would turn this guard off."""
-    from hpctrain.errors import ConfigError
-    from hpctrain._internal.rundir.layout import read_run_spec
 
     old = read_run_spec(spec_file)
     if old is None:

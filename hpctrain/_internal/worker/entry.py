@@ -17,21 +17,27 @@ travels to all ranks with the next agreement (see :mod:`.session`).
 from __future__ import annotations
 
 import inspect
+import logging
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable, Dict, Optional
 
 import cloudpickle
 
+from hpctrain import cluster_env
 from hpctrain._internal import rendezvous
-from hpctrain._internal.fsutil import atomic_write_bytes, atomic_write_json
+from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.rundir.payload import WorkerPayload
-from hpctrain._internal.trust import fix_mode, modes_of, no_write_for_others
+from hpctrain._internal.base.trust import fix_mode, modes_of, no_write_for_others
+from hpctrain._internal.worker.session import Session, StopTraining, request_stop, set_session
 from hpctrain._internal.worker.trial import trial_control
+from hpctrain.backends import get_backend
 
 # Variables the supervisor sets for every rank of an attempt.
 ENV_RUN_DIR = "HPCTRAIN_RUN_DIR"
@@ -69,9 +75,6 @@ def call_train_func(fn: Callable, config: Optional[Dict[str, Any]]) -> Any:
 
 
 def run_worker(run_dir: str) -> int:
-    from hpctrain import cluster_env
-    from hpctrain.backends import get_backend
-    from hpctrain._internal.worker.session import Session, StopTraining, set_session
 
     run = RunDir(run_dir)
     attempt = int(os.environ.get(ENV_ATTEMPT, "1"))
@@ -137,9 +140,7 @@ def run_worker(run_dir: str) -> int:
 def _watch_stop_file(path: str) -> None:
     """Rank 0: a daemon thread that turns the supervisor's stop file into a stop request
     (one ``stat`` per ``STOP_POLL_S``; the other ranks learn it from the agreement)."""
-    import threading
 
-    from hpctrain._internal.worker.session import request_stop
 
     def watch() -> None:
         while not os.path.exists(path):
@@ -152,9 +153,7 @@ def _watch_stop_file(path: str) -> None:
 def _take_warning_signal() -> None:
     """The scheduler's warning signal, sent to the ranks themselves, asks for a stop
     instead of killing the process (installed before anything slow is imported)."""
-    import signal
 
-    from hpctrain._internal.worker.session import request_stop  # here, not in the handler: no import at any instant
 
     name = os.environ.get(ENV_WARNING_SIGNAL, "USR1")
     signum = getattr(signal, "SIG" + name, None)
@@ -170,7 +169,6 @@ def _take_warning_signal() -> None:
 def _bind_gpus(info) -> None:
     """Apply the site's per-rank GPU binding (``scheduler.gpu_binding``) before any
     framework is imported."""
-    from hpctrain import cluster_env
 
     mode = os.environ.get("HPCTRAIN_GPU_BINDING", "none")
     devices = cluster_env.gpu_binding(
@@ -230,7 +228,6 @@ def _exit_with_parent() -> None:
     parent = os.environ.get("HPCTRAIN_PARENT_PID")
     if not parent:
         return
-    import threading
 
     def watch() -> None:
         while True:
@@ -251,7 +248,6 @@ def _redirect_output() -> None:
     log_dir = os.environ.get("HPCTRAIN_RANK_LOG_DIR")
     if not log_dir:
         return
-    from hpctrain import cluster_env
 
     try:
         rank = cluster_env.worker_info_from_env().world_rank
@@ -279,7 +275,6 @@ def main(argv: Optional[list] = None) -> None:
     _exit_with_parent()
     _redirect_output()
     code = run_worker(run_dir)
-    import logging
 
     logging.shutdown()
     sys.stdout.flush()

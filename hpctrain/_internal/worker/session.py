@@ -23,6 +23,7 @@ report order), each by one rename. Every rank learns a stop decision at the same
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -30,20 +31,23 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 # re-exported: the worker and the tests reach the session's state through this module too
-from hpctrain._internal.context import (  # noqa: F401
+from hpctrain._internal.base.checkpoint_interval import FrequencyPolicy
+from hpctrain._internal.base.context import (  # noqa: F401
     Coordinator, SingleProcessCoordinator, current_session, get_session, request_stop,
     set_session, stop_pending)
-from hpctrain.checkpoint import Checkpoint
+from hpctrain.checkpoint import Checkpoint, METADATA_FILE
 from hpctrain.cluster_env import WorkerInfo
-from hpctrain.config import CheckpointConfig
+from hpctrain.config import CheckpointConfig, CheckpointUploadMode, upload_mode
 from hpctrain._internal.rundir.async_commit import BackgroundCommit, snapshot
 from hpctrain._internal.rundir.commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
-from hpctrain._internal.fsutil import Background, atomic_write_json, json_default
+from hpctrain._internal.base.fsutil import Background, atomic_write_json, json_default, read_json
 from hpctrain._internal.rundir.layout import DECISION_FILE, ResultWriter, RunDir, autofilled
 from hpctrain._internal.worker.trial import trial_control
+from hpctrain.errors import ConfigError
 
 DETAILED_ENV = "HPCTRAIN_RESULT_ENABLE_DETAILED_AUTOFILLED_METRICS"
 AGREE_BUDGET_S = 0.005   # agree about this often, at most, when reports come faster
@@ -117,7 +121,6 @@ class Session:
         self._inflight: Optional[Any] = None  # this rank's BackgroundCommit
         self._due_at = -1  # the report after which checkpoint_frequency="auto" said so
         self.committed: List[Tuple[int, str]] = []  # (iteration, name) published here
-        from hpctrain._internal.checkpoint_interval import FrequencyPolicy
 
         self._frequency = FrequencyPolicy.for_session(self)
         self._reports_since_agreement: Dict[int, Tuple[Dict[str, Any], float,
@@ -330,7 +333,6 @@ class Session:
 
     # -- asynchronous commits (see .async_commit) --------------------------------------
     def _async(self, mode: Any) -> bool:
-        from hpctrain.config import CheckpointUploadMode, upload_mode
 
         if mode is None:
             mode = getattr(self.checkpoint_config, "checkpoint_upload_mode", "sync")
@@ -380,7 +382,6 @@ class Session:
         dataset when ``DataConfig.datasets_to_split`` leaves ``name`` out."""
         if name not in self._shards:
             if name not in self.datasets:
-                from hpctrain.errors import ConfigError
 
                 have = ", ".join(repr(n) for n in self.datasets) or "none"
                 raise ConfigError(
@@ -406,8 +407,6 @@ class Session:
         if self._resume_epochs is None:
             self._resume_epochs = {}
             if self.resume_checkpoint:
-                from hpctrain.checkpoint import METADATA_FILE
-                from hpctrain._internal.fsutil import read_json
 
                 meta = read_json(os.path.join(self.resume_checkpoint, METADATA_FILE))
                 epochs = meta.get("data_epochs") if isinstance(meta, dict) else None
@@ -422,7 +421,6 @@ class Session:
         they are prepared in: a loop that prepares its loaders once, before the epochs,
         resumes exactly; one that prepares a new loader each epoch starts it at the
         recorded epoch of the loader prepared at that position."""
-        import weakref
 
         index = len(self._epoch_counters)
         self._epoch_counters.append(weakref.ref(loader))  # a loader gone is not kept alive
@@ -609,7 +607,6 @@ def trial_names(run_name: str, run_path: str, trial: Optional[Dict[str, str]] = 
     >>> t["experiment_name"], t["trial_id"], t["trial_name"]
     ('exp', '6dbbb_00000', 'TorchTrainer_6dbbb_00000')
     """
-    import hashlib
 
     trial = dict(trial or {})
     trainer = trial.pop("trainer", None) or "Trainer"

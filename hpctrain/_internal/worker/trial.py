@@ -15,8 +15,8 @@ import os
 from typing import Any, Dict, Optional
 
 from hpctrain.errors import UnsafePathError
-from hpctrain._internal.log import get_logger
-from hpctrain._internal.trust import load_trusted_pickle
+from hpctrain._internal.base.log import get_logger
+from hpctrain._internal.base.trust import load_trusted_pickle
 
 #: In the sweep directory (hpctrain.tune writes it).
 CONTROL_FILE = "tune_control.pkl"

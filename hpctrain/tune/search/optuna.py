@@ -46,8 +46,11 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from filelock import FileLock
+
+from . import Domain
 from ...errors import ConfigError
-from ..._internal.trust import makedirs, modes_of
+from ..._internal.base.trust import makedirs, modes_of
 
 JOURNAL = os.path.join("search", "optuna-journal.log")
 #: The Optuna trial's user attribute that names the sweep's trial (``trial_00003``).
@@ -238,7 +241,6 @@ def _flock(path: str):
     """The journal's lock: a ``filelock.FileLock`` (fcntl; the lock the sweep's other files
     use). Optuna's own locks are files that a killed process leaves behind (the next one
     waits 30 s, then breaks them); an fcntl lock goes with its process."""
-    from filelock import FileLock
 
     try:
         from optuna.storages.journal._file import BaseJournalFileLock as Base
@@ -262,7 +264,6 @@ def _flock(path: str):
 def _convert(space: Dict[str, Any], prefix: str = "") -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """param_space → (the config with domains left as None, {"a/b": distribution})."""
     optuna = _optuna()
-    from . import Domain
 
     d = optuna.distributions
     template: Dict[str, Any] = {}

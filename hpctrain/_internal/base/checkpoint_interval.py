@@ -38,6 +38,8 @@ import statistics
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
+from hpctrain.errors import ConfigError
+
 #: failure.mtbi when neither the job nor its site sets one: one interruption a day.
 DEFAULT_MTBI_S = 24 * 3600.0
 #: The checkpoint cost assumed until one is measured.
@@ -113,7 +115,6 @@ def _lost_nothing(attempt: Dict[str, Any]) -> bool:
 
 def frequency_value(value: Any) -> Any:
     """Check ``checkpoint_frequency``: None, 0 (= None), an integer ≥ 1, or "auto"."""
-    from hpctrain.errors import ConfigError
 
     if value is None or value == 0 and not isinstance(value, bool):
         return None

@@ -136,7 +136,9 @@ class _Index(Sequence):
         return len(self.entries())
 
     def __contains__(self, name: object) -> bool:
-        return name in self.entries()
+        # one of hpctrain's own: no need to read the installed plugins (`import hpctrain`
+        # checks the default scheduler's name)
+        return name in self._own() or name in self.entries()
 
     def __repr__(self) -> str:
         return repr(tuple(self.entries()))
@@ -258,7 +260,7 @@ def _backend_plugin(name: str, value: str, obj: Any) -> BackendEntry:
     """A backend plugin's entry point names its :class:`BackendEntry`."""
     if not isinstance(obj, BackendEntry) or obj.name != name:
         raise TypeError(f"{value} is {obj!r}, expected a BackendEntry named {name!r} "
-                        "(hpctrain._internal.registry.BackendEntry)")
+                        "(hpctrain._internal.base.registry.BackendEntry)")
     return obj
 
 

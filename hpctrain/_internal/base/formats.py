@@ -27,6 +27,7 @@ import stat
 import sys
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from hpctrain._version import __version__
 from hpctrain.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -54,7 +55,6 @@ class Damaged(Exception):
 
 def newer_format(path: str, found: int, known: int, what: str) -> ConfigError:
     """The error for ``what`` at ``path`` written in a format this hpctrain predates."""
-    from hpctrain._version import __version__
 
     return ConfigError(
         f"{what} is format {found}: written by a newer hpctrain (this one, {__version__}, "

@@ -28,6 +28,8 @@ import stat
 import tempfile
 from typing import Any, Callable, Iterator, Optional, Tuple
 
+import cloudpickle
+
 from hpctrain.errors import UnsafePathError
 
 #: run.share: who besides the user may read a run directory
@@ -155,7 +157,6 @@ def _read_regular(path: str, what: str, max_bytes: int, *, owner_checked: bool) 
 
 def load_trusted_pickle(path: str, *, what: str, max_bytes: int = MAX_CONTROL_BYTES) -> Any:
     """Unpickle ``path`` (with cloudpickle) after :func:`read_trusted`'s checks."""
-    import cloudpickle
 
     return cloudpickle.loads(read_trusted(path, what=what, max_bytes=max_bytes))
 
