@@ -390,7 +390,7 @@ def test_pbs_script_stamps_its_start_and_holds_the_warning_before_the_set_up(tmp
     assert started < at("trap 'export HPCTRAIN_WARNED=1' USR1") < at('cd "$PBS_O_WORKDIR"')
     assert at('cd "$PBS_O_WORKDIR"') < at("echo set-up") < at("trap '' USR1")
     assert at("trap '' USR1") < next(i for i, l in enumerate(lines)
-                                      if l.startswith("exec ") and "_internal.batch" in l)
+                                      if l.startswith("exec ") and "hpctrain.cli.batch" in l)
     assert 'warning_time = "15s"' in script  # the embedded spec carries the warning
 
 

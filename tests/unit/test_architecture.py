@@ -491,7 +491,7 @@ def test_function_local_imports_each_have_a_reason():
     assert not bad, (f"function-local imports by reason: {dict(sorted(counts.items()))}\n"
                      "imports inside a function that no rule explains:\n" + "\n".join(bad)
                      + "\nHINT: import it at the top of the file. It stays inside only for a "
-                       "lazy framework (LAZY in tests/test_architecture.py), in cli/ (the "
+                       "lazy framework (LAZY in tests/unit/test_architecture.py), in cli/ (the "
                        "command's start-up), under `if TYPE_CHECKING:`, in a `try` that "
                        "catches ImportError (an optional dependency), or to avoid a real "
                        "import-time cycle: then add (file, module, the chain) to CYCLES")
@@ -520,7 +520,7 @@ def test_the_layer_and_local_import_checks_can_fail(tmp_path):
         ("re-import", 4, "json"), ("lazy", 5, "torch"), (None, 6, "hpctrain")]
 
 
-if __name__ == "__main__":  # python3 tests/test_architecture.py [--up]: the layered graph
+if __name__ == "__main__":  # python3 tests/unit/test_architecture.py [--up]: the layered graph
     sys.path.insert(0, os.path.dirname(ROOT))
     g = grimp.build_graph(PACKAGE, include_external_packages=False, cache_dir=None)
     layers, edges = read_layers(), arrows(g)
