@@ -96,21 +96,24 @@ def test_a_line_break_set_with_an_override_is_refused_naming_the_override(
     assert err.file == f"override {override!r}"
 
 
-@pytest.mark.parametrize("body, key, what", [
+#: each scheduler's own selector key (Slurm's partition, PBS's and LSF's queue)
+SELECTOR = {"slurm": "partition", "pbs": "queue", "lsf": "queue"}
+LINE_BREAKS = [
     ('[setup]\nmodules = ["gcc\\necho INJECTED"]\n', "setup.modules[0]", "a newline (LF)"),
     ('[setup]\ncommands = ["source venv/bin/activate\\recho INJECTED"]\n', "setup.commands[0]",
      "a carriage return (CR)"),
     ('[scheduler]\n{selector} = "gpu\\u0000x"\n', "scheduler.{selector}", "a NUL byte"),
     ('[scheduler]\naccount = "p\\nid"\n', "scheduler.account", "a newline (LF)"),
     ('[run]\nstorage_path = "/scratch/a\\nid"\n', "run.storage_path", "a newline (LF)"),
-    ('[scheduler]\nconstraint = "a100\\r"\n', "scheduler.constraint", "a carriage return (CR)"),
-])
-@pytest.mark.parametrize("kind", ["slurm", "pbs", "lsf"])
+]
+
+
+@pytest.mark.parametrize("kind, body, key, what", [
+    (kind, body.replace("{selector}", SELECTOR[kind]), key.replace("{selector}", SELECTOR[kind]),
+     what) for kind in SELECTOR for body, key, what in LINE_BREAKS] + [
+    ("slurm", '[scheduler]\nconstraint = "a100\\r"\n', "scheduler.constraint",
+     "a carriage return (CR)")])
 def test_a_line_break_in_other_keys_is_refused_naming_the_key(tmp_path, kind, body, key, what):
-    if key == "scheduler.constraint" and kind != "slurm":
-        pytest.skip("constraint is a key of Slurm's alone")
-    selector = {"slurm": "partition", "pbs": "queue", "lsf": "queue"}[kind]
-    body, key = body.replace("{selector}", selector), key.replace("{selector}", selector)
     job = write_job(tmp_path, body)
     err = refused(load_job_spec, job, [f"scheduler.kind={kind}"])
     assert err.message.startswith(f"{key}: expected ")
