@@ -380,7 +380,7 @@ def test_an_ipv6_loopback_master_address_works(monkeypatch):
     try:
         socket.create_server(("::1", 0), family=socket.AF_INET6).close()
     except OSError:
-        pytest.skip("no ::1 on this host")
+        pytest.skip(reason="no ::1 on this host")
     token = public_facts(monkeypatch)
     port = free_port()
     groups, errors = {}, {}
