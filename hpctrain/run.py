@@ -52,7 +52,7 @@ from hpctrain._internal.base.trust import (make_private_dir, read_trusted, share
 from .config import DataConfig, RunConfig, default_storage_path
 from .errors import ConfigError
 from .result import Result, result_or_raise
-from .spec import JobSpec, load_site, merge_layers, spec_from_dict
+from .spec import JobSpec, load_site, merge_layers, resolved_spec, spec_from_dict
 from .userconfig import default_share, load_user_defaults
 
 _LOCAL_RUNS = itertools.count()
@@ -127,7 +127,8 @@ class Run:
         else:
             rc = spec.run
             if rc.name is None:
-                trainer = (payload.trial or {}).get("trainer") or "run"
+                trial = (payload.trial or {}) if payload is not None else {}
+                trainer = trial.get("trainer") or "run"
                 rc.name = f"{trainer}_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid() % 10000:04d}"
             storage = os.path.expandvars(os.path.expanduser(
                 rc.storage_path or default_storage_path()))
@@ -510,7 +511,7 @@ def spec_at(run: RunDir, payload: WorkerPayload) -> JobSpec:
     data.pop("data", None)
     data.get("job", {}).pop("entrypoint", None)
     data.get("job", {}).pop("entrypoint_dir", None)
-    spec = spec_from_dict(data, file=run.spec_file, base_dir=run.path)
+    spec = resolved_spec(data, file=run.spec_file, base_dir=run.path)
     spec.run.name = run.name
     spec.run.storage_path = os.path.dirname(run.path)
     spec.run.checkpoint_config = payload.checkpoint_config

@@ -43,10 +43,11 @@ def _log(msg: str) -> None:
 
 
 def load_spec(text: str, run_dir: str):
-    from hpctrain.spec import spec_from_dict
+    """The resolved spec the job script carries (an earlier version's too)."""
+    from hpctrain.spec import resolved_spec
 
     file = os.path.join(run_dir, "spec.toml")
-    return spec_from_dict(loads_toml(text, file=file), file=file, base_dir=run_dir)
+    return resolved_spec(loads_toml(text, file=file), file=file, base_dir=run_dir)
 
 
 def the_run(run: RunDir, spec, script: Optional[str]):

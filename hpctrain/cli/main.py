@@ -25,6 +25,7 @@ it by running it again), 130 interrupted or detached.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import subprocess
 import sys
@@ -237,8 +238,6 @@ def _batch_script(args, spec, run):
 
 def _sweep_scripts(args, spec):
     """The job array scripts `hpctrain sweep --dry-run` prints (writes nothing)."""
-    import copy
-
     from hpctrain.cli.sweep import rerender_command
     from hpctrain.tune.jobfile import render_from_spec, sweep_path_of
 
@@ -534,7 +533,8 @@ def cmd_validate(args) -> int:
     from hpctrain.run import Run
 
     spec = _load(args)
-    run = Run.from_spec(spec)
+    # (a copy: a Run names an unnamed spec, and validate prints the spec as it resolves)
+    run = Run.from_spec(copy.deepcopy(spec))
     run.check_datasets()  # the entry point, every config, data files
     if spec.sweep and (spec.sweep.get("scheduler") or spec.sweep.get("search_alg")):
         from hpctrain.tune.jobfile import control_from_spec, space_of

@@ -190,6 +190,30 @@ def scheduler_options(kind: str) -> Dict[str, TomlKey]:
     return {name: key for name, key in _own_keys(kind).items() if name not in shared}
 
 
+def resolved_scheduler_table(table: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``[scheduler]`` table of a spec that hpctrain resolved and wrote itself
+    (``spec.toml``, the spec a job script carries), as this version reads it. Versions
+    before each scheduler declared its own options took ``partition`` and ``queue`` as one
+    key under every scheduler and kept ``qos``/``constraint`` under any: such a key is read
+    under the name the run's scheduler gives it (a PBS run's ``partition`` is its
+    ``queue``), and another scheduler's option, which its job never used, is left out, so
+    that a run started before the upgrade continues and requeues. Never for a job file,
+    whose keys are checked as written (:func:`check_scheduler_keys`)."""
+    kind = table.get("kind", "local")
+    if not isinstance(kind, str) or kind not in SCHEDULERS:
+        return dict(table)
+    own = _own_keys(kind)
+    out: Dict[str, Any] = {}
+    for name, value in table.items():
+        if name in own:
+            out[name] = value
+            continue
+        same = [mine for mine, key in own.items() if name in key.aka]
+        if same and same[0] not in table:
+            out[same[0]] = value
+    return out
+
+
 def check_scheduler_keys(kind: str, keys: Mapping[str, Any]) -> None:
     """ConfigError for a key of ``keys`` that scheduler ``kind`` does not have, naming the
     schedulers that do, and what ``kind`` calls it (a ``queue`` given to Slurm:

@@ -31,7 +31,8 @@ from .sections import (BACKENDS, CLASS_SECTIONS, EXPECTED, KEYS, SECTIONS, SPEC_
                        TOP_LEVEL, TOP_LEVEL_KEYS, Ctx)
 from .entrypoint import EntryPoint
 from .jobspec import JobSpec
-from .load import (apply_overrides, load_job_spec, load_site, merge_layers, spec_from_dict)
+from .load import (apply_overrides, load_job_spec, load_site, merge_layers, resolved_spec,
+                   spec_from_dict)
 
 #: The sections that are no config class's fields (the name before the split).
 _SPEC_SECTIONS = SPEC_SECTIONS

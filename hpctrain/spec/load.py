@@ -17,6 +17,7 @@ except ImportError:  # pragma: no cover - Python < 3.11
 from .._internal.base.formats import SPEC_FORMAT, newer_format
 from ..config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
                       SchedulerConfig, SetupConfig, scheduler_config_class, toml_keys)
+from ..config.scheduler import resolved_scheduler_table
 from .. import sites
 from ..errors import ConfigError
 from ..sites import Site, derive_nodes
@@ -51,6 +52,18 @@ def _check_spec_format(ctx: Ctx, value: int) -> None:
     if value > SPEC_FORMAT:
         raise newer_format(ctx.where("format") or "the job spec", value, SPEC_FORMAT,
                            "the spec")
+
+
+def resolved_spec(data: Mapping[str, Any], *, file: str, base_dir: str) -> JobSpec:
+    """The :class:`JobSpec` of a spec hpctrain resolved and wrote itself: a run
+    directory's ``spec.toml``, the spec a job script carries. As :func:`spec_from_dict`,
+    with a ``[scheduler]`` written by an earlier version read as this one names its keys
+    (:func:`~hpctrain.config.scheduler.resolved_scheduler_table`), so that a run started
+    before an upgrade continues, requeues and restores."""
+    data = dict(data)
+    if isinstance(data.get("scheduler"), Mapping):
+        data["scheduler"] = resolved_scheduler_table(data["scheduler"])
+    return spec_from_dict(data, file=file, base_dir=base_dir)
 
 
 def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_dir: str = ".",

@@ -107,3 +107,46 @@ def test_a_job_file_run_is_made_without_a_trainer(tmp_path):
     again = Run.at(run.path)   # the run directory read back: the same spec and payload
     assert again.spec.scaling.num_workers == 2 and again.payload.backend == "torch"
     assert again.spec.run.name == "j" and again.options.path == run.path
+
+
+def test_a_run_directory_of_an_earlier_version_restores_and_requeues(tmp_path):
+    """Before each scheduler declared its own options, ``partition`` and ``queue`` were one
+    key under every scheduler, and the resolved spec.toml (and the spec a job script
+    carries) kept the word the user wrote: a PBS run's ``partition``, a ``qos`` under PBS.
+    Such a run continues after the upgrade, its partition read as PBS's queue."""
+    import tomli_w
+
+    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.cli.batch import load_spec
+    from hpctrain.spec import load_job_spec
+
+    job = tmp_path / "job.toml"
+    job.write_text(f'[job]\nentrypoint = "{workloads.__file__}:scored"\n'
+                   f'[run]\nname = "old"\nstorage_path = "{tmp_path}"\n'
+                   '[scheduler]\nkind = "pbs"\nqueue = "debug"\n')
+    Run.from_spec(load_job_spec(str(job))).prepare()
+    run = RunDir(tmp_path / "old")
+    with run.update_state() as state:  # (submitted, then failed: what restore continues)
+        state["status"] = "FAILED"
+    data = run.read_spec()
+    data["scheduler"].pop("queue")
+    data["scheduler"].update(partition="debug", qos="high")  # as the earlier version wrote it
+    with open(run.spec_file, "wb") as f:
+        tomli_w.dump(data, f)
+    restored = Run.for_trainer(TorchTrainer.restore(run.path))
+    assert restored.spec.scheduler.kind == "pbs" and restored.spec.scheduler.queue == "debug"
+    assert "qos" not in restored.spec.to_toml_dict()["scheduler"]
+    # the batch step of the earlier version's job script, requeued after the upgrade
+    with open(run.spec_file) as f:
+        carried = load_spec(f.read(), run.path)
+    assert carried.scheduler.queue == "debug"
+
+
+def test_validate_prints_the_spec_as_written_without_naming_it(tmp_path):
+    from helpers import cli
+
+    job = tmp_path / "job.toml"
+    job.write_text(f'[job]\nentrypoint = "{workloads.__file__}:scored"\n'
+                   f'[run]\nstorage_path = "{tmp_path}"\n')
+    out = cli("validate", str(job)).stdout
+    assert "[run]" in out and "\nname = " not in out
