@@ -372,8 +372,10 @@ def check_value(ctx: Ctx, key: str, kind: str, value: Any) -> Any:
         return out
     choices = _CHOICES.get(key)
     if choices is not None and value not in choices:
+        # a registry's name whose plugin was left out: why, as the HINT
+        left_out = getattr(choices, "broken", {}).get(value) if isinstance(value, str) else None
         raise ctx.error(key, "expected one of " + ", ".join(f'"{c}"' for c in choices)
-                        + f", got {_show(value)}", _did_you_mean(value, choices))
+                        + f", got {_show(value)}", left_out or _did_you_mean(value, choices))
     minimum = _MINIMUM.get(key)
     if minimum is not None and value < minimum:
         raise ctx.error(key, f"expected an integer ≥ {minimum}, got {value}")

@@ -170,3 +170,5 @@ def test_a_broken_or_clashing_plugin_is_left_out_with_a_warning(tmp_path):
     # asking for the broken one: an error, after the warning saying why
     p = cli("validate", job_file(tmp_path, "broken"), env=env, check=False)
     assert p.returncode != 0 and broken in p.stderr and 'got "broken"' in p.stderr
+    # the error's own HINT says why the name is missing (not only the warning above it)
+    assert "HINT: " + broken in p.stderr
