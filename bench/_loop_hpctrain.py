@@ -67,7 +67,8 @@ def main():
         storage_path=os.path.join(cfg["workdir"], "hpctrain-runs"),
         checkpoint_config=CheckpointConfig(num_to_keep=1, sync_to_disk=cfg["sync"]))
     trainer = TorchTrainer(train_func, train_loop_config=cfg,
-                           scaling_config=ScalingConfig(num_workers=cfg["workers"]),
+                           scaling_config=ScalingConfig(num_workers=cfg["workers"],
+                                                                use_gpu=cfg["device"] == "cuda"),
                            run_config=run_config)
     cfg["t_fit_call"] = time.time()
     trainer.fit()

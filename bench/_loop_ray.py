@@ -83,7 +83,8 @@ def main():
     cfg["t_fit_call"] = time.time()  # (Ray may copy the config when the trainer is built)
     trainer = ray.train.torch.TorchTrainer(
         train_func, train_loop_config=cfg,
-        scaling_config=ray.train.ScalingConfig(num_workers=cfg["workers"]),
+        scaling_config=ray.train.ScalingConfig(num_workers=cfg["workers"],
+                                                  use_gpu=cfg["device"] == "cuda"),
         run_config=ray.train.RunConfig(
             name=f"bench-{cfg['mode']}-{os.getpid()}",
             storage_path=os.path.join(cfg["workdir"], "ray-runs"),

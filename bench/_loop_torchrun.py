@@ -1,4 +1,5 @@
-"""The floor: the workload under plain ``torchrun --nproc-per-node 2``.
+"""The floor: the workload under plain ``torchrun --nproc-per-node 2`` (NCCL with
+``--device cuda``, one GPU per rank, bound by ``LOCAL_RANK``).
 
 Plain DDP + DistributedSampler; a report is one JSON line appended (and flushed) by rank
 0; a checkpoint commit is ``shutil.copytree`` (+ fsync of each file when
@@ -15,6 +16,7 @@ import sys  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
@@ -57,6 +59,10 @@ class TorchrunAdapter(_workload.Adapter):
         self.retention_ms = []
 
     def prepare_model(self, model):
+        if self.world == 1:  # as hpctrain's and Ray's prepare_model: no DDP for one rank
+            return model
+        if self.cfg["device"] == "cuda":
+            return DistributedDataParallel(model, device_ids=[torch.cuda.current_device()])
         return DistributedDataParallel(model)
 
     def prepare_loader(self, dataset, batch_size, seed):
@@ -108,7 +114,9 @@ class TorchrunAdapter(_workload.Adapter):
 
 def main():
     args, cfg = _workload.common_args()
-    dist.init_process_group("gloo")
+    if cfg["device"] == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if cfg["device"] == "cuda" else "gloo")
     cfg["t_pg_ready"] = time.time()
     cfg["t_worker_script_start"] = T_SCRIPT
     _workload.run(TorchrunAdapter(cfg), cfg)

@@ -97,7 +97,9 @@ class Adapter:
 # -- phases -------------------------------------------------------------------------------
 def train_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
     torch.manual_seed(cfg["seed"])
-    model = ad.prepare_model(make_model())
+    dev = (torch.device("cuda", torch.cuda.current_device()) if cfg.get("device") == "cuda"
+           else torch.device("cpu"))
+    model = ad.prepare_model(make_model().to(dev))
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9)
     loader = ad.prepare_loader(make_dataset(cfg["samples"], cfg["seed"]), cfg["batch_size"],
                                cfg["seed"])
@@ -109,6 +111,7 @@ def train_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
         loader.set_epoch(epoch)
         total, correct, loss_sum = 0, 0, 0.0
         for x, y in loader:
+            x, y = x.to(dev), y.to(dev)  # (a no-op where the prepared loader moved them)
             out = model(x)
             loss = loss_fn(out, y)
             optimizer.zero_grad()
@@ -278,9 +281,11 @@ def common_args(argv: Optional[List[str]] = None):
     p.add_argument("--workdir", required=True, help="scratch directory (run dirs, checkpoints)")
     p.add_argument("--sync", type=int, default=1, help="checkpoint sync_to_disk (1/0)")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the model trains (cuda: one GPU per rank, NCCL)")
     p.add_argument("--t-launch", type=float, default=None)
     a = p.parse_args(argv)
     cfg = dict(SIZES[a.size])
     cfg.update(mode=a.mode, out=os.path.abspath(a.out), workdir=os.path.abspath(a.workdir),
-               sync=bool(a.sync), workers=a.workers)
+               sync=bool(a.sync), workers=a.workers, device=a.device)
     return a, cfg

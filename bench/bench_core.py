@@ -88,14 +88,14 @@ def child_env() -> Dict[str, str]:
 
 def run_once(launcher: str, mode: str, *, size: str, sync: bool, workers: int, root: str,
              tag: str, timeout: float, sample_memory: bool, keep: bool,
-             wait_idle: float) -> Dict[str, Any]:
+             wait_idle: float, device: str = "cpu") -> Dict[str, Any]:
     """Start one fresh run; return rank 0's record plus the bench's own measurements."""
     workdir = os.path.join(root, tag)
     os.makedirs(workdir)
     out = os.path.join(workdir, "record.json")
     log = os.path.join(root, f"{tag}.log")
     loop_args = ["--mode", mode, "--size", size, "--out", out, "--workdir", workdir,
-                 "--sync", "1" if sync else "0", "--workers", str(workers)]
+                 "--sync", "1" if sync else "0", "--workers", str(workers), "--device", device]
     cmd = command(launcher, workers, loop_args)
     load_before = wait_until_idle(wait_idle) if wait_idle > 0 else None
     with open(log, "wb") as logf:
@@ -309,7 +309,8 @@ def print_report(rows: List[Dict[str, Any]], machine: Dict[str, Any], cmdline: s
         f"machine: {m['nproc']} CPUs ({m['usable_cpus']} usable), {m['cpu_model']}, "
         f"{m['memory']} RAM, Linux {m['kernel']}; python {m['python']}, torch {m['torch']}, "
         f"hpctrain {m['hpctrain']}; bench dir {meta['dir']} ({m['bench_fs']})",
-        f"workload: MLP 784→256→10, {meta['workers']} Gloo workers, {z['epochs']} epochs × "
+        f"workload: MLP 784→256→10, {meta['workers']} "
+        f"{'NCCL GPU' if meta.get('device') == 'cuda' else 'Gloo'} workers, {z['epochs']} epochs × "
         f"{z['samples']} samples, batch {z['batch_size']}, OMP_NUM_THREADS=1; "
         f"{z['report_n']} timed reports; checkpoint {z['ckpt_files']} × {z['ckpt_file_mib']} MiB; "
         f"medians of {meta['repeats']} fresh run(s) of each launcher; "
@@ -359,6 +360,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="where run directories and checkpoint copies go (same filesystem "
                         "for hpctrain and copytree; default: %(default)s)")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="train on CPU ranks (Gloo) or one GPU per rank (NCCL; --workers at "
+                        "most the GPUs here)")
     p.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
     p.add_argument("--no-ray", action="store_true", help="skip Ray Train even if installed")
     p.add_argument("--keep", action="store_true", help="keep run directories and logs")
@@ -405,7 +409,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     rec = run_once(launcher, mode, size=size, sync=sync, workers=args.workers,
                                    root=root, tag=tag, timeout=args.timeout,
                                    sample_memory=(mode == "train"), keep=args.keep,
-                                   wait_idle=args.wait_idle)
+                                   wait_idle=args.wait_idle, device=args.device)
                     rec.update(repeat=rep, sync=sync)
                     runs.append(rec)
                     recs[tag.split("-", 2)[2]] = rec
@@ -427,7 +431,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     med = {l: {k: median([r.get(k) for r in rs]) for k in rs[0]} for l, rs in per_run.items()}
     mib = sizes["ckpt_files"] * sizes["ckpt_file_mib"]
     rows = figure_rows(med, mib)
-    meta = {"dir": args.dir, "workers": args.workers, "repeats": repeats, "size": size,
+    meta = {"dir": args.dir, "workers": args.workers, "device": args.device, "repeats": repeats, "size": size,
             "sizes": sizes, "elapsed_s": time.time() - t0}
     print_report(rows, machine, cmdline, meta, with_ray)
     for problem in PROBLEMS:

@@ -133,7 +133,9 @@ class _PreparedLoader:
         epoch = self._take_epoch()
         if self._hook is not None:
             self._hook.original(epoch)
-        elif self._set_on_loader:  # an untracked sampler (__slots__): only when asked here
+        elif self._set_on_loader and callable(getattr(self._loader.sampler, "set_epoch", None)):
+            # an untracked sampler (__slots__): only when asked here. A sampler with no
+            # epoch (one rank keeps the loader's own RandomSampler) ignores it, as Ray's does
             self._loader.sampler.set_epoch(epoch)
         self._current = epoch
         try:

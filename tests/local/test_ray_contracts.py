@@ -56,6 +56,20 @@ def test_a_resumed_run_reads_every_later_epoch_in_the_uninterrupted_order(storag
     assert straight[0, 0] != straight[0, 1]  # a new order each epoch
 
 
+def test_a_one_rank_loader_takes_set_epoch_though_its_sampler_has_no_epoch():
+    """With one rank the loader keeps its own RandomSampler (as Ray's): the loop's
+    ``loader.set_epoch(epoch)`` (the pattern of a script written for many ranks) is taken
+    and every pass still reads each sample once, batches and all."""
+    from torch.utils.data import DataLoader
+
+    from hpctrain.torch import prepare_data_loader
+
+    loader = prepare_data_loader(DataLoader(list(range(10)), batch_size=4, shuffle=True))
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        assert sorted(int(v) for batch in loader for v in batch) == list(range(10))
+
+
 def test_the_loops_epoch_wins_over_the_prepared_loaders_count():
     """In one process, the user's own DistributedSampler: each pass reads the epoch the
     loop set (on the sampler or on the loader), else one more than the previous pass."""
