@@ -90,10 +90,11 @@ if __name__ == "__main__":
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--storage", default=None, help="storage path (default ~/hpctrain_results)")
     ap.add_argument("--name", default=None)
+    ap.add_argument("--gpu", action="store_true", help="one GPU per worker (Ray's example: use_gpu=True)")
     args = ap.parse_args()
 
     # [2] Configure scaling and resource requirements.
-    scaling_config = hpctrain.ScalingConfig(num_workers=args.workers, use_gpu=False)
+    scaling_config = hpctrain.ScalingConfig(num_workers=args.workers, use_gpu=args.gpu)
 
     # [3] Launch distributed training job.
     trainer = TorchTrainer(

@@ -109,6 +109,7 @@ if __name__ == "__main__":
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--storage", default=None, help="storage path (default ~/hpctrain_results)")
     ap.add_argument("--name", default=None)
+    ap.add_argument("--gpu", action="store_true", help="one GPU per worker (Ray's example: use_gpu=True)")
     args = ap.parse_args()
 
     # [4] Define an hpctrain TorchTrainer to launch `train_func` on all workers
@@ -116,7 +117,7 @@ if __name__ == "__main__":
     ray_trainer = TorchTrainer(
         train_func,
         train_loop_config={"epochs": args.epochs},
-        scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=False),
+        scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=args.gpu),
         # [4a] On a cluster, the run's storage is a shared filesystem path.
         run_config=hpctrain.RunConfig(storage_path=args.storage, name=args.name),
     )

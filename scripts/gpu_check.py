@@ -119,7 +119,8 @@ def _pg_train(config):
         "devices": [str(d) for d in get_devices()],
         "current": torch.cuda.current_device() if dev.type == "cuda" else -1,
         "visible": os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),
-        "allreduce": t.tolist(), "tensor_device": str(t.device)})
+        "allreduce": t.tolist(), "tensor_device": str(t.device),
+        "bound": str(getattr(dist.group.WORLD, "bound_device_id", None))})
 
 
 def _process_group(device: str, storage: str, workers: int) -> Tuple[str, str]:
@@ -138,8 +139,11 @@ def _process_group(device: str, storage: str, workers: int) -> Tuple[str, str]:
         problems.append(f"allreduce gave {m['allreduce']}, expected {want_sum}")
     if m["devices"][0] != want_dev or not m["tensor_device"].startswith(device):
         problems.append(f"rank 0 devices {m['devices']}, expected [{want_dev}]")
+    if device == "cuda" and m["bound"] != want_dev:  # else NCCL guesses the GPU from the rank
+        problems.append(f"the process group is bound to {m['bound']}, expected {want_dev}")
     detail = (f"backend {m['backend']}, world {m['world']}, rank 0 get_devices() = "
-              f"{m['devices']}, CUDA_VISIBLE_DEVICES={m['visible']}, all_reduce = "
+              f"{m['devices']}, group bound to {m['bound']}, CUDA_VISIBLE_DEVICES="
+              f"{m['visible']}, all_reduce = "
               f"{m['allreduce'][0]:g}")
     return ("FAIL", "; ".join(problems) + f" ({detail})") if problems else ("ok", detail)
 
@@ -358,7 +362,7 @@ def _async_train(config):
     model = _model(dev)
     big = torch.nn.Parameter(torch.randn(config["mib"] << 18, device=dev))  # MiB of float32
     took = []
-    for i in range(3):
+    for i in range(4):
         state = {"model": model.state_dict(), "big": big.data}
         digest = _digest(state)
         t = time.perf_counter()
@@ -370,6 +374,7 @@ def _async_train(config):
             big.add_(1.0)
             for p in model.parameters():
                 p.mul_(0.5)
+        time.sleep(config["step_s"])  # the training between two checkpoints
     hpctrain.report({"report_ms": took, "on": str(big.device)})
 
 
@@ -380,7 +385,7 @@ def check_async(device: str, storage: str) -> Tuple[str, str]:
     from hpctrain.torch import TorchTrainer
 
     mib = 256 if device == "cuda" else 16
-    result = TorchTrainer(_async_train, train_loop_config={"mib": mib},
+    result = TorchTrainer(_async_train, train_loop_config={"mib": mib, "step_s": 1.0},
                           scaling_config=_scaling(device),
                           run_config=_run_config("async", storage, checkpoint_config=
                                                  CheckpointConfig(num_to_keep=None))).fit()
@@ -391,10 +396,35 @@ def check_async(device: str, storage: str) -> Tuple[str, str]:
         if held != metrics["digest"]:
             bad.append(f"checkpoint {metrics['i']} holds {held}, reported {metrics['digest']}")
     detail = (f"{len(result.best_checkpoints)} async checkpoints of {mib} MiB on "
-              f"{result.metrics['on']}, each changed in place right after report() "
-              f"(report() took {min(ms):.1f}–{max(ms):.1f} ms, the copy to host memory included); every committed file holds the "
-              "state at its report" if not bad else "; ".join(bad))
-    return ("FAIL" if bad or len(result.best_checkpoints) != 3 else "ok"), detail
+              f"{result.metrics['on']}, each changed in place right after report(), 1 s apart; report() "
+              f"took {ms[0]:.1f} ms the first time, then {min(ms[1:]):.1f}–{max(ms[1:]):.1f} ms "
+              "(the copy to host memory included); every committed file holds the state at "
+              "its report" if not bad else "; ".join(bad))
+    return ("FAIL" if bad or len(result.best_checkpoints) != 4 else "ok"), detail
+
+
+def check_frameworks(device: str, storage: str) -> Tuple[str, str]:
+    """The Lightning, Accelerate and Transformers examples, 1 worker, 1 epoch."""
+    done, failed = [], []
+    for example in ("lightning_quickstart", "accelerate_quickstart", "transformers_quickstart"):
+        cmd = [sys.executable, os.path.join(ROOT, "examples", example + ".py"), "--workers", "1",
+               "--epochs", "1", "--storage", storage, "--name", example]
+        if device == "cuda":
+            cmd.append("--gpu")
+        t = time.time()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
+        took = f"{example.split('_')[0]} {time.time() - t:.0f} s"
+        if p.returncode == 0:
+            done.append(took)
+        else:
+            print(p.stdout[-3000:], p.stderr[-3000:], file=sys.stderr)
+            last = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["?"]
+            failed.append(f"{took}: exit {p.returncode}: {last[0][:200]}")
+    detail = "examples/*_quickstart.py --workers 1 --epochs 1" + (" --gpu" if device == "cuda"
+                                                                  else "") + ": "
+    if failed:
+        return "FAIL", detail + "; ".join(failed + [d + " ok" for d in done])
+    return "ok", detail + ", ".join(done) + ", each exit 0"
 
 
 def check_hang(device: str, storage: str) -> Tuple[str, str]:
@@ -436,6 +466,8 @@ CHECKS: List[Tuple[str, str, Callable[[str, str], Tuple[str, str]], float]] = [
     ("fsdp", "FSDP training, DCP async checkpoint, loaded by a new run", check_fsdp, 120),
     ("deepspeed", "DeepSpeed ZeRO-2 fp16, checkpoint saved and loaded", check_deepspeed, 150),
     ("async-ckpt", "asynchronous checkpoint of CUDA tensors", check_async, 90),
+    ("frameworks", "Lightning, Accelerate, Transformers examples on the GPU", check_frameworks,
+     240),
     ("hang-nccl", "a hang inside an NCCL collective detected", check_hang, 10),
     ("bench-core", "bench/bench_core.py against torchrun on the GPU", check_bench, 300),
 ]

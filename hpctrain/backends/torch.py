@@ -9,6 +9,7 @@ GPU memory or stream is involved in bookkeeping).
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
@@ -73,10 +74,12 @@ class TorchBackend(Backend):
                 "ScalingConfig(use_gpu=True) but torch sees no CUDA device on "
                 f"{info.hosts[info.node_rank] if info.hosts else 'this host'}.\n"
                 "HINT: request GPUs from the scheduler, or set use_gpu=False.")
+        device = None
         if gpu:
-            torch.cuda.set_device(gpu_indices(
+            device = torch.device("cuda", gpu_indices(
                 info.local_rank, info.local_world_size,
                 int(os.environ.get("HPCTRAIN_GPUS_PER_WORKER", "1")))[0])
+            torch.cuda.set_device(device)
         self.backend_name = cfg.backend or ("nccl" if gpu else "gloo")
         # Code that reads the usual variables (torchrun conventions, and Ray's
         # NODE_RANK, set by its TorchTrainer beside them) sees the same truth.
@@ -86,14 +89,20 @@ class TorchBackend(Backend):
             LOCAL_RANK=str(info.local_rank), LOCAL_WORLD_SIZE=str(info.local_world_size),
             GROUP_RANK=str(info.node_rank), NODE_RANK=str(info.node_rank),
         )
-        _tell_accelerate(info, gpu)
+        _tell_accelerate(device)
         _tell_deepspeed(gpu)
+        # NCCL is told this rank's GPU (else it guesses it from the global rank, which
+        # PyTorch warns "can cause a hang" where ranks and GPUs do not line up: seen on
+        # the first GPU run, scripts/gpu-check.sh)
+        bind = {"device_id": device} if device is not None and self.backend_name == "nccl" \
+            and "device_id" in inspect.signature(dist.init_process_group).parameters else {}
         dist.init_process_group(
             backend=self.backend_name,
             init_method=f"tcp://{_bracket(info.master_addr)}:{info.master_port}",
             rank=info.world_rank,
             world_size=info.world_size,
             timeout=datetime.timedelta(seconds=cfg.timeout_s),
+            **bind,
         )
         if self.backend_name != "gloo" and info.world_size > 1:
             self._control = dist.new_group(backend="gloo")
@@ -108,16 +117,14 @@ class TorchBackend(Backend):
             dist.destroy_process_group()
 
 
-def _tell_accelerate(info: WorkerInfo, gpu: bool) -> None:
+def _tell_accelerate(device) -> None:
     """Hugging Face Accelerate (and the transformers ``Trainer``, built on it) reads the
     ranks from the variables above, but on a CPU-only run it trains data-parallel only
     when told ``ACCELERATE_USE_CPU`` (else each rank trains alone); its device is this
-    rank's hpctrain device (``ACCELERATE_TORCH_DEVICE``). A value the user set wins."""
-    if gpu:
-        import torch
-
-        os.environ.setdefault("ACCELERATE_TORCH_DEVICE",
-                              f"cuda:{info.local_rank % torch.cuda.device_count()}")
+    rank's hpctrain device (``ACCELERATE_TORCH_DEVICE``, the GPU the rank is bound to).
+    A value the user set wins."""
+    if device is not None:
+        os.environ.setdefault("ACCELERATE_TORCH_DEVICE", str(device))
     else:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
         os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")

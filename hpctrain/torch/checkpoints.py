@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Dict, Optional
+import threading
+from typing import Any, Dict, List, Optional, Tuple
 
 import hpctrain
 from hpctrain.checkpoint import Checkpoint
@@ -40,15 +41,63 @@ def _staging_dir() -> str:
     return ctx.get_checkpoint_staging_dir()
 
 
-def _to_host(value: Any) -> Any:
+class _HostBuffers:
+    """Host memory for :func:`state_dict_checkpoint`'s copies, reused from one checkpoint
+    to the next: page-locked (pinned) for tensors on a GPU, so the copy runs at the
+    link's speed and needs no fresh pages (measured on an H200: 256 MiB took 170–190 ms
+    into new pageable memory; see scripts/gpu-check.sh). A checkpoint holds its buffers
+    until its file is written, then gives them back; the pool keeps the last set only, so
+    the memory it holds is one state dict's size."""
+
+    def __init__(self) -> None:
+        self._free: Dict[Tuple[Any, ...], List[Any]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, t):
+        import torch
+
+        key = (tuple(t.shape), t.dtype, t.is_cuda)
+        with self._lock:
+            free = self._free.get(key)
+            if free:
+                return free.pop()
+        if t.is_cuda:
+            try:
+                return torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            except RuntimeError:  # no page-locked memory left: pageable will do
+                pass
+        return torch.empty(t.shape, dtype=t.dtype)
+
+    def give_back(self, buffers: List[Any]) -> None:
+        free: Dict[Tuple[Any, ...], List[Any]] = {}
+        for b in buffers:
+            free.setdefault((tuple(b.shape), b.dtype, b.is_pinned()), []).append(b)
+        with self._lock:
+            self._free = free
+
+
+_BUFFERS = _HostBuffers()
+
+
+def _to_host(value: Any, taken: Optional[List[Any]] = None) -> Any:
+    """A host copy of ``value``: plain dense tensors into buffers of ``_BUFFERS`` (listed
+    in ``taken``; a GPU copy is issued asynchronously, so the caller synchronizes), any
+    other tensor copied as torch does it, the rest deep-copied."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
+        t = value.detach()
+        if taken is None or type(t) is not torch.Tensor or t.layout != torch.strided \
+                or t.is_quantized or not (t.is_cuda or t.device.type == "cpu"):
+            return t.to("cpu", copy=True)
+        buf = _BUFFERS.take(t)
+        buf.copy_(t, non_blocking=t.is_cuda)
+        taken.append(buf)
+        return buf
     if isinstance(value, dict):
-        return type(value)((k, _to_host(v)) for k, v in value.items())
+        return type(value)((k, _to_host(v, taken)) for k, v in value.items())
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(_to_host(v) for v in value)
+        return type(value)(_to_host(v, taken) for v in value)
     return copy.deepcopy(value)
 
 
@@ -60,10 +109,16 @@ def state_dict_checkpoint(state_dict: Dict[str, Any], filename: str = "state.pt"
     import torch
 
     path = _staging_dir()
-    host = _to_host(state_dict)
+    taken: List[Any] = []
+    host = _to_host(state_dict, taken)
+    if any(b.is_pinned() for b in taken):  # the GPU copies were issued asynchronously
+        torch.cuda.synchronize()
 
     def write() -> None:
-        torch.save(host, os.path.join(path, filename))
+        try:
+            torch.save(host, os.path.join(path, filename))
+        finally:
+            _BUFFERS.give_back(taken)
 
     ckpt = Checkpoint(path)
     ckpt._complete = write
