@@ -67,6 +67,17 @@ class Failure:
     pid: int = 0
 
 
+def compact_ranks(ranks: List[int]) -> str:
+    """``[0, 1, 2, 3, 7]`` → ``"0-3, 7"``."""
+    spans: List[List[int]] = []
+    for r in sorted(set(ranks)):
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
 def _maybe_warm(launcher: Launcher, python: str, extra_env: Optional[Dict[str, str]]):
     """The local launcher with warm spares when ``HPCTRAIN_WARM_SPARES=1`` (see
     :mod:`hpctrain.launchers.warm`); any other launcher as given."""
@@ -399,11 +410,25 @@ class Supervisor:
 
     def _write_error(self, attempt: int, f: Failure) -> None:
         where = f" on {f.host} (pid {f.pid})" if f.host else ""
+        same = self._ranks_with_traceback(attempt, f.traceback)
+        also = (f"; ranks {compact_ranks(same)} raised the same error (the traceback of each is "
+                "in its log)") if len(same) > 1 else ""
         text = (f"Training failed: rank {f.rank}{where}, attempt {attempt}, job "
                 f"{self.job_id}, at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(f.time))}"
-                f"\n\n{f.traceback}")
+                f"{also}\n\n{f.traceback}")
         atomic_write_bytes(self.run.error_file, text.encode(), sync=False,
                            mode=self.run.file_mode)
+
+    def _ranks_with_traceback(self, attempt: int, text: str) -> List[int]:
+        """The ranks of ``attempt`` whose error record holds this very traceback."""
+        if not text.strip():
+            return []
+        ranks = []
+        for path in glob.glob(os.path.join(self.run.attempt_dir(attempt), "error.rank-*.json")):
+            e = read_json(path)
+            if e and e.get("traceback", "").strip() == text.strip():
+                ranks.append(int(e["rank"]))
+        return sorted(ranks)
 
     def _log(self, msg: str) -> None:
         if msg.lower().startswith("warning:"):

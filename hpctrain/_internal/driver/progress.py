@@ -23,6 +23,7 @@ from typing import Any, Dict, Optional
 from hpctrain._internal.base.checkpoint_interval import describe_interval
 from hpctrain._internal.rundir.layout import ResultTail, RunDir
 from hpctrain._internal.base.terminal import markup, plain
+from hpctrain._internal.driver.tracebacks import TracebackFolder
 
 MAX_METRICS = 8
 
@@ -64,6 +65,7 @@ class Progress:
         self.count = 0
         self._printed_at = 0.0
         self._printed_iter = -1
+        self._folder = TracebackFolder(self._show_worker_line)
         # a notebook: stdout is the kernel's stream, not a TTY, yet rich can draw there
         self._jupyter = (force_plain is None and verbose >= 1 and self.stream is sys.stdout
                          and in_jupyter())
@@ -89,8 +91,10 @@ class Progress:
 
     # -- worker output ---------------------------------------------------------------
     def worker_line(self, rank: int, line: str) -> None:
-        if not self.echo:
-            return
+        if self.echo:
+            self._folder.line(rank, line)  # (a traceback the same as another rank's: once)
+
+    def _show_worker_line(self, rank: int, line: str) -> None:
         text = f"(rank {rank}) {line}"
         if self._console is not None and not self._jupyter:
             self._console.print(text, markup=False, highlight=False)
@@ -175,6 +179,7 @@ class Progress:
         return t
 
     def close(self) -> None:
+        self._folder.flush()
         self.tick()
         if self._live is not None:
             self._live.update(self._render(), refresh=self._jupyter)

@@ -178,10 +178,24 @@ def _bind_gpus(info) -> None:
         os.environ[os.environ.get("HPCTRAIN_GPU_BINDING_VAR", "CUDA_VISIBLE_DEVICES")] = devices
 
 
+def user_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback without the frames of this worker entry (``run_worker``,
+    ``call_train_func``): it starts where the user's function (or the hpctrain code it
+    called) raised."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None \
+            and os.path.abspath(tb.tb_frame.f_code.co_filename) == _THIS_FILE:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+_THIS_FILE = os.path.abspath(__file__)
+
+
 def record_failure(attempt_dir: str, rank: int, exc: BaseException) -> None:
     """Leave ``error.rank-R.json`` (rank, host, pid, time, traceback) for the supervisor,
     and print the traceback to this rank's log."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    tb = user_traceback(exc)
     try:
         sys.stderr.write(tb)
         sys.stderr.flush()
