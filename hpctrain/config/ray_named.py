@@ -365,6 +365,13 @@ class FailureConfig:
       ends as STOPPED, to be continued with ``Trainer.restore(path)``.
     * ``max_requeues``: how many times that may happen (-1 = unlimited). Independently,
       the chain stops after 3 allocations in a row that committed no new checkpoint.
+    * ``hang_timeout`` (hpctrain's own): how long a rank may make no progress (no report,
+      no batch of a prepared data loader) before the attempt counts as hung: every rank's
+      Python stack is written to the attempt's directory, the attempt ends and the run
+      restarts from its last checkpoint like after any failure. None (the default): the
+      limit is learned from the run's own pace (3× the longest gap seen between two
+      moves, at least 5 minutes; before the first move, 3× the longest start-up seen, at
+      least 10 minutes); 0 (``"off"`` in a job file): no watchdog.
     """
 
     max_failures: int = field(default=0, metadata=toml(
@@ -385,6 +392,10 @@ class FailureConfig:
         "walltime", 'Mean time between interruptions at the site, e.g. "12h" (the prior '
         'of checkpoint_frequency = "auto").'))
 
+    hang_timeout: Union[str, int, None] = field(default=None, metadata=toml(
+        "walltime", 'How long a rank may make no progress before the attempt counts as hung, '
+        'e.g. "20m" (default: learned from the run\'s own pace; "off": no watchdog).'))
+
     def __post_init__(self) -> None:
         _check_int("failure.max_failures", self.max_failures, minimum=-1)
         _check_int("failure.max_requeues", self.max_requeues, minimum=-1)
@@ -404,6 +415,13 @@ class FailureConfig:
             raise ConfigError("failure.mtbi: expected a duration such as \"12h\" (or "
                               f"seconds > 0, from Python), got {self.mtbi!r}")
         self.mtbi_s  # noqa: B018 - checks the duration now
+        if isinstance(self.hang_timeout, bool) or not isinstance(
+                self.hang_timeout, (int, str, type(None))) \
+                or isinstance(self.hang_timeout, int) and self.hang_timeout < 0:
+            raise ConfigError("failure.hang_timeout: expected a duration such as \"20m\" (or "
+                              f"seconds >= 0, from Python; 0: no watchdog), got "
+                              f"{self.hang_timeout!r}")
+        self.hang_timeout_s  # noqa: B018 - checks the duration now
         if isinstance(self.warning_time, bool) or not isinstance(self.warning_time, (int, str)):
             raise ConfigError("failure.warning_time: expected a duration such as \"120s\" or "
                               f"\"2m\" (or seconds, from Python), got {self.warning_time!r}")
@@ -424,6 +442,20 @@ class FailureConfig:
         except UnitError as e:
             raise ConfigError(f"failure.mtbi: {e}", hint="a duration such as \"12h\" or "
                               "\"2d\": the mean time between interruptions") from None
+
+    @property
+    def hang_timeout_s(self) -> Optional[int]:
+        """``hang_timeout`` in seconds (None: learned; 0: no watchdog)."""
+        if self.hang_timeout is None or isinstance(self.hang_timeout, int) \
+                and not isinstance(self.hang_timeout, bool):
+            return self.hang_timeout
+        if self.hang_timeout.strip().lower() in ("off", "0", "0s"):
+            return 0
+        try:
+            return parse_walltime(self.hang_timeout)
+        except UnitError as e:
+            raise ConfigError(f"failure.hang_timeout: {e}", hint="a duration such as \"20m\", "
+                              "or \"off\" for no watchdog") from None
 
     @property
     def warning_s(self) -> int:

@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional
 
 from ..backends.torch import TorchConfig, get_device, get_devices
 from ..trainer import DataParallelTrainer
+from hpctrain._internal.base import progress
 from hpctrain._internal.base.context import current_session
 
 __all__ = ["TorchTrainer", "TorchConfig", "prepare_model", "prepare_data_loader", "get_device",
@@ -140,6 +141,7 @@ class _PreparedLoader:
         self._current = epoch
         try:
             for batch in self._loader:
+                progress.beat()  # the hang watchdog's sign of life (a stalled loader stops it)
                 yield _to_device(batch, self._device) if self._move else batch
         finally:
             if self._current == epoch:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from hpctrain.launchers.base import ExitRecord, Launcher, LineSink
+from hpctrain._internal.allocation.watchdog import Hang, Watchdog
 from hpctrain._internal.base.log import get_logger
 
 _logger = get_logger("supervisor")
@@ -31,6 +32,8 @@ from hpctrain._internal.rundir.commit import verify_checkpoint
 from hpctrain._internal.base.fsutil import read_json
 from hpctrain._internal.rundir.layout import DECISION_FILE, RunDir
 from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
+from hpctrain._internal.worker.heartbeat import (DEFAULT_INTERVAL_S as DEFAULT_HEARTBEAT_S,
+                                                ENV_INTERVAL as ENV_HEARTBEAT, STACKS_REQUEST)
 from hpctrain._internal.worker.entry import (ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_GROUP_SECRET,
                                              ENV_RESUME, ENV_RUN_DIR, ENV_START_ITER,
                                              ENV_WARNING_SIGNAL, STOP_FILE)
@@ -108,7 +111,7 @@ class Supervisor:
                  python: str = sys.executable, kill_grace_s: float = 10.0,
                  extra_env: Optional[Dict[str, str]] = None, first_checkpoint_index: int = 0,
                  warning_s: float = 120.0, warning_signal: str = "USR1",
-                 warn_at: Optional[float] = None):
+                 warn_at: Optional[float] = None, hang_timeout_s: Optional[float] = None):
         self.run = run
         self.launcher = _maybe_warm(launcher, python, extra_env)
         self.num_workers = num_workers
@@ -124,6 +127,7 @@ class Supervisor:
         self.warning_s = warning_s
         self.warning_signal = warning_signal
         self.warn_at = warn_at          # epoch seconds: the supervisor's own timer (PBS)
+        self.hang_timeout_s = hang_timeout_s  # None: learned; 0: no watchdog
         self.stop_reason: Optional[str] = None
         self.stop_time: Optional[float] = None
         self.checkpoint_at_start: Optional[str] = None
@@ -235,6 +239,8 @@ class Supervisor:
             ENV_START_ITER: str(latest.iteration if latest else 0),
             ENV_WARNING_SIGNAL: self.warning_signal,
         })
+        if self.hang_timeout_s and ENV_HEARTBEAT not in env:  # a short fixed limit: beat often
+            env[ENV_HEARTBEAT] = f"{min(DEFAULT_HEARTBEAT_S, max(0.2, self.hang_timeout_s / 5)):g}"
         for d in (self.run.logs_dir(self.job_id), self.run.attempt_dir(attempt)):
             self.run.makedirs(d)  # the run's mode whatever this process's umask
         group = self.launcher.launch(
@@ -243,6 +249,8 @@ class Supervisor:
             on_line=self.on_line)
         stop_written = at_deadline = False
         decision_file = os.path.join(self.run.attempt_dir(attempt), DECISION_FILE)
+        watchdog = self._watchdog(attempt)
+        hang: Optional[Hang] = None
         try:
             exits = None
             while exits is None:
@@ -251,6 +259,13 @@ class Supervisor:
                     break  # a sweep's scheduler decided (hpctrain.tune._control)
                 self.on_tick()
                 self._check_timer()
+                hang = watchdog.poll() if watchdog is not None and exits is None \
+                    and not stop_written else None
+                if hang is not None:
+                    self._collect_stacks(attempt, hang)
+                    group.terminate(self.kill_grace_s)
+                    exits = group.exits()
+                    break
                 if self.stop_time is not None and not stop_written and exits is None:
                     stop_written = True
                     self._write_stop(attempt)
@@ -281,7 +296,11 @@ class Supervisor:
             outcome = self._after_warning(attempt, group, exits, at_deadline)
             if outcome is not None:
                 return outcome
+        if watchdog is not None:
+            self._learn(watchdog)
         failed = [e for e in exits if e.returncode != 0]
+        if hang is not None:
+            failed = failed or [ExitRecord(hang.rank, -15, time.time())]
         if not failed:
             group.terminate(self.kill_grace_s)  # reaps output threads; ranks are done
             self.on_tick()
@@ -297,8 +316,16 @@ class Supervisor:
         # first free what the failed attempt left half-written (a full disk needs the room
         # for state.json and error.txt)
         self.run.clean_incomplete()
-        failure = self._root_cause(attempt, failed)
+        failure = self._hang_failure(attempt, hang) if hang is not None \
+            else self._root_cause(attempt, failed)
         self._end_attempt(attempt, FAILED, failure)
+        if hang is not None:
+            with self.run.update_state() as s:
+                s["attempts"][attempt - 1]["hang"] = {
+                    "rank": hang.rank, "stalled_ranks": hang.stalled, "limit_s": hang.limit_s,
+                    "learned": hang.learned, "phase": hang.phase,
+                    "stacks": sorted(os.path.basename(p) for p in glob.glob(os.path.join(
+                        self.run.attempt_dir(attempt), "stacks.rank-*.txt")))}
         self.on_tick()
         with self.run.update_state() as s:
             s["failures"] = s.get("failures", 0) + 1
@@ -313,6 +340,67 @@ class Supervisor:
         with self.run.update_state() as s:
             s["status"] = FAILED
         return FAILED
+
+    # -- hangs -------------------------------------------------------------------------
+    def _watchdog(self, attempt: int) -> Optional[Watchdog]:
+        if self.hang_timeout_s == 0:
+            return None
+        state = self.run.read_state() or {}
+        return Watchdog(self.run.attempt_dir(attempt), self.num_workers, started=time.time(),
+                        timeout_s=self.hang_timeout_s,
+                        learned_startup_s=float(state.get("learned_startup_s") or 0.0),
+                        check_s=min(1.0, (self.hang_timeout_s or 5.0) / 5))
+
+    def _learn(self, watchdog: Watchdog) -> None:
+        """Keep the longest start-up seen for the next attempts' start-up limit."""
+        seen = watchdog.startup_seen_s()
+        if seen > 0:
+            with self.run.update_state() as s:
+                s["learned_startup_s"] = max(seen, float(s.get("learned_startup_s") or 0.0))
+
+    def _collect_stacks(self, attempt: int, hang: Hang) -> None:
+        """Ask every rank for its Python stacks and give them a few heartbeats to write
+        them (``stacks.rank-R.txt`` in the attempt's directory)."""
+        adir = self.run.attempt_dir(attempt)
+        self._log(f"WARNING: {hang.summary()}; stalled ranks: {compact_ranks(hang.stalled)}. "
+                  f"Writing every rank's stack to {adir}, then ending the attempt")
+        atomic_write_json(os.path.join(adir, STACKS_REQUEST), {"time": time.time(),
+                                                               "reason": hang.summary()},
+                          sync=False, mode=self.run.file_mode)
+        try:
+            beat = float(os.environ.get(ENV_HEARTBEAT) or DEFAULT_HEARTBEAT_S)
+        except ValueError:
+            beat = DEFAULT_HEARTBEAT_S
+        if self.hang_timeout_s:
+            beat = min(beat, max(0.2, self.hang_timeout_s / 5))
+        deadline = time.time() + 2 * beat + 3
+        while time.time() < deadline and len(glob.glob(
+                os.path.join(adir, "stacks.rank-*.txt"))) < self.num_workers:
+            time.sleep(0.1)
+        time.sleep(0.2)  # the last file's writer finishing
+
+    def _hang_failure(self, attempt: int, hang: Hang) -> Failure:
+        adir = self.run.attempt_dir(attempt)
+        parts = [hang.summary() + f"; stalled ranks: {compact_ranks(hang.stalled)}.\n"]
+        for rank in range(self.num_workers):
+            path = os.path.join(adir, f"stacks.rank-{rank}.txt")
+            shown = [hang.rank] + [r for r in hang.stalled if r != hang.rank][:1]
+            if os.path.exists(path) and rank in shown:
+                try:
+                    with open(path, errors="replace") as f:
+                        parts.append(f"\n--- {os.path.relpath(path, self.run.path)} ---\n"
+                                     + f.read()[-6000:])
+                except OSError:
+                    pass
+        missing = [r for r in range(self.num_workers)
+                   if not os.path.exists(os.path.join(adir, f"stacks.rank-{r}.txt"))]
+        if missing:
+            parts.append(f"\nranks {compact_ranks(missing)} wrote no stacks (their Python "
+                         "threads could not run: native code holding the GIL, or the "
+                         "process gone)\n")
+        parts.append(f"\nevery rank's stacks: {os.path.relpath(adir, self.run.path)}"
+                     "/stacks.rank-*.txt\n")
+        return Failure(hang.rank, time.time(), hang.summary(), "".join(parts), hang.host, 0)
 
     def _after_decision(self, attempt: int, group, decision: Dict) -> Optional[str]:
         """Rank 0 of a sweep's trial ended on its scheduler's decision (written at a

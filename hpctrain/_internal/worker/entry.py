@@ -35,6 +35,7 @@ from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.rundir.payload import WorkerPayload
 from hpctrain._internal.base.trust import fix_mode, modes_of, no_write_for_others
+from hpctrain._internal.worker.heartbeat import Heartbeat
 from hpctrain._internal.worker.session import Session, StopTraining, request_stop, set_session
 from hpctrain._internal.worker.trial import trial_control
 from hpctrain.backends import get_backend
@@ -83,12 +84,15 @@ def run_worker(run_dir: str) -> int:
     try:
         info = cluster_env.worker_info_from_env()
         rank = info.world_rank
+        heartbeat = Heartbeat(adir, rank).start()  # before anything slow: start-up too
         _bind_gpus(info)
         payload = WorkerPayload.load(run)
         # (the batch step sets it for a site's GPU binding; the torch backend reads it)
         os.environ.setdefault("HPCTRAIN_GPUS_PER_WORKER", str(max(1, payload.scaling.gpus_each)))
+        heartbeat.reached("loaded")
         backend = get_backend(payload.backend, payload.backend_config)
         backend.on_start(info, use_gpu=payload.scaling.use_gpu)
+        heartbeat.reached("ready")
         session = Session(
             info=info, run=run, coordinator=backend.coordinator(info),
             checkpoint_config=payload.checkpoint_config, run_name=payload.run_name,

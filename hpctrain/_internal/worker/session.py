@@ -35,6 +35,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 # re-exported: the worker and the tests reach the session's state through this module too
+from hpctrain._internal.base import progress
 from hpctrain._internal.base.checkpoint_interval import FrequencyPolicy
 from hpctrain._internal.base.context import (  # noqa: F401
     Coordinator, SingleProcessCoordinator, current_session, get_session, request_stop,
@@ -142,6 +143,7 @@ class Session:
             raise TypeError("hpctrain.report: checkpoint must be a hpctrain.Checkpoint "
                             "(e.g. Checkpoint.from_directory(path)), got "
                             f"{type(checkpoint).__name__}")
+        progress.beat()
         started = time.time()
         blocked_from = time.perf_counter()
         iteration = self.iteration + 1
