@@ -25,8 +25,8 @@ class ContainerConfig:
     """The container each rank runs in (no ``runtime``: no container, the ranks run on the
     host). ``binds`` maps a host path to its path in the container (``true``: the same
     path; ``""`` removes a bind an earlier layer set); the run directory's parent is always
-    bound. ``gpu`` is the runtime's GPU option (default: the runtime's own, such as
-    ``--nv``, when the job asks for GPUs; ``""``: none). ``env`` names more host variables
+    bound. ``gpu`` is the runtime's GPU option for a job that asks for GPUs (default: the
+    runtime's own, such as ``--nv``; ``""``: none); a CPU job gets none. ``env`` names more host variables
     the ranks need, for runtimes that do not pass the environment (podman-hpc)."""
 
     runtime: Optional[str] = field(default=None, metadata=toml(
@@ -39,8 +39,8 @@ class ContainerConfig:
         "binds", 'Host paths mounted in the container: {"/lustre" = true, "/work/data" = '
         '"/data"}; "" removes one.'))
     gpu: Optional[str] = field(default=None, metadata=toml(
-        "str", 'The runtime\'s GPU option, e.g. "--nv" or "--rocm" (default: the runtime\'s '
-        'own when the job asks for GPUs; "": none).'))
+        "str", 'The runtime\'s GPU option for a job that asks for GPUs, e.g. "--nv" or '
+        '"--rocm" (default: the runtime\'s own; "": none).'))
     args: List[str] = field(default_factory=list, metadata=toml(
         "strlist", "More arguments for the runtime, before the image (pyxis: srun options)."))
     env: List[str] = field(default_factory=list, metadata=toml(
@@ -53,10 +53,6 @@ class ContainerConfig:
         if self.runtime is not None and self.runtime not in CONTAINERS:
             raise ConfigError(f"container.runtime: expected one of "
                               f"{', '.join(CONTAINERS)}, got {self.runtime!r}")
-        if self.runtime is not None and not self.image:
-            raise ConfigError(f"container.image: expected the image the ranks run in, since "
-                              f"container.runtime = \"{self.runtime}\"",
-                              hint='e.g. image = "/project/images/train.sif"')
         if self.image and self.runtime is None:
             raise ConfigError("container.runtime: expected the runtime that runs "
                               f"container.image = {self.image!r}",
@@ -83,6 +79,15 @@ class ContainerConfig:
         if not self.python or not self.python.strip():
             raise ConfigError("container.python: expected the interpreter in the "
                               "container, got an empty string", hint='e.g. python = "python3"')
+
+    def check_complete(self, file: Optional[str] = None) -> None:
+        """ConfigError when a runtime is named without an image (a site config names the
+        runtime alone; the job's image completes it, so this is checked on the merged
+        spec, not on each layer)."""
+        if self.runtime is not None and not self.image:
+            raise ConfigError(f"container.image: expected the image the ranks run in, since "
+                              f"container.runtime = \"{self.runtime}\"", file=file,
+                              hint='e.g. image = "/project/images/train.sif"')
 
     @property
     def enabled(self) -> bool:

@@ -82,6 +82,7 @@ def rank_container(spec: "JobSpec", *, run_path: str,
     config = spec.container
     if not config.enabled:
         return None
+    config.check_complete(spec.where("container.image"))
     try:
         runtime = container_runtime(config.runtime)
     except ValueError as e:
@@ -97,10 +98,9 @@ def rank_container(spec: "JobSpec", *, run_path: str,
     run_parent = os.path.dirname(os.path.abspath(run_path))
     binds = [(src, dst) for src, dst in config.bind_pairs() if src != run_parent]
     binds.insert(0, (run_parent, run_parent))
-    if config.gpu is not None:
-        gpu = shlex.split(config.gpu)
-    else:
-        gpu = list(runtime.gpu_default) if spec.scaling.gpus_each else []
+    gpu: List[str] = []
+    if spec.scaling.gpus_each:  # a CPU job gets no GPU option, whatever the site says
+        gpu = shlex.split(config.gpu) if config.gpu is not None else list(runtime.gpu_default)
     env_names: List[str] = []
     if not runtime.passes_env:
         wanted = [*PASSED_ENV, spec.scheduler.gpu_binding_var, *sorted(spec.env),
