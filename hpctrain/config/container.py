@@ -22,8 +22,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")
 
 @dataclass
 class ContainerConfig:
-    """The container each rank runs in (no ``runtime``: no container, the ranks run on the
-    host). ``binds`` maps a host path to its path in the container (``true``: the same
+    """The container each rank runs in (no ``runtime`` or no ``image``: no container, the
+    ranks run on the host; a site config names its runtime, a job its image). ``binds`` maps a host path to its path in the container (``true``: the same
     path; ``""`` removes a bind an earlier layer set); the run directory's parent is always
     bound. ``gpu`` is the runtime's GPU option for a job that asks for GPUs (default: the
     runtime's own, such as ``--nv``; ``""``: none); a CPU job gets none. ``env`` names more host variables
@@ -81,9 +81,9 @@ class ContainerConfig:
                               "container, got an empty string", hint='e.g. python = "python3"')
 
     def check_complete(self, file: Optional[str] = None) -> None:
-        """ConfigError when a runtime is named without an image (a site config names the
-        runtime alone; the job's image completes it, so this is checked on the merged
-        spec, not on each layer)."""
+        """ConfigError when a job names a runtime without an image. (A site config names
+        its runtime alone: its jobs that give an image run in it, the others on the host;
+        so this is checked on the merged spec, only when the runtime is not the site's.)"""
         if self.runtime is not None and not self.image:
             raise ConfigError(f"container.image: expected the image the ranks run in, since "
                               f"container.runtime = \"{self.runtime}\"", file=file,
@@ -91,7 +91,8 @@ class ContainerConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.runtime is not None
+        """The ranks run in a container: a runtime and an image are set."""
+        return self.runtime is not None and bool(self.image)
 
     def bind_pairs(self) -> List[tuple]:
         """``(host path, container path)`` of every bind, removed ones left out."""

@@ -82,7 +82,6 @@ def rank_container(spec: "JobSpec", *, run_path: str,
     config = spec.container
     if not config.enabled:
         return None
-    config.check_complete(spec.where("container.image"))
     try:
         runtime = container_runtime(config.runtime)
     except ValueError as e:

@@ -195,7 +195,9 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
         raise ConfigError('job.entrypoint: missing; expected "module:function" or '
                           '"file.py:function"', file=Ctx(path, origins).where("job.entrypoint"),
                           hint='add  [job]  entrypoint = "train.py:train_func"')
-    spec.container.check_complete(Ctx(path, origins).where("container.image"))
+    if spec.site_config is None or Ctx(path, origins).where("container.runtime") \
+            != spec.site_config.path:  # a site's runtime waits for a job's image
+        spec.container.check_complete(Ctx(path, origins).where("container.image"))
     derive_nodes(spec)
     if check_limits:
         check_site_limits(spec)

@@ -35,16 +35,18 @@ def image():
 
 @pytest.mark.timeout(600)
 def test_two_ranks_on_two_nodes_train_in_a_container_through_a_warning_and_a_resume(
-        tmp_path, storage, image):
+        request, tmp_path, storage, image):
     code = os.path.dirname(os.path.dirname(os.path.abspath(hpctrain.__file__)))
     binds = sorted({sys.base_prefix, sys.prefix, code, REPO})
     for d in [*binds, storage]:  # ch-run binds onto directories that exist in the image
         os.makedirs(image + d, exist_ok=True)
+    request.addfinalizer(lambda: os.removedirs(image + storage))  # (and its empty parents)
     job = write_job(
         tmp_path, "boxed", site="test-cluster", entrypoint=workload("workloads:contained"),
         storage=storage, scaling={"num_nodes": 2, "workers_per_node": 1},
         scheduler={"time": "00:10:00"}, failure='warning_time = "60s"',
-        env={"PYTHONPATH": SUPPORT, "USER": getpass.getuser()},  # ch-run needs $USER
+        # the batch step and the ranks import this hpctrain; ch-run needs $USER
+        env={"PYTHONPATH": os.pathsep.join([SUPPORT, code]), "USER": getpass.getuser()},
         container=(f'runtime = "charliecloud"\nimage = {json.dumps(image)}\n'
                    f'python = {json.dumps(sys.executable)}\nbinds = {{'
                    + ", ".join(f"{json.dumps(d)} = true" for d in binds) + "}"),

@@ -129,12 +129,26 @@ def test_a_site_names_the_runtime_and_binds_and_the_job_adds_its_image(tmp_path,
     assert spec.where("container.runtime").endswith("center.toml")
 
 
+def test_a_sites_runtime_waits_for_a_jobs_image(tmp_path, site_dir):
+    """A center names its runtime for every job; a job without an image runs on the host,
+    but a job file that names a runtime itself and no image is refused."""
+    (site_dir / "center.toml").write_text('[scheduler]\nkind = "slurm"\n[container]\n'
+                                          'runtime = "apptainer"\n')
+    spec = load(tmp_path, top='site = "center"\n',
+                body='[scaling]\nnum_workers = 4\nworkers_per_node = 2\n')
+    assert launch_comment(BatchRequest(spec, RUN).materialize()) == (
+        f"{SRUN} {shlex.quote(sys.executable)} -m hpctrain._internal.worker {RUN}")
+    with pytest.raises(ConfigError) as e:
+        load(tmp_path, SLURM_2x2 + '[container]\nruntime = "shifter"\n')
+    assert e.value.message == ('container.image: expected the image the ranks run in, since '
+                               'container.runtime = "shifter"')
+    assert e.value.file == str(tmp_path / "job.toml")
+
+
 @pytest.mark.parametrize("body, overrides, message, hint", [
     ('image = "/p/t.sif"', (), "container.runtime: expected the runtime that runs "
      "container.image = '/p/t.sif'", 'runtime = "apptainer" or "singularity" or "podman-hpc" '
      'or "shifter" or "pyxis" or "charliecloud"'),
-    ('runtime = "apptainer"', (), 'container.image: expected the image the ranks run in, '
-     'since container.runtime = "apptainer"', 'e.g. image = "/project/images/train.sif"'),
     ('runtime = "docker"\nimage = "x"', (), 'container.runtime: expected one of "apptainer", '
      '"singularity", "podman-hpc", "shifter", "pyxis", "charliecloud", got "docker"', None),
     ('runtime = "apptainer"\nimage = "x"\nbinds = {"data" = true}', (),
