@@ -13,40 +13,27 @@ import time
 
 import pytest
 
-import hpctrain
-from helpers import SUPPORT, cli, run_state, wait_for, workload, write_job
+from helpers import (SUPPORT, cli, container_image, host_python_binds, run_state, wait_for,
+                     workload, write_job)
 from slurm import HoldReleaser, wait_gone
 from test_slurm_recovery import assert_chain_is_lossless, lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture(scope="module")
-def image():
-    """The test image directory (built once, cached; scripts/container-image.sh)."""
-    p = subprocess.run(["bash", os.path.join(REPO, "scripts", "container-image.sh")],
-                       capture_output=True, text=True, timeout=900)
-    if p.returncode != 0:
-        pytest.fail(f"scripts/container-image.sh failed:\n{p.stdout}\n{p.stderr}")
-    return p.stdout.strip().splitlines()[-1]
-
 
 @pytest.mark.timeout(600)
 def test_two_ranks_on_two_nodes_train_in_a_container_through_a_warning_and_a_resume(
-        request, tmp_path, storage, image):
-    code = os.path.dirname(os.path.dirname(os.path.abspath(hpctrain.__file__)))
-    binds = sorted({sys.base_prefix, sys.prefix, code, REPO})
-    for d in [*binds, storage]:  # ch-run binds onto directories that exist in the image
-        os.makedirs(image + d, exist_ok=True)
+        request, tmp_path, storage):
+    binds = host_python_binds()
+    image = container_image(*binds, storage)
     request.addfinalizer(lambda: os.removedirs(image + storage))  # (and its empty parents)
     job = write_job(
         tmp_path, "boxed", site="test-cluster", entrypoint=workload("workloads:contained"),
         storage=storage, scaling={"num_nodes": 2, "workers_per_node": 1},
         scheduler={"time": "00:10:00"}, failure='warning_time = "60s"',
         # the batch step and the ranks import this hpctrain; ch-run needs $USER
-        env={"PYTHONPATH": os.pathsep.join([SUPPORT, code]), "USER": getpass.getuser()},
+        env={"PYTHONPATH": os.pathsep.join(
+            [SUPPORT, *[d for d in binds if os.path.isdir(os.path.join(d, "hpctrain"))]]), "USER": getpass.getuser()},
         container=(f'runtime = "charliecloud"\nimage = {json.dumps(image)}\n'
                    f'python = {json.dumps(sys.executable)}\nbinds = {{'
                    + ", ".join(f"{json.dumps(d)} = true" for d in binds) + "}"),
