@@ -341,7 +341,7 @@ class Run:
         tracking = CallbackRunner(run, rc.callbacks)
         ticks = [tracking.tick] + ([on_tick] if on_tick else [])
         if allocation is None:
-            launcher = launcher_for(spec, here=True)
+            launcher = launcher_for(spec, here=True, run_path=run.path)
             extra_env = driver_pythonpath()
             if launcher.name != "local":
                 extra_env.update(local_mpi_env())
@@ -352,7 +352,7 @@ class Run:
             job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_LOCAL_RUNS)}"
             warning_s, warn_at, on_line = fc.warning_s, None, progress.worker_line
         else:
-            launcher = launcher_for(spec)
+            launcher = launcher_for(spec, run_path=run.path)
             extra_env = allocation_pythonpath(run)
             extra_env.update(gpu_binding_env(spec))
             job_id, progress, on_line = allocation.job_id, None, None

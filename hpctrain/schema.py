@@ -44,6 +44,8 @@ _KINDS: Dict[str, Dict[str, Any]] = {
     "directives": {"type": "object", "additionalProperties": {
         "anyOf": [{"type": "string"}, {"type": "integer"}, {"const": True}]}},
     "space": {"type": "object"},
+    "binds": {"type": "object", "additionalProperties": {
+        "anyOf": [{"type": "string"}, {"const": True}]}},
     "walltime": {"type": "string", "pattern": WALLTIME_PATTERN},
     "callback": {"type": ["boolean", "object"]},
     "memory": {"type": "string", "pattern": MEMORY_PATTERN},

@@ -46,7 +46,8 @@ _LIMIT_KEYS = {"max_walltime": "walltime", "max_nodes": "int", "min_nodes": "int
                # <word> stands for letters, digits, '_', '-' and '.'; the rest is literal
                "account_form": "form"}
 _SELECTORS = ("partitions", "qos", "constraints")
-_SITE_SECTIONS = ("scheduler", "scaling", "env", "setup", "run", "checkpoint", "failure")
+_SITE_SECTIONS = ("scheduler", "scaling", "env", "setup", "container", "run", "checkpoint",
+                  "failure")
 
 
 def site_sections() -> Tuple[str, ...]:

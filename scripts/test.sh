@@ -33,6 +33,12 @@ fi
 step "the multi-user tests' users (scripts/test-users.sh: alice, bob in her group, eve)"
 bash scripts/test-users.sh
 
+# A real container runtime for tests/cluster/test_slurm_container.py: Charliecloud and a
+# minimal Debian image directory, built once with debootstrap and cached
+step "the container test's runtime and image (scripts/container-image.sh: built once, then cached)"
+bash scripts/container-image.sh >/dev/null \
+  || echo "== the container image did not build (above): the container test will fail and say why"
+
 step "installing hpctrain[torch,tensorflow,mpi,lightning,huggingface,deepspeed,lightgbm,dev] (editable)"
 python3 -m pip install -q -e '.[torch,tensorflow,mpi,lightning,huggingface,deepspeed,lightgbm,dev]'
 # XGBoost: its CPU-only build (the `xgboost` wheel also pulls CUDA's NCCL, ~300 MB, which

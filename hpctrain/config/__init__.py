@@ -10,6 +10,7 @@ The package's modules, bottom up:
   :class:`FailureConfig`, :class:`SyncConfig`, :class:`DataConfig`.
 * :mod:`.scheduler`: :class:`SchedulerConfig` (the keys every batch system shares; each
   scheduler's own options are a subclass in its module) and :class:`SetupConfig`.
+* :mod:`.container`: :class:`ContainerConfig`, the ``[container]`` the ranks run in.
 
 Every name is importable from ``hpctrain.config`` as before.
 """
@@ -20,13 +21,14 @@ from .ray_named import (DEFAULT_STORAGE_ENV, STORAGE_URI_HINT, WARNING_SIGNALS, 
                         CheckpointUploadMode, DataConfig, FailureConfig, RunConfig,
                         ScalingConfig, SyncConfig, check_stop, default_storage_path,
                         local_storage_path, upload_mode)
+from .container import ContainerConfig
 from .scheduler import (GPU_BINDINGS, SchedulerConfig, SetupConfig, check_scheduler_keys,
                         kind_field, scheduler_config_class, scheduler_keys,
                         scheduler_options, scheduler_title)
 from .._internal.base.registry import LAUNCHERS, SCHEDULERS
 
 __all__ = [
-    "CheckpointConfig", "CheckpointUploadMode", "DEFAULT_STORAGE_ENV", "DataConfig",
+    "CheckpointConfig", "CheckpointUploadMode", "ContainerConfig", "DEFAULT_STORAGE_ENV", "DataConfig",
     "FailureConfig", "GPU_BINDINGS", "LAUNCHERS", "RunConfig", "SCHEDULERS",
     "STORAGE_URI_HINT", "ScalingConfig", "SchedulerConfig", "SetupConfig", "SyncConfig",
     "TomlKey", "WARNING_SIGNALS", "check_scheduler_keys", "check_stop",

@@ -8,6 +8,8 @@ shared ones and the chosen scheduler's (docs/adding-a-scheduler.md).
 """
 from __future__ import annotations
 
+import os
+import shlex
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Type
 
@@ -18,6 +20,63 @@ from ..units import UnitError, parse_walltime
 from .keys import TomlKey, toml, toml_keys
 
 GPU_BINDINGS = ("none", "local_rank", "local_rank_reverse")
+#: Commands that start a container or a job step: as ``scheduler.python`` they would put
+#: the batch step itself (which runs srun/mpiexec) inside, so they are refused with a HINT
+#: naming ``[container]``, which runs each rank in the container instead.
+CONTAINER_COMMANDS = ("apptainer", "singularity", "podman", "podman-hpc", "shifter",
+                      "enroot", "ch-run", "docker", "srun", "mpiexec", "mpirun")
+
+
+def python_argv(value: str, key: str = "scheduler.python") -> List[str]:
+    """``scheduler.python`` as the words of a command, split as the shell would
+    (``"/opt/my env/bin/python" -X dev`` is two words and a flag, never one quoted word).
+    ConfigError for a value the shell cannot split, an empty one, or one that starts a
+    container (its HINT shows the ``[container]`` that does it).
+
+    >>> python_argv('"/opt/my env/bin/python3" -X dev')
+    ['/opt/my env/bin/python3', '-X', 'dev']
+    >>> python_argv("apptainer exec --nv img.sif python3")
+    Traceback (most recent call last):
+    ...
+    hpctrain.errors.ConfigError: scheduler.python: expected the Python interpreter of the batch step, got 'apptainer exec --nv img.sif python3', which runs apptainer: the batch step, which starts the ranks with srun or mpiexec, would run inside it
+    HINT: run each rank in the container with a [container] section: runtime = "apptainer", image = "img.sif", gpu = "--nv", python = "python3"; scheduler.python stays the host's interpreter
+    """
+    try:
+        words = shlex.split(value)
+    except ValueError as e:
+        raise ConfigError(f"{key}: expected an interpreter and its arguments as the shell "
+                          f"would split them, got {value!r}, which the shell cannot split "
+                          f"({e})", hint='e.g. python = "/opt/venv/bin/python3" or '
+                                         '"\"/opt/my env/bin/python3\" -X dev"') from None
+    if not words:
+        raise ConfigError(f"{key}: expected the Python interpreter of the batch step, got "
+                          f"{value!r}", hint='e.g. python = "/opt/venv/bin/python3"')
+    runs = [w for w in words if os.path.basename(w) in CONTAINER_COMMANDS]
+    if runs:
+        raise ConfigError(f"{key}: expected the Python interpreter of the batch step, got "
+                          f"{value!r}, which runs {os.path.basename(runs[0])}: the batch "
+                          "step, which starts the ranks with srun or mpiexec, would run "
+                          "inside it", hint=_container_hint(words))
+    return words
+
+
+def _container_hint(words: List[str]) -> str:
+    """The ``[container]`` section that does what a ``scheduler.python`` of a container
+    command meant (for an ``apptainer exec [options] IMAGE python`` shape; the general
+    words otherwise)."""
+    runtime = os.path.basename(words[0])
+    names = {"apptainer": "apptainer", "singularity": "singularity",
+             "podman-hpc": "podman-hpc", "shifter": "shifter", "ch-run": "charliecloud"}
+    fixed = "; scheduler.python stays the host's interpreter"
+    if runtime in ("apptainer", "singularity") and len(words) >= 4 and words[1] == "exec":
+        options, image, python = words[2:-2], words[-2], words[-1]
+        gpu = [o for o in options if o in ("--nv", "--rocm")]
+        return (f'run each rank in the container with a [container] section: runtime = '
+                f'"{runtime}", image = "{image}"'
+                + (f', gpu = "{" ".join(gpu)}"' if gpu else "")
+                + f', python = "{python}"' + fixed)
+    return ("run each rank in the container with a [container] section (runtime = "
+            f'"{names.get(runtime, "apptainer")}", image = "...", binds, gpu, args)' + fixed)
 # LAUNCHERS, the ``scheduler.launcher`` values, is the launcher registry's live view of
 # its names (hpctrain._internal.base.registry.register_launcher).
 
@@ -83,7 +142,8 @@ class SchedulerConfig:
         "str", "The variable gpu_binding sets (ROCR_VISIBLE_DEVICES on AMD GPUs).",
         schema={"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}))
     python: Optional[str] = field(default=None, metadata=toml(
-        "str", "The Python interpreter in the job (default: the one that submits)."))
+        "str", "The Python interpreter of the batch step, with its arguments as the shell "
+        "splits them (default: the one that submits); a container goes in [container]."))
     directives: Dict[str, Any] = field(default_factory=dict, metadata=toml(
         "directives", 'Extra scheduler options: {"mail-type" = "END"} (Slurm), '
         '{filesystems = "home:eagle"} (PBS); "" removes one.'))
@@ -105,6 +165,13 @@ class SchedulerConfig:
                               f"{', '.join(GPU_BINDINGS)}, got {self.gpu_binding!r}")
         self.launcher_args = list(self.launcher_args or [])
         self.directives = dict(self.directives or {})
+        if self.python is not None:
+            python_argv(self.python)
+
+    @property
+    def python_words(self) -> Optional[List[str]]:
+        """``python`` split as the shell would (:func:`python_argv`), None when not set."""
+        return None if self.python is None else python_argv(self.python)
 
     @property
     def walltime_s(self) -> Optional[int]:

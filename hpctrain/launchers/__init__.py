@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import shlex
 import shutil
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from .._internal.base.registry import LAUNCHERS, get_scheduler, launcher_class, register_launcher
 from ..backends import needs_mpi_launcher
+from ..containers import rank_container, worker_command
 from .base import ExitRecord, Launcher, WorkerGroup
 from .local import LocalLauncher
 from .mpiexec import detect_flavor, mpiexec_argv
@@ -34,7 +35,8 @@ register_launcher("local", "hpctrain.launchers.local:LocalLauncher")
 NAMES = LAUNCHERS
 
 
-def launcher_for(spec: JobSpec, *, here: bool = False) -> Launcher:
+def launcher_for(spec: JobSpec, *, here: bool = False,
+                 run_path: Optional[str] = None) -> Launcher:
     """The launcher a :class:`~hpctrain.spec.JobSpec` asks for inside its allocation
     (``scheduler.launcher``; by default the scheduler's own: srun under Slurm, mpiexec
     under PBS), or, with ``here``, on this machine (the local spawner). The name is looked
@@ -42,7 +44,11 @@ def launcher_for(spec: JobSpec, *, here: bool = False) -> Launcher:
 
     Backends whose ranks must be one MPI job (``mpi``; ``horovod`` with the MPI
     controller) get ``mpiexec`` instead of the local spawner, and ``srun --mpi=pmix``
-    unless ``scheduler.launcher_args`` names an ``--mpi`` plugin itself."""
+    unless ``scheduler.launcher_args`` names an ``--mpi`` plugin itself.
+
+    With ``run_path`` (the run directory) and a ``[container]``, the launcher's
+    ``container`` is the :class:`~hpctrain.containers.RankContainer` its ranks run in
+    (a launcher plugin's options, pyxis' ``--container-image``, among its arguments)."""
 
     sched, scaling = spec.scheduler, spec.scaling
     launcher_args = without_gpu_args(sched.launcher_args) if not scaling.gpus_each \
@@ -51,8 +57,14 @@ def launcher_for(spec: JobSpec, *, here: bool = False) -> Launcher:
     mpi = needs_mpi_launcher(spec.backend, spec.backend_options)
     if name == "local" and mpi:
         name = "mpiexec"
-    return launcher_class(name).for_spec(spec, name=name, launcher_args=launcher_args,
-                                         mpi=mpi)
+    container = None if run_path is None else rank_container(spec, run_path=run_path,
+                                                             launcher=name)
+    if container is not None:
+        launcher_args = list(container.launcher_args) + launcher_args
+    launcher = launcher_class(name).for_spec(spec, name=name, launcher_args=launcher_args,
+                                             mpi=mpi)
+    launcher.container = container
+    return launcher
 
 
 def _is_gpu_option(arg: str) -> bool:
@@ -86,15 +98,19 @@ def without_gpu_args(args) -> list:
 _RUN_DIR = "\0RUN_DIR\0"
 
 
-def launch_line(spec: JobSpec, *, python: str, run_dir: str) -> List[str]:
+def launch_line(spec: JobSpec, *, python: Sequence[str], run_dir: str,
+                run_path: str) -> List[str]:
     """What each attempt of the batch job runs to start the ranks, as shell text
-    (``hpctrain render`` shows it as a comment): the srun or mpiexec argv. ``run_dir`` is
-    the run directory as the script spells it. For ``mpiexec``, whose dialect is read from
+    (``hpctrain render`` shows it as a comment): the srun or mpiexec argv, with the
+    container runtime's words around each rank's interpreter. ``python``: the batch step's
+    interpreter (its words); ``run_dir`` is the run directory as the script spells it,
+    ``run_path`` the path itself. For ``mpiexec``, whose dialect is read from
     ``mpiexec --version`` inside the job, the form of the MPI found here is shown (MPICH's
     when there is none), and a second line says so."""
 
-    launcher = launcher_for(spec)
-    command = [python, "-m", "hpctrain._internal.worker", _RUN_DIR]
+    launcher = launcher_for(spec, run_path=run_path)
+    command = launcher.container.command(_RUN_DIR) if launcher.container is not None \
+        else worker_command(list(python), _RUN_DIR)
     notes: List[str] = []
     if launcher.name == "srun":
 
@@ -125,7 +141,10 @@ def launch_line(spec: JobSpec, *, python: str, run_dir: str) -> List[str]:
                             hostfile=hostfile,
                             extra_args=launcher.extra_args, command=command, env={})
     else:
-        return [f"{launcher.name}: {spec.scaling.num_workers} local processes"]
+        local = f"{launcher.name}: {spec.scaling.num_workers} local processes"
+        if launcher.container is not None:
+            local += ", each: " + shlex.join(command)
+        return [local.replace(shlex.quote(_RUN_DIR), run_dir)]
     text = shlex.join(argv)
     if launcher.name == "mpiexec" and hostfile:  # the variable expands in the job
         text = text.replace(shlex.quote(hostfile), f'"{hostfile}"')

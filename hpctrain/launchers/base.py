@@ -39,6 +39,9 @@ class WorkerGroup:
 
 class Launcher:
     name = "base"
+    #: The container each rank runs in (:class:`hpctrain.containers.RankContainer`, set by
+    #: :func:`hpctrain.launchers.launcher_for`); None: the ranks run on the host.
+    container = None
 
     @classmethod
     def for_spec(cls, spec: JobSpec, *, name: str, launcher_args: Sequence[str],

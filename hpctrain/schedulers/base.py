@@ -222,7 +222,7 @@ class Scheduler:
             commands=[_command_line(c, spec) for c in spec.setup.commands],
             env=[(name, shell_value(value)) for name, value in sorted(spec.env.items())],
             launcher=spec.scheduler.launcher_name,
-            python=shlex.quote(request.python or spec.scheduler.python or sys.executable),
+            python=shlex.join(_python_words(request, spec)),
             run_dir=shlex.quote(request.run_path),
             log_file=f"{request.run_path}/logs/{self.name}-${{{self.job_id_var}}}.out",
             umask="0027" if spec.run.share == "group" else "0077",
@@ -235,8 +235,9 @@ class Scheduler:
         variables.update(overrides)
         from ..launchers import launch_line
 
-        python = request.python or spec.scheduler.python or sys.executable
-        variables["launch"] = launch_line(spec, python=python, run_dir=variables["run_dir"])
+        variables["launch"] = launch_line(spec, python=_python_words(request, spec),
+                                          run_dir=variables["run_dir"],
+                                          run_path=request.run_path)
         check_script_context(variables, spec, request_python=request.python)
         return render_template(self.template, variables, template_dir=self.template_dir)
 
@@ -277,6 +278,19 @@ class Scheduler:
     def resubmit(self, script_path: str, *, after: str) -> str:
         """Submit ``script_path`` again, to start once job ``after`` has ended."""
         raise NotImplementedError(f"the {self.name!r} scheduler cannot resubmit a job")
+
+
+def _python_words(request: BatchRequest, spec: JobSpec) -> List[str]:
+    """The batch step's interpreter as the words of a command: the request's (a path), else
+    ``scheduler.python`` split as the shell would, else this interpreter."""
+    from ..spec import check_script_value
+
+    if request.python:
+        return [request.python]
+    if spec.scheduler.python is not None:  # a line break is refused, never split away
+        check_script_value(spec.scheduler.python, "scheduler.python",
+                           file=spec.where("scheduler.python"))
+    return spec.scheduler.python_words or [sys.executable]
 
 
 @functools.lru_cache(maxsize=None)

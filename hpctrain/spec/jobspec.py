@@ -8,7 +8,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import tomli_w
 
-from ..config import DataConfig, RunConfig, ScalingConfig, SchedulerConfig, SetupConfig
+from ..config import ContainerConfig, DataConfig, RunConfig, ScalingConfig, SchedulerConfig, SetupConfig
 from .._internal.base.tomlfile import show_value as _show
 from .entrypoint import EntryPoint
 from .sections import Ctx, check_table, check_value
@@ -26,6 +26,8 @@ class JobSpec:
     backend_options: Dict[str, Any] = field(default_factory=dict)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     setup: SetupConfig = field(default_factory=SetupConfig)
+    #: The container each rank runs in (``[container]``; no runtime: none).
+    container: ContainerConfig = field(default_factory=ContainerConfig)
     env: Dict[str, str] = field(default_factory=dict)
     site: Optional[str] = None
     #: name → hpctrain.data.HDF5Dataset / SequenceDataset (``[datasets]``, ``datasets=``)
@@ -92,6 +94,9 @@ class JobSpec:
             "scheduler": {k: v for k, v in vars(self.scheduler).items()
                           if v not in (None, [], {}) and v != getattr(_SCHED_DEFAULTS, k, None)},
             "setup": {k: v for k, v in vars(self.setup).items() if v},
+            "container": {k: v for k, v in vars(self.container).items()
+                          if v not in (None, [], {}) and v != getattr(_CONTAINER_DEFAULTS, k)}
+            if self.container.enabled else {},
             "env": self.env,
             # a credential-looking key of a Python train_loop_config (a job file's is
             # refused) stays out of spec.toml and the script: the payload carries it
@@ -114,7 +119,7 @@ class JobSpec:
             from ..callbacks import to_toml as callbacks_toml
 
             out["callbacks"] = callbacks_toml(r.callbacks)
-        for name in ("config", "env", "setup", "scheduler", "datasets", "data", "callbacks",
+        for name in ("config", "env", "setup", "container", "scheduler", "datasets", "data", "callbacks",
                      self.backend, "sweep"):
             if not out.get(name):
                 out.pop(name, None)
@@ -128,6 +133,7 @@ class JobSpec:
 _OMIT = object()
 #: The shared keys' defaults (a scheduler's own options default to None).
 _SCHED_DEFAULTS = SchedulerConfig()
+_CONTAINER_DEFAULTS = ContainerConfig()
 
 
 def _tomlable(value: Any) -> Any:

@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover - Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
 from .._internal.base.formats import SPEC_FORMAT, newer_format
-from ..config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
+from ..config import (CheckpointConfig, ContainerConfig, FailureConfig, RunConfig, ScalingConfig,
                       SchedulerConfig, SetupConfig, scheduler_config_class, toml_keys)
 from ..config.scheduler import resolved_scheduler_table
 from .. import sites
@@ -122,6 +122,8 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
     scheduler = _build(ctx, SchedulerConfig,
                        **check_table(ctx, "scheduler", data.get("scheduler", {})))
     setup = _build(ctx, SetupConfig, **check_table(ctx, "setup", data.get("setup", {})))
+    container = _build(ctx, ContainerConfig,
+                       **check_table(ctx, "container", data.get("container", {})))
     sweep = check_table(ctx, "sweep", data.get("sweep", {}))
     if ("metric" in sweep) != ("mode" in sweep):
         given, missing = ("metric", "mode") if "metric" in sweep else ("mode", "metric")
@@ -135,7 +137,7 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
     spec = _build(ctx, JobSpec, entrypoint=entrypoint, backend=backend, scaling=scaling,
                   run=run_config, config=copy.deepcopy(dict(data.get("config", {}))),
                   backend_options=backend_tables.get(backend, {}), scheduler=scheduler,
-                  setup=setup, env=dict(data.get("env", {})), site=data.get("site"),
+                  setup=setup, container=container, env=dict(data.get("env", {})), site=data.get("site"),
                   datasets=datasets, data_config=data_config,
                   sweep=sweep, source=file, origins=dict(ctx.origins))
     check_script_values(ctx, data)  # after the keys' own checks, whose errors say more
@@ -193,6 +195,9 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
         raise ConfigError('job.entrypoint: missing; expected "module:function" or '
                           '"file.py:function"', file=Ctx(path, origins).where("job.entrypoint"),
                           hint='add  [job]  entrypoint = "train.py:train_func"')
+    if spec.site_config is None or Ctx(path, origins).where("container.runtime") \
+            != spec.site_config.path:  # a site's runtime waits for a job's image
+        spec.container.check_complete(Ctx(path, origins).where("container.image"))
     derive_nodes(spec)
     if check_limits:
         check_site_limits(spec)

@@ -9,7 +9,7 @@ import os
 import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from ..config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
+from ..config import (CheckpointConfig, ContainerConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
                       SchedulerConfig, SetupConfig, TomlKey, scheduler_keys, toml_keys)
 from ..errors import ConfigError
 from .._internal.base.tomlfile import did_you_mean as _did_you_mean
@@ -46,6 +46,7 @@ EXPECTED = {
     "tune": 'a table with type = "..." and the options of that class',
     "thresholds": "a table of result names and numbers",
     "frequency": '"auto" or a number of reports (an integer >= 1)',
+    "binds": 'a table of host path = true or "/path/in/container"',
 }
 
 _FIXED_CLASS_SECTIONS: Dict[str, Any] = {
@@ -53,6 +54,8 @@ _FIXED_CLASS_SECTIONS: Dict[str, Any] = {
     "failure": FailureConfig, "scheduler": SchedulerConfig, "setup": SetupConfig,
     # which [datasets] are split over the ranks (hpctrain.DataConfig); the others whole
     "data": DataConfig,
+    # the container each rank runs in (hpctrain.containers)
+    "container": ContainerConfig,
 }
 
 
@@ -146,7 +149,7 @@ def _keys() -> Dict[str, Optional[Dict[str, TomlKey]]]:
     classes = dict(CLASS_SECTIONS)
     return {name: _section_keys(name, classes)
             for name in ("job", "scaling", "run", "checkpoint", "failure", "scheduler",
-                         "setup", "env", "config", "datasets", "data", "callbacks",
+                         "setup", "container", "env", "config", "datasets", "data", "callbacks",
                          *BACKENDS, "sweep")}
 
 
@@ -171,7 +174,7 @@ TOP_LEVEL_KEYS = {"site": TomlKey("str", "The site config layered under this fil
 TOP_LEVEL = {name: k.kind for name, k in TOP_LEVEL_KEYS.items()}
 
 #: Table kinds whose entries merge key by key across layers (site < job file < --set).
-MERGED_TABLES = ("numbers", "directives", "callback", "space")
+MERGED_TABLES = ("numbers", "directives", "callback", "space", "binds")
 
 _CHOICES: Mapping[str, Sequence[Any]] = _Derived(lambda: {
     f"{name}.{key}": k.choices for name, keys in KEYS.items() for key, k in (keys or {}).items()
@@ -331,6 +334,14 @@ def check_value(ctx: Ctx, key: str, kind: str, value: Any) -> Any:
         return list(value)
     if kind == "callback":
         return copy.deepcopy(value)
+    if kind == "binds":
+        for name, item in value.items():
+            if not (item is True or isinstance(item, str)):
+                raise ctx.error(f"{key}.{name}", "expected true (the same path in the "
+                                "container) or the path in the container, got "
+                                f"{_show(item)} ({_kind(item)})",
+                                f'e.g. binds = {{"{name}" = true}}; "" removes it')
+        return dict(value)
     if kind == "directives":
         out_d: Dict[str, Any] = {}
         for name, item in value.items():

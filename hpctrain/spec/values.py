@@ -129,7 +129,7 @@ def check_script_value(value: Any, key: str, *, file: Optional[str] = None,
 
 #: The sections whose values reach the batch script as shell text, directives or comments
 #: (not only inside the embedded spec, a quoted heredoc of TOML where "\n" stays escaped).
-SCRIPT_SECTIONS = ("scaling", "run", "failure", "scheduler", "setup", "env")
+SCRIPT_SECTIONS = ("scaling", "run", "failure", "scheduler", "setup", "container", "env")
 #: Keys whose own check refuses line breaks already, with its own words: the directives
 #: (:func:`hpctrain.schedulers.base.check_directive`) and ``[env]`` (:func:`check_env`).
 _OWN_SCRIPT_CHECK = ("scheduler.directives", "env")

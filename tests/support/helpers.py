@@ -222,3 +222,27 @@ def pbs_job_file(tmp_path, storage, name, *, function="deterministic", config=No
     return write_job(tmp_path, name, site="generic-pbs", entrypoint=workload(
         f"workloads:{function}"), storage=storage,
         config={"epochs": 3} if config is None else config, **tables)
+
+
+def container_image(*paths):
+    """The container tests' image directory (scripts/container-image.sh: Charliecloud and
+    a minimal Debian image, built once, cached), with a directory for each of ``paths``
+    made in it (ch-run binds onto directories that exist in the image). Fails the test,
+    with the script's output, when it cannot be built."""
+    p = subprocess.run(["bash", os.path.join(ROOT, "scripts", "container-image.sh")],
+                       capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        pytest.fail(f"scripts/container-image.sh failed:\n{p.stdout}\n{p.stderr}")
+    image = p.stdout.strip().splitlines()[-1]
+    for d in paths:
+        os.makedirs(image + d, exist_ok=True)
+    return image
+
+
+def host_python_binds():
+    """The host paths a rank in the test image needs: the interpreter's prefixes (the image
+    holds no Python) and the checkout hpctrain and the tests' workloads are imported from."""
+    import hpctrain
+
+    code = os.path.dirname(os.path.dirname(os.path.abspath(hpctrain.__file__)))
+    return sorted({sys.base_prefix, sys.prefix, code, ROOT})

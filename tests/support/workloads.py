@@ -333,6 +333,24 @@ def on_demand(config):
         torch.save(model.module.state_dict(), _out("final.pt"))
 
 
+#: A file only the container test's image holds (scripts/container-image.sh).
+IMAGE_MARKER = "/etc/hpctrain-test-image"
+
+
+def contained(config):
+    """:func:`on_demand`, each rank first recording where it runs
+    (``container-rank-R.txt``: the attempt, its node, and the test image's marker text, or
+    ``host`` when the rank does not see the image)."""
+    ctx = hpctrain.get_context()
+    inside = "host"
+    if os.path.exists(IMAGE_MARKER):
+        with open(IMAGE_MARKER) as f:
+            inside = f.read().strip()
+    with open(_out(f"container-rank-{ctx.get_world_rank()}.txt"), "a") as f:
+        f.write(f"{ctx.get_attempt()} {os.environ.get('SLURMD_NODENAME')} {inside}\n")
+    on_demand(config)
+
+
 def epoch_order(config):
     """Records the sample indices each rank sees in each epoch (``order-rank-R.jsonl``,
     one line per epoch and attempt) over a prepared, shuffled DataLoader or a shuffled

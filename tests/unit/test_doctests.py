@@ -12,7 +12,10 @@ MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.sched
            "hpctrain._internal.base.checkpoint_interval",
            "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm",
            "hpctrain._internal.nodezygote", "hpctrain.schema",
-           "hpctrain._internal.allocation.supervisor"]
+           "hpctrain._internal.allocation.supervisor", "hpctrain.config.scheduler",
+           "hpctrain.containers", "hpctrain.containers.base", "hpctrain.containers.apptainer",
+           "hpctrain.containers.podman_hpc", "hpctrain.containers.shifter",
+           "hpctrain.containers.pyxis", "hpctrain.containers.charliecloud"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -38,6 +38,7 @@ from hpctrain._internal.worker.entry import (ENV_ATTEMPT, ENV_CKPT_INDEX, ENV_GR
                                              ENV_RESUME, ENV_RUN_DIR, ENV_START_ITER,
                                              ENV_WARNING_SIGNAL, STOP_FILE)
 from hpctrain.launchers.local import LocalLauncher
+from hpctrain.containers import worker_command
 from hpctrain.launchers.warm import WarmLocalLauncher, warm_spares_requested
 
 FINISHED, FAILED, RUNNING, INTERRUPTED = "FINISHED", "FAILED", "RUNNING", "INTERRUPTED"
@@ -85,7 +86,7 @@ def _maybe_warm(launcher: Launcher, python: str, extra_env: Optional[Dict[str, s
     """The local launcher with warm spares when ``HPCTRAIN_WARM_SPARES=1`` (see
     :mod:`hpctrain.launchers.warm`); any other launcher as given."""
 
-    if type(launcher) is LocalLauncher and (
+    if type(launcher) is LocalLauncher and launcher.container is None and (
             warm_spares_requested() or warm_spares_requested(extra_env or {})):
         return WarmLocalLauncher(python)
     return launcher
@@ -243,8 +244,10 @@ class Supervisor:
             env[ENV_HEARTBEAT] = f"{min(DEFAULT_HEARTBEAT_S, max(0.2, self.hang_timeout_s / 5)):g}"
         for d in (self.run.logs_dir(self.job_id), self.run.attempt_dir(attempt)):
             self.run.makedirs(d)  # the run's mode whatever this process's umask
+        container = self.launcher.container
         group = self.launcher.launch(
-            command=[self.python, "-m", "hpctrain._internal.worker", self.run.path],
+            command=container.command(self.run.path) if container is not None
+            else worker_command([self.python], self.run.path),
             env=env, num_workers=self.num_workers, log_dir=self.run.logs_dir(self.job_id),
             on_line=self.on_line)
         stop_written = at_deadline = False

@@ -326,6 +326,26 @@ def launcher_class(name: str) -> Any:
     return LAUNCHERS.load(name)
 
 
+# --------------------------------------------------------------------------- containers
+#: The registered container runtimes (a live view; the ``container.runtime`` values);
+#: entries are ``"module:Class"`` targets of
+#: :class:`~hpctrain.containers.base.ContainerRuntime` subclasses.
+CONTAINERS = _Index("hpctrain.containers", "container runtime", group="hpctrain.containers",
+                    plugin=_class_plugin("ContainerRuntime", "name"))
+
+
+def register_container(name: str, target: str) -> None:
+    """Register the container runtime ``target`` (``"module:Class"``) as the
+    ``container.runtime`` value ``name``."""
+    CONTAINERS.add(name, target)
+
+
+def container_runtime(name: str) -> Any:
+    """The container runtime registered as ``name`` (an instance); ValueError naming the
+    known ones."""
+    return CONTAINERS.load(name)()
+
+
 # --------------------------------------------------------------------------- storage
 #: The registered storage kinds by URI scheme (a live view); entries are ``"module:Class"``
 #: targets of :class:`~hpctrain.storage.base.Storage` subclasses. ``file`` (posix) also

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A real container runtime and a small image for hpctrain's container tests
+# (tests/cluster/test_slurm_container.py): Debian's Charliecloud (`ch-run`, unprivileged,
+# user namespaces) and a minimal Debian image directory built with debootstrap. The image
+# holds no Python: the tests bind the host's interpreter and the checkout into it.
+#
+#   scripts/container-image.sh          install if needed, build once (cached), print the path
+#   scripts/container-image.sh path     print the image's path (built or not)
+#
+# Needs root (apt-get) and Debian's mirror (apt's configured sources). The image lives in
+# $HPCTRAIN_CONTAINER_DIR (default /var/tmp/hpctrain-container); it is complete once
+# etc/hpctrain-test-image exists in it (a half-built one is built again). Why Charliecloud:
+# podman cannot start a container on this machine kind (crun: setrlimit ... Operation not
+# permitted, cgroups in hybrid mode) and Apptainer is not packaged for Debian 12.
+set -euo pipefail
+dir="${HPCTRAIN_CONTAINER_DIR:-/var/tmp/hpctrain-container}"
+img="$dir/debian-bookworm"
+marker="$img/etc/hpctrain-test-image"
+say() { echo "[container-image] $*" >&2; }
+
+if [ "${1:-}" = path ]; then echo "$img"; exit 0; fi
+
+if ! command -v ch-run >/dev/null || ! command -v debootstrap >/dev/null; then
+  say "installing charliecloud-runtime and debootstrap (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq charliecloud-runtime debootstrap >/dev/null
+fi
+
+if [ ! -f "$marker" ]; then
+  say "building $img (debootstrap --variant=minbase, ~2 min, once)"
+  mkdir -p "$dir"
+  rm -rf "$img.partial"
+  suite="$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")"
+  # the shared libraries the host's Python and its extension modules load (the
+  # interpreter itself is bound in from the host)
+  libs=libssl3,libffi8,libsqlite3-0,libbz2-1.0,liblzma5,libreadline8,libncursesw6,libexpat1
+  libs=$libs,libtirpc3,libcrypt1,zlib1g,libstdc++6,libgomp1,libgssapi-krb5-2,libuuid1
+  debootstrap --variant=minbase --include="$libs" "$suite" "$img.partial" \
+    http://deb.debian.org/debian >"$dir/debootstrap.log" 2>&1 \
+    || { say "debootstrap failed, see $dir/debootstrap.log"; tail -5 "$dir/debootstrap.log" >&2; exit 1; }
+  rm -rf "$img"
+  mv "$img.partial" "$img"
+  echo "hpctrain test image ($suite, minbase)" >"$marker"
+fi
+# ch-run 0.31 binds directories only, and the test nodes' names live in the host's
+# /etc/hosts (scripts/slurm-cluster.sh): the image gets a copy, refreshed each time
+cp /etc/hosts "$img/etc/hosts"
+echo "$img"
