@@ -37,6 +37,7 @@ TRANSIENT = re.compile("|".join([
     r"unable to contact slurm controller",           # slurmctld down or restarting
     r"resource temporarily unavailable",             # EAGAIN from the controller's RPC
     r"zero bytes were transmitted",                  # slurm_load_jobs: a cut connection
+    r"unexpected message received",                  # scontrol, slurmctld paused (seen here)
     r"slurm backup controller in standby mode",      # a fail-over under way
     r"server\b[^\n]*\bbusy",                         # "qsub: Server ... busy"
     r"cannot connect to server",                     # PBS: qsub/qstat, server down

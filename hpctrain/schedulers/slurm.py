@@ -271,14 +271,17 @@ class SlurmScheduler(Scheduler):
         disabled": ``JobRequeue=0``, ``--no-requeue``) the script is submitted again with
         ``--dependency=afterany``; any other failure is an error (the requeue may have
         happened all the same, and two chains must never run). A busy controller is asked
-        again (:func:`~.controller.run_controller`); when a call that timed out went
-        through after all, the next one finds the job pending already: requeued."""
+        again (:func:`~.controller.run_controller`); a call that timed out may have gone
+        through after all (slurmctld reads it once it runs again): then the next one finds
+        the job pending, or is ended with this job by the requeue, and that is a success."""
         p = run_controller(["scontrol", "requeue", job_id], raise_when_busy=True, text=True)
         if p.returncode == 0:
             return None
-        if p.retries and "pending" in p.stderr.lower():
-            get_logger("slurm").warning(f"scontrol requeue {job_id}: {p.stderr.strip()} "
-                                        "(an earlier try that timed out requeued it)")
+        if p.retries and (p.returncode < 0 or "pending" in p.stderr.lower() or
+                          scontrol_state(job_id)["State"] in REQUEUED_STATES):
+            get_logger("slurm").warning(
+                f"scontrol requeue {job_id}: {p.stderr.strip() or f'signal {-p.returncode}'}"
+                " (an earlier try that timed out requeued the job)")
             return None
         if "disabled" not in p.stderr.lower():
             # (a timeout may have requeued it all the same: never start a second chain)
@@ -305,6 +308,10 @@ class SlurmScheduler(Scheduler):
 
     def cancel(self, job_id: str) -> None:
         run_controller(["scancel", job_id], text=True).check_returncode()
+
+
+#: ``scontrol show job`` states of a job that was requeued (or is being requeued).
+REQUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "COMPLETING")
 
 
 def _submitit_folder(script_path: str) -> str:
