@@ -329,6 +329,7 @@ class Run:
         supervisor's every poll (raise from it to stop the run). The tracking callbacks
         run beside the supervisor either way."""
         from hpctrain._internal.allocation.attempts import supervise
+        from hpctrain._internal.allocation.interactive import interactive_allocation
         from hpctrain._internal.allocation.job import gpu_binding_env
         from hpctrain._internal.allocation.supervisor import Supervisor
         from hpctrain._internal.allocation.tracking import CallbackRunner
@@ -340,11 +341,19 @@ class Run:
         fc = rc.failure_config
         tracking = CallbackRunner(run, rc.callbacks)
         ticks = [tracking.tick] + ([on_tick] if on_tick else [])
+        # started by hand inside salloc / qsub -I: the allocation's nodes, its launcher
+        inside = interactive_allocation(spec) if allocation is None else None
         if allocation is None:
-            launcher = launcher_for(spec, here=True)
             extra_env = driver_pythonpath()
-            if launcher.name != "local":
-                extra_env.update(local_mpi_env())
+            if inside is not None:
+                launcher = launcher_for(inside.spec, allocation_kind=inside.kind)
+                extra_env.update(gpu_binding_env(spec))
+                if rc.verbose >= 1:
+                    print(f"[hpctrain] {inside.describe(launcher.name)}", flush=True)
+            else:
+                launcher = launcher_for(spec, here=True)
+                if launcher.name != "local":
+                    extra_env.update(local_mpi_env())
             progress = Progress(run, verbose=rc.verbose, echo=self.options.echo_worker_output)
             ticks.insert(0, progress.tick)
             # unique per run, also for trials side by side in one process (a sweep): the
