@@ -395,7 +395,10 @@ class Run:
                       f"{self.path}", flush=True)
             return self.result(self.follow())
         self.check_datasets()  # open each data file before anything is written
+        from hpctrain._internal.allocation.interactive import interactive_allocation
         from hpctrain._internal.rundir.checks import ensure_storage_dir
+
+        interactive_allocation(self.spec)  # inside salloc: a spread it cannot hold, refused now
         from .backends import check_installed
 
         check_installed(self.spec.backend)  # before anything is written, not after every rank failed

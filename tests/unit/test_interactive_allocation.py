@@ -55,3 +55,17 @@ def test_more_nodes_than_the_allocation_or_an_uneven_spread_is_refused():
     assert str(info.value).startswith(
         "scaling.num_workers: 3 workers do not spread evenly over the 2 nodes of slurm "
         "allocation 968")
+
+
+def test_fit_refuses_a_spread_the_allocation_cannot_hold_before_writing(tmp_path,
+                                                                        monkeypatch):
+    from hpctrain import RunConfig
+    from hpctrain.torch import TorchTrainer
+
+    for key, value in SALLOC.items():
+        monkeypatch.setenv(key, value)
+    trainer = TorchTrainer(len, scaling_config=ScalingConfig(num_workers=3),
+                           run_config=RunConfig(name="uneven", storage_path=str(tmp_path)))
+    with pytest.raises(ConfigError, match="3 workers do not spread evenly over the 2 nodes"):
+        trainer.fit()
+    assert list(tmp_path.iterdir()) == []
