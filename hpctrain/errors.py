@@ -178,3 +178,9 @@ class TrainingStoppedError(HpctrainError):
     def __init__(self, message: str, *, result: Any = None):
         super().__init__(message)
         self.result = result
+
+
+class LoginNodeWarning(UserWarning):
+    """A run with no site trains on this machine although a batch system is here and
+    this process is in no allocation (probably a login node). Name a site, or
+    ``site="local"`` to run here on purpose."""

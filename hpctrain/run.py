@@ -329,6 +329,7 @@ class Run:
         supervisor's every poll (raise from it to stop the run). The tracking callbacks
         run beside the supervisor either way."""
         from hpctrain._internal.allocation.attempts import supervise
+        from hpctrain._internal.allocation.interactive import interactive_allocation
         from hpctrain._internal.allocation.job import gpu_binding_env
         from hpctrain._internal.allocation.supervisor import Supervisor
         from hpctrain._internal.allocation.tracking import CallbackRunner
@@ -340,11 +341,20 @@ class Run:
         fc = rc.failure_config
         tracking = CallbackRunner(run, rc.callbacks)
         ticks = [tracking.tick] + ([on_tick] if on_tick else [])
+        # started by hand inside salloc / qsub -I: the allocation's nodes, its launcher
+        inside = interactive_allocation(spec) if allocation is None else None
         if allocation is None:
-            launcher = launcher_for(spec, here=True, run_path=run.path)
             extra_env = driver_pythonpath()
-            if launcher.name != "local":
-                extra_env.update(local_mpi_env())
+            if inside is not None:
+                launcher = launcher_for(inside.spec, allocation_kind=inside.kind,
+                                        run_path=run.path)
+                extra_env.update(gpu_binding_env(spec))
+                if rc.verbose >= 1:
+                    print(f"[hpctrain] {inside.describe(launcher.name)}", flush=True)
+            else:
+                launcher = launcher_for(spec, here=True, run_path=run.path)
+                if launcher.name != "local":
+                    extra_env.update(local_mpi_env())
             progress = Progress(run, verbose=rc.verbose, echo=self.options.echo_worker_output)
             ticks.insert(0, progress.tick)
             # unique per run, also for trials side by side in one process (a sweep): the
@@ -387,7 +397,10 @@ class Run:
                       f"{self.path}", flush=True)
             return self.result(self.follow())
         self.check_datasets()  # open each data file before anything is written
+        from hpctrain._internal.allocation.interactive import interactive_allocation
         from hpctrain._internal.rundir.checks import ensure_storage_dir
+
+        interactive_allocation(self.spec)  # inside salloc: a spread it cannot hold, refused now
         from .backends import check_installed
 
         check_installed(self.spec.backend)  # before anything is written, not after every rank failed

@@ -124,6 +124,11 @@ class Site:
     layer: Dict[str, Any] = field(default_factory=dict)
 
 
+#: The site name that means "no site config: this machine, on purpose" (``site="local"``
+#: in Python, ``site = "local"`` in a job file): it silences the login-node warning.
+LOCAL_SITE = "local"
+
+
 def find_site(name: str, *, key: str = "site", file: Optional[str] = None) -> str:
     """Path of the site config ``name``; a clear error listing the known ones if none."""
     if not isinstance(name, str) or not _NAME.match(name) or ".." in name:

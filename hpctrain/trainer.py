@@ -14,11 +14,13 @@ import os
 from typing import Any, Callable, Dict, Optional
 
 from hpctrain._internal.base.registry import BACKENDS, SCHEDULERS, backend_entry, describe
+from hpctrain._internal.driver.login import warn_if_login_node
 from hpctrain._internal.rundir.layout import RunDir, existing_run
 from .checkpoint import Checkpoint
 from .config import DataConfig, RunConfig, ScalingConfig, SchedulerConfig
 from .errors import ConfigError
 from .result import Result
+from .sites import LOCAL_SITE
 from .run import FROM_PYTHON, Run
 
 
@@ -87,6 +89,11 @@ class DataParallelTrainer:
                               hint='e.g. dataset_config=DataConfig(datasets_to_split=["train"])')
         dataset_config.check_names(list(self.datasets))
         self.dataset_config = dataset_config
+        #: site="local" or an explicit scheduler: the user chose where it runs (no
+        #: login-node warning)
+        self._placed = scheduler is not None or site == LOCAL_SITE
+        if site == LOCAL_SITE:  # "here, on purpose": the local scheduler, no site config
+            site = None
         if scheduler is None:
             scheduler = SchedulerConfig(kind="local")
         elif isinstance(scheduler, str):
@@ -126,8 +133,13 @@ class DataParallelTrainer:
     def fit(self) -> Result:
         """Run the training to the end and return its Result. Raises
         :class:`TrainingFailedError` (with ``.result``) when it failed for good.
-        (``Run(trainer).fit()``: see :class:`hpctrain.run.Run`.)"""
-        return Run.for_trainer(self).fit()
+        (``Run(trainer).fit()``: see :class:`hpctrain.run.Run`.) With no site nor
+        scheduler on a machine with a batch system, outside an allocation, warns once
+        (a :class:`~hpctrain.errors.LoginNodeWarning`): it would train on a login node."""
+        run = Run.for_trainer(self)
+        if run.here and not self._placed and self.restored is None:
+            warn_if_login_node()
+        return run.fit()
 
     def submit(self):
         """Submit the run as a batch job and return at once: a :class:`~hpctrain.job.Job`

@@ -553,9 +553,12 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from hpctrain._internal.driver.login import warn_if_login_node
     from hpctrain.run import Run, RunOptions
 
     spec = _load(args, check_limits=False)
+    if spec.site is None and spec.scheduler.kind == "local":  # (site = "local": on purpose)
+        warn_if_login_node(cli=True)
     _refuse_sweep(spec)
     if args.quiet or args.verbose:  # what this command prints (RunConfig.verbose)
         spec.run.verbose = 0 if args.quiet else 2

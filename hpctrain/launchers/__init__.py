@@ -10,7 +10,8 @@ import shlex
 import shutil
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
-from .._internal.base.registry import LAUNCHERS, get_scheduler, launcher_class, register_launcher
+from .._internal.base.registry import (LAUNCHERS, default_launcher, get_scheduler, launcher_class,
+                                      register_launcher)
 from ..backends import needs_mpi_launcher
 from ..containers import rank_container, worker_command
 from .base import ExitRecord, Launcher, WorkerGroup
@@ -36,11 +37,14 @@ NAMES = LAUNCHERS
 
 
 def launcher_for(spec: JobSpec, *, here: bool = False,
-                 run_path: Optional[str] = None) -> Launcher:
+                 run_path: Optional[str] = None,
+                 allocation_kind: Optional[str] = None) -> Launcher:
     """The launcher a :class:`~hpctrain.spec.JobSpec` asks for inside its allocation
     (``scheduler.launcher``; by default the scheduler's own: srun under Slurm, mpiexec
     under PBS), or, with ``here``, on this machine (the local spawner). The name is looked
     up in the launcher registry and the class builds itself (:meth:`Launcher.for_spec`).
+    ``allocation_kind``: a run started by hand inside that batch system's allocation
+    (``salloc``, ``qsub -I``): its launcher (``scheduler.launcher``, else srun/mpiexec).
 
     Backends whose ranks must be one MPI job (``mpi``; ``horovod`` with the MPI
     controller) get ``mpiexec`` instead of the local spawner, and ``srun --mpi=pmix``
@@ -54,6 +58,8 @@ def launcher_for(spec: JobSpec, *, here: bool = False,
     launcher_args = without_gpu_args(sched.launcher_args) if not scaling.gpus_each \
         else list(sched.launcher_args)
     name = "local" if here else sched.launcher_name
+    if allocation_kind is not None:
+        name = sched.launcher or default_launcher(allocation_kind)
     mpi = needs_mpi_launcher(spec.backend, spec.backend_options)
     if name == "local" and mpi:
         name = "mpiexec"

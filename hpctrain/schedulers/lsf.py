@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, List, Mapping, Optional, Sequence, Tuple
 
@@ -33,6 +32,7 @@ from ..errors import ConfigError
 from ..units import parse_memory
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, array_ranges,
                    check_directive, job_name, merge_directives, warning_seconds)
+from .controller import run_controller
 
 #: bjobs STAT → the Slurm words JobState uses; the job is done in the last four.
 STATES = {"PEND": "PENDING", "WAIT": "PENDING", "RUN": "RUNNING", "PROV": "PENDING",
@@ -165,7 +165,8 @@ class LsfScheduler(Scheduler):
         # from the caller's directory, as bsub by hand: the job starts there; bsub reads
         # the #BSUB lines only from a script on its standard input
         with open(script_path, "rb") as script:
-            p = subprocess.run(argv, stdin=script, capture_output=True, cwd=os.getcwd())
+            text = script.read()
+        p = run_controller(argv, input=text, cwd=os.getcwd(), raise_when_busy=True)
         out, err = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
         job_id = parse_bsub_output(out)
         if p.returncode != 0 or job_id is None:
@@ -176,12 +177,12 @@ class LsfScheduler(Scheduler):
         return job_id
 
     def state(self, job_id: str) -> JobState:
-        p = subprocess.run(["bjobs", "-noheader", "-o", "stat exec_host delimiter='|'",
-                            job_id], capture_output=True, text=True)
+        p = run_controller(["bjobs", "-noheader", "-o", "stat exec_host delimiter='|'",
+                            job_id], text=True)
         return parse_bjobs(job_id, p.stdout, p.stderr)
 
     def cancel(self, job_id: str) -> None:
-        subprocess.run(["bkill", job_id], check=True, capture_output=True, text=True)
+        run_controller(["bkill", job_id], text=True).check_returncode()
 
     # -- inside the job ------------------------------------------------------------------
     @classmethod

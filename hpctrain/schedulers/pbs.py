@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..units import check_mib, check_seconds, clock, parse_memory, parse_walltime
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, check_directive,
                    job_name, merge_directives)
+from .controller import run_controller
 
 
 def format_pbs_walltime(seconds: int) -> str:
@@ -167,8 +168,7 @@ class PbsScheduler(Scheduler):
         from .pbs_submitit import qstat_jobs
 
         try:
-            p = subprocess.run(["qstat", "-f", "-F", "json", job_id], capture_output=True,
-                               text=True, timeout=60)
+            p = run_controller(["qstat", "-f", "-F", "json", job_id], text=True, timeout=60)
         except (OSError, subprocess.SubprocessError):
             return None
         for job in (qstat_jobs(p.stdout) or {}).values():
@@ -276,7 +276,7 @@ class PbsScheduler(Scheduler):
         return JobState(job_id, state, done, info.get("comment", ""), info.get("exec_host", ""))
 
     def cancel(self, job_id: str) -> None:
-        subprocess.run(["qdel", job_id], check=True, capture_output=True, text=True)
+        run_controller(["qdel", job_id], text=True).check_returncode()
 
     def requeue(self, job_id: str, script_path: str) -> str:
         """``qsub -W depend=afterany:<this job> job.sh``; from one subjob of an array (a
@@ -306,7 +306,7 @@ class PbsScheduler(Scheduler):
         from .pbs_submitit import parse_qsub_output
 
         depend = ["-W", f"depend=afterany:{':'.join(after)}"] if after else []
-        p = subprocess.run(["qsub", *depend, script_path], capture_output=True, text=True)
+        p = run_controller(["qsub", *depend, script_path], raise_when_busy=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"qsub refused the resubmission: {p.stderr.strip()}")
         return parse_qsub_output(p.stdout)

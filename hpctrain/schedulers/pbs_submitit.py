@@ -36,6 +36,8 @@ from pathlib import Path
 
 from submitit.core import core, logger, utils
 
+from .controller import run_controller
+
 __all__ = ["FINISHED", "PbsExecutor", "PbsInfoWatcher", "PbsJob", "parse_qsub_output",
            "pbs_state", "qstat_jobs"]
 
@@ -195,7 +197,7 @@ class PbsInfoWatcher(core.InfoWatcher):
         return out
 
     def _run(self, command: tp.List[str]) -> "subprocess.CompletedProcess[bytes]":
-        return subprocess.run(command, capture_output=True, check=False, timeout=120)
+        return run_controller(command, timeout=120)
 
     def update(self) -> None:
         """One qstat call for all watched jobs (same contract as ``core.InfoWatcher.update``)."""
@@ -311,8 +313,8 @@ class PbsExecutor:
         if not path.is_file():
             raise FileNotFoundError(f"PBS script {path} does not exist")
         args = [_no_newline("extra_args", a) for a in extra_args]
-        proc = subprocess.run(["qsub", *args, str(path)], cwd=cwd or str(path.parent),
-                              capture_output=True, check=False, timeout=300)
+        proc = run_controller(["qsub", *args, str(path)], cwd=cwd or str(path.parent),
+                              raise_when_busy=True, timeout=300, retry_on_timeout=False)
         if proc.returncode != 0:
             raise utils.FailedSubmissionError(
                 f"qsub {path} exited {proc.returncode}: {proc.stderr.decode(errors='replace').strip()}")

@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..units import DAY, check_mib, check_seconds, clock, parse_memory
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, array_ranges,
                    check_directive, job_name, merge_directives, warning_seconds)
+from .controller import run_controller
 
 
 def format_slurm_walltime(seconds: int) -> str:
@@ -231,8 +232,8 @@ class SlurmScheduler(Scheduler):
 
     def array_active(self, job_id: str) -> bool:
         try:
-            p = subprocess.run(["squeue", "-h", "-r", "-j", job_id, "-o", "%i"],
-                               capture_output=True, text=True, timeout=30)
+            p = run_controller(["squeue", "-h", "-r", "-j", job_id, "-o", "%i"],
+                               text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             return True  # cannot tell: do not assume it ended
         if p.returncode != 0:
@@ -269,9 +270,18 @@ class SlurmScheduler(Scheduler):
         instance at once). Where requeueing is disabled ("Requested operation is presently
         disabled": ``JobRequeue=0``, ``--no-requeue``) the script is submitted again with
         ``--dependency=afterany``; any other failure is an error (the requeue may have
-        happened all the same, and two chains must never run)."""
-        p = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
+        happened all the same, and two chains must never run). A busy controller is asked
+        again (:func:`~.controller.run_controller`); a call that timed out may have gone
+        through after all (slurmctld reads it once it runs again): then the next one finds
+        the job pending, or is ended with this job by the requeue, and that is a success."""
+        p = run_controller(["scontrol", "requeue", job_id], raise_when_busy=True, text=True)
         if p.returncode == 0:
+            return None
+        if p.retries and (p.returncode < 0 or "pending" in p.stderr.lower() or
+                          scontrol_state(job_id)["State"] in REQUEUED_STATES):
+            get_logger("slurm").warning(
+                f"scontrol requeue {job_id}: {p.stderr.strip() or f'signal {-p.returncode}'}"
+                " (an earlier try that timed out requeued the job)")
             return None
         if "disabled" not in p.stderr.lower():
             # (a timeout may have requeued it all the same: never start a second chain)
@@ -282,8 +292,8 @@ class SlurmScheduler(Scheduler):
         return self.resubmit(script_path, after=job_id)
 
     def resubmit(self, script_path: str, *, after: str) -> str:
-        p = subprocess.run(["sbatch", "--parsable", f"--dependency=afterany:{after}",
-                            script_path], capture_output=True, text=True)
+        p = run_controller(["sbatch", "--parsable", f"--dependency=afterany:{after}",
+                            script_path], raise_when_busy=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"sbatch refused the resubmission: {p.stderr.strip()}")
         return p.stdout.strip().split(";")[0]
@@ -297,7 +307,11 @@ class SlurmScheduler(Scheduler):
                         info.get("NodeList", ""))
 
     def cancel(self, job_id: str) -> None:
-        subprocess.run(["scancel", job_id], check=True, capture_output=True, text=True)
+        run_controller(["scancel", job_id], text=True).check_returncode()
+
+
+#: ``scontrol show job`` states of a job that was requeued (or is being requeued).
+REQUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "COMPLETING")
 
 
 def _submitit_folder(script_path: str) -> str:
@@ -308,8 +322,8 @@ def _submitit_folder(script_path: str) -> str:
 def squeue_states(job_ids: List[str]) -> Dict[str, Dict[str, str]]:
     """``{job_id: {"State", "NodeList", "Reason"}}`` for the jobs squeue still lists."""
     try:
-        out = subprocess.run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%N|%r"],
-                             capture_output=True, text=True, timeout=30)
+        out = run_controller(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%N|%r"],
+                             text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return parse_squeue(out.stdout)
@@ -333,8 +347,8 @@ def scontrol_state(job_id: str) -> Dict[str, str]:
     """State of a job squeue no longer lists, from ``scontrol show job`` (kept for
     MinJobAge after the end); ``ENDED`` once Slurm forgot the job."""
     try:
-        out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
-                             text=True, timeout=30)
+        out = run_controller(["scontrol", "-o", "show", "job", job_id], text=True,
+                             timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return {"State": "UNKNOWN"}
     if out.returncode != 0:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Dict, List
 
 import submitit
-from submitit.core import utils as submitit_utils
 from submitit.slurm import slurm as submitit_slurm
 
 from ..errors import ConfigError
+from .controller import run_controller
 from .slurm import scontrol_state, squeue_states
 
 
@@ -28,9 +28,9 @@ class SqueueFallbackWatcher(submitit_slurm.SlurmInfoWatcher):
         """State of each job, asked now: sacct, else squeue, else scontrol."""
         info: Dict[str, Dict[str, str]] = {}
         try:
-            out = subprocess.run(["sacct", "-o", "JobID,State,NodeList", "--parsable2",
+            out = run_controller(["sacct", "-o", "JobID,State,NodeList", "--parsable2",
                                   *[a for j in job_ids for a in ("-j", j)]],
-                                 capture_output=True, text=True, timeout=30)
+                                 text=True, timeout=30)
             if out.returncode == 0:
                 info.update(self.read_info(out.stdout))
         except (OSError, subprocess.TimeoutExpired):
@@ -67,12 +67,12 @@ class HpctrainSlurmExecutor(submitit.SlurmExecutor):
     def submit_script(self, script_path: str) -> HpctrainSlurmJob:
         path = Path(script_path).resolve()
         command = self._make_submission_command(path)   # ["sbatch", path]
-        try:
-            # from the caller's directory, as sbatch by hand: the job starts there
-            output = submitit_utils.CommandFunction(command, verbose=False)()
-        except submitit_utils.FailedJobError as e:
-            raise ConfigError(f"sbatch refused the job: {str(e).strip()}", file=str(path),
+        # from the caller's directory, as sbatch by hand: the job starts there; again
+        # while the controller is busy (a ControllerBusyError once that lasts too long)
+        p = run_controller(command, raise_when_busy=True, text=True)
+        if p.returncode != 0:
+            raise ConfigError(f"sbatch refused the job: {p.stderr.strip()}", file=str(path),
                               hint="the directives above come from the spec and its site; "
-                                   "`hpctrain render` shows them") from None
-        job_id = self._get_job_id_from_submission_command(output)
+                                   "`hpctrain render` shows them")
+        job_id = self._get_job_id_from_submission_command(p.stdout)
         return HpctrainSlurmJob(folder=self.folder, job_id=job_id, tasks=[0])

@@ -150,7 +150,7 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
 
     Layers, last wins: hpctrain's defaults < the site config (``site``, else the
     overrides' or the job file's ``site = "..."``, else ``$HPCTRAIN_SITE``, else the user
-    config's ``site``) < the user config (account, storage path:
+    config's ``site``; ``"local"``: none, this machine on purpose) < the user config (account, storage path:
     :mod:`hpctrain.userconfig`) < the job file < ``overrides`` (``"section.key=value"``).
     Tables of options (``scheduler.directives``,
     ``scaling.resources_per_worker``, ``[env]``, ``[config]``) merge key by key; other
@@ -176,8 +176,9 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
         if not isinstance(site_name, str):
             raise ConfigError(f"site: expected a site name (a string), got {_show(site_name)}",
                               file=site_file, hint="`hpctrain sites` lists them")
-        site_config = load_site(site_name, key=site_key, file=site_file)
-        layers.append((site_config.layer, site_config.path))
+        if site_name != sites.LOCAL_SITE:  # "local": this machine, on purpose; no config
+            site_config = load_site(site_name, key=site_key, file=site_file)
+            layers.append((site_config.layer, site_config.path))
     layers.extend(user.layer())
     layers.append((data, None))
     layers.append((over, "overrides"))

@@ -3,4 +3,5 @@ follows it and shows its progress.
 
 * :mod:`.submission` — submit, record, follow, find a batch run.
 * :mod:`.progress` — the live progress panel read from ``result.json``.
+* :mod:`.login` — the warning for a run with no site on a login node.
 """
