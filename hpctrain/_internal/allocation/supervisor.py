@@ -71,6 +71,9 @@ class Failure:
     pid: int = 0
 
 
+SETTLE_S = 1.0  # after a rank failed, how long its peers get to end (and record) on their own
+
+
 def compact_ranks(ranks: List[int]) -> str:
     """``[0, 1, 2, 3, 7]`` → ``"0-3, 7"``."""
     spans: List[List[int]] = []
@@ -311,6 +314,12 @@ class Supervisor:
             with self.run.update_state() as s:
                 s["status"] = FINISHED
             return FINISHED
+        if hang is None:
+            # the other ranks a moment to end on their own: ranks that raise the same error
+            # at the same step each record it, and the report names them all
+            settle = time.time() + SETTLE_S
+            while time.time() < settle and len(group.exits()) < self.num_workers:
+                time.sleep(0.05)
         group.terminate(self.kill_grace_s)
         # every exit now, not only those seen when the first failure woke us: a rank
         # killed by a signal is recorded by its own waiter thread, which on a busy node
