@@ -22,12 +22,15 @@ Where each value comes from, most specific first:
   user's choices. The center config is the most general file of all (every cluster of
   the center, every user), so it sits *below* the site config: a cluster's own
   ``[run] storage_path`` beats the center-wide one. ``$HPCTRAIN_STORAGE_PATH``, when set,
-  replaces the user config's ``storage_path`` (a variable beats a file).
+  replaces the user config's ``storage_path`` and the center config's (a variable beats a
+  file) as a default: it is not written in the spec, and a job file's or its site's
+  storage path beats it.
 * without a job file (the Python API, and the commands that find a run by its name:
   ``results``, ``status``, ``logs``, ``cancel``, ``list``) the storage path is found in
   the same order: ``$HPCTRAIN_STORAGE_PATH``, the user config's, the default site's
   (``$HPCTRAIN_SITE``, the user's or the center's ``site``) ``[run] storage_path``, the
-  center config's, else ``~/hpctrain_results``.
+  center config's, else ``~/hpctrain_results``; a run named on the command line is
+  looked for in each of them, in this order.
 
 The center config is read through the checked loader (:mod:`hpctrain._internal.base.trust`):
 it must be a regular file owned by root (or by this user), writable by nobody else, in a
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ._internal.base.tomlfile import did_you_mean, kind_name, loads_toml, read_toml, show_value
 from .errors import ConfigError, UnsafePathError
@@ -84,8 +87,9 @@ class UserDefaults:
         origin is its own file or variable."""
         layers: Dict[str, Dict[str, Any]] = {}
         for key in ("account", "storage_path", "share"):
-            if key not in self.values or key == "storage_path" and not storage:
-                continue
+            if key not in self.values or key == "storage_path" and (
+                    not storage or self.sources[key].startswith("$")):
+                continue  # ($HPCTRAIN_STORAGE_PATH is a default, not written in the spec)
             section, _, name = KEYS[key].partition(".")
             layers.setdefault(self.sources[key], {}).setdefault(section, {})[name] = \
                 self.values[key]
@@ -173,23 +177,32 @@ def default_site(user: Optional[UserDefaults] = None,
     return None, None
 
 
-def storage_default() -> Tuple[Optional[str], Optional[str]]:
-    """``(storage path, where it came from)`` without a job file (module docstring), or
-    ``(None, None)`` for hpctrain's own default."""
+def storage_defaults() -> List[Tuple[str, str]]:
+    """``[(storage path, where it came from)]`` without a job file, first wins (module
+    docstring): ``$HPCTRAIN_STORAGE_PATH`` or the user config's, the default site's
+    ``[run] storage_path``, the center config's. A run is looked up by name in each."""
     user, center = load_user_defaults(), load_center_defaults()
+    out = []
     if "storage_path" in user.values:
-        return user.values["storage_path"], user.sources["storage_path"]
+        out.append((user.values["storage_path"], user.sources["storage_path"]))
     name, _ = default_site(user, center)
     if name is not None:
         site = load_site(name)
-        value = site.layer.get("run", {}).get("storage_path") \
-            if isinstance(site.layer.get("run"), dict) else None
+        run = site.layer.get("run")
+        value = run.get("storage_path") if isinstance(run, dict) else None
         if isinstance(value, str) and value.strip():
-            return _absolute(value, site.path, key="run.storage_path",
-                             base=os.path.dirname(site.path)), site.path
+            out.append((_absolute(value, site.path, key="run.storage_path",
+                                  base=os.path.dirname(site.path)), site.path))
     if "storage_path" in center.values:
-        return center.values["storage_path"], center.sources["storage_path"]
-    return None, None
+        out.append((center.values["storage_path"], center.sources["storage_path"]))
+    return out
+
+
+def storage_default() -> Tuple[Optional[str], Optional[str]]:
+    """The first of :func:`storage_defaults`, or ``(None, None)`` (hpctrain's own
+    default)."""
+    found = storage_defaults()
+    return found[0] if found else (None, None)
 
 
 _EXAMPLES = {"site": "perlmutter", "account": "m1234", "storage_path": "$SCRATCH/hpctrain_runs",

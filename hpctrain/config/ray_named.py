@@ -15,7 +15,7 @@ from ..errors import ConfigError
 from ..naming import RUN_NAME_PATTERN, check_run_name
 from .._internal.base.trust import SHARES
 from ..units import UnitError, parse_memory, parse_walltime
-from ..userconfig import storage_default
+from ..userconfig import storage_defaults
 from .keys import TomlKey, python_only, toml
 from .._internal.base.registry import STORAGE_URI_HINT, storage_for
 
@@ -30,11 +30,18 @@ def default_storage_path() -> str:
     (:func:`hpctrain.userconfig.storage_default`), or ``~/hpctrain_results`` (Ray's
     ``~/ray_results``)."""
 
-    value, where = storage_default()
-    if value:
-        return local_storage_path(value, where if where.startswith("$")
-                                  else f"storage_path ({where})")
-    return os.path.join(os.path.expanduser("~"), "hpctrain_results")
+    return default_storage_paths()[0]
+
+
+def default_storage_paths() -> List[str]:
+    """Every storage path a run named without a path may be under, the default
+    (:func:`default_storage_path`) first: also the default site's and the center
+    config's when a variable or the user config set another."""
+    out = [local_storage_path(value, where if where.startswith("$")
+                              else f"storage_path ({where})")
+           for value, where in storage_defaults()]
+    out = out or [os.path.join(os.path.expanduser("~"), "hpctrain_results")]
+    return list(dict.fromkeys(out))
 
 
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

@@ -172,7 +172,8 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     over.pop("site", None)
     data = {k: v for k, v in data.items() if k != "site"}
     site_key = "site"
-    layers: List[tuple] = center.layer()
+    # (the center's storage path yields to $HPCTRAIN_STORAGE_PATH, as the user config's does)
+    layers: List[tuple] = center.layer(storage="storage_path" not in user.values)
     site_config = None
     if site_name is not None:
         if not isinstance(site_name, str):
