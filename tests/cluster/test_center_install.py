@@ -43,6 +43,16 @@ result = TorchTrainer(train_func, train_loop_config={"epochs": 3},
 print(result.metrics["loss"], result.path)
 """
 
+MISSING_MPI4PY = """
+import sys
+sys.modules["mpi4py"] = None  # not installed
+from hpctrain.backends import check_installed
+try:
+    check_installed("mpi")
+except ImportError as e:
+    print(e)
+"""
+
 TRAIN = """
 import hpctrain
 
@@ -81,9 +91,11 @@ def center(tmp_path_factory):
     base = tempfile.mkdtemp(prefix="hpct-center-", dir="/tmp")
     try:
         machine = Machine(base)
-        # the wheel, built from a copy of the checkout's tracked files (no build/ left here)
+        # the wheel, built from a copy of the checkout's files that git does not ignore (no
+        # build/ left in the checkout)
         src, wheels = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheels")
-        files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+        files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                                "--exclude-standard"], cwd=ROOT, capture_output=True,
                                check=True).stdout.decode().split("\0")
         for f in filter(None, files):
             if os.path.isfile(os.path.join(ROOT, f)):
@@ -161,6 +173,12 @@ def test_the_center_install_as_a_user_gets_it(center):
     assert "FINISHED" in as_alice(center, "results", "readme")
     listed = sorted(l.split("\t")[:3] for l in as_alice(center, "list").splitlines())
     assert listed == [["c1", "run", "FINISHED"], ["readme", "run", "FINISHED"]]
+    # a missing framework's HINT: the packages' own names, and a venv of her own
+    hint = as_alice(center, program=python, code=MISSING_MPI4PY)
+    assert hint.splitlines()[-1] == (
+        f"HINT: {venv} is not yours to change (a center-wide install): make a venv of your "
+        "own over it (docs/sites.md, 'Your own packages') and pip install mpi4py there (built "
+        "against the job's MPI: load the MPI module first)")
     sites = as_alice(center, "sites")
     assert f"storage_path │ {runs}" in sites and loaded["HPCTRAIN_CENTER_CONFIG"] in sites
     assert f"center config: {loaded['HPCTRAIN_CENTER_CONFIG']}\n" in sites
