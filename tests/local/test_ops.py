@@ -304,7 +304,7 @@ def test_a_sites_storage_path_finds_runs_by_name(tmp_path):
 
 
 def test_the_center_config_sits_below_the_site_and_the_user_config(tmp_path):
-    center = f'account = "center-acct"\nstorage_path = "$SCRATCH/center_runs"\nsite = "ctr"\n'
+    center = 'account = "center-acct"\nstorage_path = "$SCRATCH/center_runs"\nsite = "ctr"\n'
     env, center_file, site_file = center_env(tmp_path, center=center)
     env.pop("HPCTRAIN_SITE")  # the center config's site, then
     jobfile = job(tmp_path, str(tmp_path / "runs"))
