@@ -47,7 +47,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ._internal.base.tomlfile import did_you_mean, kind_name, loads_toml, read_toml, show_value
 from .errors import ConfigError, UnsafePathError
 from ._internal.base.trust import SHARES, read_trusted
-from .sites import find_site, load_site
+from .sites import LOCAL_SITE, find_site, load_site
 
 SITE_ENV = "HPCTRAIN_SITE"
 STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
@@ -186,7 +186,7 @@ def storage_defaults() -> List[Tuple[str, str]]:
     if "storage_path" in user.values:
         out.append((user.values["storage_path"], user.sources["storage_path"]))
     name, _ = default_site(user, center)
-    if name is not None:
+    if name is not None and name != LOCAL_SITE:  # ("local": no site config)
         site = load_site(name)
         run = site.layer.get("run")
         value = run.get("storage_path") if isinstance(run, dict) else None
