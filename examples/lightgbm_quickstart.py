@@ -10,7 +10,7 @@ iris-like synthetic pandas DataFrame handed to ``datasets=``:
 ``lightgbm.train`` gets LightGBM's network parameters (``machines``, ``num_machines``,
 ``local_listen_port``) and ``tree_learner="data"`` from hpctrain, so the two workers train
 one model. Run it with ``python examples/lightgbm_quickstart.py``. Needs ``pip install
-'hpctrain[lightgbm]'``.
+'.[lightgbm]'`` (from hpctrain's checkout).
 """
 import lightgbm as lgb
 

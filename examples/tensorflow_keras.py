@@ -7,7 +7,7 @@ for its imports:
     from ray.train.tensorflow import TensorflowTrainer     ->  from hpctrain.tensorflow import TensorflowTrainer
 
 Run it with ``python examples/tensorflow_keras.py`` (runs go to $HPCTRAIN_STORAGE_PATH,
-default ~/hpctrain_results). Needs ``pip install 'hpctrain[tensorflow]'``: tf.keras is
+default ~/hpctrain_results). Needs ``pip install '.[tensorflow]'``: tf.keras is
 Keras 2 (tf-keras), which the backend selects with TF_USE_LEGACY_KERAS=1.
 """
 import json

@@ -9,7 +9,7 @@ validation set — not an average of per-rank accuracies — and rank 0 reports 
 
     python examples/torchmetrics_eval.py [--storage-path DIR] [--workers 2] [--epochs 3]
 
-Needs ``pip install 'hpctrain[torch,data]' torchmetrics``. The data (a small synthetic
+Needs ``pip install '.[torch,data]' torchmetrics``. The data (a small synthetic
 classification problem) is written next to the runs the first time.
 """
 import argparse

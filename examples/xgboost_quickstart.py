@@ -12,7 +12,7 @@ from gbdt_quickstart_data import iris_like  # examples/gbdt_quickstart_data.py
 
 Run it with ``python examples/xgboost_quickstart.py`` (2 workers on this machine; runs go
 to $HPCTRAIN_STORAGE_PATH, default ~/hpctrain_results). Needs ``pip install
-'hpctrain[xgboost]'``.
+'.[xgboost]'`` (from hpctrain's checkout).
 """
 import xgboost
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from ._internal.base.install import pip_install
 from ._internal.base.log import get_logger
 from .errors import ConfigError
 from hpctrain._internal.base.fsutil import atomic_write_json, read_json
@@ -165,8 +166,8 @@ class EventFile:
             from tensorboard.compat.proto.event_pb2 import Event
             from tensorboard.summary.writer.record_writer import RecordWriter
         except ImportError as e:
-            raise ImportError("TensorBoard event files need tensorboard: "
-                              "pip install 'hpctrain[tracking]'") from e
+            raise ImportError("TensorBoard event files need tensorboard.\nHINT: "
+                              + pip_install("tensorboard")) from e
 
         os.makedirs(logdir, exist_ok=True)
         name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
@@ -197,7 +198,7 @@ class EventFile:
 class TensorBoardLoggerCallback(Callback):
     """TensorBoard event files (scalars: every numeric metric, step = the report's
     ``_training_iteration``) in ``logdir`` (default ``<run>/tensorboard``). Needs the
-    ``tensorboard`` package (``pip install 'hpctrain[tracking]'``); no TensorFlow.
+    ``tensorboard`` package (``pip install tensorboard``); no TensorFlow.
     ``tensorboard --logdir <run>/tensorboard`` shows them."""
 
     toml_name = "tensorboard"
@@ -327,8 +328,8 @@ class MLflowLoggerCallback(Callback):
         try:
             from mlflow.tracking import MlflowClient
         except ImportError as e:
-            raise ImportError("MLflowLoggerCallback needs MLflow: pip install "
-                              "'hpctrain[tracking]' (mlflow-skinny)") from e
+            raise ImportError("MLflowLoggerCallback needs MLflow.\nHINT: "
+                              + pip_install("mlflow-skinny")) from e
         uri = self.tracking_uri or "file://" + os.path.join(run.path, "mlruns")
         if uri.startswith("file:") or "://" not in uri:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -434,8 +435,8 @@ class WandbLoggerCallback(Callback):
         try:
             import wandb
         except ImportError as e:
-            raise ImportError("WandbLoggerCallback needs wandb: pip install "
-                              "'hpctrain[tracking]'") from e
+            raise ImportError("WandbLoggerCallback needs wandb.\nHINT: "
+                              + pip_install("wandb")) from e
         state = run.load_state("wandb")
         run_id = state.get("id") or uuid.uuid4().hex[:12]
         self._last_step = int(state.get("last_step", -1))

@@ -53,7 +53,7 @@ from .config import DataConfig, RunConfig, default_storage_path
 from .errors import ConfigError
 from .result import Result, result_or_raise
 from .spec import JobSpec, load_site, merge_layers, resolved_spec, spec_from_dict
-from .userconfig import default_share, load_user_defaults
+from .userconfig import default_share, load_center_defaults, load_user_defaults
 
 _LOCAL_RUNS = itertools.count()
 
@@ -477,7 +477,7 @@ def spec_of_trainer(trainer: Any) -> JobSpec:
         data_config=t.dataset_config)
     if t.site is None and t.scheduler.kind == "local":
         return spec
-    layers = []
+    layers = load_center_defaults().layer(storage=False)  # the center's account
     site = None
     if t.site is not None:
         site = load_site(t.site, key="site", file="TorchTrainer(site=...)")

@@ -81,9 +81,12 @@ def pbs_server():
         yield os.path.join(server_dir, "bin")
 
 # The user's own defaults (hpctrain.userconfig) stay out of the tests: no config file,
-# no default site; tests that need them set their own.
+# no default site; tests that need them set their own...
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="hpctrain-tests-xdg-")
 os.environ.pop("HPCTRAIN_SITE", None)
+# ... and so does the center's /etc/hpctrain/config.toml: a path where none is
+os.environ["HPCTRAIN_CENTER_CONFIG"] = os.path.join(os.environ["XDG_CONFIG_HOME"],
+                                                    "no-center-config.toml")
 
 # Workers inherit these: keep CPU runs small and quiet on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")

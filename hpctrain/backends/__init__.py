@@ -28,6 +28,7 @@ from dataclasses import asdict
 from typing import Any, Dict, Mapping
 
 from ..errors import ConfigError, MissingFrameworkError
+from .._internal.base.install import pip_install
 from .._internal.base.registry import (backend_entry, backend_names, load, register_backend)
 from .base import Backend
 
@@ -35,14 +36,14 @@ from .base import Backend
 register_backend("torch", backend="hpctrain.backends.torch:TorchBackend",
                  config="hpctrain.backends.torch:TorchConfig",
                  trainer="hpctrain.torch:TorchTrainer", config_keyword="torch_config",
-                 requires=("torch",), install="pip install 'hpctrain[torch]'",
+                 requires=("torch",), install=pip_install("torch"),
                  legacy_api=True)
 register_backend("tensorflow", backend="hpctrain.backends.tensorflow:TensorflowBackend",
                  config="hpctrain.backends.tensorflow:TensorflowConfig",
                  trainer="hpctrain.tensorflow:TensorflowTrainer",
                  config_keyword="tensorflow_config", requires=("tensorflow", "tf_keras"),
-                 install="pip install 'hpctrain[tensorflow]' (tensorflow-cpu or tensorflow, "
-                 "and tf-keras)", legacy_api=True)
+                 install=pip_install("tensorflow tf-keras") + " (tensorflow-cpu on a "
+                 "machine without GPUs)", legacy_api=True)
 register_backend("horovod", backend="hpctrain.backends.horovod:HorovodBackend",
                  config="hpctrain.backends.horovod:HorovodConfig",
                  trainer="hpctrain.horovod:HorovodTrainer", config_keyword="horovod_config",
@@ -54,16 +55,16 @@ register_backend("mpi", backend="hpctrain.backends.mpi:MPIBackend",
                  config="hpctrain.backends.mpi:MPIConfig",
                  trainer="hpctrain.mpi:MPITrainer", config_keyword="mpi_config",
                  requires=("mpi4py",),
-                 install="pip install 'hpctrain[mpi]' (mpi4py, built against the job's MPI: "
-                 "load the MPI module first)")
+                 install=pip_install("mpi4py") + " (built against the job's MPI: load "
+                 "the MPI module first)")
 register_backend("xgboost", backend="hpctrain.backends.xgboost:XGBoostBackend",
                  config="hpctrain.backends.xgboost:XGBoostConfig",
                  trainer="hpctrain.xgboost:XGBoostTrainer", config_keyword="xgboost_config",
-                 requires=("xgboost",), install="pip install 'hpctrain[xgboost]'")
+                 requires=("xgboost",), install=pip_install("xgboost pandas"))
 register_backend("lightgbm", backend="hpctrain.backends.lightgbm:LightGBMBackend",
                  config="hpctrain.backends.lightgbm:LightGBMConfig",
                  trainer="hpctrain.lightgbm:LightGBMTrainer", config_keyword="lightgbm_config",
-                 requires=("lightgbm",), install="pip install 'hpctrain[lightgbm]'")
+                 requires=("lightgbm",), install=pip_install("lightgbm pandas"))
 
 
 def check_installed(name: str) -> None:

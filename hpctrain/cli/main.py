@@ -468,18 +468,18 @@ def cmd_sites(args) -> int:
     from hpctrain.sites import available_sites, search_path
     from hpctrain.spec import load_site
 
-    from hpctrain.userconfig import config_path, load_user_defaults
+    from hpctrain.userconfig import center_config_path, config_path, load_user_defaults
 
-    user = load_user_defaults()
     if args.name:
         site = load_site(args.name)
         with open(site.path) as f:
             sys.stdout.write(f.read())
         print(f"# {site.path}", file=sys.stderr)
-        for key, value, source in _default_rows(user):
-            if key != "site" and source != "hpctrain's default":
-                print(f"# {key} = {value!r} from {source} (over this site's value)",
-                      file=sys.stderr)
+        user = load_user_defaults()
+        for key in ("account", "storage_path"):
+            if key in user.values:
+                print(f"# {key} = {user.values[key]!r} from {user.sources[key]} (over this "
+                      "site's value)", file=sys.stderr)
         return 0
     from rich.table import Table
 
@@ -499,11 +499,11 @@ def cmd_sites(args) -> int:
               title_justify="left")
     for col in ("key", "value", "from"):
         d.add_column(col)
-    for row in _default_rows(user):
+    for row in _default_rows():
         d.add_row(*row)
     console.print(d)
-    path = config_path()
-    print(f"user config: {path}" + ("" if os.path.exists(path) else " (none)"))
+    for what, path in (("user config", config_path()), ("center config", center_config_path())):
+        print(f"{what}: {path}" + ("" if os.path.exists(path) else " (none)"))
     return 0
 
 
@@ -514,18 +514,24 @@ def _console():
     return Console() if sys.stdout.isatty() else Console(width=500)
 
 
-def _default_rows(user) -> List[tuple]:
-    """``(key, value, where it came from)`` of each user default."""
+def _default_rows() -> List[tuple]:
+    """``(key, value, where it came from)`` of each default outside a job file: the
+    variables, the user config, the default site (its storage path), the center config."""
     from hpctrain.config import default_storage_path
+    from hpctrain.userconfig import (default_site, load_center_defaults, load_user_defaults,
+                                     storage_default)
 
-    rows = []
-    for key in ("site", "account", "storage_path"):
-        if key in user.values:
-            rows.append((key, user.values[key], user.sources[key]))
-        elif key == "storage_path":
-            rows.append((key, default_storage_path(), "hpctrain's default"))
-        else:
-            rows.append((key, "(none)", "not set"))
+    user, center = load_user_defaults(), load_center_defaults()
+    site, site_from = default_site(user, center)
+    rows = [("site", site, site_from) if site else ("site", "(none)", "not set")]
+    if "account" in user.values or "account" in center.values:
+        where = user if "account" in user.values else center
+        rows.append(("account", where.values["account"], where.sources["account"]))
+    else:
+        rows.append(("account", "(none)", "not set"))
+    value, where = storage_default()
+    rows.append(("storage_path", default_storage_path(), where) if value
+                else ("storage_path", default_storage_path(), "hpctrain's default"))
     return rows
 
 

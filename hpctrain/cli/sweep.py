@@ -16,13 +16,13 @@ if TYPE_CHECKING:  # (for the hints only)
 def sweep_dir_of(name_or_path: str) -> Optional[str]:
     """The sweep directory ``name_or_path`` names (a path, or a name under the default
     storage path), or None when it is not a sweep."""
-    from hpctrain.config import default_storage_path
+    from hpctrain.config import default_storage_paths
     from hpctrain.tune.sweepdir import SweepDir
 
     candidates = [name_or_path]
     if os.sep not in name_or_path and not name_or_path.startswith("."):
-        candidates.append(os.path.join(os.path.expanduser(default_storage_path()),
-                                       name_or_path))
+        candidates += [os.path.join(os.path.expanduser(storage), name_or_path)
+                       for storage in default_storage_paths()]
     return next((os.path.abspath(c) for c in candidates if SweepDir.is_sweep(c)), None)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain.errors import ConfigError, HpctrainError
+from hpctrain._internal.base.install import pip_install
 from hpctrain._internal.rundir.layout import RunDir, read_results
 from hpctrain._internal.base.terminal import markup, plain
 
@@ -248,8 +249,8 @@ def plot_runs(names: Sequence[str], metrics: Sequence[str], output: str,
     try:
         import matplotlib
     except ImportError:
-        raise HpctrainError("hpctrain plot needs matplotlib: pip install "
-                            "'hpctrain[tracking]'") from None
+        raise HpctrainError("hpctrain plot needs matplotlib.\nHINT: "
+                            + pip_install("matplotlib")) from None
     matplotlib.use("Agg")  # no display on a login node
     import matplotlib.pyplot as plt
 

@@ -20,6 +20,7 @@ from .keys import TomlKey, python_only, toml, toml_keys
 from .ray_named import (DEFAULT_STORAGE_ENV, STORAGE_URI_HINT, WARNING_SIGNALS, CheckpointConfig,
                         CheckpointUploadMode, DataConfig, FailureConfig, RunConfig,
                         ScalingConfig, SyncConfig, check_stop, default_storage_path,
+                        default_storage_paths,
                         local_storage_path, upload_mode)
 from .container import ContainerConfig
 from .scheduler import (GPU_BINDINGS, SchedulerConfig, SetupConfig, check_scheduler_keys,
@@ -32,6 +33,6 @@ __all__ = [
     "FailureConfig", "GPU_BINDINGS", "LAUNCHERS", "RunConfig", "SCHEDULERS",
     "STORAGE_URI_HINT", "ScalingConfig", "SchedulerConfig", "SetupConfig", "SyncConfig",
     "TomlKey", "WARNING_SIGNALS", "check_scheduler_keys", "check_stop",
-    "default_storage_path", "kind_field", "local_storage_path", "python_only", "scheduler_config_class",
+    "default_storage_path", "default_storage_paths", "kind_field", "local_storage_path", "python_only", "scheduler_config_class",
     "scheduler_keys", "scheduler_options", "scheduler_title", "toml", "toml_keys", "upload_mode",
 ]

@@ -15,7 +15,7 @@ from ..errors import ConfigError
 from ..naming import RUN_NAME_PATTERN, check_run_name
 from .._internal.base.trust import SHARES
 from ..units import UnitError, parse_memory, parse_walltime
-from ..userconfig import default_storage_path as user_default
+from ..userconfig import storage_defaults
 from .keys import TomlKey, python_only, toml
 from .._internal.base.registry import STORAGE_URI_HINT, storage_for
 
@@ -25,16 +25,23 @@ _GPU_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
 def default_storage_path() -> str:
-    """``$HPCTRAIN_STORAGE_PATH``, the user config's ``storage_path``
-    (:mod:`hpctrain.userconfig`) or ``~/hpctrain_results`` (Ray's ``~/ray_results``)."""
+    """The storage path without a job file: ``$HPCTRAIN_STORAGE_PATH``, the user config's
+    ``storage_path``, the default site's ``[run] storage_path``, the center config's
+    (:func:`hpctrain.userconfig.storage_default`), or ``~/hpctrain_results`` (Ray's
+    ``~/ray_results``)."""
 
-    value = os.environ.get(DEFAULT_STORAGE_ENV)
-    if value:
-        return local_storage_path(value, f"${DEFAULT_STORAGE_ENV}")
-    value = user_default()
-    if value:
-        return local_storage_path(value, "storage_path (user config)")
-    return os.path.join(os.path.expanduser("~"), "hpctrain_results")
+    return default_storage_paths()[0]
+
+
+def default_storage_paths() -> List[str]:
+    """Every storage path a run named without a path may be under, the default
+    (:func:`default_storage_path`) first: also the default site's and the center
+    config's when a variable or the user config set another."""
+    out = [local_storage_path(value, where if where.startswith("$")
+                              else f"storage_path ({where})")
+           for value, where in storage_defaults()]
+    out = out or [os.path.join(os.path.expanduser("~"), "hpctrain_results")]
+    return list(dict.fromkeys(out))
 
 
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from .._internal.base.install import pip_install
 from ..errors import ConfigError, MissingFrameworkError
 
 try:
@@ -36,7 +37,7 @@ try:
 except ImportError as _e:  # a login node or a TF-only venv without NumPy
     raise MissingFrameworkError(
         f"hpctrain.data needs NumPy, which is not importable here ({_e}).\n"
-        "HINT: pip install 'hpctrain[data]' (numpy and h5py)") from None
+        f"HINT: {pip_install('numpy h5py')}") from None
 from .hdf5 import HDF5Dataset, HDF5Shard
 from .parquet import ParquetDataset, ParquetShard, is_parquet_path
 from .plan import REMAINDERS, shard_indices

@@ -10,17 +10,18 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
+from .._internal.base.install import pip_install
 from ..backends.torch import get_device
 from ..errors import ConfigError
 from hpctrain._internal.base.context import current_session
 
 
-def _need(module: str, extra: str):
+def _need(module: str, package: str):
 
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"{module} is not installed: pip install '{extra}'") from e
+        raise ImportError(f"{module} is not installed.\nHINT: {pip_install(package)}") from e
 
 
 def _column_dtypes(dtypes: Any, columns: Any, is_dtype: Callable[[Any], bool],
@@ -68,7 +69,7 @@ def _map_batch(batch: Any, convert: Callable[[Any, Any], Any]) -> Any:
 def torch_device(device: Any) -> Any:
     """``device="auto"`` (or None): this rank's device (``hpctrain.torch.get_device()``)
     inside a training function, the CPU outside one (Ray's rule); else ``device``."""
-    torch = _need("torch", "hpctrain[torch]")
+    torch = _need("torch", "torch")
     if device is None or device == "auto":
 
         if current_session() is None:
@@ -87,7 +88,7 @@ def torch_converter(columns: Any, dtypes: Any = None, device: Any = "auto",
     """What ``iter_torch_batches`` does to each NumPy batch: arrays → tensors of
     ``dtypes`` on ``device``, or ``collate_fn(batch)`` with the tensors it returns moved
     to this rank's device. Checked here, before anything is read."""
-    torch = _need("torch", "hpctrain[torch]")
+    torch = _need("torch", "torch")
     if collate_fn is not None:
         if dtypes is not None or not (device is None or device == "auto"):
             raise ConfigError("iter_torch_batches: collate_fn cannot be used with dtypes or "
@@ -161,14 +162,14 @@ def pandas_frame(batches: Any) -> Any:
 
 
 def torch_dataset(shard, batch_size: int, drop_last: bool):
-    _need("torch", "hpctrain[torch]")
+    _need("torch", "torch")
     from ._torch import ShardIterableDataset
 
     return ShardIterableDataset(shard, batch_size, drop_last)
 
 
 def torch_dataloader(shard, batch_size: int, drop_last: bool, loader_kwargs: Dict[str, Any]):
-    _need("torch", "hpctrain[torch]")
+    _need("torch", "torch")
     from ._torch import ShardDataLoader, ShardIterableDataset
 
     for bad in ("batch_size", "shuffle", "sampler", "batch_sampler"):

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._internal.base.install import pip_install
 from ..errors import ConfigError
 from . import plan
 from .shard import DatasetShard
@@ -30,7 +31,7 @@ def _h5py():
     try:
         import h5py
     except ImportError as e:
-        raise ImportError("reading HDF5 datasets needs h5py: pip install 'hpctrain[data]'") from e
+        raise ImportError(f"reading HDF5 datasets needs h5py.\nHINT: {pip_install('h5py')}") from e
     return h5py
 
 

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._internal.base.install import pip_install
 from ..errors import ConfigError, MissingFrameworkError
 from . import plan
 from .shard import DatasetShard
@@ -34,7 +35,7 @@ def _pyarrow():
 
         raise MissingFrameworkError(
             f"hpctrain.data: Parquet files need pyarrow, which is not importable here ({e})."
-            "\nHINT: pip install 'hpctrain[parquet]' (pyarrow)") from None
+            f"\nHINT: {pip_install('pyarrow')}") from None
     return pq
 
 

@@ -22,7 +22,7 @@ from .. import sites
 from ..errors import ConfigError
 from ..sites import Site, derive_nodes
 from ..sites import check_limits as check_site_limits
-from ..userconfig import load_user_defaults
+from ..userconfig import default_site, load_center_defaults, load_user_defaults
 from .._internal.base.tomlfile import kind_name as _kind
 from .._internal.base.tomlfile import loads_toml as _loads_toml
 from .._internal.base.tomlfile import read_toml as _read_toml
@@ -148,10 +148,12 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
                   require_entrypoint: bool = True, check_limits: bool = True) -> JobSpec:
     """Read ``path`` (TOML), layer it, validate it.
 
-    Layers, last wins: hpctrain's defaults < the site config (``site``, else the
-    overrides' or the job file's ``site = "..."``, else ``$HPCTRAIN_SITE``, else the user
-    config's ``site``; ``"local"``: none, this machine on purpose) < the user config (account, storage path:
-    :mod:`hpctrain.userconfig`) < the job file < ``overrides`` (``"section.key=value"``).
+    Layers, last wins: hpctrain's defaults < the center config (account, storage path,
+    share: :mod:`hpctrain.userconfig`) < the site config (``site``, else the overrides'
+    or the job file's ``site = "..."``, else ``$HPCTRAIN_SITE``, else the user config's
+    ``site``, else the center config's; ``"local"``: none, this machine on purpose) < the
+    user config (account, storage path, share) < the job file < ``overrides``
+    (``"section.key=value"``).
     Tables of options (``scheduler.directives``,
     ``scaling.resources_per_worker``, ``[env]``, ``[config]``) merge key by key; other
     values, arrays included, are replaced whole. With ``check_limits`` the request is
@@ -161,16 +163,17 @@ def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[st
     data = _read_toml(path)
     origins: Dict[str, str] = {}
     over = _apply_overrides({}, overrides, origins, keep_deletes=True)
-    user = load_user_defaults()
+    user, center = load_user_defaults(), load_center_defaults()
     site_name = site if site is not None else over.get("site", data.get("site"))
     site_file = ("command line (--site)" if site is not None else
                  origins.get("site", path))
-    if site_name is None and "site" not in over and user.get("site"):
-        site_name, site_file = user.get("site"), user.sources["site"]
+    if site_name is None and "site" not in over:
+        site_name, site_file = default_site(user, center)
     over.pop("site", None)
     data = {k: v for k, v in data.items() if k != "site"}
     site_key = "site"
-    layers: List[tuple] = []
+    # (the center's storage path yields to $HPCTRAIN_STORAGE_PATH, as the user config's does)
+    layers: List[tuple] = center.layer(storage="storage_path" not in user.values)
     site_config = None
     if site_name is not None:
         if not isinstance(site_name, str):

@@ -8,6 +8,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from ..errors import RunNotFoundError
 from ..result import Result
 from .sweepdir import FAILED, FINISHED, PENDING, SweepDir
+from hpctrain._internal.base.install import pip_install
 from hpctrain._internal.base.metrics import flatten
 from hpctrain._internal.rundir.layout import read_results
 
@@ -154,9 +155,8 @@ class ResultGrid:
         try:
             import pandas as pd
         except ImportError:
-            raise ImportError("ResultGrid.get_dataframe() needs pandas.\n"
-                              "HINT: pip install 'hpctrain[tune]' (or pip install pandas)"
-                              ) from None
+            raise ImportError("ResultGrid.get_dataframe() needs pandas.\nHINT: "
+                              + pip_install("pandas")) from None
 
         rows = []
         for r in self._results:

@@ -252,5 +252,5 @@ def test_hpctrain_data_imports_and_reads_without_tensorflow(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines() == ["[[0, 1], [2, 3], [4]]",
-                                     "tensorflow is not installed: pip install 'tensorflow'"]
+    assert p.stdout.splitlines() == ["[[0, 1], [2, 3], [4]]", "tensorflow is not installed.",
+                                     f"HINT: {sys.executable} -m pip install tensorflow"]

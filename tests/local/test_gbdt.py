@@ -277,5 +277,5 @@ except MissingFrameworkError as e:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert (f"the {module!r} backend needs {module!r}, which is not importable here.\n"
-            f"HINT: pip install 'hpctrain[{module}]'") in p.stdout
+            f"HINT: {sys.executable} -m pip install {module} pandas") in p.stdout
     assert not os.path.exists(os.path.join(storage, "missing"))

@@ -15,83 +15,17 @@ import grp
 import json
 import os
 import pwd
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 
 import pytest
 
-USERS = ("hpct-alice", "hpct-bob", "hpct-eve")
+from multiuser import NEEDS_USERS, have_users, machine  # noqa: F401 - machine: a fixture
 
-
-def _have_users() -> bool:
-    try:
-        for u in USERS:
-            pwd.getpwnam(u)
-        grp.getgrnam("hpct-proj")
-    except KeyError:
-        return False
-    return os.geteuid() == 0
-
-
-pytestmark = pytest.mark.skipif(not _have_users(), reason=(
-    "needs root and the test users of scripts/test-users.sh (the test command makes them)"))
-
-
-class Machine:
-    """A directory tree shared by the three users, as a center's filesystem is:
-    ``proj/`` a setgid project directory of ``hpct-proj`` (2770), ``scratch/`` a
-    world-writable sticky scratch (1777), ``evidence/`` where an attacker's code, if it
-    ever ran, leaves ``id -u``."""
-
-    def __init__(self, base: str):
-        self.base = base
-        self.proj = os.path.join(base, "proj")
-        self.scratch = os.path.join(base, "scratch")
-        self.evidence = os.path.join(base, "evidence")
-        os.chmod(base, 0o755)
-        os.mkdir(self.proj)
-        os.chown(self.proj, 0, grp.getgrnam("hpct-proj").gr_gid)
-        os.chmod(self.proj, 0o2770)
-        for d in (self.scratch, self.evidence):
-            os.mkdir(d)
-            os.chmod(d, 0o1777)
-        for u in USERS:
-            home = os.path.join(base, "home-" + u)
-            os.mkdir(home, 0o700)
-            os.chown(home, pwd.getpwnam(u).pw_uid, pwd.getpwnam(u).pw_gid)
-
-    def run(self, user: str, code: str, *, umask: int = 0o022, stdin: str | None = None,
-            args=None, timeout: float = 300) -> subprocess.CompletedProcess:
-        """``python -c code`` (or ``python args...``) as ``user`` with ``umask``."""
-        pw = pwd.getpwnam(user)
-        groups = [g.gr_gid for g in grp.getgrall() if user in g.gr_mem]
-        home = os.path.join(self.base, "home-" + user)
-        env = {"PATH": os.environ["PATH"], "HOME": home, "XDG_CONFIG_HOME": home,
-               "OMP_NUM_THREADS": "1", "LANG": "C.UTF-8", "BASE": self.base,
-               "EVIDENCE": self.evidence}
-        if os.environ.get("PYTHONPATH"):  # (another checkout of hpctrain, to compare)
-            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-        argv = [sys.executable] + (args or ["-c", textwrap.dedent(code)])
-        return subprocess.run(argv, user=pw.pw_uid, group=pw.pw_gid, extra_groups=groups,
-                              umask=umask, env=env, cwd=home, input=stdin,
-                              capture_output=True, text=True, timeout=timeout)
-
-    def evidence_files(self):
-        return sorted(os.listdir(self.evidence))
-
-
-@pytest.fixture
-def machine():
-    base = tempfile.mkdtemp(prefix="hpct-mu-", dir="/tmp")
-    try:
-        yield Machine(base)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+pytestmark = pytest.mark.skipif(not have_users(), reason=NEEDS_USERS)
 
 
 def uid(user: str) -> int:

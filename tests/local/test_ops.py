@@ -136,7 +136,7 @@ def test_hpctrain_data_without_numpy_says_what_to_install():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "hpctrain.data needs NumPy, which is not importable here" in p.stdout
-    assert "HINT: pip install 'hpctrain[data]' (numpy and h5py)" in p.stdout
+    assert f"HINT: {sys.executable} -m pip install numpy h5py" in p.stdout
 
 
 def test_a_job_with_datasets_without_numpy_exits_2(tmp_path):
@@ -149,7 +149,8 @@ def test_a_job_with_datasets_without_numpy_exits_2(tmp_path):
             f"main(['validate', {str(jobfile)!r}])\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
-    assert "hpctrain.data needs NumPy" in p.stderr and "HINT: pip install" in p.stderr
+    assert "hpctrain.data needs NumPy" in p.stderr
+    assert f"HINT: {sys.executable} -m pip install numpy h5py" in p.stderr
 
 
 # --------------------------------------------------------------------------- b. user defaults
@@ -252,6 +253,99 @@ def test_sites_shows_where_each_default_comes_from(tmp_path):
     assert f"user config: {path}\n" in out
     shown = cli("sites", "polaris", env=env)
     assert f"# account = 'm1234' from {path} (over this site's value)" in shown.stderr
+
+
+# ------------------------------------------------------- c. the center: site and center config
+def center_env(tmp_path, *, site_run="", center=None, user=None, **variables):
+    """A center's install seen by one user: a site ``ctr`` (Slurm, ``[run]`` ``site_run``)
+    on ``$HPCTRAIN_SITE_PATH``, the default site through ``$HPCTRAIN_SITE`` (an Lmod
+    module's), ``center`` as the center config (``$HPCTRAIN_CENTER_CONFIG``), ``user`` as
+    the user config, ``$SCRATCH`` a directory of this test."""
+    sites = tmp_path / "sites"
+    sites.mkdir(exist_ok=True)
+    (sites / "ctr.toml").write_text('[site]\nname = "ctr"\nscheduler = "slurm"\n'
+                                    '[scheduler]\npartition = "p"\n' + textwrap.dedent(site_run))
+    env, _ = user_env(tmp_path, user, HPCTRAIN_SITE_PATH=str(sites), HPCTRAIN_SITE="ctr",
+                      SCRATCH=str(tmp_path / "scratch"), **variables)
+    center_file = tmp_path / "etc" / "config.toml"
+    center_file.parent.mkdir(exist_ok=True)
+    if center is not None:
+        center_file.write_text(textwrap.dedent(center))
+    env["HPCTRAIN_CENTER_CONFIG"] = str(center_file)
+    return env, str(center_file), str(sites / "ctr.toml")
+
+
+def defaults_table(out):
+    """``{key: [value, from]}`` of ``hpctrain sites``' table of defaults."""
+    return {l.split("│")[1].strip(): [c.strip() for c in l.split("│")[2:4]]
+            for l in out.splitlines() if l.count("│") == 4}
+
+
+def test_a_sites_storage_path_finds_runs_by_name(tmp_path):
+    """The site's ``[run] storage_path = "$SCRATCH/..."`` (issue 31): the run goes there,
+    and ``results``, ``status``, ``list`` find it by name; ``sites`` names the site file."""
+    env, _, site_file = center_env(tmp_path, site_run='[run]\nstorage_path = '
+                                                      '"$SCRATCH/hpctrain_runs"\n')
+    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "job.toml").write_text('[job]\nentrypoint = "train.py:train"\n'
+                                       '[run]\nname = "s1"\n')
+    runs = tmp_path / "scratch" / "hpctrain_runs"
+    assert f"run FINISHED: {runs}/s1" in cli("run", str(tmp_path / "job.toml"), env=env).stdout
+    assert "FINISHED" in cli("results", "s1", env=env).stdout
+    assert "FINISHED" in cli("status", "s1", env=env).stdout
+    assert [l.split("\t")[:2] for l in cli("list", env=env).stdout.splitlines()] == \
+        [["s1", "run"]]
+    assert defaults_table(cli("sites", env=env).stdout)["storage_path"] == [str(runs), site_file]
+    # a variable set to elsewhere does not hide the site's runs from a lookup by name
+    env["HPCTRAIN_STORAGE_PATH"] = str(tmp_path / "elsewhere")
+    assert "FINISHED" in cli("results", "s1", env=env).stdout
+    p = cli("results", "nope", env=env, check=False)
+    assert p.returncode == 2 and f"or '{runs}/nope'" in p.stderr, p.stderr
+
+
+def test_the_center_config_sits_below_the_site_and_the_user_config(tmp_path):
+    center = 'account = "center-acct"\nstorage_path = "$SCRATCH/center_runs"\nsite = "ctr"\n'
+    env, center_file, site_file = center_env(tmp_path, center=center)
+    env.pop("HPCTRAIN_SITE")  # the center config's site, then
+    jobfile = job(tmp_path, str(tmp_path / "runs"))
+    lines = sbatch_lines(cli("render", jobfile, env=env).stdout)
+    assert "--account=center-acct" in lines and "--partition=p" in lines
+    rows = defaults_table(cli("sites", env=env).stdout)
+    assert rows["site"] == ["ctr", center_file]
+    assert rows["account"] == ["center-acct", center_file]
+    assert rows["storage_path"] == [str(tmp_path / "scratch" / "center_runs"), center_file]
+    # the site's account and storage path beat the center's; the user's account the site's
+    (tmp_path / "b").mkdir()
+    env, _, site_file = center_env(tmp_path / "b", center=center, site_run=(
+        'account = "site-acct"\n[run]\nstorage_path = "/x/site_runs"\n'))
+    assert "--account=site-acct" in sbatch_lines(cli("render", jobfile, env=env).stdout)
+    assert defaults_table(cli("sites", env=env).stdout)["storage_path"] == \
+        ["/x/site_runs", site_file]
+    env, _, _ = center_env(tmp_path / "b", center=center, user='account = "mine"\n')
+    assert "--account=mine" in sbatch_lines(cli("render", jobfile, env=env).stdout)
+
+
+@pytest.mark.parametrize("center, mode, expected", [
+    pytest.param('acount = "p1"\n', 0o644, ["acount: unknown key in the center config",
+                                            "HINT: did you mean 'account'?"], id="unknown-key"),
+    pytest.param('storage_path = 5\n', 0o644,
+                 ["storage_path: expected a non-empty string, got 5 (integer)"], id="type"),
+    pytest.param('account = "p1"\n', 0o666,
+                 ["the center config is refused: refusing the center config",
+                  "it is writable by group and other users (mode 0666)",
+                  "HINT: every user's hpctrain reads it, so it must be owned by root"],
+                 id="writable-by-others"),
+])
+def test_a_bad_or_unsafe_center_config_is_refused_naming_the_file(tmp_path, center, mode,
+                                                                   expected):
+    env, center_file, _ = center_env(tmp_path, center=center)
+    os.chmod(center_file, mode)
+    for args in (["render", job(tmp_path, str(tmp_path / "runs"))], ["sites"]):
+        p = cli(*args, env=env, check=False)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert f"hpctrain: error: {center_file}: " in p.stderr
+        for text in expected:
+            assert text in p.stderr, p.stderr
 
 
 # --------------------------------------------------------------------------- d. list, sweeps

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from hpctrain._internal.driver.progress import Progress
 from hpctrain._internal.rundir.checks import check_shared_storage, ensure_storage_dir
-from hpctrain.config import default_storage_path
+from hpctrain.config import default_storage_paths
 from hpctrain.errors import ConfigError, TrainingFailedError
 from hpctrain._internal.base.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import LineTail, RunDir
@@ -207,15 +207,17 @@ def resolve_run(name_or_path: str) -> RunDir:
 
     candidates = [name_or_path]
     if os.sep not in name_or_path and not name_or_path.startswith("."):
-        storage = os.path.expanduser(default_storage_path())
-        candidates.append(storage_for(storage).run_location(storage, name_or_path))
+        for storage in default_storage_paths():  # the default's, the site's, the center's
+            storage = os.path.expanduser(storage)
+            candidates.append(storage_for(storage).run_location(storage, name_or_path))
     for c in candidates:
         run = RunDir(c)  # (a location of another storage kind: its control directory)
         if os.path.isdir(run.internal_dir) or os.path.exists(run.state_file):
             return run
     raise ConfigError(f"no run directory at {name_or_path!r}"
-                      + (f" or {candidates[1]!r}" if len(candidates) > 1 else ""),
+                      + "".join(f" or {c!r}" for c in candidates[1:]),
                       hint="give the run directory's path, or set HPCTRAIN_STORAGE_PATH "
+                           "(or storage_path in ~/.config/hpctrain/config.toml) "
                            "to find runs by name")
 
 

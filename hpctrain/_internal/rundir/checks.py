@@ -41,7 +41,8 @@ def _storage_key_where(spec) -> Tuple[str, Optional[str]]:
     if spec.run.storage_path is None:
 
         return key, (f"the default storage path (${DEFAULT_STORAGE_ENV}, the user config's "
-                     "storage_path, or ~/hpctrain_results)")
+                     "storage_path, the default site's, the center config's, or "
+                     "~/hpctrain_results)")
     return key, spec.where(key)
 
 

@@ -50,6 +50,7 @@ from filelock import FileLock
 
 from . import Domain
 from ...errors import ConfigError
+from ..._internal.base.install import pip_install
 from ..._internal.base.trust import makedirs, modes_of
 
 JOURNAL = os.path.join("search", "optuna-journal.log")
@@ -61,8 +62,8 @@ def _optuna():
     try:
         import optuna
     except ImportError:
-        raise ImportError("OptunaSearch needs optuna.\nHINT: pip install 'hpctrain[tune]' "
-                          "(or pip install optuna)") from None
+        raise ImportError("OptunaSearch needs optuna.\nHINT: " + pip_install("optuna")
+                          ) from None
     return optuna
 
 
