@@ -294,7 +294,8 @@ class Supervisor:
             failures = s["failures"]
         if self.max_failures == -1 or failures <= self.max_failures:
             self.run.clean_incomplete()
-            self._log(f"rank {failure.rank} failed ({failure.summary}); restarting the worker "
+            who = f"rank {failure.rank} failed" if failure.rank >= 0 else "the launcher failed"
+            self._log(f"{who} ({failure.summary}); restarting the worker "
                       f"group from the latest checkpoint (failure {failures} of "
                       f"{'unlimited' if self.max_failures == -1 else self.max_failures})")
             return None
@@ -381,7 +382,10 @@ class Supervisor:
         if any(x.rank >= 0 for x in failed):  # the launcher named the ranks: drop the step
             failed = [x for x in failed if x.rank >= 0]
         for x in failed:
-            if x.rank not in seen:
+            if x.message:  # the launcher could not start the ranks: its own words
+                candidates.append(Failure(x.rank, x.time, x.message.splitlines()[0],
+                                          x.message + "\n"))
+            elif x.rank not in seen:
                 how = (f"killed by signal {-x.returncode}" if x.returncode < 0
                        else f"exit code {x.returncode}")
                 candidates.append(Failure(x.rank, x.time, f"rank {x.rank} {how}",
@@ -399,7 +403,8 @@ class Supervisor:
 
     def _write_error(self, attempt: int, f: Failure) -> None:
         where = f" on {f.host} (pid {f.pid})" if f.host else ""
-        text = (f"Training failed: rank {f.rank}{where}, attempt {attempt}, job "
+        who = f"rank {f.rank}" if f.rank >= 0 else "the launcher"
+        text = (f"Training failed: {who}{where}, attempt {attempt}, job "
                 f"{self.job_id}, at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(f.time))}"
                 f"\n\n{f.traceback}")
         atomic_write_bytes(self.run.error_file, text.encode(), sync=False,
