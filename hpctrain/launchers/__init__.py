@@ -15,6 +15,7 @@ from ..backends import needs_mpi_launcher
 from .base import ExitRecord, Launcher, WorkerGroup
 from .local import LocalLauncher
 from .mpiexec import detect_flavor, mpiexec_argv
+from .pbsdsh import pbsdsh_argv
 from .srun import srun_argv
 
 if TYPE_CHECKING:  # (for the hints only)
@@ -28,6 +29,7 @@ __all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "launcher_f
 register_launcher("srun", "hpctrain.launchers.srun:SrunLauncher")
 register_launcher("mpiexec", "hpctrain.launchers.mpiexec:MpiexecLauncher")
 register_launcher("mpirun", "hpctrain.launchers.mpiexec:MpiexecLauncher")
+register_launcher("pbsdsh", "hpctrain.launchers.pbsdsh:PbsdshLauncher")
 register_launcher("local", "hpctrain.launchers.local:LocalLauncher")
 
 #: The registered launcher names (a live view).
@@ -124,6 +126,13 @@ def launch_line(spec: JobSpec, *, python: str, run_dir: str) -> List[str]:
                             workers_per_node=launcher.workers_per_node,
                             hostfile=hostfile,
                             extra_args=launcher.extra_args, command=command, env={})
+    elif launcher.name == "pbsdsh":
+        argv = pbsdsh_argv("pbsdsh", node_index="NODE", env_file="ENV_FILE", command=command,
+                           extra_args=launcher.extra_args)
+        notes.append(f"(one per rank, {spec.scaling.num_workers} in all, "
+                     f"{launcher.workers_per_node or 'all slots'} per node: NODE is the "
+                     "node's first line in $PBS_NODEFILE, ENV_FILE the rank's environment, "
+                     "logs/<job>/.tm-env.rank-R)")
     else:
         return [f"{launcher.name}: {spec.scaling.num_workers} local processes"]
     text = shlex.join(argv)
