@@ -189,7 +189,8 @@ class PbsdshWorkerGroup(LocalWorkerGroup):
 
     def _exit_record(self, rank: int, code: int) -> ExitRecord:
         rc, message = task_exit(code, "\n".join(self._tails.get(rank, [])))
-        return ExitRecord(rank, rc, time.time(), message)
+        # a task never started: the launcher's failure (rank -1), not the rank's
+        return ExitRecord(-1 if message else rank, rc, time.time(), message)
 
     def terminate(self, grace: float = 10.0) -> None:
         super().terminate(grace)  # SIGTERM: pbsdsh kills its task (tm_kill)

@@ -65,6 +65,8 @@ class Failure:
     traceback: str
     host: str = ""
     pid: int = 0
+    #: the launcher could not start the ranks (its own message): never a consequence
+    launcher: bool = False
 
 
 def _maybe_warm(launcher: Launcher, python: str, extra_env: Optional[Dict[str, str]]):
@@ -87,7 +89,7 @@ def is_secondary(f: Failure) -> bool:
     >>> is_secondary(Failure(1, 0.0, "ValueError: bad shape", "ValueError: bad shape"))
     False
     """
-    return any(s in f.summary or s in f.traceback for s in SECONDARY)
+    return not f.launcher and any(s in f.summary or s in f.traceback for s in SECONDARY)
 
 
 class Supervisor:
@@ -380,11 +382,11 @@ class Supervisor:
                                           e.get("pid", 0)))
         seen = {c.rank for c in candidates}
         if any(x.rank >= 0 for x in failed):  # the launcher named the ranks: drop the step
-            failed = [x for x in failed if x.rank >= 0]
+            failed = [x for x in failed if x.rank >= 0 or x.message]
         for x in failed:
             if x.message:  # the launcher could not start the ranks: its own words
                 candidates.append(Failure(x.rank, x.time, x.message.splitlines()[0],
-                                          x.message + "\n"))
+                                          x.message + "\n", launcher=True))
             elif x.rank not in seen:
                 how = (f"killed by signal {-x.returncode}" if x.returncode < 0
                        else f"exit code {x.returncode}")
