@@ -205,7 +205,7 @@ MPI_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": 
 
 def pbs_job_file(tmp_path, storage, name, *, function="deterministic", config=None,
                  time_="00:10:00", warning=None, failure=(), launcher="mpirun", setup=None,
-                 pythonpath=False, scaling=None):
+                 pythonpath=False, scaling=None, site="generic-pbs"):
     """A PBS job spec for tests/support/workloads.py:<function> (site generic-pbs, queue
     workq, 2 workers on one node, Open MPI's mpirun allowed to run as root): one file for
     the fake-MoM tests (test_pbs_flow, test_pbs_recovery) and the real server's
@@ -221,6 +221,6 @@ def pbs_job_file(tmp_path, storage, name, *, function="deterministic", config=No
     if setup:
         tables["setup"] = {"commands": setup}
     tables["env"] = {**MPI_AS_ROOT, **({"PYTHONPATH": ROOT} if pythonpath else {})}
-    return write_job(tmp_path, name, site="generic-pbs", entrypoint=workload(
+    return write_job(tmp_path, name, site=site, entrypoint=workload(
         f"workloads:{function}"), storage=storage,
         config={"epochs": 3} if config is None else config, **tables)
