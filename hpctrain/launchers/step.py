@@ -43,6 +43,7 @@ class StepWorkerGroup(WorkerGroup):
         self._log.write((HEADER + shlex.join(self.argv) + "\n").encode())
         self._log.flush()
         self._log_dir = log_dir
+        self._under_pbs = bool(env.get("PBS_NODEFILE"))
         self._rank_logs = rank_log_sizes(log_dir)  # a rank that starts writes its log
         env = dict(env)
         env[ENV_RANK_LOG_DIR] = log_dir
@@ -78,7 +79,8 @@ class StepWorkerGroup(WorkerGroup):
             message = "" if ranks else start_failure(
                 os.path.basename(self.argv[0]), text, ranks_started=started)
             if message:
-                records[0] = ExitRecord(-1, code, now, message)
+                records[0] = ExitRecord(-1, code, now, message + (PBS_HINT if self._under_pbs
+                                                                  else ""))
         self._records = records
         self._exit = records[0]
 
@@ -100,6 +102,11 @@ class StepWorkerGroup(WorkerGroup):
             _signal_group(self.proc.pid, signal.SIGKILL)
             self._poll(30.0)
 
+
+#: Added to a launcher's start failure inside a PBS job.
+PBS_HINT = ("\nHINT: on PBS nodes that refuse ssh, with an MPI built without PBS's TM "
+            "support, set scheduler.launcher = \"pbsdsh\": PBS's own task manager starts "
+            "the ranks (not for backends that need one MPI job)")
 
 #: The first line of each attempt's part of ``launcher.out``: the command it ran.
 HEADER = "[hpctrain] "

@@ -263,6 +263,8 @@ def test_mpirun_that_cannot_reach_the_second_mom_is_reported_as_the_launcher(
     text = open(os.path.join(run, "error.txt")).read()
     assert text.startswith("Training failed: the launcher, attempt 1")
     assert "left no traceback" not in text
+    assert 'HINT: on PBS nodes that refuse ssh, with an MPI built without PBS\'s TM support, ' \
+           'set scheduler.launcher = "pbsdsh"' in text
 
 
 def test_cancel_of_a_running_job(tmp_path, storage, pbs):
