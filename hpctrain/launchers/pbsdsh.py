@@ -227,8 +227,13 @@ class PbsdshLauncher(Launcher):
         if not nodefile:
             raise ConfigError("scheduler.launcher = \"pbsdsh\": PBS_NODEFILE is not set; "
                               "expected to run inside a PBS job", hint=_HINT)
-        with open(nodefile) as f:
-            text = f.read()
+        try:
+            with open(nodefile) as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError(f"scheduler.launcher = \"pbsdsh\": cannot read PBS_NODEFILE "
+                              f"{nodefile} ({e.strerror}); expected the job's host list",
+                              hint=_HINT) from None
         nodes = tm_nodes(text)
         per_node = self.workers_per_node or max(
             1, sum(1 for line in text.splitlines() if line.strip()) // max(1, len(nodes)))

@@ -88,7 +88,7 @@ def fit_with_pbsdsh(func, storage, *, config, name, max_failures=0):
 def test_one_task_per_node_trains_like_the_local_launcher(tmp_path, storage, pbsdsh):
     result = fit_with_pbsdsh(workloads.deterministic_with_info, storage,
                              config={"epochs": 2}, name="tm")
-    assert pbsdsh.read_text().splitlines() == [
+    assert sorted(pbsdsh.read_text().splitlines()) == [  # both start at once
         f"-n {i} -- /bin/sh -c . \"$0\" && exec \"$@\" {result.path}/logs/"
         f"{run_state(result.path)['job_ids'][0]}/.tm-env.rank-{i} {sys.executable} -m "
         f"hpctrain._internal.worker {result.path}" for i in (0, 1)]
@@ -150,5 +150,10 @@ def test_too_few_nodes_and_no_pbsdsh_are_clear_errors(tmp_path, pbsdsh, monkeypa
            "PBS_CONF_FILE": str(tmp_path / "none.conf")}
     with pytest.raises(ConfigError, match=r"pbsdsh was not found on PATH nor in "
                                           r"\$PBS_EXEC/bin \(PBS_EXEC unknown\)"):
+        launcher.launch(command=["true"], env=env, num_workers=2,
+                        log_dir=str(tmp_path / "logs"))
+    env["PBS_NODEFILE"] = str(tmp_path / "gone")
+    with pytest.raises(ConfigError, match=r"cannot read PBS_NODEFILE .*gone \(No such file or "
+                                          r"directory\); expected the job's host list"):
         launcher.launch(command=["true"], env=env, num_workers=2,
                         log_dir=str(tmp_path / "logs"))
