@@ -101,7 +101,8 @@ def test_one_task_per_node_trains_like_the_local_launcher(tmp_path, storage, pbs
         (0, 0, 0, 2, 1, "localhost"), (1, 0, 1, 2, 1, "localhost")]
     assert infos[0]["cwd"] == os.getcwd()  # the batch step's directory, not MoM's $HOME
     logs = os.path.join(result.path, "logs", run_state(result.path)["job_ids"][0])
-    assert sorted(os.listdir(logs)) == ["launcher.out", "rank-0.out", "rank-1.out"]  # env files gone
+    # the environment files are gone
+    assert sorted(os.listdir(logs)) == ["launcher.out", "rank-0.out", "rank-1.out"]
     assert "rank 1 runs on" in open(os.path.join(logs, "rank-1.out")).read()
     assert "not-on-any-command-line" not in open(os.path.join(logs, "launcher.out")).read()
     local = fit_with_local(storage)
