@@ -212,7 +212,8 @@ def print_results(name_or_path: str, console=None) -> None:
         for a in attempts:
             note = []
             if a.get("failed_rank") is not None:
-                note.append(f"rank {a['failed_rank']}: {a.get('error', '')}")
+                who = "the launcher" if a["failed_rank"] < 0 else f"rank {a['failed_rank']}"
+                note.append(f"{who}: {a.get('error', '')}")
             if a.get("warning"):
                 note.append(f"warned: {a['warning']}")
             if a.get("skipped_checkpoints"):

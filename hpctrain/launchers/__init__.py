@@ -17,6 +17,7 @@ from ..containers import rank_container, worker_command
 from .base import ExitRecord, Launcher, WorkerGroup
 from .local import LocalLauncher
 from .mpiexec import detect_flavor, mpiexec_argv
+from .pbsdsh import pbsdsh_argv
 from .srun import srun_argv
 
 if TYPE_CHECKING:  # (for the hints only)
@@ -30,6 +31,7 @@ __all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "launcher_f
 register_launcher("srun", "hpctrain.launchers.srun:SrunLauncher")
 register_launcher("mpiexec", "hpctrain.launchers.mpiexec:MpiexecLauncher")
 register_launcher("mpirun", "hpctrain.launchers.mpiexec:MpiexecLauncher")
+register_launcher("pbsdsh", "hpctrain.launchers.pbsdsh:PbsdshLauncher")
 register_launcher("local", "hpctrain.launchers.local:LocalLauncher")
 
 #: The registered launcher names (a live view).
@@ -146,6 +148,13 @@ def launch_line(spec: JobSpec, *, python: Sequence[str], run_dir: str,
                             workers_per_node=launcher.workers_per_node,
                             hostfile=hostfile,
                             extra_args=launcher.extra_args, command=command, env={})
+    elif launcher.name == "pbsdsh":
+        argv = pbsdsh_argv("pbsdsh", node_index="NODE", env_file="ENV_FILE", command=command,
+                           extra_args=launcher.extra_args)
+        notes.append(f"(one per rank, {spec.scaling.num_workers} in all, "
+                     f"{launcher.workers_per_node or 'all slots'} per node: NODE is the "
+                     "node's first line in $PBS_NODEFILE, ENV_FILE the rank's environment, "
+                     "logs/<job>/.tm-env.rank-R)")
     else:
         local = f"{launcher.name}: {spec.scaling.num_workers} local processes"
         if launcher.container is not None:

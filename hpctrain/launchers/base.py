@@ -16,11 +16,15 @@ LineSink = Callable[[int, str], None]
 @dataclass(frozen=True)
 class ExitRecord:
     """How one rank (or, for launchers that see only one process, the whole step: rank -1)
-    ended: its exit code (negative: killed by that signal) and when it was seen."""
+    ended: its exit code (negative: killed by that signal) and when it was seen.
+    ``message``: set when the launcher itself could not start the ranks ("the launcher
+    mpirun could not start the ranks: ssh: connect to host n2 port 22: Connection
+    refused"), reported as that instead of a rank's death."""
 
     rank: int
     returncode: int
     time: float
+    message: str = ""
 
 
 class WorkerGroup:

@@ -70,9 +70,14 @@ class LocalWorkerGroup(WorkerGroup):
                 except OSError:
                     pass
         code = p.wait()
+        record = self._exit_record(rank, code)
         with self._cond:
-            self._exits[rank] = ExitRecord(rank, code, time.time())
+            self._exits[rank] = record
             self._cond.notify_all()
+
+    def _exit_record(self, rank: int, code: int) -> ExitRecord:
+        """How rank ``rank`` ended, its process having exited with ``code``."""
+        return ExitRecord(rank, code, time.time())
 
     def exits(self) -> List[ExitRecord]:
         with self._cond:

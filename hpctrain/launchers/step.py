@@ -7,6 +7,13 @@ writes its own output to ``logs/<job>/rank-R.out`` (the worker redirects itself 
 ``HPCTRAIN_RANK_LOG_DIR`` is set); the launcher's own output goes to ``launcher.out``,
 appended to by every attempt of the job: the ranks a launcher reports as failed are read
 from this attempt's part only.
+
+A launcher that exits non-zero without naming a failed rank, and either printed one of
+the messages of a launcher that could not start its ranks (``ssh: connect to host …``,
+Open MPI's "ORTE was unable to reliably start one or more daemons", Hydra's, srun's,
+PBS's TM ``tm_spawn``/``spawn failed``) or exited before any rank wrote its log, is
+reported as "the launcher NAME could not start the ranks: <its lines>"
+(:func:`start_failure`), not as a rank that died.
 """
 from __future__ import annotations
 
@@ -33,8 +40,11 @@ class StepWorkerGroup(WorkerGroup):
         self._log = open_log(log_dir, "launcher.out")
         # where this attempt's output starts: earlier attempts of the job are above it
         self._log_start = self._log.tell()
-        self._log.write(("[hpctrain] " + shlex.join(self.argv) + "\n").encode())
+        self._log.write((HEADER + shlex.join(self.argv) + "\n").encode())
         self._log.flush()
+        self._log_dir = log_dir
+        self._under_pbs = bool(env.get("PBS_NODEFILE"))
+        self._rank_logs = rank_log_sizes(log_dir)  # a rank that starts writes its log
         env = dict(env)
         env[ENV_RANK_LOG_DIR] = log_dir
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -62,8 +72,15 @@ class StepWorkerGroup(WorkerGroup):
             except OSError:
                 text = ""
             # ranks the launcher saw fail, in the order it reported them
+            ranks = rank_exits_from_output(text)
             records += [ExitRecord(rank, rc, now + 1e-6 * i)
-                        for i, (rank, rc) in enumerate(rank_exits_from_output(text))]
+                        for i, (rank, rc) in enumerate(ranks)]
+            started = rank_log_sizes(self._log_dir) != self._rank_logs
+            message = "" if ranks else start_failure(
+                os.path.basename(self.argv[0]), text, ranks_started=started)
+            if message:
+                records[0] = ExitRecord(-1, code, now, message + (PBS_HINT if self._under_pbs
+                                                                  else ""))
         self._records = records
         self._exit = records[0]
 
@@ -84,6 +101,74 @@ class StepWorkerGroup(WorkerGroup):
         if self._exit is None:
             _signal_group(self.proc.pid, signal.SIGKILL)
             self._poll(30.0)
+
+
+#: Added to a launcher's start failure inside a PBS job.
+PBS_HINT = ("\nHINT: on PBS nodes that refuse ssh, with an MPI built without PBS's TM "
+            "support, set scheduler.launcher = \"pbsdsh\": PBS's own task manager starts "
+            "the ranks (not for backends that need one MPI job)")
+
+#: The first line of each attempt's part of ``launcher.out``: the command it ran.
+HEADER = "[hpctrain] "
+
+
+def rank_log_sizes(log_dir: str) -> Dict[str, int]:
+    """``{name: size}`` of the ranks' logs (``rank-R.out``) in ``log_dir``."""
+    sizes = {}
+    try:
+        names = os.listdir(log_dir)
+    except OSError:
+        return sizes
+    for name in names:
+        if name.startswith("rank-") and name.endswith(".out"):
+            try:
+                sizes[name] = os.path.getsize(os.path.join(log_dir, name))
+            except OSError:
+                pass
+    return sizes
+
+
+#: Lines of a launcher that could not start its ranks (it never got to run them).
+_START_FAILURE = re.compile("|".join((
+    r"ssh: connect to host .*", r"ssh: Could not resolve hostname .*",
+    r"Host key verification failed\.", r"Permission denied \(publickey.*",
+    r"(ORTE|PRTE) was unable to reliably start one or more daemons\.",
+    r"An (ORTE|PRTE) daemon has unexpectedly failed after launch.*",
+    r"\S*pbs_tmrsh: .*", r"\S*pbsdsh: (spawn failed|tm_init|tm_nodeinfo|Event poll).*",
+    r"error \d+ on spawn", r"\[mpiexec@\S+\] .*(HYDU_create_process|HYD_spawn|launch_procs"
+    r"|unable to run proxy|HYDU_sock_connect).*",
+    r"srun: error: Unable to (create step|allocate resources).*",
+)))
+
+
+def start_failure(name: str, text: str, *, ranks_started: bool) -> str:
+    r"""The message for a launcher (``name``, e.g. ``mpirun``) that exited non-zero with
+    ``text`` as its output and named no failed rank, when it could not start the ranks:
+    its output has a start-failure line, or no rank started. "" otherwise. The first line
+    sums up (its start-failure lines, else its last lines); the launcher's last lines
+    follow.
+
+    >>> out = ("ssh: connect to host pbsn2 port 22: Connection refused\n" + "-" * 20 +
+    ...        "\nORTE was unable to reliably start one or more daemons.\nThis usually is "
+    ...        "caused by:\n")
+    >>> start_failure("mpirun", out, ranks_started=True).splitlines()[0]
+    'the launcher mpirun could not start the ranks: ssh: connect to host pbsn2 port 22: Connection refused; ORTE was unable to reliably start one or more daemons.'
+    >>> start_failure("mpirun", "Killed\n", ranks_started=True)
+    ''
+    >>> start_failure("srun", "[hpctrain] srun python\nboom\n", ranks_started=False)
+    'the launcher srun could not start the ranks: boom\nboom'
+    """
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip(" -\t") and not line.startswith(HEADER)]
+    matched = []
+    for line in lines:
+        m = _START_FAILURE.search(line)
+        if m and m.group(0) not in matched:
+            matched.append(m.group(0))
+    if not matched and ranks_started:
+        return ""
+    summary = "; ".join(matched[:3] or lines[-3:]) or "(no output)"
+    return f"the launcher {name} could not start the ranks: {summary}\n" + "\n".join(lines[-15:])
 
 
 _SIGNALS = {"Killed": 9, "Terminated": 15, "Segmentation fault": 11, "Aborted": 6,

@@ -20,7 +20,12 @@ import time
 
 import pytest
 
-from helpers import ROOT, SUPPORT, cli, pbs_job_file, run_state, wait_for
+import workloads
+from helpers import (ROOT, SUPPORT, assert_same_state, cli, final_state, pbs_job_file,
+                     run_state, wait_for)
+from hpctrain import RunConfig, ScalingConfig
+from hpctrain._internal.rundir.layout import read_results
+from hpctrain.torch import TorchTrainer
 
 #: A bound on one test's jobs (a loaded 2-core machine), not a speed check.
 JOB_TIMEOUT = 420
@@ -172,6 +177,94 @@ def test_walltime_from_the_queue_arms_the_timer(tmp_path, storage, pbs):
     state = assert_chained_to_the_end(run)
     log = open(os.path.join(run, "logs", f"pbs-{state['job_ids'][0]}.out")).read()
     assert "the supervisor's timer warns at" in log
+
+
+#: Both MoMs of the test server, one rank each: run directories under /tmp are shared
+#: (the two hosts are namespaces of one machine), which a site file must say.
+TWO_NODES = {"num_workers": 2, "workers_per_node": 1}
+
+
+@pytest.fixture
+def tm_site(tmp_path, monkeypatch):
+    """A site whose PBS has no PALS and an MPI without TM: its launcher is pbsdsh."""
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "pbs-tm.toml").write_text(
+        '[site]\nscheduler = "pbs"\n[limits]\nshared_paths = ["/tmp"]\n'
+        '[scheduler]\nlauncher = "pbsdsh"\n[scheduler.directives]\n"-r" = "y"\n'
+        '"-j" = "oe"\n')
+    monkeypatch.setenv("HPCTRAIN_SITE_PATH", str(sites))
+    return "pbs-tm"
+
+
+def lines_of(run, name):
+    with open(os.path.join(run, "test-out", name)) as f:
+        return [line.split() for line in f]
+
+
+def test_two_moms_one_rank_each_through_pbsdsh_stop_resubmit_resume(tmp_path, storage, pbs,
+                                                                    tm_site):
+    """Issue 31: ranks on both MoMs through PBS's own task manager (pbsdsh), the way a
+    PBS site without PALS starts them: a training longer than its walltime checkpoints
+    at the supervisor's warning, the job resubmits itself, the next job resumes on both
+    nodes, and the weights at the end are those of an uninterrupted run."""
+    job = pbs_job_file(tmp_path, storage, "twonodes", function="on_demand", config=CHAIN,
+                       time_=WALLTIME, warning=WARNING, failure=["max_failures = 0"],
+                       launcher="pbsdsh", scaling=TWO_NODES, site=tm_site, pythonpath=True)
+    script = cli("render", job).stdout
+    assert "#PBS -l select=2:ncpus=1:mpiprocs=1\n#PBS -l place=scatter\n" in script
+    assert "#       pbsdsh -n NODE -- /bin/sh -c '. \"$0\" && exec \"$@\"' ENV_FILE " in script
+    p = cli("submit", job, "--follow", timeout=JOB_TIMEOUT)
+    run = os.path.join(storage, "twonodes")
+    state = assert_chained_to_the_end(run)
+    for job_id in state["job_ids"]:
+        hosts = [h.split("/")[0] for h in pbs.job(job_id)["exec_host"].split("+")]
+        assert hosts == ["pbsn1", "pbsn2"]
+        assert pbs.job(job_id)["Exit_status"] == 0
+    for before, after in zip(state["job_ids"], state["job_ids"][1:]):
+        assert f"job {before} resubmitted itself as job {after}" in p.stderr
+    n = len(state["attempts"])
+    # every attempt: rank 0 on the first MoM, rank 1 on the second
+    assert lines_of(run, "hosts-rank-0.txt") == [[str(a), "pbsn1"] for a in range(1, n + 1)]
+    assert lines_of(run, "hosts-rank-1.txt") == [[str(a), "pbsn2"] for a in range(1, n + 1)]
+    for rank in (0, 1):  # each later attempt resumed from the checkpoint of the warning
+        starts = lines_of(run, f"starts-rank-{rank}.txt")
+        assert [s[2] for s in starts] == ["-"] + [
+            os.path.basename(a["stop_checkpoint"]) for a in state["attempts"][:-1]]
+        assert all(int(s[1]) > 0 for s in starts[1:])
+    steps = [row["step"] for row in read_results(os.path.join(run, "result.json"))]
+    assert steps == list(range(CHAIN["steps"]))
+    launcher_out = open(os.path.join(run, "logs", state["job_ids"][0], "launcher.out")).read()
+    assert " -n 0 -- /bin/sh -c " in launcher_out and " -n 1 -- /bin/sh -c " in launcher_out
+    straight = TorchTrainer(workloads.on_demand, train_loop_config={**CHAIN, "sleep": 0},
+                            scaling_config=ScalingConfig(num_workers=2),
+                            run_config=RunConfig(name="straight", storage_path=storage,
+                                                 verbose=0)).fit()
+    assert_same_state(final_state(run), final_state(straight.path))
+
+
+def test_mpirun_that_cannot_reach_the_second_mom_is_reported_as_the_launcher(
+        tmp_path, storage, pbs, tm_site):
+    """Issue 31: Open MPI without TM support starts its daemon on the second node with
+    ssh, which the node refuses: the run fails with mpirun's own words, not as a rank -1
+    that "left no traceback"."""
+    job = pbs_job_file(tmp_path, storage, "nossh", config={"epochs": 1},
+                       failure=["max_failures = 0"], launcher="mpirun", scaling=TWO_NODES,
+                       site=tm_site, pythonpath=True)
+    p = cli("submit", job, "--follow", timeout=JOB_TIMEOUT, check=False)
+    assert p.returncode != 0
+    run = os.path.join(storage, "nossh")
+    state = read_state(run)
+    expected = ("the launcher mpirun could not start the ranks: ssh: connect to host pbsn2 "
+                "port 22: Connection refused; ORTE was unable to reliably start one or more "
+                "daemons.")
+    assert state["status"] == "FAILED"
+    assert [(a["failed_rank"], a["error"]) for a in state["attempts"]] == [(-1, expected)]
+    text = open(os.path.join(run, "error.txt")).read()
+    assert text.startswith("Training failed: the launcher, attempt 1")
+    assert "left no traceback" not in text
+    assert 'HINT: on PBS nodes that refuse ssh, with an MPI built without PBS\'s TM support, ' \
+           'set scheduler.launcher = "pbsdsh"' in text
 
 
 def test_cancel_of_a_running_job(tmp_path, storage, pbs):

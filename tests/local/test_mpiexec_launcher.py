@@ -461,3 +461,23 @@ def test_sigkill_of_rank_0_in_the_second_attempt_is_blamed_on_rank_0(storage):
     launcher_out = open(os.path.join(run, "logs", job, "launcher.out")).read()
     assert launcher_out.count("[hpctrain] mpirun -np 2 ") == 2  # both attempts, one file
     assert "exited on signal 12" in launcher_out and "exited on signal 9" in launcher_out
+
+
+@needs_mpirun
+def test_mpirun_that_cannot_start_its_daemons_is_reported_as_the_launcher(storage):
+    """Issue 31: an mpirun whose ssh cannot reach a host never starts a rank; the run
+    fails with mpirun's own words, not as "rank -1 ... left no traceback"."""
+    launcher = MpiexecLauncher(flavor="openmpi", executable="mpirun",
+                               extra_args=["--host", "hpctrain-nohost.invalid:2"])
+    with pytest.raises(TrainingFailedError) as info:
+        fit_with(launcher, workloads.deterministic, storage, config={"epochs": 1},
+                 name="nodaemon")
+    run = info.value.result.path
+    expected = ("the launcher mpirun could not start the ranks: ssh: Could not resolve "
+                "hostname hpctrain-nohost: Name or service not known; ORTE was unable to "
+                "reliably start one or more daemons.")
+    (attempt,) = run_state(run)["attempts"]
+    assert (attempt["failed_rank"], attempt["error"]) == (-1, expected)
+    text = open(os.path.join(run, "error.txt")).read()
+    assert text.startswith("Training failed: the launcher, attempt 1, job mpi-")
+    assert expected in text and "left no traceback" not in text

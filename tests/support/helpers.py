@@ -205,21 +205,23 @@ MPI_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": 
 
 def pbs_job_file(tmp_path, storage, name, *, function="deterministic", config=None,
                  time_="00:10:00", warning=None, failure=(), launcher="mpirun", setup=None,
-                 pythonpath=False):
+                 pythonpath=False, scaling=None, site="generic-pbs"):
     """A PBS job spec for tests/support/workloads.py:<function> (site generic-pbs, queue
     workq, 2 workers on one node, Open MPI's mpirun allowed to run as root): one file for
     the fake-MoM tests (test_pbs_flow, test_pbs_recovery) and the real server's
-    (test_pbs_server). ``failure``: extra lines of the [failure] table."""
+    (test_pbs_server). ``failure``: extra lines of the [failure] table; ``scaling``: the
+    [scaling] table instead."""
     scheduler = {"queue": "workq", **({"time": time_} if time_ else {}), "launcher": launcher}
     if launcher == "mpirun":
         scheduler["launcher_args"] = ["--oversubscribe", "--bind-to", "none"]
     failure_lines = ([f'warning_time = "{warning}"'] if warning else []) + list(failure)
-    tables = {"scaling": {"num_workers": 2, "workers_per_node": 2}, "scheduler": scheduler,
+    tables = {"scaling": scaling or {"num_workers": 2, "workers_per_node": 2},
+              "scheduler": scheduler,
               "failure": "\n".join(failure_lines)}
     if setup:
         tables["setup"] = {"commands": setup}
     tables["env"] = {**MPI_AS_ROOT, **({"PYTHONPATH": ROOT} if pythonpath else {})}
-    return write_job(tmp_path, name, site="generic-pbs", entrypoint=workload(
+    return write_job(tmp_path, name, site=site, entrypoint=workload(
         f"workloads:{function}"), storage=storage,
         config={"epochs": 3} if config is None else config, **tables)
 

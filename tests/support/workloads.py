@@ -1,6 +1,7 @@
 """Training functions used by the multi-process tests (imported by the workers too)."""
 import os
 import signal
+import socket
 import tempfile
 
 import torch
@@ -259,7 +260,6 @@ RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK"
 def deterministic_with_info(config):
     """``deterministic``, after recording where this rank runs and what it derived."""
     import json
-    import socket
 
     ctx = hpctrain.get_context()
     info = {"rank": ctx.get_world_rank(), "local_rank": ctx.get_local_rank(),
@@ -316,6 +316,8 @@ def on_demand(config):
     with open(_out(f"starts-rank-{rank}.txt"), "a") as f:
         f.write(f"{ctx.get_attempt()} {start} {os.path.basename(ck.path) if ck else '-'} "
                 f"{ctx.get_restart_count()} {ctx.get_job_id()}\n")
+    with open(_out(f"hosts-rank-{rank}.txt"), "a") as f:  # where each attempt ran
+        f.write(f"{ctx.get_attempt()} {socket.gethostname()}\n")
     every = config.get("every", 0)
     for step in range(start, config["steps"]):
         loss = _train_step(model, opt, step, rank)

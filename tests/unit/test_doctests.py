@@ -4,7 +4,8 @@ import importlib
 
 import pytest
 
-MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.srun", "hpctrain.schedulers.slurm",
+MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.pbsdsh", "hpctrain.launchers.srun",
+           "hpctrain.schedulers.slurm",
            "hpctrain.schedulers.pbs",
            "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units",
            "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod",

@@ -187,4 +187,4 @@ def test_a_registered_launcher_is_a_scheduler_launcher_choice(registries):
     assert "toyrun" not in LAUNCHERS
     with pytest.raises(ConfigError, match="scheduler.launcher: expected one of"):
         hpctrain.SchedulerConfig(launcher="toyrun")
-    assert list(LAUNCHERS) == ["srun", "mpiexec", "mpirun", "local"]
+    assert list(LAUNCHERS) == ["srun", "mpiexec", "mpirun", "pbsdsh", "local"]

@@ -69,6 +69,8 @@ class Failure:
     traceback: str
     host: str = ""
     pid: int = 0
+    #: the launcher could not start the ranks (its own message): never a consequence
+    launcher: bool = False
 
 
 SETTLE_S = 1.0  # after a rank failed, how long its peers get to end (and record) on their own
@@ -105,7 +107,7 @@ def is_secondary(f: Failure) -> bool:
     >>> is_secondary(Failure(1, 0.0, "ValueError: bad shape", "ValueError: bad shape"))
     False
     """
-    return any(s in f.summary or s in f.traceback for s in SECONDARY)
+    return not f.launcher and any(s in f.summary or s in f.traceback for s in SECONDARY)
 
 
 class Supervisor:
@@ -344,7 +346,8 @@ class Supervisor:
             failures = s["failures"]
         if self.max_failures == -1 or failures <= self.max_failures:
             self.run.clean_incomplete()
-            self._log(f"rank {failure.rank} failed ({failure.summary}); restarting the worker "
+            who = f"rank {failure.rank} failed" if failure.rank >= 0 else "the launcher failed"
+            self._log(f"{who} ({failure.summary}); restarting the worker "
                       f"group from the latest checkpoint (failure {failures} of "
                       f"{'unlimited' if self.max_failures == -1 else self.max_failures})")
             return None
@@ -490,9 +493,12 @@ class Supervisor:
                                           e.get("pid", 0)))
         seen = {c.rank for c in candidates}
         if any(x.rank >= 0 for x in failed):  # the launcher named the ranks: drop the step
-            failed = [x for x in failed if x.rank >= 0]
+            failed = [x for x in failed if x.rank >= 0 or x.message]
         for x in failed:
-            if x.rank not in seen:
+            if x.message:  # the launcher could not start the ranks: its own words
+                candidates.append(Failure(x.rank, x.time, x.message.splitlines()[0],
+                                          x.message + "\n", launcher=True))
+            elif x.rank not in seen:
                 how = (f"killed by signal {-x.returncode}" if x.returncode < 0
                        else f"exit code {x.returncode}")
                 candidates.append(Failure(x.rank, x.time, f"rank {x.rank} {how}",
@@ -513,7 +519,8 @@ class Supervisor:
         same = self._ranks_with_traceback(attempt, f.traceback)
         also = (f"; ranks {compact_ranks(same)} raised the same error (the traceback of each is "
                 "in its log)") if len(same) > 1 else ""
-        text = (f"Training failed: rank {f.rank}{where}, attempt {attempt}, job "
+        who = f"rank {f.rank}" if f.rank >= 0 else "the launcher"
+        text = (f"Training failed: {who}{where}, attempt {attempt}, job "
                 f"{self.job_id}, at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(f.time))}"
                 f"{also}\n\n{f.traceback}")
         atomic_write_bytes(self.run.error_file, text.encode(), sync=False,
