@@ -36,8 +36,15 @@ if [ ! -f "$marker" ]; then
   # interpreter itself is bound in from the host)
   libs=libssl3,libffi8,libsqlite3-0,libbz2-1.0,liblzma5,libreadline8,libncursesw6,libexpat1
   libs=$libs,libtirpc3,libcrypt1,zlib1g,libstdc++6,libgomp1,libgssapi-krb5-2,libuuid1
+  # the mirror apt is configured with here (deb822 "URIs:" or a one-line "deb URL suite")
+  mirror="$(grep -hsE '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources \
+    /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
+    | grep -v -- '-security' | head -1 \
+    | sed -E 's/^URIs:[[:space:]]*//; s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?//' \
+    | awk '{print $1}')"
+  [ -n "$mirror" ] || { say "no Debian mirror in apt's sources"; exit 1; }
   debootstrap --variant=minbase --include="$libs" "$suite" "$img.partial" \
-    http://deb.debian.org/debian >"$dir/debootstrap.log" 2>&1 \
+    "$mirror" >"$dir/debootstrap.log" 2>&1 \
     || { say "debootstrap failed, see $dir/debootstrap.log"; tail -5 "$dir/debootstrap.log" >&2; exit 1; }
   rm -rf "$img"
   mv "$img.partial" "$img"
