@@ -400,7 +400,7 @@ class FailureConfig:
         'of checkpoint_frequency = "auto").'))
 
     hang_timeout: Union[str, int, None] = field(default=None, metadata=toml(
-        "walltime", 'How long a rank may make no progress before the attempt counts as hung, '
+        "str", 'How long a rank may make no progress before the attempt counts as hung, '
         'e.g. "20m" (default: learned from the run\'s own pace; "off": no watchdog).'))
 
     def __post_init__(self) -> None:

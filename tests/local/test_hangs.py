@@ -120,3 +120,25 @@ def test_the_watchdog_learns_its_limit_from_the_runs_own_pace(tmp_path):
     hang = dog.poll(now=t0 + 127)                    # rank 1: 61 s without a move
     assert hang is not None and hang.rank == 1 and hang.stalled == [1] and hang.learned
     assert "rank 1 on n1 made no progress for 61 s" in hang.summary()
+
+
+def test_hang_timeout_in_a_job_file_is_a_duration_or_off(tmp_path):
+    """``[failure] hang_timeout``: a duration, ``"off"``; anything else is an error naming
+    the file and the key, with what is expected."""
+    from hpctrain.errors import ConfigError
+    from hpctrain.spec import load_job_spec
+
+    (tmp_path / "train.py").write_text("def f(config):\n    pass\n")
+
+    def spec(value):
+        path = tmp_path / "job.toml"
+        path.write_text('[job]\nentrypoint = "train.py:f"\n[run]\nname = "x"\n'
+                        f'[failure]\nhang_timeout = "{value}"\n')
+        return load_job_spec(str(path))
+
+    assert spec("20m").run.failure_config.hang_timeout_s == 1200
+    assert spec("off").run.failure_config.hang_timeout_s == 0
+    with pytest.raises(ConfigError) as info:
+        spec("soon")
+    assert "job.toml: failure.hang_timeout" in str(info.value)
+    assert 'or "off" for no watchdog' in str(info.value)
