@@ -119,6 +119,7 @@ def test_a_spare_started_with_other_interpreter_settings_is_not_used(tmp_path):
 
 class _OneNodeZygoteLauncher:
     name = "local"
+    container = None
 
     def launch(self, *, command, env, num_workers, log_dir, on_line=None):
         import socket
@@ -154,7 +155,7 @@ def test_ranks_forked_by_a_node_zygote_train_and_restart_to_the_same_model(
 
     straight = fit(workloads.deterministic, storage, config={"epochs": 5})
     monkeypatch.setattr(hpctrain.launchers, "launcher_for",
-                        lambda spec, here=False: _OneNodeZygoteLauncher())
+                        lambda spec, **options: _OneNodeZygoteLauncher())
     killed = fit(workloads.deterministic, storage, max_failures=1,
                  config={"epochs": 5, "crash_at": 2, "crash_rank": 1, "crash_how": "sigkill"})
     assert_same_state(final_state(straight.path), final_state(killed.path))
