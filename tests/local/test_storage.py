@@ -23,6 +23,11 @@ def recs(scores):
     pytest.param([3, 1, 2], 5, "loss", "min", [], id="fewer-than-k"),
     pytest.param([None, 1, None, 4], 1, "loss", "min", [0, 2], id="unscored-rank-last"),
     pytest.param([2, 2, 2, 2], 2, "loss", "min", [0, 1], id="ties-prefer-newer"),
+    pytest.param([1, float("nan"), 3, 2], 2, "loss", "min", [1, 2], id="nan-deleted-first-min"),
+    pytest.param([1, float("nan"), 3, 2], 2, "loss", "max", [0, 1], id="nan-deleted-first-max"),
+    pytest.param([float("nan"), float("-inf"), 2], 2, "loss", "max", [0],
+                 id="nan-below-minus-inf"),
+    pytest.param([None, float("nan"), 2], 2, "loss", "max", [0], id="unscored-below-nan"),
 ])
 def test_retention(scores, k, attr, order, deleted):
     assert [r.index for r in checkpoints_to_delete(recs(scores), k, attr, order)] == deleted
