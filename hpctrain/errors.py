@@ -33,10 +33,11 @@ class RunLockedError(HpctrainError):
     """Another process is running the same run directory."""
 
 
-class RunNotFoundError(HpctrainError, ValueError, FileNotFoundError):
+class RunNotFoundError(HpctrainError, ValueError, FileNotFoundError, RuntimeError):
     """A path given to ``Result.from_path``, ``Trainer.restore`` (or a sweep's
     ``ResultGrid.from_path``, ``Tuner.restore``) that is missing or is not such a
-    directory. A ValueError (as Ray raises for an invalid restore path) and a
+    directory. A ValueError (as Ray raises for an invalid restore path), a RuntimeError
+    (as Ray's ``Result.from_path`` raises for a missing directory) and a
     FileNotFoundError."""
 
     def __init__(self, message: str, *, hint: Optional[str] = None):

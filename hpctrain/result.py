@@ -7,15 +7,19 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .checkpoint import Checkpoint
 from .errors import TrainingFailedError, TrainingStoppedError
-from hpctrain._internal.rundir.layout import RunDir, existing_run, read_results
+from hpctrain._internal.rundir.layout import (CheckpointRecord, RunDir, best_checkpoints,
+                                              existing_run, read_results)
 from hpctrain._internal.base.trust import load_own_pickle
 
 
 @dataclass
 class Result:
     """``metrics``: the last report of rank 0 (with the autofilled fields).
-    ``checkpoint``: the latest committed checkpoint. ``best_checkpoints``: every checkpoint
-    retention kept, with its metrics, oldest first. ``error``: a
+    ``checkpoint``: the latest committed checkpoint. ``best_checkpoints``: as in Ray, the
+    ``num_to_keep`` best checkpoints by ``checkpoint_score_attribute`` (all of them when
+    ``num_to_keep`` is None; by recency without a score attribute), with their metrics,
+    ordered worst to best. The latest checkpoint, which retention always keeps (a restart
+    resumes from it), is listed there only when it is one of the best. ``error``: a
     :class:`TrainingFailedError` when the run failed. ``path``: the run directory."""
 
     metrics: Optional[Dict[str, Any]]
@@ -50,7 +54,10 @@ class Result:
     def from_path(cls, path: str | os.PathLike) -> "Result":
         """Rebuild the Result of a run from its directory (finished, failed or running).
         A missing path, or one that is not a run directory, raises
-        :class:`~hpctrain.errors.RunNotFoundError` (a ValueError and a FileNotFoundError)."""
+        :class:`~hpctrain.errors.RunNotFoundError` (a RuntimeError as in Ray, a ValueError
+        and a FileNotFoundError). A run stopped before its first result line still
+        gives its committed checkpoints with their metrics; ``metrics`` is then the
+        latest checkpoint's."""
 
         run = existing_run(path, "Result.from_path")
         rows = read_results(run.result_file)
@@ -66,11 +73,11 @@ class Result:
             cause = _worker_exception(run, failed[-1]) if failed else None
             error = TrainingFailedError.for_cause(text, cause, rank=rank, worker_traceback=tb)
         result = cls(
-            metrics=rows[-1] if rows else None,
+            metrics=rows[-1] if rows else (dict(records[-1].metrics) if records else None),
             checkpoint=records[-1].checkpoint() if records else None,
             error=error,
             path=run.path,
-            best_checkpoints=[(r.checkpoint(), r.metrics) for r in records],
+            best_checkpoints=[(r.checkpoint(), r.metrics) for r in _best(run, records)],
             status=state.get("status", "UNKNOWN"),
         )
         if error is not None:
@@ -81,6 +88,17 @@ class Result:
         shown = {k: v for k, v in (self.metrics or {}).items() if not k.startswith("_")}
         return (f"Result(metrics={shown}, path={self.path!r}, checkpoint={self.checkpoint!r}, "
                 f"status={self.status!r}{', error=' + repr(type(self.error).__name__) if self.error else ''})")
+
+
+def _best(run: RunDir, records: List[CheckpointRecord]) -> List[CheckpointRecord]:
+    """:func:`best_checkpoints` by the run's ``[checkpoint]`` settings (``spec.toml``);
+    every checkpoint, oldest first, when the spec cannot be read."""
+    try:
+        ck = (run.read_spec(to_show=True) or {}).get("checkpoint") or {}
+    except (OSError, ValueError):  # refused (UnsafePathError), damaged (ConfigError)
+        ck = {}
+    return best_checkpoints(records, ck.get("num_to_keep"), ck.get("checkpoint_score_attribute"),
+                            ck.get("checkpoint_score_order", "max"))
 
 
 def _worker_exception(run: RunDir, attempt: Dict[str, Any]) -> Optional[BaseException]:

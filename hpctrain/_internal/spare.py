@@ -27,7 +27,7 @@ import sys
 import time
 
 from hpctrain._internal.base.trust import makedirs, modes_of
-from hpctrain._internal.worker.entry import main as worker_main
+from hpctrain._internal.worker.entry import main as worker_main, prepare_backend_environment
 
 #: Variables read at interpreter or library start-up (import time), not when a rank
 #: starts: a spare started with other values than the assignment's is not used.
@@ -75,7 +75,7 @@ def preload(run_dir: str) -> list:
         from hpctrain._internal.rundir.layout import RunDir
         from hpctrain._internal.rundir.payload import WorkerPayload
 
-        WorkerPayload.load(RunDir(run_dir))
+        WorkerPayload.load(RunDir(run_dir), before_user=prepare_backend_environment)
     except Exception:  # noqa: BLE001
         failed.append("payload")
     return failed

@@ -19,8 +19,14 @@ class Backend:
         started by an MPI launcher (mpirun/mpiexec, or srun with an ``--mpi`` plugin)."""
         return False
 
+    def prepare_environment(self) -> None:
+        """Called on every rank before anything of the user's is unpickled: sets the
+        environment variables its framework reads when it is imported. Imports no
+        framework."""
+
     def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
-        """Called before the training function, on every rank."""
+        """Called before the training function, on every rank (after
+        :meth:`prepare_environment` and the payload's unpickling)."""
 
     def coordinator(self, info: WorkerInfo) -> Coordinator:
         """The collective ``report()`` uses; world size 1 needs none."""

@@ -18,7 +18,10 @@ Keras: TensorFlow ≥ 2.16 ships Keras 3, with which ``model.fit`` under
 is Keras 2 code. The backend therefore sets ``TF_USE_LEGACY_KERAS=1`` (the ``tf-keras``
 package) unless the job sets it itself (``TensorflowConfig(legacy_keras=False)`` or
 ``[env] TF_USE_LEGACY_KERAS = "0"``). It must be set before TensorFlow is imported, which is
-why the backend does it and not the training function.
+why the backend does it (:meth:`TensorflowBackend.prepare_environment`), before the worker
+unpickles the training function (which may import TensorFlow: a function that names
+``ReportCheckpointCallback`` builds that class from ``tf.keras`` as it is unpickled), and
+not the training function.
 """
 from __future__ import annotations
 
@@ -86,12 +89,14 @@ class TensorflowBackend(Backend):
         super().__init__(config or TensorflowConfig())
         self._group = None
 
-    def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
-
-        cfg: TensorflowConfig = self.config
-        if cfg.legacy_keras:
+    def prepare_environment(self) -> None:
+        if self.config.legacy_keras:
             os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+    def on_start(self, info: WorkerInfo, *, use_gpu: bool) -> None:
+        cfg: TensorflowConfig = self.config
+        self.prepare_environment()  # (already done when the worker loaded the payload)
         self._group = TcpGroup(rank=info.world_rank, world_size=info.world_size,
                                addr=info.master_addr, port=info.master_port,
                                timeout_s=cfg.timeout_s, token=group_token(info))

@@ -495,13 +495,15 @@ class SyncConfig:
     """Ray's ``SyncConfig``, accepted so that Ray scripts run unchanged. Ray uploads a
     trial's directory from the nodes to ``storage_path``; here every rank writes the run
     directory on the shared filesystem directly, so there is never anything to sync and
-    each field is a no-op (validated, recorded, otherwise unused):
+    each field is a no-op (validated, recorded, otherwise unused), but one:
 
     * ``sync_period`` (s, default 300): Ray's minimum time between two uploads.
     * ``sync_timeout`` (s, default 1800): how long Ray lets one upload run.
-    * ``sync_artifacts`` (default False): Ray uploads the files a trial wrote into its
-      trial directory; here they are in the run directory already
-      (``get_context().get_trial_dir()``).
+    * ``sync_artifacts`` (default False): Ray 2.x runs each worker in a trial working
+      directory and uploads the files written there. hpctrain leaves the workers in the
+      directory they were started in, so there would be nothing it could persist:
+      ``True`` is refused, with a HINT to write them under
+      ``get_context().get_trial_dir()`` (the run directory, on the shared filesystem).
     * ``sync_artifacts_on_checkpoint`` (default True): Ray uploads them at each checkpoint.
 
     Ray's removed fields (``upload_dir``, ``syncer``, ``sync_on_checkpoint``) are refused,
@@ -526,6 +528,14 @@ class SyncConfig:
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"sync_config.{key}: expected true or false, got "
                                   f"{getattr(self, key)!r}")
+        if self.sync_artifacts:
+            raise ConfigError(
+                "sync_config.sync_artifacts: expected false; hpctrain does not run workers "
+                "in a trial working directory, so the files a worker writes in its working "
+                "directory are not persisted (Ray 2.x uploads them with this flag)",
+                hint="write such files under hpctrain.get_context().get_trial_dir() (the run "
+                     "directory, on the shared filesystem: kept with no syncing), and drop "
+                     "sync_artifacts=True")
         for key, hint in _SYNC_GONE.items():
             if getattr(self, key) is not None:
                 raise ConfigError(f"sync_config.{key}: removed from Ray's SyncConfig (Ray 2.10 "

@@ -165,6 +165,23 @@ def test_keras_replicas_end_identical_and_a_crash_resumes_to_the_same_epoch_coun
     assert files == ["checkpoint.json", "model.keras"]
 
 
+def test_a_function_naming_report_checkpoint_callback_trains_with_keras_2(storage):
+    """The backend's TF_USE_LEGACY_KERAS is in place before the worker unpickles the
+    training function, whose module builds ReportCheckpointCallback from tf.keras as it is
+    imported: the rank trains with tf-keras (Keras 2), as MultiWorkerMirroredStrategy needs."""
+    import tf_env_workloads  # (here: importing it imports TensorFlow, in this test only)
+    from hpctrain.tensorflow import TensorflowTrainer
+
+    result = TensorflowTrainer(
+        tf_env_workloads.keras_in_use, scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(name="keras2", storage_path=storage, verbose=0)).fit()
+    with open(os.path.join(result.path, "test-out", "keras-rank-0.json")) as f:
+        seen = json.load(f)
+    assert seen["env_at_import"] == "1"
+    assert seen["tf_keras"].split(".")[0] == "tf_keras"  # not Keras 3
+    assert seen["callback_base"].split(".")[0] == "tf_keras"
+
+
 def test_the_ray_train_tensorflow_example_runs_with_only_its_imports_changed(tmp_path):
     """examples/tensorflow_keras.py: 5 epochs, then a run seeded with that checkpoint to
     10 epochs, which ends where an uninterrupted 10-epoch run ends: epoch 9."""

@@ -132,7 +132,13 @@ def test_sync_config_import_paths_and_validation():
             ({"upload_dir": "s3://b"}, "sync_config.upload_dir: removed from Ray's SyncConfig"
                                        " (Ray 2.10 refuses it too)\nHINT: give RunConfig("
                                        "storage_path=...) instead"),
-            ({"syncer": "auto"}, "HINT: storage is the shared filesystem here")]:
+            ({"syncer": "auto"}, "HINT: storage is the shared filesystem here"),
+            ({"sync_artifacts": True},
+             "sync_config.sync_artifacts: expected false; hpctrain does not run workers in a "
+             "trial working directory, so the files a worker writes in its working directory "
+             "are not persisted (Ray 2.x uploads them with this flag)\nHINT: write such "
+             "files under hpctrain.get_context().get_trial_dir() (the run directory, on the "
+             "shared filesystem: kept with no syncing), and drop sync_artifacts=True")]:
         with pytest.raises(ConfigError) as info:
             SyncConfig(**kwargs)
         assert message in str(info.value)
@@ -163,7 +169,8 @@ def test_metadata_context_and_sync_config_of_a_real_two_worker_run(storage):
         metadata={"model": "mlp", "note": "from the trainer"},
         run_config=RunConfig(name="ctx", storage_path=storage, verbose=0,
                              failure_config=FailureConfig(max_failures=1),
-                             sync_config=SyncConfig(sync_period=1, sync_artifacts=True)),
+                             sync_config=SyncConfig(sync_period=1,
+                                                    sync_artifacts_on_checkpoint=False)),
     ).fit()
     assert result.metrics["step"] == 2
     trainer_md = {"model": "mlp", "note": "from the trainer"}

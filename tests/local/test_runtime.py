@@ -177,7 +177,8 @@ def test_many_fast_checkpoints_with_retention(storage):
         path = os.path.join(result.path, "checkpoints", name)
         assert verify_checkpoint(path) == []
         assert os.path.exists(os.path.join(path, ".hpctrain_digest.rank-0.json"))
-    assert [m["i"] for _, m in result.best_checkpoints] == [0, 39]
+    # Ray's best_checkpoints: the top num_to_keep only; the latest is kept on disk beside it
+    assert [m["i"] for _, m in result.best_checkpoints] == [0]
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["copied", "staged-rename"])

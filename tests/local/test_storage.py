@@ -23,6 +23,11 @@ def recs(scores):
     pytest.param([3, 1, 2], 5, "loss", "min", [], id="fewer-than-k"),
     pytest.param([None, 1, None, 4], 1, "loss", "min", [0, 2], id="unscored-rank-last"),
     pytest.param([2, 2, 2, 2], 2, "loss", "min", [0, 1], id="ties-prefer-newer"),
+    pytest.param([1, float("nan"), 3, 2], 2, "loss", "min", [1, 2], id="nan-deleted-first-min"),
+    pytest.param([1, float("nan"), 3, 2], 2, "loss", "max", [0, 1], id="nan-deleted-first-max"),
+    pytest.param([float("nan"), float("-inf"), 2], 2, "loss", "max", [0],
+                 id="nan-below-minus-inf"),
+    pytest.param([None, float("nan"), 2], 2, "loss", "max", [0], id="unscored-below-nan"),
 ])
 def test_retention(scores, k, attr, order, deleted):
     assert [r.index for r in checkpoints_to_delete(recs(scores), k, attr, order)] == deleted
@@ -301,3 +306,30 @@ def test_a_run_directory_an_older_hpctrain_left_0755_continues_private(storage):
     assert second.path == first.path
     assert stat.S_IMODE(os.stat(second.path).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(os.path.join(second.path, "spec.toml")).st_mode) == 0o600
+
+
+def test_the_payload_gives_its_backend_before_the_training_function(tmp_path):
+    """payload.pkl: the backend's name and config first, so a worker sets the backend's
+    environment before the training function is unpickled; a file of an older hpctrain
+    (the payload alone) still loads."""
+    import cloudpickle
+
+    from hpctrain.backends.tensorflow import TensorflowConfig
+    from hpctrain.config import ScalingConfig
+    from hpctrain._internal.rundir.payload import WorkerPayload
+
+    run = RunDir(tmp_path / "run")
+    run.create()
+    payload = WorkerPayload(train_func=len, train_loop_config={"a": 1}, backend="tensorflow",
+                            backend_config=TensorflowConfig(legacy_keras=False),
+                            scaling=ScalingConfig(num_workers=1),
+                            checkpoint_config=CheckpointConfig(), run_name="r")
+    payload.save(run)
+    seen = []
+    loaded = WorkerPayload.load(run, before_user=lambda *a: seen.append(a))
+    assert seen == [("tensorflow", TensorflowConfig(legacy_keras=False))]
+    assert loaded == payload
+    with open(run.payload_file, "wb") as f:  # as an older hpctrain wrote it
+        f.write(cloudpickle.dumps(payload))
+    assert WorkerPayload.load(run, before_user=lambda *a: seen.append(a)) == payload
+    assert len(seen) == 1

@@ -26,6 +26,7 @@ import errno
 import functools
 import io
 import json
+import math
 import os
 import re
 import socket
@@ -451,13 +452,52 @@ def _listdir(path: str) -> List[str]:
 
 
 # -- retention ---------------------------------------------------------------------
+def _score(record: CheckpointRecord, attribute: str, sign: float) -> tuple:
+    """The rank of ``record`` by ``attribute`` (``a/b`` reaches a nested metric), higher
+    is better: a number (``-inf`` included) over NaN (Ray: nan < -inf < valid) over a
+    record without the attribute (or with a value that is no number)."""
+    v = flatten(record.metrics).get(attribute)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return (0, 0.0)
+    if math.isnan(v):
+        return (1, 0.0)
+    return (2, sign * v)
+
+
+def rank_checkpoints(records: List[CheckpointRecord], score_attribute: Optional[str],
+                     score_order: str) -> List[CheckpointRecord]:
+    """``records`` ordered worst to best, as Ray's checkpoint manager keeps them: by
+    ``score_attribute`` (``score_order`` "max" or "min"), newer above older on a tie;
+    by recency when ``score_attribute`` is None.
+
+    >>> recs = [CheckpointRecord(i, f"c{i}", {"metrics": {"loss": l}})
+    ...         for i, l in enumerate([3, float("nan"), 1, 3])]
+    >>> [r.index for r in rank_checkpoints(recs, "loss", "min")]
+    [1, 0, 3, 2]
+    """
+    if score_attribute is None:
+        return sorted(records, key=lambda r: r.index)
+    sign = 1.0 if score_order == "max" else -1.0
+    return sorted(records, key=lambda r: (_score(r, score_attribute, sign), r.index))
+
+
+def best_checkpoints(records: List[CheckpointRecord], num_to_keep: Optional[int],
+                     score_attribute: Optional[str], score_order: str
+                     ) -> List[CheckpointRecord]:
+    """Ray's ``Result.best_checkpoints``: the ``num_to_keep`` best (all when None),
+    worst to best. The latest checkpoint, which retention also keeps, is listed only
+    when it is one of them."""
+    ranked = rank_checkpoints(records, score_attribute, score_order)
+    return ranked if num_to_keep is None else ranked[max(len(ranked) - num_to_keep, 0):]
+
+
 def checkpoints_to_delete(records: List[CheckpointRecord], num_to_keep: Optional[int],
                           score_attribute: Optional[str], score_order: str) -> List[CheckpointRecord]:
     """Which committed checkpoints top-K retention removes.
 
     Keeps the ``num_to_keep`` best by ``score_attribute`` (most recent when None) and,
-    always, the latest — the one a restart resumes from. Records without the score
-    attribute rank below every scored one.
+    always, the latest — the one a restart resumes from. A NaN score ranks below every
+    number, a record without the score attribute below those (see :func:`_score`).
 
     >>> recs = [CheckpointRecord(i, f"c{i}", {"metrics": {"loss": l}}) for i, l in enumerate([3, 1, 2, 5])]
     >>> [r.index for r in checkpoints_to_delete(recs, 1, "loss", "min")]  # keep best (1) + latest (3)
@@ -466,19 +506,8 @@ def checkpoints_to_delete(records: List[CheckpointRecord], num_to_keep: Optional
     if num_to_keep is None or len(records) <= num_to_keep:
         return []
     latest = max(records, key=lambda r: r.index)
-    if score_attribute is None:
-        ranked = sorted(records, key=lambda r: r.index, reverse=True)
-    else:
-        sign = 1 if score_order == "max" else -1
-
-        def key(r: CheckpointRecord):
-            v = r.metrics.get(score_attribute)
-            has = isinstance(v, (int, float)) and not isinstance(v, bool)
-            # sorted descending: scored first, better first, newer first on ties
-            return (has, sign * v if has else 0.0, r.index)
-
-        ranked = sorted(records, key=key, reverse=True)
-    keep = {r.index for r in ranked[:num_to_keep]} | {latest.index}
+    keep = {r.index for r in best_checkpoints(records, num_to_keep, score_attribute,
+                                              score_order)} | {latest.index}
     return [r for r in records if r.index not in keep]
 
 

@@ -1,17 +1,27 @@
 """The payload of a run: what every rank loads from the run directory
 (``.hpctrain/payload.pkl``) that is not in its environment. The driver (a
-:class:`~hpctrain.run.Run`) writes it; the worker entry reads it."""
+:class:`~hpctrain.run.Run`) writes it; the worker entry reads it.
+
+The file holds two pickles one after the other: first the backend's name and config
+(hpctrain's own classes only), then the payload. A worker reads the first, sets the
+backend's environment (``TF_USE_LEGACY_KERAS``: read when TensorFlow is imported), and only
+then unpickles the payload, whose training function may import the user's frameworks. A
+file of an older hpctrain holds the payload alone."""
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import cloudpickle
 
 from hpctrain.config import CheckpointConfig, ScalingConfig
 from hpctrain._internal.base.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.base.trust import MAX_PAYLOAD_BYTES, load_trusted_pickle
+from hpctrain._internal.base.trust import MAX_PAYLOAD_BYTES, read_trusted
+
+#: The first pickle's marker (its ``format`` key).
+HEADER_FORMAT = "hpctrain-payload-header-1"
 
 
 @dataclass
@@ -40,10 +50,22 @@ class WorkerPayload:
     mtbi_s: Optional[int] = None
 
     def save(self, run: RunDir) -> None:
+        header = {"format": HEADER_FORMAT, "backend": self.backend,
+                  "backend_config": self.backend_config}
         # 0600: train_loop_config may hold what only the user should read
-        atomic_write_bytes(run.payload_file, cloudpickle.dumps(self), mode=0o600)
+        atomic_write_bytes(run.payload_file, cloudpickle.dumps(header) + cloudpickle.dumps(self),
+                           mode=0o600)
 
     @staticmethod
-    def load(run: RunDir) -> "WorkerPayload":
-        return load_trusted_pickle(run.payload_file, what="the run's payload",
-                                   max_bytes=MAX_PAYLOAD_BYTES)
+    def load(run: RunDir, *, before_user: Optional[Callable[[str, Any], None]] = None
+             ) -> "WorkerPayload":
+        """The run's payload. ``before_user(backend, backend_config)`` runs before anything
+        of the user's is unpickled (a worker sets its backend's environment there)."""
+        stream = io.BytesIO(read_trusted(run.payload_file, what="the run's payload",
+                                         max_bytes=MAX_PAYLOAD_BYTES))
+        first = cloudpickle.load(stream)
+        if isinstance(first, WorkerPayload):  # written by an hpctrain before the header
+            return first
+        if before_user is not None:
+            before_user(first["backend"], first["backend_config"])
+        return cloudpickle.load(stream)

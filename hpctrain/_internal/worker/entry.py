@@ -75,6 +75,12 @@ def call_train_func(fn: Callable, config: Optional[Dict[str, Any]]) -> Any:
     return fn()
 
 
+def prepare_backend_environment(backend: str, config: Any) -> None:
+    """The environment backend ``backend`` needs before anything of the user's is
+    unpickled (the training function may import its framework as it is unpickled)."""
+    get_backend(backend, config).prepare_environment()
+
+
 def run_worker(run_dir: str) -> int:
 
     run = RunDir(run_dir)
@@ -86,7 +92,7 @@ def run_worker(run_dir: str) -> int:
         rank = info.world_rank
         heartbeat = Heartbeat(adir, rank).start()  # before anything slow: start-up too
         _bind_gpus(info)
-        payload = WorkerPayload.load(run)
+        payload = WorkerPayload.load(run, before_user=prepare_backend_environment)
         # (the batch step sets it for a site's GPU binding; the torch backend reads it)
         os.environ.setdefault("HPCTRAIN_GPUS_PER_WORKER", str(max(1, payload.scaling.gpus_each)))
         heartbeat.reached("loaded")
