@@ -61,7 +61,7 @@ from hpctrain._internal.base.metrics import flatten
 
 __all__ = ["Callback", "RunInfo", "JsonLoggerCallback", "CSVLoggerCallback",
            "TensorBoardLoggerCallback", "TBXLoggerCallback", "MLflowLoggerCallback",
-           "WandbLoggerCallback", "from_toml", "to_toml", "CREDENTIAL_RE"]
+           "WandbLoggerCallback", "UserCallback", "from_toml", "to_toml", "CREDENTIAL_RE"]
 
 #: Names of options and variables that hold secrets: never in a job file or script.
 CREDENTIAL_RE = re.compile(r"(api_?key|password|passwd|token|secret|credential)", re.I)
@@ -127,6 +127,33 @@ class Callback:
     def to_toml(self) -> Any:
         """This callback's ``[callbacks]`` entry (True or a table of options)."""
         return True
+
+
+class UserCallback:
+    """Ray Train v2's ``ray.train.UserCallback``: ``RunConfig(callbacks=[MyCallback()])``.
+
+    Called in the supervisor (the driver of a local run, the batch step of a job), never
+    in a training process, as Ray calls it in its controller. ``run_context`` is the
+    run's :class:`RunInfo` (path, name, ``config``): Ray passes its ``TrainRunContext``.
+    """
+
+    def after_report(self, run_context: RunInfo, metrics: List[Dict[str, Any]],
+                     checkpoint: Optional[Any]) -> None:
+        """After every rank reported: ``metrics[i]`` is what rank ``i`` reported (with
+        ``_training_iteration``…); ``checkpoint`` the committed :class:`~hpctrain.Checkpoint`
+        of this report, None when it has none (or it is committed at a later report:
+        ``CheckpointUploadMode.ASYNC``, fast reports; see docs/porting.md)."""
+
+    def after_exception(self, run_context: RunInfo,
+                        worker_exceptions: Dict[int, BaseException]) -> None:
+        """After an attempt failed: ``{rank: the exception it raised}`` for each rank that
+        left one (a rank killed by a signal leaves none). Called once per failed attempt,
+        before the restart if ``max_failures`` allows one."""
+
+
+def wants_rank_results(callbacks: Optional[List[Any]]) -> bool:
+    """Whether a run must keep every rank's reports: a UserCallback sees them all."""
+    return any(isinstance(cb, UserCallback) for cb in callbacks or [])
 
 
 def user_metrics(row: Dict[str, Any]) -> Dict[str, float]:
@@ -540,10 +567,12 @@ def to_toml(callbacks: List[Any]) -> Dict[str, Any]:
 
 
 def check_callbacks(callbacks: List[Any]) -> None:
-    """``RunConfig(callbacks=...)``: each one a :class:`Callback` or a seed-era
+    """``RunConfig(callbacks=...)``: each one a :class:`Callback`, a :class:`UserCallback` or a seed-era
     ``TrainingCallback`` (``handle_result``)."""
     for i, cb in enumerate(callbacks):
-        if not (isinstance(cb, Callback) or hasattr(cb, "on_result") or hasattr(cb, "handle_result")):
+        if not (isinstance(cb, (Callback, UserCallback)) or hasattr(cb, "on_result")
+                or hasattr(cb, "handle_result")):
             raise ConfigError(f"run.callbacks[{i}]: expected a hpctrain.callbacks.Callback, got "
                               f"{type(cb).__name__}",
-                              hint="subclass hpctrain.callbacks.Callback and override on_result")
+                              hint="subclass hpctrain.callbacks.Callback (override on_result) or "
+                                   "hpctrain.callbacks.UserCallback (Ray v2: after_report)")
