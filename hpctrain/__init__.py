@@ -42,7 +42,9 @@ __all__ = [
 
 
 def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None, *,
-           checkpoint_upload_mode: Any = None) -> None:
+           checkpoint_upload_mode: Any = None,
+           delete_local_checkpoint_after_upload: Optional[bool] = None,
+           checkpoint_upload_fn: Any = None) -> None:
     """Report this iteration's metrics (rank 0's are recorded) and, optionally, a checkpoint.
 
     Every rank must call ``report`` the same number of times. When any rank passes a
@@ -53,11 +55,20 @@ def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None, *,
     ``CheckpointUploadMode.ASYNC`` returns once the files are moved aside (the directory
     is yours again) and commits in the background; the next checkpoint report, a stop
     and the end of the training wait for it.
+
+    ``delete_local_checkpoint_after_upload`` (Ray's): True deletes the checkpoint's
+    directory once its files are handed in; False keeps its files (an asynchronous report
+    then copies them instead of moving them); None: kept for ``SYNC``, moved away for
+    ``ASYNC`` (the emptied directory stays, to be reused). A committed checkpoint handed
+    back in is never deleted.
+    ``checkpoint_upload_fn`` is refused: checkpoints are committed into the run directory.
     """
     from hpctrain._internal.worker.session import get_session
 
-    get_session("report()").report(metrics, checkpoint,
-                                   checkpoint_upload_mode=checkpoint_upload_mode)
+    get_session("report()").report(
+        metrics, checkpoint, checkpoint_upload_mode=checkpoint_upload_mode,
+        delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
+        checkpoint_upload_fn=checkpoint_upload_fn)
 
 
 def get_checkpoint() -> Optional[Checkpoint]:

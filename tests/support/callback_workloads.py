@@ -28,3 +28,35 @@ def every_rank_fails(config):
     rank = hpctrain.get_context().get_world_rank()
     hpctrain.report({"step": 0})
     raise RankError(f"rank {rank} failed on attempt {hpctrain.get_context().get_attempt()}")
+
+
+def _ckpt_dir(name):
+    d = os.path.join(hpctrain.get_context().get_run_dir(), "test-out", name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "w.txt"), "w") as f:
+        f.write(name)
+    return d
+
+
+def delete_or_keep(config):
+    """Three checkpoints, with Ray's delete_local_checkpoint_after_upload; what is left
+    of each directory after its report goes to test-out/left.json; then
+    checkpoint_upload_fn's error."""
+    import json
+
+    left = {}
+    for name, mode, delete in (("sync-delete", "sync", True), ("async-keep", "async", False),
+                               ("async-default", "async", None)):
+        d = _ckpt_dir(name)
+        hpctrain.report({"name": name}, checkpoint=hpctrain.Checkpoint.from_directory(d),
+                        checkpoint_upload_mode=mode,
+                        delete_local_checkpoint_after_upload=delete)
+        left[name] = sorted(os.listdir(d)) if os.path.isdir(d) else None
+    try:
+        hpctrain.report({}, checkpoint=hpctrain.Checkpoint.from_directory(_ckpt_dir("fn")),
+                        checkpoint_upload_fn=lambda ckpt, name: ckpt)
+    except Exception as e:  # noqa: BLE001 - what the user sees
+        left["upload_fn"] = f"{type(e).__name__}: {e}"
+    with open(os.path.join(hpctrain.get_context().get_run_dir(), "test-out", "left.json"),
+              "w") as f:
+        json.dump(left, f)

@@ -65,3 +65,19 @@ def test_a_user_callback_gets_the_exceptions_of_each_failed_attempt(tmp_path, st
         {"0": "RankError: rank 0 failed on attempt 1", "1": "RankError: rank 1 failed on attempt 1"},
         {"0": "RankError: rank 0 failed on attempt 2", "1": "RankError: rank 1 failed on attempt 2"},
     ]
+
+
+def test_report_deletes_or_keeps_the_local_checkpoint_as_asked(storage):
+    result = TorchTrainer(wl.delete_or_keep, scaling_config=ScalingConfig(num_workers=1),
+                          run_config=RunConfig(name="del", storage_path=storage,
+                                               verbose=0)).fit()
+    left = json.load(open(f"{result.path}/test-out/left.json"))
+    assert left.pop("upload_fn").startswith(
+        "ConfigError: report(checkpoint_upload_fn=...): not supported by hpctrain; a "
+        "checkpoint is committed into the run directory")
+    # True: the directory is gone; False: an async report copied, the file stays; None
+    # (async): the files were moved, the directory stays for reuse
+    assert left == {"sync-delete": None, "async-keep": ["w.txt"], "async-default": []}
+    # each was committed whole all the same, and nothing of the refused one
+    names = [open(f"{c.path}/w.txt").read() for c, _ in result.best_checkpoints]
+    assert names == ["sync-delete", "async-keep", "async-default"]
