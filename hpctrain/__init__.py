@@ -27,6 +27,8 @@ from .schedulers.pbs import PbsConfig
 from .schedulers.slurm import SlurmConfig
 from .errors import (CheckpointError, ConfigError, HpctrainError, MissingFrameworkError, RunLockedError,
                      TrainingFailedError, TrainingStoppedError)
+from .callbacks import UserCallback
+from .preemption import PreemptionInfo
 from .result import Result
 from .run import Run, RunOptions
 
@@ -35,7 +37,8 @@ from ._version import __version__
 __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
     "Run", "RunOptions", "SchedulerConfig", "SlurmConfig", "PbsConfig", "LsfConfig", "SetupConfig", "DataConfig", "SyncConfig",
-    "report", "get_checkpoint", "get_context", "get_dataset_shard", "TrainingFailedError",
+    "report", "get_checkpoint", "get_context", "get_dataset_shard", "get_preemption_info",
+    "PreemptionInfo", "UserCallback", "TrainingFailedError",
     "TrainingStoppedError", "ConfigError",
     "CheckpointError", "HpctrainError", "MissingFrameworkError", "RunLockedError", "__version__",
 ]
@@ -84,6 +87,18 @@ def get_context():
     from hpctrain._internal.worker.session import TrainContext, get_session
 
     return TrainContext(get_session("get_context()"))
+
+
+def get_preemption_info():
+    """Ray Train v2's ``ray.train.get_preemption_info()``: None until the scheduler's
+    warning (a preemption or the time limit) is agreed by every rank, at the same
+    report; then a :class:`~hpctrain.preemption.PreemptionInfo` (every node and rank of
+    the allocation, and the deadline in ``deadline_ms``). Report a checkpoint then: the
+    run stops cleanly after that report and continues in a requeued allocation
+    (``FailureConfig.max_requeues``, alias ``max_preemption_failures``)."""
+    from hpctrain._internal.worker.session import get_session
+
+    return get_session("get_preemption_info()").preemption_info()
 
 
 def get_dataset_shard(name: str):

@@ -2,10 +2,14 @@
 report of every rank, with the committed checkpoint; after_exception the exceptions of
 each failed attempt, {rank: exception}. Real 2-rank runs."""
 import json
+import os
+import socket
 
 import pytest
 
-from hpctrain import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
+from hpctrain import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
+                      TrainingFailedError, TrainingStoppedError)
+from hpctrain.errors import ConfigError
 from hpctrain.callbacks import UserCallback
 from hpctrain.torch import TorchTrainer
 
@@ -81,3 +85,36 @@ def test_report_deletes_or_keeps_the_local_checkpoint_as_asked(storage):
     # each was committed whole all the same, and nothing of the refused one
     names = [open(f"{c.path}/w.txt").read() for c, _ in result.best_checkpoints]
     assert names == ["sync-delete", "async-keep", "async-default"]
+
+
+def test_get_preemption_info_after_the_warning_and_a_jit_checkpoint(storage):
+    with pytest.raises(TrainingStoppedError) as stopped:
+        TorchTrainer(wl.jit_checkpoint_on_preemption, scaling_config=ScalingConfig(num_workers=2),
+                     run_config=RunConfig(name="pre", storage_path=storage, verbose=0,
+                                          failure_config=FailureConfig(
+                                              warning_time="60s"))).fit()
+    run = stopped.value.result.path
+    seen = [json.load(open(f"{run}/test-out/preempt-rank-{r}.json")) for r in (0, 1)]
+    host = socket.gethostname()
+    for s in seen:
+        assert s["before"] is None
+        assert s["nodes"] == {host: [0, 1]} and s["ranks"] == [0, 1]
+        assert s["node_ids"] == [host]
+        # the supervisor's deadline: warning_time - 15 s after the warning
+        assert 40_000 < s["deadline_ms"] - s["now_ms"] <= 45_000
+    assert seen[0]["step"] == seen[1]["step"] and seen[0]["deadline_ms"] == seen[1]["deadline_ms"]
+    # the JIT checkpoint of that step is the run's latest, with both ranks' files
+    ckpt, metrics = stopped.value.result.best_checkpoints[-1]
+    assert metrics["step"] == seen[0]["step"]
+    assert [open(f"{ckpt.path}/rank-{r}.txt").read() for r in (0, 1)] == [str(seen[0]["step"])] * 2
+
+
+def test_max_preemption_failures_is_ray_s_name_for_max_requeues():
+    assert FailureConfig(max_preemption_failures=3).max_requeues == 3
+    with pytest.raises(ConfigError) as e:
+        FailureConfig(max_preemption_failures=2, max_requeues=5)
+    assert str(e.value) == ("failure: max_preemption_failures=2 and max_requeues=5 disagree\n"
+                            "HINT: max_preemption_failures is Ray's name for max_requeues: "
+                            "give one")
+    with pytest.raises(ConfigError, match=r"^checkpoint.checkpoint_at_end=True: not a setting"):
+        CheckpointConfig(checkpoint_at_end=True)

@@ -60,3 +60,36 @@ def delete_or_keep(config):
     with open(os.path.join(hpctrain.get_context().get_run_dir(), "test-out", "left.json"),
               "w") as f:
         json.dump(left, f)
+
+
+def jit_checkpoint_on_preemption(config):
+    """Ray v2's pattern: train until get_preemption_info() says the allocation goes, then
+    report one more checkpoint. Rank 0 warns the supervisor (SIGUSR1, as the scheduler
+    does) after step 2; each rank writes what it saw to test-out/preempt-rank-R.json."""
+    import json
+    import signal
+    import time
+
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    seen = {"before": hpctrain.get_preemption_info()}
+    for step in range(1000):
+        info = hpctrain.get_preemption_info()
+        if info is not None:
+            seen.update(step=step, deadline_ms=info.deadline_ms, now_ms=time.time() * 1000,
+                        nodes=info.preempted_node_to_ranks, ranks=info.preempted_ranks,
+                        node_ids=info.preempted_node_ids)
+            d = os.path.join(ctx.get_run_dir(), "test-out")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"preempt-rank-{rank}.json"), "w") as f:
+                json.dump(seen, f)
+            ckpt = os.path.join(d, f"jit-{rank}")
+            os.makedirs(ckpt)
+            with open(os.path.join(ckpt, f"rank-{rank}.txt"), "w") as f:
+                f.write(str(step))
+            hpctrain.report({"step": step}, checkpoint=hpctrain.Checkpoint.from_directory(ckpt))
+            raise AssertionError("the report with the checkpoint did not stop the run")
+        if step == 2 and rank == 0:
+            os.kill(int(os.environ["HPCTRAIN_PARENT_PID"]), signal.SIGUSR1)
+        hpctrain.report({"step": step})
+        time.sleep(0.05)

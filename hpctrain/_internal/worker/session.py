@@ -46,7 +46,9 @@ from hpctrain.config import CheckpointConfig, CheckpointUploadMode, upload_mode
 from hpctrain._internal.rundir.async_commit import BackgroundCommit, snapshot
 from hpctrain._internal.rundir.commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
 from hpctrain._internal.base.fsutil import Background, atomic_write_json, json_default, read_json
-from hpctrain._internal.rundir.layout import DECISION_FILE, ResultWriter, RunDir, autofilled
+from hpctrain._internal.rundir.layout import (DECISION_FILE, STOP_FILE, ResultWriter, RunDir,
+                                              autofilled)
+from hpctrain.preemption import PreemptionInfo, allocation_ranks
 from hpctrain._internal.worker.trial import trial_control
 from hpctrain.errors import ConfigError
 
@@ -108,6 +110,7 @@ class Session:
             self._rank_results = open(os.path.join(d, f"rank-{info.world_rank}.jsonl"), "a",
                                       buffering=1)
         self._stop_requested = threading.Event()
+        self._preemption: Optional[PreemptionInfo] = None
         if stop_pending():
             self._stop_requested.set()
         self.stop_agreed = False
@@ -465,6 +468,22 @@ class Session:
     # -- preemption (set by the signal handler / timer) -------------------------------
     def request_stop(self) -> None:
         self._stop_requested.set()
+
+    def preemption_info(self) -> Optional[PreemptionInfo]:
+        """Once the warning is agreed (the same report on every rank): the allocation's
+        nodes and ranks, and the supervisor's deadline from the attempt's stop file."""
+        if not self.stop_agreed:
+            return None
+        if self._preemption is None:
+            stop = read_json(os.path.join(self.run.attempt_dir(self.attempt), STOP_FILE),
+                             default={}) or {}
+            deadline = stop.get("deadline") if isinstance(stop, dict) else None
+            i = self.info
+            self._preemption = PreemptionInfo(
+                deadline_ms=int(deadline * 1000) if isinstance(deadline, (int, float)) else None,
+                preempted_node_to_ranks=allocation_ranks(i.hosts, i.world_size,
+                                                         i.local_world_size))
+        return self._preemption
 
     def should_checkpoint(self) -> bool:
         """The agreed decision: the same on every rank after the same report."""
