@@ -27,7 +27,7 @@ from .schedulers.pbs import PbsConfig
 from .schedulers.slurm import SlurmConfig
 from .errors import (CheckpointError, ConfigError, HpctrainError, MissingFrameworkError, RunLockedError,
                      TrainingFailedError, TrainingStoppedError)
-from .callbacks import UserCallback
+from .user_callback import UserCallback
 from .preemption import PreemptionInfo
 from .result import Result
 from .run import Run, RunOptions

@@ -56,6 +56,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from ._internal.base.install import pip_install
 from ._internal.base.log import get_logger
 from .errors import ConfigError
+from .user_callback import UserCallback
 from hpctrain._internal.base.fsutil import atomic_write_json, read_json
 from hpctrain._internal.base.metrics import flatten
 
@@ -127,33 +128,6 @@ class Callback:
     def to_toml(self) -> Any:
         """This callback's ``[callbacks]`` entry (True or a table of options)."""
         return True
-
-
-class UserCallback:
-    """Ray Train v2's ``ray.train.UserCallback``: ``RunConfig(callbacks=[MyCallback()])``.
-
-    Called in the supervisor (the driver of a local run, the batch step of a job), never
-    in a training process, as Ray calls it in its controller. ``run_context`` is the
-    run's :class:`RunInfo` (path, name, ``config``): Ray passes its ``TrainRunContext``.
-    """
-
-    def after_report(self, run_context: RunInfo, metrics: List[Dict[str, Any]],
-                     checkpoint: Optional[Any]) -> None:
-        """After every rank reported: ``metrics[i]`` is what rank ``i`` reported (with
-        ``_training_iteration``…); ``checkpoint`` the committed :class:`~hpctrain.Checkpoint`
-        of this report, None when it has none (or it is committed at a later report:
-        ``CheckpointUploadMode.ASYNC``, fast reports; see docs/porting.md)."""
-
-    def after_exception(self, run_context: RunInfo,
-                        worker_exceptions: Dict[int, BaseException]) -> None:
-        """After an attempt failed: ``{rank: the exception it raised}`` for each rank that
-        left one (a rank killed by a signal leaves none). Called once per failed attempt,
-        before the restart if ``max_failures`` allows one."""
-
-
-def wants_rank_results(callbacks: Optional[List[Any]]) -> bool:
-    """Whether a run must keep every rank's reports: a UserCallback sees them all."""
-    return any(isinstance(cb, UserCallback) for cb in callbacks or [])
 
 
 def user_metrics(row: Dict[str, Any]) -> Dict[str, float]:

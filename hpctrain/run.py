@@ -49,7 +49,7 @@ from hpctrain._internal.rundir.layout import RunDir, existing_run
 from hpctrain._internal.rundir.payload import WorkerPayload
 from hpctrain._internal.base.trust import (make_private_dir, read_trusted, share_of,
                                       trusted_pythonpath)
-from .callbacks import wants_rank_results
+from .user_callback import wants_rank_results
 from .config import DataConfig, RunConfig, default_storage_path
 from .errors import ConfigError
 from .result import Result, result_or_raise

@@ -15,7 +15,8 @@ import cloudpickle
 
 from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.base.log import get_logger
-from hpctrain.callbacks import Callback, UserCallback
+from hpctrain.callbacks import Callback
+from hpctrain.user_callback import UserCallback
 from hpctrain.checkpoint import Checkpoint
 from hpctrain.errors import UnsafePathError
 from hpctrain._internal.rundir.layout import ResultTail, RunDir
