@@ -62,7 +62,7 @@ from hpctrain._internal.base.metrics import flatten
 
 __all__ = ["Callback", "RunInfo", "JsonLoggerCallback", "CSVLoggerCallback",
            "TensorBoardLoggerCallback", "TBXLoggerCallback", "MLflowLoggerCallback",
-           "WandbLoggerCallback", "UserCallback", "from_toml", "to_toml", "CREDENTIAL_RE"]
+           "WandbLoggerCallback", "from_toml", "to_toml", "CREDENTIAL_RE"]
 
 #: Names of options and variables that hold secrets: never in a job file or script.
 CREDENTIAL_RE = re.compile(r"(api_?key|password|passwd|token|secret|credential)", re.I)
