@@ -1,6 +1,8 @@
-"""Ray Train v2's UserCallback (RunConfig(callbacks=[...])): after_report sees every
-report of every rank, with the committed checkpoint; after_exception the exceptions of
-each failed attempt, {rank: exception}. Real 2-rank runs."""
+"""Ray Train v2's names on real runs: UserCallback (after_report sees every report of
+every rank with the committed checkpoint; after_exception the exceptions of each failed
+attempt, {rank: exception}), report(delete_local_checkpoint_after_upload=,
+checkpoint_upload_fn=), get_preemption_info() after the scheduler's warning, and
+FailureConfig(max_preemption_failures=)."""
 import json
 import os
 import socket
@@ -8,9 +10,8 @@ import socket
 import pytest
 
 from hpctrain import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
-                      TrainingFailedError, TrainingStoppedError)
+                      TrainingFailedError, TrainingStoppedError, UserCallback)
 from hpctrain.errors import ConfigError
-from hpctrain.callbacks import UserCallback
 from hpctrain.torch import TorchTrainer
 
 import callback_workloads as wl  # noqa: E402
