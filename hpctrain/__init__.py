@@ -27,6 +27,8 @@ from .schedulers.pbs import PbsConfig
 from .schedulers.slurm import SlurmConfig
 from .errors import (CheckpointError, ConfigError, HpctrainError, MissingFrameworkError, RunLockedError,
                      TrainingFailedError, TrainingStoppedError)
+from .user_callback import UserCallback
+from .preemption import PreemptionInfo
 from .result import Result
 from .run import Run, RunOptions
 
@@ -35,14 +37,17 @@ from ._version import __version__
 __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
     "Run", "RunOptions", "SchedulerConfig", "SlurmConfig", "PbsConfig", "LsfConfig", "SetupConfig", "DataConfig", "SyncConfig",
-    "report", "get_checkpoint", "get_context", "get_dataset_shard", "TrainingFailedError",
+    "report", "get_checkpoint", "get_context", "get_dataset_shard", "get_preemption_info",
+    "PreemptionInfo", "UserCallback", "TrainingFailedError",
     "TrainingStoppedError", "ConfigError",
     "CheckpointError", "HpctrainError", "MissingFrameworkError", "RunLockedError", "__version__",
 ]
 
 
 def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None, *,
-           checkpoint_upload_mode: Any = None) -> None:
+           checkpoint_upload_mode: Any = None,
+           delete_local_checkpoint_after_upload: Optional[bool] = None,
+           checkpoint_upload_fn: Any = None) -> None:
     """Report this iteration's metrics (rank 0's are recorded) and, optionally, a checkpoint.
 
     Every rank must call ``report`` the same number of times. When any rank passes a
@@ -53,11 +58,20 @@ def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None, *,
     ``CheckpointUploadMode.ASYNC`` returns once the files are moved aside (the directory
     is yours again) and commits in the background; the next checkpoint report, a stop
     and the end of the training wait for it.
+
+    ``delete_local_checkpoint_after_upload`` (Ray's): True deletes the checkpoint's
+    directory once its files are handed in; False keeps its files (an asynchronous report
+    then copies them instead of moving them); None: kept for ``SYNC``, moved away for
+    ``ASYNC`` (the emptied directory stays, to be reused). A committed checkpoint handed
+    back in is never deleted.
+    ``checkpoint_upload_fn`` is refused: checkpoints are committed into the run directory.
     """
     from hpctrain._internal.worker.session import get_session
 
-    get_session("report()").report(metrics, checkpoint,
-                                   checkpoint_upload_mode=checkpoint_upload_mode)
+    get_session("report()").report(
+        metrics, checkpoint, checkpoint_upload_mode=checkpoint_upload_mode,
+        delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
+        checkpoint_upload_fn=checkpoint_upload_fn)
 
 
 def get_checkpoint() -> Optional[Checkpoint]:
@@ -73,6 +87,18 @@ def get_context():
     from hpctrain._internal.worker.session import TrainContext, get_session
 
     return TrainContext(get_session("get_context()"))
+
+
+def get_preemption_info():
+    """Ray Train v2's ``ray.train.get_preemption_info()``: None until the scheduler's
+    warning (a preemption or the time limit) is agreed by every rank, at the same
+    report; then a :class:`~hpctrain.preemption.PreemptionInfo` (every node and rank of
+    the allocation, and the deadline in ``deadline_ms``). Report a checkpoint then: the
+    run stops cleanly after that report and continues in a requeued allocation
+    (``FailureConfig.max_requeues``, alias ``max_preemption_failures``)."""
+    from hpctrain._internal.worker.session import get_session
+
+    return get_session("get_preemption_info()").preemption_info()
 
 
 def get_dataset_shard(name: str):

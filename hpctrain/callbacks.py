@@ -56,6 +56,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from ._internal.base.install import pip_install
 from ._internal.base.log import get_logger
 from .errors import ConfigError
+from .user_callback import UserCallback
 from hpctrain._internal.base.fsutil import atomic_write_json, read_json
 from hpctrain._internal.base.metrics import flatten
 
@@ -540,10 +541,12 @@ def to_toml(callbacks: List[Any]) -> Dict[str, Any]:
 
 
 def check_callbacks(callbacks: List[Any]) -> None:
-    """``RunConfig(callbacks=...)``: each one a :class:`Callback` or a seed-era
+    """``RunConfig(callbacks=...)``: each one a :class:`Callback`, a :class:`UserCallback` or a seed-era
     ``TrainingCallback`` (``handle_result``)."""
     for i, cb in enumerate(callbacks):
-        if not (isinstance(cb, Callback) or hasattr(cb, "on_result") or hasattr(cb, "handle_result")):
+        if not (isinstance(cb, (Callback, UserCallback)) or hasattr(cb, "on_result")
+                or hasattr(cb, "handle_result")):
             raise ConfigError(f"run.callbacks[{i}]: expected a hpctrain.callbacks.Callback, got "
                               f"{type(cb).__name__}",
-                              hint="subclass hpctrain.callbacks.Callback and override on_result")
+                              hint="subclass hpctrain.callbacks.Callback (override on_result) or "
+                                   "hpctrain.callbacks.UserCallback (Ray v2: after_report)")

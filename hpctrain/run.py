@@ -49,6 +49,7 @@ from hpctrain._internal.rundir.layout import RunDir, existing_run
 from hpctrain._internal.rundir.payload import WorkerPayload
 from hpctrain._internal.base.trust import (make_private_dir, read_trusted, share_of,
                                       trusted_pythonpath)
+from .user_callback import wants_rank_results
 from .config import DataConfig, RunConfig, default_storage_path
 from .errors import ConfigError
 from .result import Result, result_or_raise
@@ -179,7 +180,8 @@ class Run:
             scaling=t.scaling_config,
             checkpoint_config=rc.checkpoint_config,
             run_name="",
-            per_rank_results=options.per_rank_results,
+            # a UserCallback's after_report sees every rank's metrics
+            per_rank_results=options.per_rank_results or wants_rank_results(rc.callbacks),
             keep_return_values=options.keep_return_values,
             datasets=t.datasets,
             datasets_to_split=t.dataset_config.datasets_to_split,

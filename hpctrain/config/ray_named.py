@@ -304,9 +304,18 @@ class CheckpointConfig:
         "frequency", '"auto" (the Young-Daly interval) or a number of reports; unset: the '
         "loop decides."))
     frequency: InitVar[Any] = None
+    #: Ray's (unused by its v2 trainers with a training loop): refused with a hint
+    checkpoint_at_end: InitVar[Any] = None
 
-    def __post_init__(self, frequency: Any = None) -> None:
+    def __post_init__(self, frequency: Any = None, checkpoint_at_end: Any = None) -> None:
         from .._internal.base.checkpoint_interval import frequency_value
+
+        if checkpoint_at_end is not None:
+            raise ConfigError(
+                f"checkpoint.checkpoint_at_end={checkpoint_at_end!r}: not a setting here (Ray "
+                "Train v2 dropped it too: a training loop decides)",
+                hint="report a checkpoint after your loop's last step; XGBoost/LightGBM: "
+                     "RayTrainReportCallback(checkpoint_at_end=True) (the default)")
 
         if frequency is not None:
             if self.checkpoint_frequency not in (None, frequency):
@@ -370,7 +379,8 @@ class FailureConfig:
     * ``requeue``: after such a stop, continue in a new allocation (Slurm: ``scontrol
       requeue``; PBS: the job resubmits itself with ``-W depend=afterany``). False: the run
       ends as STOPPED, to be continued with ``Trainer.restore(path)``.
-    * ``max_requeues``: how many times that may happen (-1 = unlimited). Independently,
+    * ``max_requeues`` (alias ``max_preemption_failures``, Ray v2's name): how many times
+      that may happen (-1 = unlimited), counted apart from ``max_failures``. Independently,
       the chain stops after 3 allocations in a row that committed no new checkpoint.
     * ``hang_timeout`` (hpctrain's own): how long a rank may make no progress (no report,
       no batch of a prepared data loader) before the attempt counts as hung: every rank's
@@ -402,10 +412,25 @@ class FailureConfig:
     hang_timeout: Union[str, int, None] = field(default=None, metadata=toml(
         "str", 'How long a rank may make no progress before the attempt counts as hung, '
         'e.g. "20m" (default: learned from the run\'s own pace; "off": no watchdog).'))
+    #: Ray Train v2's name for ``max_requeues``: restarts after a preemption, counted
+    #: apart from ``max_failures``. Here a preemption is the scheduler's warning (the time
+    #: limit too) followed by a requeue; giving both with different values is an error.
+    max_preemption_failures: Optional[int] = field(default=None, metadata=python_only(
+        "Ray's name for [failure] max_requeues"))
 
     def __post_init__(self) -> None:
         _check_int("failure.max_failures", self.max_failures, minimum=-1)
         _check_int("failure.max_requeues", self.max_requeues, minimum=-1)
+        if self.max_preemption_failures is not None:
+            _check_int("failure.max_preemption_failures", self.max_preemption_failures,
+                       minimum=-1)
+            if self.max_requeues not in (-1, self.max_preemption_failures):
+                raise ConfigError(
+                    f"failure: max_preemption_failures={self.max_preemption_failures} and "
+                    f"max_requeues={self.max_requeues} disagree",
+                    hint="max_preemption_failures is Ray's name for max_requeues: give one")
+            self.max_requeues = self.max_preemption_failures
+            self.max_preemption_failures = None  # taken: replace(max_requeues=...) works
         if not isinstance(self.requeue, bool):
             raise ConfigError(f"failure.requeue: expected true or false, got {self.requeue!r}")
         sig = self.warning_signal

@@ -71,6 +71,7 @@ Differences from Ray 1.x, all on purpose:
 from __future__ import annotations
 
 from .. import get_checkpoint, get_context
+from .. import PreemptionInfo, UserCallback, get_preemption_info  # Ray Train v2
 from ..backends.torch import TorchConfig  # (Ray 1.x: ray.train.TorchConfig)
 from ..checkpoint import Checkpoint
 from ..config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig,
@@ -100,3 +101,5 @@ __all__ = [
     "TBXLoggerCallback", "CheckpointStrategy", "TorchConfig", "save_checkpoint",
     "load_checkpoint", "world_rank", "local_rank", "world_size",
 ]
+# Ray Train v2: user callbacks and preemption (the same objects as hpctrain's)
+__all__ += ["UserCallback", "get_preemption_info", "PreemptionInfo"]

@@ -9,16 +9,19 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import cloudpickle
 
 from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.base.log import get_logger
 from hpctrain.callbacks import Callback
+from hpctrain.user_callback import UserCallback
+from hpctrain.checkpoint import Checkpoint
 from hpctrain.errors import UnsafePathError
 from hpctrain._internal.rundir.layout import ResultTail, RunDir
-from hpctrain._internal.base.trust import load_trusted_pickle
+from hpctrain._internal.base.trust import load_own_pickle, load_trusted_pickle
+from hpctrain._internal.worker.entry import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES
 
 CALLBACKS_FILE = "callbacks.pkl"
 TRACKING_FILE = "tracking.json"
@@ -74,8 +77,104 @@ class _SeedEraAdapter:
             self.cb.finish_training(error=status == "FAILED")
 
 
-def _wrap(cb: Any) -> Any:
+WORKER_RESULTS = "worker-results"   # <run>/.hpctrain/worker-results/rank-R.jsonl
+USER_STATE = "user"                 # .hpctrain/tracking-user.json: what was delivered
+CHECK_FAILURES_S = 1.0              # how often state.json is read for failed attempts
 
+
+class _UserCallbackAdapter:
+    """A :class:`~hpctrain.callbacks.UserCallback` (Ray v2's): ``after_report`` once every
+    rank's line of a report is in ``worker-results/rank-R.jsonl`` (a UserCallback turns
+    those files on), ``after_exception`` once per failed attempt with the exceptions its
+    ranks pickled. What was delivered is kept in ``tracking-user.json``, so a later
+    allocation delivers only what is new."""
+
+    def __init__(self, cb: UserCallback, run: RunDir):
+        self.cb = cb
+        self.run = run
+        self.info: Any = None
+        self._tails: List[ResultTail] = []
+        self._lines: Dict[Tuple[int, int], List[Optional[Dict[str, Any]]]] = {}
+        self._reported: Tuple[int, int] = (0, 0)   # (attempt, iteration) delivered last
+        self._failed: List[int] = []               # attempts whose exceptions were delivered
+        self._checked_at = 0.0
+
+    def setup(self, info: Any) -> None:
+        self.info = info
+        spec = self.run.read_spec() or {}
+        n = int((spec.get("scaling") or {}).get("num_workers") or 1)
+        d = os.path.join(self.run.internal_dir, WORKER_RESULTS)
+        self._tails = [ResultTail(os.path.join(d, f"rank-{r}.jsonl")) for r in range(n)]
+        state = info.load_state(USER_STATE)
+        self._reported = tuple(state.get("reported") or (0, 0))
+        self._failed = list(state.get("exceptions") or [])
+
+    def on_results(self, rows: List[Dict[str, Any]]) -> None:
+        """(rank 0's rows: every rank's come from worker-results, see :meth:`poll`)"""
+
+    def poll(self, final: bool = False) -> None:
+        for rank, tail in enumerate(self._tails):
+            for line in tail.poll():
+                key = (int(line["attempt"]), int(line["metrics"]["_training_iteration"]))
+                if key > self._reported:
+                    self._lines.setdefault(key, [None] * len(self._tails))[rank] = line
+        complete = sorted(k for k, v in self._lines.items() if None not in v)
+        for key in complete:
+            if key <= self._reported:  # an attempt that was followed by a newer one
+                del self._lines[key]
+                continue
+            lines = self._lines[key]
+            ckpt = None
+            if any(line.get("checkpoint") for line in lines):
+                ckpt = self._committed(key[1], lines[0].get("checkpoint_dir_name"))
+                # Ray calls after_report once the checkpoint is persisted: wait for its
+                # commit (a later agreement report publishes it), unless this attempt
+                # is over (then it never was)
+                if ckpt is None and not final and complete[-1][0] == key[0]:
+                    break
+            del self._lines[key]
+            self._reported = key
+            self._save()
+            self.cb.after_report(self.info, [dict(line["metrics"]) for line in lines], ckpt)
+        if final or time.time() - self._checked_at >= CHECK_FAILURES_S:
+            self._checked_at = time.time()
+            self._deliver_exceptions()
+
+    def _committed(self, iteration: int, name: Optional[str]) -> Optional[Checkpoint]:
+        """The committed checkpoint of ``iteration`` (the latest one, by index)."""
+        if name:
+            return Checkpoint(self.run.storage.join(self.run.checkpoints_dir, name))
+        found = [r for r in self.run.list_checkpoints() if r.iteration == iteration]
+        return found[-1].checkpoint() if found else None
+
+    def _deliver_exceptions(self) -> None:
+        for rec in self.run.read_state().get("attempts", []):
+            number = rec.get("attempt")
+            if rec.get("failed_rank") is None or not isinstance(number, int) \
+                    or number in self._failed:
+                continue
+            adir = self.run.attempt_dir(number)
+            found: Dict[int, BaseException] = {}
+            for rank in range(len(self._tails)):
+                exc = load_own_pickle(os.path.join(adir, ERROR_PICKLE.format(rank=rank)),
+                                      MAX_ERROR_PICKLE_BYTES)
+                if isinstance(exc, BaseException):
+                    found[rank] = exc
+            self._failed.append(number)
+            self._save()
+            self.cb.after_exception(self.info, found)
+
+    def on_end(self, status: str) -> None:
+        self.poll(final=True)
+
+    def _save(self) -> None:
+        self.info.save_state(USER_STATE, {"reported": list(self._reported),
+                                          "exceptions": self._failed})
+
+
+def _wrap(cb: Any, run: RunDir) -> Any:
+    if isinstance(cb, UserCallback):
+        return _UserCallbackAdapter(cb, run)
     if isinstance(cb, Callback) or not hasattr(cb, "handle_result"):
         return cb
     return _SeedEraAdapter(cb)
@@ -91,7 +190,7 @@ def _config(run: RunDir) -> Dict[str, Any]:
 class CallbackRunner:
     def __init__(self, run: RunDir, callbacks: Optional[List[Any]]):
         self.run = run
-        self.callbacks = [_wrap(cb) for cb in callbacks or []]
+        self.callbacks = [_wrap(cb, run) for cb in callbacks or []]
         self._state_file = os.path.join(run.internal_dir, TRACKING_FILE)
         self._tail = ResultTail(run.result_file)
         self._saved_at = 0.0
@@ -156,6 +255,8 @@ class CallbackRunner:
         except Exception as e:  # noqa: BLE001 - e.g. result.json on a failing filesystem
             self._warn_once("reading result.json", e)
             return
+        for cb in [c for c in self.callbacks if hasattr(c, "poll")]:
+            self._call(cb, "poll")
         if rows:
             for cb in list(self.callbacks):
                 if hasattr(cb, "on_results"):

@@ -66,10 +66,13 @@ from hpctrain._internal.rundir.layout import RunDir
 SNAPSHOT_PREFIX = ".hpctrain-snapshot-"
 
 
-def snapshot(run: RunDir, rank: int, iteration: int, checkpoint: Checkpoint) -> str:
+def snapshot(run: RunDir, rank: int, iteration: int, checkpoint: Checkpoint, *,
+             keep: bool = False) -> str:
     """Take the files of ``checkpoint`` away from the caller: return a private directory
     holding them (see the module docstring). Costs one rename per file, or a copy (no
-    fsync) where no rename is possible."""
+    fsync) where no rename is possible; ``keep`` (``report(...,
+    delete_local_checkpoint_after_upload=False)``): always a copy, the caller's files
+    stay."""
     src = os.path.abspath(checkpoint.path)
     if is_staged(run, src):
         return src  # get_checkpoint_staging_dir(): already hpctrain's (a fresh one each call)
@@ -81,7 +84,7 @@ def snapshot(run: RunDir, rank: int, iteration: int, checkpoint: Checkpoint) -> 
     committed = os.path.exists(os.path.join(src, METADATA_FILE))
     same_fs = _same_device(src, base)
     dst = None
-    if committed:
+    if committed or keep:
         pass
     elif same_fs:
         dst = tempfile.mkdtemp(prefix=f"async-{iteration}-", dir=base)

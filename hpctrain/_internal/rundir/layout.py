@@ -54,6 +54,9 @@ from hpctrain.storage.base import Storage
 #: In an attempt's directory: what a sweep's scheduler decided for this trial (stop, or
 #: restart from another trial's checkpoint), written by rank 0 for the supervisor.
 DECISION_FILE = "tune_decision.json"
+#: Written by the supervisor into the attempt directory when the warning came: the
+#: reason, the time and the deadline (epoch seconds) by which the ranks are stopped.
+STOP_FILE = "stop"
 
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{6,})$")
 #: Every name that holds or held checkpoint <index>: committed or not, moved aside as

@@ -32,7 +32,7 @@ import cloudpickle
 from hpctrain import cluster_env
 from hpctrain._internal import rendezvous
 from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain._internal.rundir.layout import STOP_FILE, RunDir  # noqa: F401 - re-exported
 from hpctrain._internal.rundir.payload import WorkerPayload
 from hpctrain._internal.base.trust import fix_mode, modes_of, no_write_for_others
 from hpctrain._internal.worker.heartbeat import Heartbeat
@@ -51,8 +51,6 @@ ENV_RESUME = "HPCTRAIN_RESUME_CHECKPOINT"
 ENV_CKPT_INDEX = "HPCTRAIN_CHECKPOINT_INDEX"
 ENV_START_ITER = "HPCTRAIN_START_ITERATION"
 ENV_WARNING_SIGNAL = "HPCTRAIN_WARNING_SIGNAL"
-#: Written by the supervisor into the attempt directory when the warning came.
-STOP_FILE = "stop"
 STOP_POLL_S = 0.1
 
 

@@ -46,7 +46,9 @@ from hpctrain.config import CheckpointConfig, CheckpointUploadMode, upload_mode
 from hpctrain._internal.rundir.async_commit import BackgroundCommit, snapshot
 from hpctrain._internal.rundir.commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
 from hpctrain._internal.base.fsutil import Background, atomic_write_json, json_default, read_json
-from hpctrain._internal.rundir.layout import DECISION_FILE, ResultWriter, RunDir, autofilled
+from hpctrain._internal.rundir.layout import (DECISION_FILE, STOP_FILE, ResultWriter, RunDir,
+                                              autofilled)
+from hpctrain.preemption import PreemptionInfo, allocation_ranks
 from hpctrain._internal.worker.trial import trial_control
 from hpctrain.errors import ConfigError
 
@@ -108,6 +110,7 @@ class Session:
             self._rank_results = open(os.path.join(d, f"rank-{info.world_rank}.jsonl"), "a",
                                       buffering=1)
         self._stop_requested = threading.Event()
+        self._preemption: Optional[PreemptionInfo] = None
         if stop_pending():
             self._stop_requested.set()
         self.stop_agreed = False
@@ -136,7 +139,20 @@ class Session:
 
     # -- reporting ----------------------------------------------------------------
     def report(self, metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None,
-               checkpoint_upload_mode: Any = None) -> None:
+               checkpoint_upload_mode: Any = None,
+               delete_local_checkpoint_after_upload: Optional[bool] = None,
+               checkpoint_upload_fn: Any = None) -> None:
+        if checkpoint_upload_fn is not None:
+            raise ConfigError(
+                "report(checkpoint_upload_fn=...): not supported by hpctrain; a checkpoint "
+                "is committed into the run directory (checkpoints/checkpoint_NNNNNN), "
+                "atomically, by every rank together",
+                hint="pass the directory as checkpoint=; to copy a committed checkpoint "
+                     "elsewhere as well, do it from Result.checkpoint or a UserCallback's "
+                     "after_report")
+        if delete_local_checkpoint_after_upload not in (None, True, False):
+            raise ConfigError("report(delete_local_checkpoint_after_upload=...): expected "
+                              f"True, False or None, got {delete_local_checkpoint_after_upload!r}")
         if not isinstance(metrics, dict):
             raise TypeError(f"hpctrain.report: metrics must be a dict, got {type(metrics).__name__}")
         if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
@@ -151,6 +167,9 @@ class Session:
         files: List[str] = []
         aside: List[str] = []
         use_async = checkpoint is not None and self._async(checkpoint_upload_mode)
+        # None: SYNC keeps the files, ASYNC moves them away (the emptied directory stays,
+        # to be reused); True: the directory goes too; False: ASYNC copies them instead
+        delete_local = delete_local_checkpoint_after_upload is True
         # one background commit in flight per rank: a later checkpoint waits for it; a
         # finished one is taken in (its error raised) before any agreement
         if self._inflight is not None and (checkpoint is not None or self._inflight.done()):
@@ -168,13 +187,14 @@ class Session:
                 self._harvest()
         complete = getattr(checkpoint, "_complete", None)  # hpctrain.torch.checkpoints
         if checkpoint is not None and use_async:
-            snap = snapshot(self.run, rank, iteration, checkpoint)
+            snap = snapshot(self.run, rank, iteration, checkpoint,
+                            keep=delete_local_checkpoint_after_upload is False)
             self._inflight = BackgroundCommit(
                 self.run, iteration, rank, snap, sync=self.checkpoint_config.sync_to_disk,
                 announce=self.info.world_size > 1, wait_for_rank0=rank0_now and rank != 0,
                 complete=complete)
-            if getattr(checkpoint, "_temporary", False):
-                shutil.rmtree(checkpoint.path, ignore_errors=True)
+            if getattr(checkpoint, "_temporary", False) or delete_local:
+                _delete_handed_in(checkpoint)
         elif checkpoint is not None:
             if complete is not None:
                 complete()  # the files of a torch state checkpoint, written now
@@ -184,8 +204,8 @@ class Session:
                                    wait_for_rank0=rank0_now and rank != 0)
             files = list(manifest["files"])
             aside = [rel for rel, info in manifest["files"].items() if info.get("aside")]
-            if getattr(checkpoint, "_temporary", False):
-                shutil.rmtree(checkpoint.path, ignore_errors=True)
+            if getattr(checkpoint, "_temporary", False) or delete_local:
+                _delete_handed_in(checkpoint)
             if not agreed:
                 self._staged_since_agreement = True
         if rank == 0:
@@ -449,6 +469,22 @@ class Session:
     def request_stop(self) -> None:
         self._stop_requested.set()
 
+    def preemption_info(self) -> Optional[PreemptionInfo]:
+        """Once the warning is agreed (the same report on every rank): the allocation's
+        nodes and ranks, and the supervisor's deadline from the attempt's stop file."""
+        if not self.stop_agreed:
+            return None
+        if self._preemption is None:
+            stop = read_json(os.path.join(self.run.attempt_dir(self.attempt), STOP_FILE),
+                             default={}) or {}
+            deadline = stop.get("deadline") if isinstance(stop, dict) else None
+            i = self.info
+            self._preemption = PreemptionInfo(
+                deadline_ms=int(deadline * 1000) if isinstance(deadline, (int, float)) else None,
+                preempted_node_to_ranks=allocation_ranks(i.hosts, i.world_size,
+                                                         i.local_world_size))
+        return self._preemption
+
     def should_checkpoint(self) -> bool:
         """The agreed decision: the same on every rank after the same report."""
         return self.stop_agreed or self._due_at == self.iteration or (
@@ -490,6 +526,13 @@ class Session:
             self._writer.close()
         if self._rank_results is not None:
             self._rank_results.close()
+
+
+def _delete_handed_in(checkpoint: Checkpoint) -> None:
+    """The directory of a checkpoint whose files are handed in; never a committed one
+    (``get_checkpoint()``, ``Result.checkpoint`` handed back in)."""
+    if not os.path.exists(os.path.join(checkpoint.path, METADATA_FILE)):
+        shutil.rmtree(checkpoint.path, ignore_errors=True)
 
 
 def _tune_hook(run: RunDir, trial: Optional[Dict[str, str]]):
