@@ -46,7 +46,6 @@ import inspect
 import os
 import re
 import socket
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
