@@ -132,8 +132,10 @@ def run_worker(run_dir: str) -> int:
         session.close()
         if payload.keep_return_values:
             os.makedirs(adir, exist_ok=True)
-            atomic_write_bytes(os.path.join(adir, f"return.rank-{rank}.pkl"),
+            atomic_write_bytes(os.path.join(adir, RETURN_FILE.format(rank=rank)),
                                cloudpickle.dumps(value), sync=False, mode=0o600)
+        elif rank == 0 and value is not None:
+            _save_return_value(adir, value)
         backend.on_shutdown(info)
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure must reach the supervisor
@@ -222,6 +224,9 @@ def record_failure(attempt_dir: str, rank: int, exc: BaseException) -> None:
 #: The worker's exception object, pickled beside ``error.rank-R.json`` (mode 0600): the
 #: driver makes it the ``__cause__`` of the TrainingFailedError raised by ``fit()``.
 ERROR_PICKLE = "error.rank-{rank}.pickle"
+#: a rank's return value: every rank's with ``keep_return_values``, else rank 0's
+#: (``Result.return_value``)
+RETURN_FILE = "return.rank-{rank}.pkl"
 MAX_ERROR_PICKLE_BYTES = 4 << 20
 
 
@@ -238,6 +243,22 @@ def _save_exception(attempt_dir: str, rank: int, exc: BaseException) -> None:
                            sync=False, mode=0o600)
     except Exception:  # noqa: BLE001 - unpicklable (a lock, a lambda) or a full disk
         pass
+
+
+def _save_return_value(attempt_dir: str, value: Any) -> None:
+    """Rank 0's return value, for ``Result.return_value``: best effort (a value that
+    cannot be pickled, a lock or an open file, is left out with a warning; the run
+    still succeeds)."""
+    try:
+        data = cloudpickle.dumps(value)
+    except Exception as e:  # noqa: BLE001 - whatever pickling raises
+        logging.getLogger("hpctrain").warning(
+            "rank 0's return value (%s) could not be pickled, Result.return_value will "
+            "be None: %s", type(value).__name__, e)
+        return
+    os.makedirs(attempt_dir, exist_ok=True)
+    atomic_write_bytes(os.path.join(attempt_dir, RETURN_FILE.format(rank=0)), data,
+                       sync=False, mode=0o600)
 
 
 def _exit_with_parent() -> None:
