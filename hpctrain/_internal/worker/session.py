@@ -61,6 +61,9 @@ NOTHING_IN_FLIGHT = 2**31 - 1  # "no background commit" in the agreement (any in
 #: broadcast_from_rank_zero: Ray's limit (a warning beyond it), and hpctrain's (an error)
 WARN_BROADCAST_BYTES = 1000
 MAX_BROADCAST_BYTES = 16 << 20
+#: get_all_reported_checkpoints() on a rank > 0 waits at most this long for rank 0 to
+#: publish the checkpoints agreed at its last report (rank 0 fails the run otherwise)
+PUBLISH_WAIT_S = 600.0
 
 
 class StopTraining(BaseException):
@@ -129,6 +132,8 @@ class Session:
         self._inflight: Optional[Any] = None  # this rank's BackgroundCommit
         self._due_at = -1  # the report after which checkpoint_frequency="auto" said so
         self.committed: List[Tuple[int, str]] = []  # (iteration, name) published here
+        #: rank 0 publishes, at the latest agreement, what is staged up to this report
+        self._published_through = -1
 
         self._frequency = FrequencyPolicy.for_session(self)
         self._reports_since_agreement: Dict[int, Tuple[Dict[str, Any], float,
@@ -318,6 +323,8 @@ class Session:
             self.coordinator.allreduce_max([0])  # every rank staged this report's files
         published: Dict[int, str] = {}
         below = self._publish_below
+        if self._publish_due:  # rank 0 publishes what is staged up to here, now
+            self._published_through = min(iteration, below - 1)
         if self.info.world_rank == 0:
             if self._publish_due:
                 for it in staged_iterations(self.run, up_to=min(iteration, below - 1)):
@@ -367,7 +374,16 @@ class Session:
 
     def reported_checkpoints(self) -> List[Any]:
         """The run's committed checkpoints still kept, oldest first, with their metrics
-        (``hpctrain.get_all_reported_checkpoints()``)."""
+        (``hpctrain.get_all_reported_checkpoints()``), once rank 0 has published those
+        of this rank's reports so far that were agreed on."""
+        if self.info.world_rank != 0 and self._published_through >= 0:
+            # this rank's report returned before rank 0 renamed those checkpoints into
+            # place: wait until nothing up to that report is left staged
+            deadline = time.monotonic() + PUBLISH_WAIT_S
+            while (staged_iterations(self.run, up_to=self._published_through)
+                   and time.monotonic() < deadline):
+                progress.beat()
+                time.sleep(0.005)
         return [ReportedCheckpoint(rec.checkpoint(), dict(rec.metrics))
                 for rec in self.run.list_checkpoints()]
 

@@ -1,0 +1,169 @@
+"""Ray Train 2.x's names added since the seed documents: get_all_reported_checkpoints,
+ray.train.collective, Result.return_value and get_best_checkpoint, TrainContext's module,
+WorkerGroupError/ControllerError, and Ray's module paths. Real runs (two torch worker
+processes, real files); outcomes, not existence."""
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+import hpctrain
+import ray_v2_workloads as wl
+from helpers import ROOT, fit, out
+from hpctrain import CheckpointConfig, Checkpoint, Result
+from hpctrain.errors import (ControllerError, TrainingFailedError, WorkerGroupError,
+                             WorkerTraceback)
+
+
+def _read(result, name):
+    with open(out(result, name)) as f:
+        return json.load(f)
+
+
+# -- get_all_reported_checkpoints, Result.return_value, get_best_checkpoint -----------------
+def test_reported_checkpoints_so_far_on_every_rank_and_the_result_after(storage):
+    result = fit(wl.report_three_checkpoints, storage, name="reported")
+    for rank in (0, 1):
+        seen = _read(result, f"seen-rank-{rank}.json")
+        # after report i, the i+1 checkpoints committed so far, oldest first, each with
+        # the metrics reported with it and the files rank 0 handed in
+        assert [[(c["dir"], c["epoch"], c["loss"], c["state"]["epoch"]) for c in s]
+                for s in seen] == [
+            [("checkpoint_000000", 0, 3.0, 0)],
+            [("checkpoint_000000", 0, 3.0, 0), ("checkpoint_000001", 1, 1.0, 1)],
+            [("checkpoint_000000", 0, 3.0, 0), ("checkpoint_000001", 1, 1.0, 1),
+             ("checkpoint_000002", 2, 2.0, 2)]], rank
+        assert {c["type"] for s in seen for c in s} == {"ReportedCheckpoint"}
+    # rank 0's return value, through the Result of fit() and one rebuilt from the path
+    assert result.return_value == {"rank": 0, "answer": 42}
+    assert Result.from_path(result.path).return_value == {"rank": 0, "answer": 42}
+    best = result.get_best_checkpoint("loss", "min")
+    assert os.path.basename(best.path) == "checkpoint_000001"
+    assert os.path.basename(result.get_best_checkpoint("loss", "max").path) == \
+        "checkpoint_000000"
+    with pytest.raises(ValueError, match=r'Unsupported mode: avg. Please choose from '
+                                         r'\["min", "max"\]!'):
+        result.get_best_checkpoint("loss", "avg")
+    with pytest.raises(RuntimeError, match="Invalid metric name accuracy! You may choose "
+                                           "from the following metrics: "):
+        result.get_best_checkpoint("accuracy", "max")
+
+
+def test_get_best_checkpoint_of_a_result_without_checkpoints():
+    result = Result(metrics={"loss": 1.0}, checkpoint=None, error=None, path="/nowhere")
+    with pytest.raises(RuntimeError, match="No checkpoint exists in the trial directory!"):
+        result.get_best_checkpoint("loss", "min")
+    assert result.return_value is None
+
+
+def test_get_all_reported_checkpoints_outside_a_training_function():
+    with pytest.raises(RuntimeError, match=r"hpctrain.get_all_reported_checkpoints\(\) must "
+                                           "be called inside a training function"):
+        hpctrain.train.get_all_reported_checkpoints()
+
+
+# -- ray.train.collective, ray.train.context ----------------------------------------------
+def test_barrier_waits_for_the_slow_rank_and_broadcast_gives_rank_zeros_dict(storage):
+    result = fit(wl.collectives, storage, name="collectives", config={"sleep_s": 1.5})
+    r0, r1 = (_read(result, f"collective-rank-{r}.json") for r in (0, 1))
+    assert r0["is_train_context"] and r1["is_train_context"]
+    assert r1["arrived"] - r0["arrived"] > 1.0          # rank 1 slept
+    assert r0["passed"] >= r1["arrived"]                # so rank 0 waited for it
+    assert r0["got"] == r1["got"] == {"seed": 1234, "from": 0}
+
+
+def test_broadcast_of_more_than_rays_1000_bytes_still_arrives(storage):
+    result = fit(wl.collectives, storage, name="big", config={"sleep_s": 0, "pad": 5000})
+    assert [_read(result, f"collective-rank-{r}.json")["pad"] for r in (0, 1)] == [5000, 5000]
+
+
+def test_collectives_outside_a_training_function():
+    with pytest.raises(RuntimeError, match=r"hpctrain.train.collective.barrier\(\) must be "
+                                           "called inside a training function"):
+        hpctrain.train.collective.barrier()
+
+
+# -- the error hierarchy ------------------------------------------------------------------
+def test_failed_ranks_raise_a_worker_group_error_with_each_ranks_exception(storage):
+    with pytest.raises(TrainingFailedError) as info:
+        fit(wl.both_ranks_raise, storage, name="both-fail")
+    err = info.value
+    assert isinstance(err, WorkerGroupError)
+    # still TrainingFailedError(<cause class>): the first failed rank's own exception
+    first = err.worker_failures[err.rank]
+    assert isinstance(err, type(first)) and err.__cause__ is first
+    assert set(err.worker_failures) == {0, 1}
+    assert type(err.worker_failures[0]) is ValueError
+    assert str(err.worker_failures[0]) == "rank 0: bad value"
+    assert type(err.worker_failures[1]) is KeyError
+    assert err.worker_failures[1].args == ("rank 1: no such column",)
+    # the Result carries the same error; it survives pickling with its failures
+    again = pickle.loads(pickle.dumps(err))
+    assert isinstance(again, WorkerGroupError) and isinstance(again, type(first))
+    assert {r: type(e) for r, e in again.worker_failures.items()} == \
+        {0: ValueError, 1: KeyError}
+    rebuilt = Result.from_path(err.result.path).error
+    assert isinstance(rebuilt, WorkerGroupError) and set(rebuilt.worker_failures) == {0, 1}
+
+
+def test_ray_v2_error_classes():
+    assert issubclass(WorkerGroupError, TrainingFailedError)
+    assert issubclass(ControllerError, TrainingFailedError)
+    err = WorkerGroupError("2 ranks failed", {1: KeyError("x")})
+    assert str(err) == "2 ranks failed" and isinstance(err.worker_failures[1], KeyError)
+    ctl = ControllerError(RuntimeError("the batch job was cancelled"))
+    assert str(ctl) == "the batch job was cancelled"
+    assert isinstance(pickle.loads(pickle.dumps(ctl)).controller_failure, RuntimeError)
+    assert hpctrain.train.WorkerGroupError is hpctrain.WorkerGroupError is WorkerGroupError
+    assert isinstance(WorkerTraceback("tb"), Exception)
+
+
+# -- Ray's module paths ---------------------------------------------------------------------
+#: every public module path of Ray that hpctrain mirrors: (hpctrain module, a name in it)
+MODULE_PATHS = [
+    ("hpctrain.train", "get_all_reported_checkpoints"),
+    ("hpctrain.train.context", "TrainContext"),
+    ("hpctrain.train.collective", "broadcast_from_rank_zero"),
+    ("hpctrain.train.torch", "TorchTrainer"),
+    ("hpctrain.train.lightning", "RayLightningEnvironment"),
+    ("hpctrain.train.huggingface.transformers", "RayTrainReportCallback"),
+    ("hpctrain.train.tensorflow", "TensorflowTrainer"),
+    ("hpctrain.train.tensorflow.keras", "ReportCheckpointCallback"),
+    ("hpctrain.train.horovod", "HorovodTrainer"),
+    ("hpctrain.train.xgboost", "XGBoostTrainer"),
+    ("hpctrain.train.lightgbm", "LightGBMTrainer"),
+    ("hpctrain.tune", "Tuner"),
+    ("hpctrain.tune.tune_config", "TuneConfig"),
+    ("hpctrain.tune.schedulers", "ASHAScheduler"),
+]
+
+
+def test_rays_module_paths_resolve_as_attributes_and_imports():
+    """In a fresh interpreter: ``import hpctrain.train as train`` imports no framework,
+    ``train.torch`` (an attribute, as ``ray.train.torch``) then is the module, and every
+    mirrored path imports and holds its name."""
+    code = f"""
+import importlib, sys
+import hpctrain.train as train
+assert "torch" not in sys.modules, "import hpctrain.train imported torch"
+assert train.torch is importlib.import_module("hpctrain.train.torch")
+assert train.context.TrainContext is importlib.import_module("hpctrain.train.context").TrainContext
+import hpctrain.tune as tune
+assert tune.tune_config.TuneConfig is tune.TuneConfig
+for module, name in {MODULE_PATHS!r}:
+    parent, _, leaf = module.rpartition(".")
+    mod = importlib.import_module(module)
+    assert getattr(importlib.import_module(parent), leaf) is mod, module
+    assert hasattr(mod, name), (module, name)
+try:
+    train.nothing
+except AttributeError as e:
+    assert "has no attribute 'nothing'" in str(e)
+print("ok")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
