@@ -167,3 +167,55 @@ print("ok")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+# -- local mode: ScalingConfig(num_workers=0) ------------------------------------------------
+def _checkpoint_files(result):
+    out_ = {}
+    for ckpt, _metrics in result.best_checkpoints:
+        with open(os.path.join(ckpt.path, "state.json")) as f:
+            out_[os.path.basename(ckpt.path)] = json.load(f)
+    return out_
+
+
+def test_local_mode_runs_in_this_process_with_the_result_of_one_worker(storage):
+    one = fit(wl.local_mode, storage, workers=1, name="one-worker")
+    local = fit(wl.local_mode, storage, workers=0, name="local-mode")
+    assert _read(local, "pid-1.json")["pid"] == os.getpid()      # in the driver's process
+    assert _read(one, "pid-1.json")["pid"] != os.getpid()
+    strip = lambda m: {k: v for k, v in m.items() if not k.startswith(("_", "time", "date"))
+                       and k not in ("timestamp", "hostname", "pid", "node_ip")}
+    assert strip(local.metrics) == strip(one.metrics)
+    assert local.metrics["epoch"] == 2 and local.status == one.status == "FINISHED"
+    assert _checkpoint_files(local) == _checkpoint_files(one) == {
+        f"checkpoint_00000{e}": {"epoch": e, "w": e * 0.5, "world": 1} for e in range(3)}
+    assert local.return_value == one.return_value == "done"
+    # the driver's process is left as it was: no session, its environment unchanged
+    assert "RANK" not in os.environ and "HPCTRAIN_IN_PROCESS" not in os.environ
+    with pytest.raises(RuntimeError, match="must be called inside a training function"):
+        hpctrain.report({"x": 1})
+
+
+def test_local_mode_failure_is_the_worker_group_error_of_rank_0(storage):
+    with pytest.raises(ValueError, match="failed at epoch 1") as info:
+        fit(wl.local_mode, storage, workers=0, name="local-fail", config={"fail_at": 1})
+    err = info.value
+    assert isinstance(err, WorkerGroupError) and set(err.worker_failures) == {0}
+    assert str(err.worker_failures[0]) == "failed at epoch 1"
+    assert [os.path.basename(c.path) for c, _ in err.result.best_checkpoints] == \
+        ["checkpoint_000000"]
+
+
+def test_local_mode_is_refused_with_nodes_and_for_a_batch_job(storage):
+    from hpctrain import ConfigError, RunConfig, ScalingConfig
+    from hpctrain.torch import TorchTrainer
+
+    with pytest.raises(ConfigError, match=r"num_workers=0 \(local mode.*takes no num_nodes"):
+        ScalingConfig(num_workers=0, num_nodes=2)
+    trainer = TorchTrainer(wl.local_mode, scaling_config=ScalingConfig(num_workers=0),
+                           run_config=RunConfig(name="batch", storage_path=storage),
+                           scheduler="slurm")
+    with pytest.raises(ConfigError, match="the trainer's configs: scaling.num_workers: "
+                                          "expected an integer ≥ 1, got 0"):
+        trainer.fit()
+    assert not os.path.exists(os.path.join(storage, "batch"))

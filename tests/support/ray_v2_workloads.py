@@ -69,3 +69,19 @@ def both_ranks_raise(config):
     if rank == 0:
         raise ValueError("rank 0: bad value")
     raise KeyError("rank 1: no such column")
+
+
+def local_mode(config):
+    """Three reports with a checkpoint each (a file whose content depends on the epoch and
+    the world size); records the process it ran in. Raises at ``fail_at``."""
+    ctx = train.get_context()
+    _dump(f"pid-{ctx.get_world_size()}.json", {"pid": os.getpid()})
+    for epoch in range(3):
+        if epoch == config.get("fail_at"):
+            raise ValueError(f"failed at epoch {epoch}")
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "state.json"), "w") as f:
+            json.dump({"epoch": epoch, "w": epoch * 0.5, "world": ctx.get_world_size()}, f)
+        train.report({"epoch": epoch, "loss": 1.0 / (epoch + 1)},
+                     checkpoint=Checkpoint.from_directory(d))
+    return "done"

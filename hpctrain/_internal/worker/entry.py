@@ -36,7 +36,8 @@ from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.rundir.payload import WorkerPayload
 from hpctrain._internal.base.trust import fix_mode, modes_of, no_write_for_others
 from hpctrain._internal.worker.heartbeat import Heartbeat
-from hpctrain._internal.worker.session import Session, StopTraining, request_stop, set_session
+from hpctrain._internal.worker.session import (Session, SingleProcessCoordinator, StopTraining,
+                                               request_stop, set_session)
 from hpctrain._internal.worker.trial import trial_control
 from hpctrain.backends import get_backend
 
@@ -51,6 +52,8 @@ ENV_RESUME = "HPCTRAIN_RESUME_CHECKPOINT"
 ENV_CKPT_INDEX = "HPCTRAIN_CHECKPOINT_INDEX"
 ENV_START_ITER = "HPCTRAIN_START_ITERATION"
 ENV_WARNING_SIGNAL = "HPCTRAIN_WARNING_SIGNAL"
+#: set by :func:`run_in_process` (local mode, ``ScalingConfig(num_workers=0)``)
+ENV_IN_PROCESS = "HPCTRAIN_IN_PROCESS"
 #: Written by the supervisor into the attempt directory when the warning came.
 STOP_FILE = "stop"
 STOP_POLL_S = 0.1
@@ -84,17 +87,25 @@ def run_worker(run_dir: str) -> int:
     try:
         info = cluster_env.worker_info_from_env()
         rank = info.world_rank
-        heartbeat = Heartbeat(adir, rank).start()  # before anything slow: start-up too
-        _bind_gpus(info)
+        # local mode (the in-process launcher): no heartbeat thread, GPU binding or
+        # framework process group in the driver's process; one rank, world size 1
+        in_process = os.environ.get(ENV_IN_PROCESS) == "1"
+        heartbeat = Heartbeat(adir, rank)
+        if not in_process:
+            heartbeat.start()  # before anything slow: start-up too
+            _bind_gpus(info)
         payload = WorkerPayload.load(run)
         # (the batch step sets it for a site's GPU binding; the torch backend reads it)
         os.environ.setdefault("HPCTRAIN_GPUS_PER_WORKER", str(max(1, payload.scaling.gpus_each)))
         heartbeat.reached("loaded")
-        backend = get_backend(payload.backend, payload.backend_config)
-        backend.on_start(info, use_gpu=payload.scaling.use_gpu)
+        backend = None if in_process else get_backend(payload.backend, payload.backend_config)
+        if backend is not None:
+            backend.on_start(info, use_gpu=payload.scaling.use_gpu)
         heartbeat.reached("ready")
         session = Session(
-            info=info, run=run, coordinator=backend.coordinator(info),
+            info=info, run=run,
+            coordinator=backend.coordinator(info) if backend is not None
+            else SingleProcessCoordinator(),
             checkpoint_config=payload.checkpoint_config, run_name=payload.run_name,
             resume_checkpoint=os.environ.get(ENV_RESUME) or None,
             start_iteration=int(os.environ.get(ENV_START_ITER, "0")),
@@ -107,7 +118,7 @@ def run_worker(run_dir: str) -> int:
             gpus_per_worker=payload.scaling.gpus_each,
             mtbi_s=getattr(payload, "mtbi_s", None))
         set_session(session)
-        if rank == 0:
+        if rank == 0 and not in_process:
             _watch_stop_file(os.path.join(adir, STOP_FILE))
         fn = payload.train_func
         if hasattr(fn, "resolve") and not callable(fn):
@@ -124,7 +135,7 @@ def run_worker(run_dir: str) -> int:
             atomic_write_json(os.path.join(adir, f"stopped.rank-{rank}.json"), {
                 "rank": rank, "iteration": stop.iteration, "checkpoint": stop.checkpoint,
                 "time": time.time()}, sync=False)
-            if os.environ.get("HPCTRAIN_FORKED_RANK") != "1":
+            if os.environ.get("HPCTRAIN_FORKED_RANK") != "1" and backend is not None:
                 # (a rank forked by a node zygote has been seen to hang here, in
                 # destroy_process_group, once its peers had gone; it ends with os._exit)
                 backend.on_shutdown(info)
@@ -136,11 +147,29 @@ def run_worker(run_dir: str) -> int:
                                cloudpickle.dumps(value), sync=False, mode=0o600)
         elif rank == 0 and value is not None:
             _save_return_value(adir, value)
-        backend.on_shutdown(info)
+        if backend is not None:
+            backend.on_shutdown(info)
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure must reach the supervisor
         record_failure(adir, rank, e)
         return 1
+
+
+def run_in_process(env: Dict[str, str]) -> int:
+    """Local mode: run the one rank of an attempt here, in this thread, with the
+    attempt's environment ``env`` (plus rank 0 of 1) for its duration; return its exit
+    status (0, or 1 after recording the failure as any rank does)."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+                       "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "0", "GROUP_RANK": "0",
+                       ENV_IN_PROCESS: "1"})
+    try:
+        return run_worker(env[ENV_RUN_DIR])
+    finally:
+        set_session(None)
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _watch_stop_file(path: str) -> None:
