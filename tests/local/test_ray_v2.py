@@ -219,3 +219,36 @@ def test_local_mode_is_refused_with_nodes_and_for_a_batch_job(storage):
                                           "expected an integer ≥ 1, got 0"):
         trainer.fit()
     assert not os.path.exists(os.path.join(storage, "batch"))
+
+
+def test_the_generic_broadcast_over_allreduce_max_keeps_every_byte():
+    """What a backend's coordinator without a broadcast of its own does (torch's, MPI's):
+    the bytes travel as integers of an element-wise max; here over a fake group of 3."""
+    from hpctrain._internal.base.context import Coordinator
+
+    class Group(Coordinator):
+        """Three ranks' values, taken in turn: allreduce_max waits for all three."""
+
+        def __init__(self, rank, board, barrier):
+            self.rank, self.board, self.barrier = rank, board, barrier
+
+        def allreduce_max(self, values):
+            self.board[self.rank] = list(values)
+            self.barrier.wait()
+            result = [max(col) for col in zip(*self.board.values())]
+            self.barrier.wait()
+            return result
+
+    import threading
+
+    board, barrier = {}, threading.Barrier(3)
+    data = bytes(range(256)) * 3 + b"\0\0"          # zeros at the end survive
+    out = {}
+    threads = [threading.Thread(target=lambda r=r: out.__setitem__(
+        r, Group(r, board, barrier).broadcast_bytes(data if r == 0 else None)))
+        for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert out == {0: data, 1: data, 2: data}
