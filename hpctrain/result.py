@@ -105,6 +105,8 @@ class Result:
                 error = WorkerGroupError.for_cause(
                     text, None if isinstance(cause, WorkerTraceback) else cause, rank=rank,
                     worker_traceback=tb, worker_failures=dict(sorted(failures.items())))
+                if error.__cause__ is not None:  # the same object in both places
+                    error.worker_failures[rank] = error.__cause__
             else:  # the launcher (rank -1) or the batch step: no rank's exception
                 error = ControllerError(RuntimeError(text))
                 error.rank, error.worker_traceback = rank, tb
@@ -131,8 +133,8 @@ class Result:
 
 
 def _worker_failures(run: RunDir, attempt: Dict[str, Any]) -> Dict[int, BaseException]:
-    """``{rank: exception}`` of every rank of ``attempt`` that left its exception
-    (``error.rank-R.pickle``, see the worker) and whose pickle loads here."""
+    """``{rank: exception}`` of every rank of ``attempt`` that failed of its own fault
+    and left its exception (``error.rank-R.pickle``, see the worker) that loads here."""
     from ._internal.worker.entry import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES
 
     number = attempt.get("attempt")
@@ -144,10 +146,13 @@ def _worker_failures(run: RunDir, attempt: Dict[str, Any]) -> Dict[int, BaseExce
         names = os.listdir(adir)
     except OSError:
         return {}
+    # the ranks that failed of their own fault (the supervisor leaves out a rank that
+    # only lost its peer); a run of an earlier hpctrain has no such list: every rank
+    own = attempt.get("failed_ranks")
     failures: Dict[int, BaseException] = {}
     for name in names:
         m = pattern.match(name)
-        if m:
+        if m and (not isinstance(own, list) or int(m.group(1)) in own):
             exc = load_own_pickle(os.path.join(adir, name), MAX_ERROR_PICKLE_BYTES)
             if isinstance(exc, BaseException):
                 failures[int(m.group(1))] = exc
