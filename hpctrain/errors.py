@@ -148,8 +148,8 @@ class WorkerGroupError(TrainingFailedError):
     """Ranks of the training function failed (Ray 2.x's ``ray.train.WorkerGroupError``):
     what ``fit()`` raises when a worker failed and no restart was left.
     ``worker_failures``: ``{rank: exception}``, every rank of the last attempt that
-    raised (the exception object when it could be pickled, else a
-    :class:`WorkerTraceback` of its traceback). Like every TrainingFailedError it is
+    failed of its own fault, not for a lost peer (the exception object when it could be
+    pickled, else a :class:`WorkerTraceback` of its traceback). Like every TrainingFailedError it is
     also an instance of the first failed rank's exception class
     (``WorkerGroupError(KeyError)``)."""
 
