@@ -252,3 +252,17 @@ def test_the_generic_broadcast_over_allreduce_max_keeps_every_byte():
     for t in threads:
         t.join(30)
     assert out == {0: data, 1: data, 2: data}
+
+
+def test_a_batch_job_that_ended_before_its_run_is_a_controller_error(storage):
+    """What ``fit()`` with a batch scheduler raises when the job ended (cancelled, out of
+    time) before the run did: no rank failed, so Ray's ControllerError."""
+    from hpctrain._internal.driver.submission import result_of
+
+    finished = fit(wl.local_mode, storage, workers=0, name="job-ended")
+    with pytest.raises(ControllerError, match=r"job \S+ ended \(TIMEOUT\) before the "
+                                              r"run finished") as info:
+        result_of(finished.path, "JOB_TIMEOUT")
+    assert isinstance(info.value, TrainingFailedError)
+    assert isinstance(info.value.controller_failure, RuntimeError)
+    assert info.value.result.path == finished.path
