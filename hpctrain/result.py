@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .checkpoint import Checkpoint
-from .errors import (ControllerError, TrainingFailedError, TrainingStoppedError,
-                     WorkerGroupError, WorkerTraceback)
+from .errors import (ControllerError, TrainingStoppedError, WorkerGroupError,
+                     WorkerTraceback)
 from hpctrain._internal.rundir.layout import RunDir, existing_run, read_results
 from hpctrain._internal.base.trust import MAX_CONTROL_BYTES, load_own_pickle, load_trusted_pickle
 

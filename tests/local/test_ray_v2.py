@@ -13,7 +13,7 @@ import pytest
 import hpctrain
 import ray_v2_workloads as wl
 from helpers import ROOT, fit, out
-from hpctrain import CheckpointConfig, Checkpoint, Result
+from hpctrain import Result
 from hpctrain.errors import (ControllerError, TrainingFailedError, WorkerGroupError,
                              WorkerTraceback)
 
