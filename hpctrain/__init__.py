@@ -16,17 +16,18 @@ Framework imports are lazy: ``import hpctrain`` needs neither torch nor TensorFl
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, ReportedCheckpoint
 from .config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig, RunConfig,
                      ScalingConfig, SchedulerConfig, SetupConfig, SyncConfig)
 # one factory per scheduler, kept with its class (hpctrain.schedulers.<name>)
 from .schedulers.lsf import LsfConfig
 from .schedulers.pbs import PbsConfig
 from .schedulers.slurm import SlurmConfig
-from .errors import (CheckpointError, ConfigError, HpctrainError, MissingFrameworkError, RunLockedError,
-                     TrainingFailedError, TrainingStoppedError)
+from .errors import (CheckpointError, ConfigError, ControllerError, HpctrainError,
+                     MissingFrameworkError, RunLockedError, TrainingFailedError,
+                     TrainingStoppedError, WorkerGroupError)
 from .user_callback import UserCallback
 from .preemption import PreemptionInfo
 from .result import Result
@@ -37,9 +38,10 @@ from ._version import __version__
 __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
     "Run", "RunOptions", "SchedulerConfig", "SlurmConfig", "PbsConfig", "LsfConfig", "SetupConfig", "DataConfig", "SyncConfig",
-    "report", "get_checkpoint", "get_context", "get_dataset_shard", "get_preemption_info",
-    "PreemptionInfo", "UserCallback", "TrainingFailedError",
-    "TrainingStoppedError", "ConfigError",
+    "report", "get_checkpoint", "get_all_reported_checkpoints", "ReportedCheckpoint",
+    "get_context", "get_dataset_shard", "get_preemption_info", "PreemptionInfo", "UserCallback",
+    "TrainingFailedError", "WorkerGroupError", "ControllerError", "TrainingStoppedError",
+    "ConfigError",
     "CheckpointError", "HpctrainError", "MissingFrameworkError", "RunLockedError", "__version__",
 ]
 
@@ -80,6 +82,18 @@ def get_checkpoint() -> Optional[Checkpoint]:
     from hpctrain._internal.worker.session import get_session
 
     return get_session("get_checkpoint()").get_checkpoint()
+
+
+def get_all_reported_checkpoints() -> List[ReportedCheckpoint]:
+    """Every checkpoint of this run committed so far and still kept (retention may have
+    removed older ones; a restart's earlier attempts included), oldest first, as
+    :class:`ReportedCheckpoint` objects (``.checkpoint``, ``.metrics``): Ray 2.x's
+    ``ray.train.get_all_reported_checkpoints()``. A checkpoint handed in with
+    ``CheckpointUploadMode.ASYNC``, or between agreement reports of a fast loop, is
+    listed once it is committed (at a later report)."""
+    from hpctrain._internal.worker.session import get_session
+
+    return get_session("get_all_reported_checkpoints()").reported_checkpoints()
 
 
 def get_context():

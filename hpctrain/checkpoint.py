@@ -8,6 +8,7 @@ points at a committed directory under ``<run>/checkpoints/``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -153,3 +154,13 @@ class Checkpoint:
 
     def __fspath__(self) -> str:
         return self.path
+
+
+@dataclasses.dataclass
+class ReportedCheckpoint:
+    """A committed checkpoint and the metrics reported with it (Ray 2.x's
+    ``ray.train.ReportedCheckpoint``), as :func:`hpctrain.get_all_reported_checkpoints`
+    returns them."""
+
+    checkpoint: Checkpoint
+    metrics: Dict[str, Any]

@@ -1,7 +1,7 @@
 """Exceptions raised by hpctrain. Every user-facing error says what was expected."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 
 class HpctrainError(Exception):
@@ -70,8 +70,12 @@ class CheckpointError(HpctrainError):
 
 
 class TrainingFailedError(HpctrainError, RuntimeError):
-    """Raised by ``Trainer.fit()`` when a worker failed and no restart was left (a
-    RuntimeError, as Ray's ``ray.train.base_trainer.TrainingFailedError``).
+    """Raised by ``Trainer.fit()`` when training failed and no restart was left (a
+    RuntimeError, as Ray's ``ray.train.base_trainer.TrainingFailedError``). As in Ray
+    Train 2.x (``ray.train.v2.api.exceptions``) it is the base of
+    :class:`WorkerGroupError` (ranks of the training function failed: what ``fit()``
+    raises when a worker failed) and :class:`ControllerError` (the run failed outside the
+    training function).
 
     ``result`` is the :class:`~hpctrain.Result` of the run (its ``error`` is this
     exception), ``rank`` the first rank that failed, ``worker_traceback`` its traceback.
@@ -99,16 +103,19 @@ class TrainingFailedError(HpctrainError, RuntimeError):
     @classmethod
     def for_cause(cls, message: str, cause: Optional[BaseException], *,
                   rank: Optional[int] = None, worker_traceback: str = "",
-                  result: Any = None) -> "TrainingFailedError":
+                  result: Any = None,
+                  worker_failures: Optional[Dict[int, BaseException]] = None
+                  ) -> "TrainingFailedError":
         """The error for a worker that raised ``cause``: an instance of a class derived
-        from both TrainingFailedError and ``type(cause)`` (when that class can be
-        derived from; else a plain TrainingFailedError), with ``__cause__`` set to
-        ``cause``; or, without a cause, ``__cause__`` a :class:`WorkerTraceback` of
-        ``worker_traceback``."""
+        from both ``cls`` (TrainingFailedError, WorkerGroupError) and ``type(cause)``
+        (when that class can be derived from; else a plain ``cls``), with ``__cause__``
+        set to ``cause``; or, without a cause, ``__cause__`` a :class:`WorkerTraceback`
+        of ``worker_traceback``. ``worker_failures``: a WorkerGroupError's
+        ``{rank: exception}``."""
         err = None
         if isinstance(cause, Exception) and not isinstance(cause, TrainingFailedError):
             try:
-                dual = _dual_class(type(cause))
+                dual = _dual_class(cls, type(cause))
                 err = type(cause).__new__(dual)  # the cause's layout (OSError's…)
             except Exception:  # noqa: BLE001 - a final class, a layout or __new__ conflict
                 err = None
@@ -116,6 +123,8 @@ class TrainingFailedError(HpctrainError, RuntimeError):
             err = cls.__new__(cls)
         TrainingFailedError.__init__(err, message, rank=rank,
                                      worker_traceback=worker_traceback, result=result)
+        if isinstance(err, WorkerGroupError):
+            err.worker_failures = dict(worker_failures or {})
         err.__cause__ = cause if cause is not None else (
             WorkerTraceback(worker_traceback) if worker_traceback else None)
         return err
@@ -129,7 +138,43 @@ class TrainingFailedError(HpctrainError, RuntimeError):
                 pickle.dumps(cause)
             except Exception:  # noqa: BLE001 - the text traceback still travels
                 cause = None
-        return (_rebuild_tfe, (str(self), self.rank, self.worker_traceback, cause))
+        failures = getattr(self, "worker_failures", None)
+        if failures:
+            failures = {rank: _picklable(exc) for rank, exc in failures.items()}
+        return (_rebuild_tfe, (str(self), self.rank, self.worker_traceback, cause,
+                               _base_of(type(self)), failures))
+
+
+class WorkerGroupError(TrainingFailedError):
+    """Ranks of the training function failed (Ray 2.x's ``ray.train.WorkerGroupError``):
+    what ``fit()`` raises when a worker failed and no restart was left.
+    ``worker_failures``: ``{rank: exception}``, every rank of the last attempt that
+    failed of its own fault, not for a lost peer (the exception object when it could be
+    pickled, else a :class:`WorkerTraceback` of its traceback). Like every TrainingFailedError it is
+    also an instance of the first failed rank's exception class
+    (``WorkerGroupError(KeyError)``)."""
+
+    def __init__(self, error_message: str,
+                 worker_failures: Optional[Dict[int, BaseException]] = None, *,
+                 rank: Optional[int] = None, worker_traceback: str = "",
+                 result: Any = None):
+        TrainingFailedError.__init__(self, error_message, rank=rank,
+                                     worker_traceback=worker_traceback, result=result)
+        self.worker_failures = dict(worker_failures or {})
+
+
+class ControllerError(TrainingFailedError):
+    """The run failed outside the training function (Ray 2.x's
+    ``ray.train.ControllerError``): hpctrain raises it when a failed run left no
+    worker's error (the batch job or its supervisor ended it). ``controller_failure``:
+    the exception that says why."""
+
+    def __init__(self, controller_failure: BaseException, *, result: Any = None):
+        TrainingFailedError.__init__(self, str(controller_failure), result=result)
+        self.controller_failure = controller_failure
+
+    def __reduce__(self):
+        return (type(self), (self.controller_failure,))
 
 
 class WorkerTraceback(HpctrainError):
@@ -153,21 +198,42 @@ def _cause_attribute(self, name: str) -> Any:
 _DUAL_CLASSES: dict = {}
 
 
-def _dual_class(cause_cls: type) -> type:
-    """``TrainingFailedError(<cause class>)``: one per class, made on first use."""
-    dual = _DUAL_CLASSES.get(cause_cls)
+def _dual_class(base: type, cause_cls: type) -> type:
+    """``TrainingFailedError(<cause class>)``, ``WorkerGroupError(<cause class>)``: one
+    per pair, made on first use."""
+    dual = _DUAL_CLASSES.get((base, cause_cls))
     if dual is None:
-        name = f"TrainingFailedError({cause_cls.__name__})"
-        dual = type(name, (TrainingFailedError, cause_cls), {
+        name = f"{base.__name__}({cause_cls.__name__})"
+        dual = type(name, (base, cause_cls), {
             "__module__": __name__, "__qualname__": name,
-            "__getattr__": _cause_attribute})
-        _DUAL_CLASSES[cause_cls] = dual
+            "__getattr__": _cause_attribute, "_hpctrain_base": base})
+        _DUAL_CLASSES[(base, cause_cls)] = dual
     return dual
 
 
+def _picklable(exc: BaseException) -> BaseException:
+    """``exc``, or a :class:`WorkerTraceback` naming it when it cannot be pickled."""
+    import pickle
+
+    try:
+        pickle.dumps(exc)
+        return exc
+    except Exception:  # noqa: BLE001 - its text still travels
+        return WorkerTraceback(f"{type(exc).__name__}: {exc}")
+
+
+def _base_of(cls: type) -> type:
+    """The hpctrain class a dual class was made from (the class itself otherwise)."""
+    return cls.__dict__.get("_hpctrain_base", cls)
+
+
 def _rebuild_tfe(message: str, rank: Optional[int], tb: str,
-                 cause: Optional[BaseException] = None) -> TrainingFailedError:
-    return TrainingFailedError.for_cause(message, cause, rank=rank, worker_traceback=tb)
+                 cause: Optional[BaseException] = None, base: type = None,
+                 worker_failures: Optional[Dict[int, BaseException]] = None
+                 ) -> TrainingFailedError:
+    return (base or TrainingFailedError).for_cause(message, cause, rank=rank,
+                                                   worker_traceback=tb,
+                                                   worker_failures=worker_failures)
 
 
 class TrainingStoppedError(HpctrainError):

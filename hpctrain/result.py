@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .checkpoint import Checkpoint
-from .errors import TrainingFailedError, TrainingStoppedError
+from .errors import (ControllerError, TrainingStoppedError, WorkerGroupError,
+                     WorkerTraceback)
 from hpctrain._internal.rundir.layout import (CheckpointRecord, RunDir, best_checkpoints,
                                               existing_run, read_results)
-from hpctrain._internal.base.trust import load_own_pickle
+from hpctrain._internal.base.trust import MAX_CONTROL_BYTES, load_own_pickle, load_trusted_pickle
 
 
 @dataclass
@@ -28,6 +30,36 @@ class Result:
     path: str
     best_checkpoints: List[Tuple[Checkpoint, Dict[str, Any]]] = field(default_factory=list)
     status: str = "UNKNOWN"
+    #: where the last attempt's rank 0 left its return value (see ``return_value``)
+    _return_file: Optional[str] = field(default=None, repr=False, compare=False)
+
+    @property
+    def return_value(self) -> Any:
+        """What rank 0's training function returned, in the run's last attempt (None
+        when it returned None, failed, or its value could not be pickled). Unpickled on
+        first access, and only from a file of your own (someone else's run raises
+        :class:`~hpctrain.errors.UnsafePathError` rather than run their code)."""
+        if self._return_file is None or not os.path.exists(self._return_file):
+            return None
+        return load_trusted_pickle(self._return_file, what="rank 0's return value",
+                                   max_bytes=MAX_CONTROL_BYTES)
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Optional[Checkpoint]:
+        """The checkpoint of ``best_checkpoints`` whose ``metric`` is the highest
+        (``mode="max"``) or lowest (``"min"``), as Ray's ``Result.get_best_checkpoint``:
+        RuntimeError when the run kept no checkpoint or none has ``metric``, ValueError
+        for another mode."""
+        if not self.best_checkpoints:
+            raise RuntimeError("No checkpoint exists in the trial directory!")
+        if mode not in ("max", "min"):
+            raise ValueError(f'Unsupported mode: {mode}. Please choose from ["min", "max"]!')
+        valid = [(ckpt, m) for ckpt, m in self.best_checkpoints if metric in m]
+        if not valid:
+            raise RuntimeError(
+                f"Invalid metric name {metric}! You may choose from the following metrics: "
+                f"{(self.metrics or {}).keys()}.")
+        op = max if mode == "max" else min
+        return op(valid, key=lambda pair: pair[1][metric])[0]
 
     @property
     def metrics_dataframe(self):
@@ -59,6 +91,8 @@ class Result:
         gives its committed checkpoints with their metrics; ``metrics`` is then the
         latest checkpoint's."""
 
+        from ._internal.worker.entry import RETURN_FILE
+
         run = existing_run(path, "Result.from_path")
         rows = read_results(run.result_file)
         records = run.list_checkpoints()
@@ -70,8 +104,20 @@ class Result:
             failed = [a for a in state.get("attempts", []) if a.get("failed_rank") is not None]
             rank = failed[-1]["failed_rank"] if failed else None
             tb = text.split("\n\n", 1)[1] if "\n\n" in text else text
-            cause = _worker_exception(run, failed[-1]) if failed else None
-            error = TrainingFailedError.for_cause(text, cause, rank=rank, worker_traceback=tb)
+            if isinstance(rank, int) and rank >= 0:
+                failures = _worker_failures(run, failed[-1])
+                if rank not in failures:
+                    failures[rank] = WorkerTraceback(tb)
+                cause = failures[rank]
+                error = WorkerGroupError.for_cause(
+                    text, None if isinstance(cause, WorkerTraceback) else cause, rank=rank,
+                    worker_traceback=tb, worker_failures=dict(sorted(failures.items())))
+                if error.__cause__ is not None:  # the same object in both places
+                    error.worker_failures[rank] = error.__cause__
+            else:  # the launcher (rank -1) or the batch step: no rank's exception
+                error = ControllerError(RuntimeError(text))
+                error.rank, error.worker_traceback = rank, tb
+                error.__cause__ = WorkerTraceback(tb) if tb else None
         result = cls(
             metrics=rows[-1] if rows else (dict(records[-1].metrics) if records else None),
             checkpoint=records[-1].checkpoint() if records else None,
@@ -79,6 +125,9 @@ class Result:
             path=run.path,
             best_checkpoints=[(r.checkpoint(), r.metrics) for r in _best(run, records)],
             status=state.get("status", "UNKNOWN"),
+            _return_file=(os.path.join(run.attempt_dir(len(state["attempts"])),
+                                       RETURN_FILE.format(rank=0))
+                          if state.get("attempts") else None),
         )
         if error is not None:
             error.result = result
@@ -101,17 +150,31 @@ def _best(run: RunDir, records: List[CheckpointRecord]) -> List[CheckpointRecord
                             ck.get("checkpoint_score_order", "max"))
 
 
-def _worker_exception(run: RunDir, attempt: Dict[str, Any]) -> Optional[BaseException]:
-    """The exception object the failed rank of ``attempt`` raised, when it left one
-    (``error.rank-R.pickle``, see the worker) that unpickles here."""
+def _worker_failures(run: RunDir, attempt: Dict[str, Any]) -> Dict[int, BaseException]:
+    """``{rank: exception}`` of every rank of ``attempt`` that failed of its own fault
+    and left its exception (``error.rank-R.pickle``, see the worker) that loads here."""
     from ._internal.worker.entry import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES
 
-    number, rank = attempt.get("attempt"), attempt.get("failed_rank")
-    if not isinstance(number, int) or not isinstance(rank, int):
-        return None
-    exc = load_own_pickle(os.path.join(run.attempt_dir(number), ERROR_PICKLE.format(rank=rank)),
-                          MAX_ERROR_PICKLE_BYTES)
-    return exc if isinstance(exc, BaseException) else None
+    number = attempt.get("attempt")
+    if not isinstance(number, int):
+        return {}
+    adir = run.attempt_dir(number)
+    pattern = re.compile(re.escape(ERROR_PICKLE).replace(r"\{rank\}", r"(\d+)") + "$")
+    try:
+        names = os.listdir(adir)
+    except OSError:
+        return {}
+    # the ranks that failed of their own fault (the supervisor leaves out a rank that
+    # only lost its peer); a run of an earlier hpctrain has no such list: every rank
+    own = attempt.get("failed_ranks")
+    failures: Dict[int, BaseException] = {}
+    for name in names:
+        m = pattern.match(name)
+        if m and (not isinstance(own, list) or int(m.group(1)) in own):
+            exc = load_own_pickle(os.path.join(adir, name), MAX_ERROR_PICKLE_BYTES)
+            if isinstance(exc, BaseException):
+                failures[int(m.group(1))] = exc
+    return failures
 
 
 def result_or_raise(path: str, status: str) -> Result:
@@ -127,7 +190,7 @@ def result_or_raise(path: str, status: str) -> Result:
             f"\nHINT: continue it with Trainer.restore({path!r}).fit(), or run or submit "
             "the job again", result=result)
     if status == "FAILED":
-        err = result.error or TrainingFailedError("training failed", result=result)
+        err = result.error or ControllerError(RuntimeError("training failed"), result=result)
         err.result = result
         raise err
     return result

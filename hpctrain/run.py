@@ -337,6 +337,7 @@ class Run:
         from hpctrain._internal.allocation.tracking import CallbackRunner
         from hpctrain._internal.driver.progress import Progress
         from .launchers import launcher_for
+        from .launchers.inprocess import InProcessLauncher
 
         run, spec = self.run_dir, self.spec
         rc = spec.run
@@ -344,7 +345,8 @@ class Run:
         tracking = CallbackRunner(run, rc.callbacks)
         ticks = [tracking.tick] + ([on_tick] if on_tick else [])
         # started by hand inside salloc / qsub -I: the allocation's nodes, its launcher
-        inside = interactive_allocation(spec) if allocation is None else None
+        inside = (interactive_allocation(spec)
+                  if allocation is None and spec.scaling.num_workers else None)
         if allocation is None:
             extra_env = driver_pythonpath()
             if inside is not None:
@@ -353,6 +355,8 @@ class Run:
                 extra_env.update(gpu_binding_env(spec))
                 if rc.verbose >= 1:
                     print(f"[hpctrain] {inside.describe(launcher.name)}", flush=True)
+            elif spec.scaling.num_workers == 0:  # local mode: in this process
+                launcher = InProcessLauncher()
             else:
                 launcher = launcher_for(spec, here=True, run_path=run.path)
                 if launcher.name != "local":

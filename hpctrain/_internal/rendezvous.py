@@ -46,6 +46,7 @@ Messages are a 4-byte big-endian length and UTF-8 JSON (at most ``MAX_MESSAGE`` 
 """
 from __future__ import annotations
 
+import base64
 import errno
 import hashlib
 import hmac
@@ -322,6 +323,12 @@ class TcpGroup(Coordinator):
     def allreduce_max(self, values: Sequence[int]) -> List[int]:
         rows = self.allgather([int(v) for v in values])
         return [max(column) for column in zip(*rows)]
+
+    def broadcast_bytes(self, data: Optional[bytes]) -> bytes:
+        """Rank 0's ``data`` on every rank, in one exchange (base64 in the JSON)."""
+        rows = self.allgather(base64.b64encode(data).decode("ascii")
+                              if data is not None else None)
+        return base64.b64decode(rows[0] or "")
 
     def close(self) -> None:
         for conn in list(self._peers.values()) + ([self._hub] if self._hub else []):

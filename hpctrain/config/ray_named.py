@@ -132,7 +132,13 @@ class ScalingConfig:
                 hint="Ray's elastic form (min_workers, max_workers) has no equivalent here: a "
                      "batch allocation's size is fixed when it starts; give the number of "
                      "workers (a failed rank restarts inside the allocation)")
-        _check_int("scaling.num_workers", self.num_workers, minimum=1)
+        # 0: local mode, from Python (a job file's and a batch job's spec ask for >= 1)
+        _check_int("scaling.num_workers", self.num_workers, minimum=0)
+        if self.num_workers == 0 and (self.num_nodes or self.workers_per_node):
+            raise ConfigError(
+                "scaling: num_workers=0 (local mode: the training function runs in this "
+                "process) takes no num_nodes or workers_per_node",
+                hint="leave num_nodes and workers_per_node out, or give num_workers >= 1")
         self._check_trainer_resources()
         if not isinstance(self.use_gpu, bool):
             raise ConfigError(f"scaling.use_gpu: expected true or false, got {self.use_gpu!r}")

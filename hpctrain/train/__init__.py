@@ -70,13 +70,16 @@ Differences from Ray 1.x, all on purpose:
 """
 from __future__ import annotations
 
-from .. import get_checkpoint, get_context
+import importlib
+from typing import Any
+
+from .. import get_all_reported_checkpoints, get_checkpoint, get_context
 from .. import PreemptionInfo, UserCallback, get_preemption_info  # Ray Train v2
 from ..backends.torch import TorchConfig  # (Ray 1.x: ray.train.TorchConfig)
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, ReportedCheckpoint
 from ..config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig,
                       RunConfig, ScalingConfig, SyncConfig)
-from ..errors import TrainingFailedError
+from ..errors import ControllerError, TrainingFailedError, WorkerGroupError
 from ..result import Result
 from .callbacks import JsonLoggerCallback, PrintCallback, TBXLoggerCallback, TrainingCallback
 from .checkpoint import CheckpointStrategy
@@ -86,16 +89,18 @@ from .driver import TrainingIterator
 from .session import (WorkerEntry, get_dataset_shard, load_checkpoint, local_rank, report,
                       save_checkpoint, world_rank, world_size)
 from .trainer import LegacyTrainable, Trainer
+from . import collective, context  # noqa: F401 - ray.train.collective, ray.train.context
 
 #: (the name runs prepared by an earlier hpctrain pickled their ranks' entry under)
 _WorkerEntry = WorkerEntry
 
 __all__ = [
     # Ray Train 2.x (``ray.train``): the same objects as ``hpctrain``'s
-    "report", "get_checkpoint", "get_context", "get_dataset_shard", "Checkpoint",
+    "report", "get_checkpoint", "get_all_reported_checkpoints", "get_context",
+    "get_dataset_shard", "Checkpoint", "ReportedCheckpoint",
     "ScalingConfig", "RunConfig", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig",
     "DataConfig", "SyncConfig",
-    "Result", "TrainingFailedError",
+    "Result", "TrainingFailedError", "WorkerGroupError", "ControllerError",
     # Ray Train 1.x
     "Trainer", "TrainingIterator", "TrainingCallback", "JsonLoggerCallback", "PrintCallback",
     "TBXLoggerCallback", "CheckpointStrategy", "TorchConfig", "save_checkpoint",
@@ -103,3 +108,15 @@ __all__ = [
 ]
 # Ray Train v2: user callbacks and preemption (the same objects as hpctrain's)
 __all__ += ["UserCallback", "get_preemption_info", "PreemptionInfo"]
+
+#: the framework subpackages, imported on first access (``train.torch`` after ``import
+#: hpctrain.train as train``, as ``ray.train.torch``) so that importing this package
+#: imports no framework
+_FRAMEWORKS = ("torch", "tensorflow", "horovod", "lightning", "huggingface", "xgboost",
+               "lightgbm")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FRAMEWORKS:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,7 +30,8 @@ from .legacy import ExperimentAnalysis, TuneError, run
 from .result_grid import ResultGrid, TrialResult
 from . import schedulers
 from .search import choice, grid_search, loguniform, randint, uniform
-from .tuner import TuneConfig, Tuner
+from .tuner import Tuner
+from .tune_config import TuneConfig  # (ray.tune.tune_config)
 
 __all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "grid_search", "choice",
            "uniform", "loguniform", "randint", "run", "report", "ExperimentAnalysis",

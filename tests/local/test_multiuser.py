@@ -272,7 +272,7 @@ def test_a_fifo_planted_as_a_workers_exception_does_not_hang_the_driver(machine)
         r = Result.from_path({run!r})
         print("STATUS", r.status, type(r.error).__name__)
     """, timeout=60)
-    assert "STATUS FAILED TrainingFailedError" in alice.stdout, alice.stdout + alice.stderr
+    assert "STATUS FAILED WorkerGroupError" in alice.stdout, alice.stdout + alice.stderr
     assert time.monotonic() - began < 60
 
 

@@ -142,14 +142,15 @@ def test_a_worker_key_error_is_caught_as_key_error_around_fit(storage):
 
 
 def test_an_unpicklable_worker_exception_gives_the_text_traceback(storage):
-    from hpctrain import TrainingFailedError
+    from hpctrain import TrainingFailedError, WorkerGroupError
     from hpctrain.errors import WorkerTraceback
 
     with pytest.raises(TrainingFailedError) as info:
         fit(workloads.fail_with, storage, config={"error": "lock"}, name="lock-error")
     err = info.value
-    assert type(err) is TrainingFailedError  # no class to derive from: the plain error
+    assert type(err) is WorkerGroupError  # no class to derive from: the plain error
     assert isinstance(err.__cause__, WorkerTraceback)
+    assert err.worker_failures == {1: err.__cause__}
     assert "workloads.HoldsALock: the lock was held" in str(err.__cause__)
     assert str(err.__cause__) == err.worker_traceback
     assert not os.path.exists(os.path.join(err.result.path, ".hpctrain", "attempt-001",

@@ -63,6 +63,22 @@ def run_all(groups, fn):
     return out
 
 
+def test_broadcast_bytes_gives_rank_zeros_bytes_to_every_rank():
+    """hpctrain.train.collective.broadcast_from_rank_zero over this group (the backends
+    without a process group of hpctrain's: TensorFlow, Horovod, XGBoost, LightGBM)."""
+    groups, errors, threads = start_group(3, free_port())
+    for t in threads:
+        t.join(30)
+    assert not errors
+    data = bytes(range(256)) * 5 + b"\0"
+    out = run_all(groups, lambda g: g.broadcast_bytes(data if g.rank == 0 else None))
+    assert out == {0: data, 1: data, 2: data}
+    out = run_all(groups, lambda g: g.broadcast_bytes(b"" if g.rank == 0 else None))
+    assert out == {0: b"", 1: b"", 2: b""}
+    for g in groups.values():
+        g.close()
+
+
 def test_allgather_and_allreduce_max_in_rank_order():
     groups, errors, threads = start_group(3, free_port())
     for t in threads:

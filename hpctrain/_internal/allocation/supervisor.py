@@ -137,6 +137,7 @@ class Supervisor:
         self.stop_reason: Optional[str] = None
         self.stop_time: Optional[float] = None
         self.checkpoint_at_start: Optional[str] = None
+        self.own_failures: List[int] = []  # set by _root_cause
 
     # -- the warning ---------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -332,7 +333,8 @@ class Supervisor:
         self.run.clean_incomplete()
         failure = self._hang_failure(attempt, hang) if hang is not None \
             else self._root_cause(attempt, failed)
-        self._end_attempt(attempt, FAILED, failure)
+        self._end_attempt(attempt, FAILED, failure,
+                          [failure.rank] if hang is not None else self.own_failures)
         if hang is not None:
             with self.run.update_state() as s:
                 s["attempts"][attempt - 1]["hang"] = {
@@ -505,14 +507,21 @@ class Supervisor:
                                           f"rank {x.rank} ended with {how} and left no "
                                           "traceback (killed, out of memory, or a crash in "
                                           "native code); see its log.\n"))
+        # the ranks that failed of their own fault, not for a lost peer (Result's
+        # WorkerGroupError.worker_failures)
+        self.own_failures = sorted({c.rank for c in candidates
+                                    if c.rank >= 0 and not is_secondary(c)})
         return min(candidates, key=lambda c: (is_secondary(c), c.time))
 
-    def _end_attempt(self, attempt: int, outcome: str, failure: Optional[Failure]) -> None:
+    def _end_attempt(self, attempt: int, outcome: str, failure: Optional[Failure],
+                     failed_ranks: Optional[List[int]] = None) -> None:
         with self.run.update_state() as s:
             rec = s["attempts"][attempt - 1]
             rec.update(ended=time.time(), outcome=outcome)
             if failure is not None:
                 rec.update(failed_rank=failure.rank, error=failure.summary)
+            if failed_ranks is not None:
+                rec["failed_ranks"] = list(failed_ranks)
 
     def _write_error(self, attempt: int, f: Failure) -> None:
         where = f" on {f.host} (pid {f.pid})" if f.host else ""

@@ -10,16 +10,43 @@ from __future__ import annotations
 import threading
 from typing import Any, List, Optional, Sequence
 
+#: bytes per integer of :meth:`Coordinator.broadcast_bytes`'s generic form (non-negative
+#: in an int64)
+_CHUNK = 7
+
+
 class Coordinator:
-    """Agreement across ranks: an element-wise max of a few small integers."""
+    """Agreement across ranks: an element-wise max of a few small integers. Also what
+    ``hpctrain.train.collective`` needs, built on it (a backend may do them faster)."""
 
     def allreduce_max(self, values: Sequence[int]) -> List[int]:  # pragma: no cover
         raise NotImplementedError
+
+    def barrier(self) -> None:
+        """Return once every rank has called it."""
+        self.allreduce_max([0])
+
+    def broadcast_bytes(self, data: Optional[bytes]) -> bytes:
+        """Rank 0's ``data`` on every rank (the other ranks pass None): its length, then
+        its bytes as integers, each an element-wise max where the other ranks give 0."""
+        (size,) = self.allreduce_max([len(data) if data is not None else 0])
+        count = -(-size // _CHUNK)
+        if data is not None:
+            padded = data.ljust(count * _CHUNK, b"\0")
+            values = [int.from_bytes(padded[i:i + _CHUNK], "big")
+                      for i in range(0, len(padded), _CHUNK)]
+        else:
+            values = [0] * count
+        out = self.allreduce_max(values) if count else []
+        return b"".join(int(v).to_bytes(_CHUNK, "big") for v in out)[:size]
 
 
 class SingleProcessCoordinator(Coordinator):
     def allreduce_max(self, values: Sequence[int]) -> List[int]:
         return list(values)
+
+    def broadcast_bytes(self, data: Optional[bytes]) -> bytes:
+        return data or b""
 
 
 #: A stop requested before this process's session exists (a signal during start-up).

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 from hpctrain._internal.driver.progress import Progress
 from hpctrain._internal.rundir.checks import check_shared_storage, ensure_storage_dir
 from hpctrain.config import default_storage_paths
-from hpctrain.errors import ConfigError, TrainingFailedError
+from hpctrain.errors import ConfigError, ControllerError
 from hpctrain._internal.base.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import LineTail, RunDir
 from hpctrain.result import Result, result_or_raise
@@ -195,10 +195,10 @@ def result_of(run_path: str, status: str):
         return result_or_raise(run_path, status)
     result = Result.from_path(run_path)
     job = last_job(RunDir(run_path)) or {}
-    err = TrainingFailedError(
+    # the batch job, not a rank, ended the run (Ray 2.x's ControllerError)
+    raise ControllerError(RuntimeError(
         f"job {job.get('job_id')} ended ({status[4:] if status.startswith('JOB_') else status})"
-        f" before the run finished; see {os.path.join(run_path, 'logs')}", result=result)
-    raise err
+        f" before the run finished; see {os.path.join(run_path, 'logs')}"), result=result)
 
 
 def resolve_run(name_or_path: str) -> RunDir:

@@ -36,7 +36,8 @@ from hpctrain._internal.rundir.layout import STOP_FILE, RunDir  # noqa: F401 - r
 from hpctrain._internal.rundir.payload import WorkerPayload
 from hpctrain._internal.base.trust import fix_mode, modes_of, no_write_for_others
 from hpctrain._internal.worker.heartbeat import Heartbeat
-from hpctrain._internal.worker.session import Session, StopTraining, request_stop, set_session
+from hpctrain._internal.worker.session import (Session, SingleProcessCoordinator, StopTraining,
+                                               request_stop, set_session)
 from hpctrain._internal.worker.trial import trial_control
 from hpctrain.backends import get_backend
 
@@ -51,6 +52,8 @@ ENV_RESUME = "HPCTRAIN_RESUME_CHECKPOINT"
 ENV_CKPT_INDEX = "HPCTRAIN_CHECKPOINT_INDEX"
 ENV_START_ITER = "HPCTRAIN_START_ITERATION"
 ENV_WARNING_SIGNAL = "HPCTRAIN_WARNING_SIGNAL"
+#: set by :func:`run_in_process` (local mode, ``ScalingConfig(num_workers=0)``)
+ENV_IN_PROCESS = "HPCTRAIN_IN_PROCESS"
 STOP_POLL_S = 0.1
 
 
@@ -88,17 +91,25 @@ def run_worker(run_dir: str) -> int:
     try:
         info = cluster_env.worker_info_from_env()
         rank = info.world_rank
-        heartbeat = Heartbeat(adir, rank).start()  # before anything slow: start-up too
-        _bind_gpus(info)
+        # local mode (the in-process launcher): no heartbeat thread, GPU binding or
+        # framework process group in the driver's process; one rank, world size 1
+        in_process = os.environ.get(ENV_IN_PROCESS) == "1"
+        heartbeat = Heartbeat(adir, rank)
+        if not in_process:
+            heartbeat.start()  # before anything slow: start-up too
+            _bind_gpus(info)
         payload = WorkerPayload.load(run, before_user=prepare_backend_environment)
         # (the batch step sets it for a site's GPU binding; the torch backend reads it)
         os.environ.setdefault("HPCTRAIN_GPUS_PER_WORKER", str(max(1, payload.scaling.gpus_each)))
         heartbeat.reached("loaded")
-        backend = get_backend(payload.backend, payload.backend_config)
-        backend.on_start(info, use_gpu=payload.scaling.use_gpu)
+        backend = None if in_process else get_backend(payload.backend, payload.backend_config)
+        if backend is not None:
+            backend.on_start(info, use_gpu=payload.scaling.use_gpu)
         heartbeat.reached("ready")
         session = Session(
-            info=info, run=run, coordinator=backend.coordinator(info),
+            info=info, run=run,
+            coordinator=backend.coordinator(info) if backend is not None
+            else SingleProcessCoordinator(),
             checkpoint_config=payload.checkpoint_config, run_name=payload.run_name,
             resume_checkpoint=os.environ.get(ENV_RESUME) or None,
             start_iteration=int(os.environ.get(ENV_START_ITER, "0")),
@@ -111,7 +122,7 @@ def run_worker(run_dir: str) -> int:
             gpus_per_worker=payload.scaling.gpus_each,
             mtbi_s=getattr(payload, "mtbi_s", None))
         set_session(session)
-        if rank == 0:
+        if rank == 0 and not in_process:
             _watch_stop_file(os.path.join(adir, STOP_FILE))
         fn = payload.train_func
         if hasattr(fn, "resolve") and not callable(fn):
@@ -128,7 +139,7 @@ def run_worker(run_dir: str) -> int:
             atomic_write_json(os.path.join(adir, f"stopped.rank-{rank}.json"), {
                 "rank": rank, "iteration": stop.iteration, "checkpoint": stop.checkpoint,
                 "time": time.time()}, sync=False)
-            if os.environ.get("HPCTRAIN_FORKED_RANK") != "1":
+            if os.environ.get("HPCTRAIN_FORKED_RANK") != "1" and backend is not None:
                 # (a rank forked by a node zygote has been seen to hang here, in
                 # destroy_process_group, once its peers had gone; it ends with os._exit)
                 backend.on_shutdown(info)
@@ -136,13 +147,33 @@ def run_worker(run_dir: str) -> int:
         session.close()
         if payload.keep_return_values:
             os.makedirs(adir, exist_ok=True)
-            atomic_write_bytes(os.path.join(adir, f"return.rank-{rank}.pkl"),
+            atomic_write_bytes(os.path.join(adir, RETURN_FILE.format(rank=rank)),
                                cloudpickle.dumps(value), sync=False, mode=0o600)
-        backend.on_shutdown(info)
+        elif rank == 0 and value is not None:
+            _save_return_value(adir, value)
+        if backend is not None:
+            backend.on_shutdown(info)
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure must reach the supervisor
         record_failure(adir, rank, e)
         return 1
+
+
+def run_in_process(env: Dict[str, str]) -> int:
+    """Local mode: run the one rank of an attempt here, in this thread, with the
+    attempt's environment ``env`` (plus rank 0 of 1) for its duration; return its exit
+    status (0, or 1 after recording the failure as any rank does)."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+                       "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "0", "GROUP_RANK": "0",
+                       ENV_IN_PROCESS: "1"})
+    try:
+        return run_worker(env[ENV_RUN_DIR])
+    finally:
+        set_session(None)
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _watch_stop_file(path: str) -> None:
@@ -226,6 +257,9 @@ def record_failure(attempt_dir: str, rank: int, exc: BaseException) -> None:
 #: The worker's exception object, pickled beside ``error.rank-R.json`` (mode 0600): the
 #: driver makes it the ``__cause__`` of the TrainingFailedError raised by ``fit()``.
 ERROR_PICKLE = "error.rank-{rank}.pickle"
+#: a rank's return value: every rank's with ``keep_return_values``, else rank 0's
+#: (``Result.return_value``)
+RETURN_FILE = "return.rank-{rank}.pkl"
 MAX_ERROR_PICKLE_BYTES = 4 << 20
 
 
@@ -242,6 +276,22 @@ def _save_exception(attempt_dir: str, rank: int, exc: BaseException) -> None:
                            sync=False, mode=0o600)
     except Exception:  # noqa: BLE001 - unpicklable (a lock, a lambda) or a full disk
         pass
+
+
+def _save_return_value(attempt_dir: str, value: Any) -> None:
+    """Rank 0's return value, for ``Result.return_value``: best effort (a value that
+    cannot be pickled, a lock or an open file, is left out with a warning; the run
+    still succeeds)."""
+    try:
+        data = cloudpickle.dumps(value)
+    except Exception as e:  # noqa: BLE001 - whatever pickling raises
+        logging.getLogger("hpctrain").warning(
+            "rank 0's return value (%s) could not be pickled, Result.return_value will "
+            "be None: %s", type(value).__name__, e)
+        return
+    os.makedirs(attempt_dir, exist_ok=True)
+    atomic_write_bytes(os.path.join(attempt_dir, RETURN_FILE.format(rank=0)), data,
+                       sync=False, mode=0o600)
 
 
 def _exit_with_parent() -> None:

@@ -34,17 +34,20 @@ import warnings
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
+import cloudpickle
+
 # re-exported: the worker and the tests reach the session's state through this module too
 from hpctrain._internal.base import progress
 from hpctrain._internal.base.checkpoint_interval import FrequencyPolicy
 from hpctrain._internal.base.context import (  # noqa: F401
     Coordinator, SingleProcessCoordinator, current_session, get_session, request_stop,
     set_session, stop_pending)
-from hpctrain.checkpoint import Checkpoint, METADATA_FILE
+from hpctrain.checkpoint import Checkpoint, METADATA_FILE, ReportedCheckpoint
 from hpctrain.cluster_env import WorkerInfo
 from hpctrain.config import CheckpointConfig, CheckpointUploadMode, upload_mode
 from hpctrain._internal.rundir.async_commit import BackgroundCommit, snapshot
 from hpctrain._internal.rundir.commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
+from hpctrain._internal.base.log import get_logger
 from hpctrain._internal.base.fsutil import Background, atomic_write_json, json_default, read_json
 from hpctrain._internal.rundir.layout import (DECISION_FILE, STOP_FILE, ResultWriter, RunDir,
                                               autofilled)
@@ -52,10 +55,17 @@ from hpctrain.preemption import PreemptionInfo, allocation_ranks
 from hpctrain._internal.worker.trial import trial_control
 from hpctrain.errors import ConfigError
 
+_log = get_logger("session")
 DETAILED_ENV = "HPCTRAIN_RESULT_ENABLE_DETAILED_AUTOFILLED_METRICS"
 AGREE_BUDGET_S = 0.005   # agree about this often, at most, when reports come faster
 MAX_GAP = 64             # and at least every MAX_GAP reports
 NOTHING_IN_FLIGHT = 2**31 - 1  # "no background commit" in the agreement (any int type)
+#: broadcast_from_rank_zero: Ray's limit (a warning beyond it), and hpctrain's (an error)
+WARN_BROADCAST_BYTES = 1000
+MAX_BROADCAST_BYTES = 16 << 20
+#: get_all_reported_checkpoints() on a rank > 0 waits at most this long for rank 0 to
+#: publish the checkpoints agreed at its last report (rank 0 fails the run otherwise)
+PUBLISH_WAIT_S = 600.0
 
 
 class StopTraining(BaseException):
@@ -125,6 +135,8 @@ class Session:
         self._inflight: Optional[Any] = None  # this rank's BackgroundCommit
         self._due_at = -1  # the report after which checkpoint_frequency="auto" said so
         self.committed: List[Tuple[int, str]] = []  # (iteration, name) published here
+        #: rank 0 publishes, at the latest agreement, what is staged up to this report
+        self._published_through = -1
 
         self._frequency = FrequencyPolicy.for_session(self)
         self._reports_since_agreement: Dict[int, Tuple[Dict[str, Any], float,
@@ -331,6 +343,8 @@ class Session:
             self.coordinator.allreduce_max([0])  # every rank staged this report's files
         published: Dict[int, str] = {}
         below = self._publish_below
+        if self._publish_due:  # rank 0 publishes what is staged up to here, now
+            self._published_through = min(iteration, below - 1)
         if self.info.world_rank == 0:
             if self._publish_due:
                 for it in staged_iterations(self.run, up_to=min(iteration, below - 1)):
@@ -352,6 +366,46 @@ class Session:
         # a checkpoint still in flight is published at a later agreement
         self._publish_due = self._publish_due and below != NOTHING_IN_FLIGHT
         return published
+
+    # -- collectives (hpctrain.train.collective) ---------------------------------------
+    def barrier(self) -> None:
+        """Return once every rank has called it (over the session's coordinator)."""
+        if self.info.world_size > 1:
+            self.coordinator.barrier()
+
+    def broadcast_from_rank_zero(self, data: Any) -> Any:
+        """Rank 0's ``data`` on every rank (pickled with cloudpickle; a barrier too)."""
+        if self.info.world_size <= 1:
+            return data
+        payload = None
+        if self.info.world_rank == 0:
+            payload = cloudpickle.dumps(data)
+            if len(payload) > MAX_BROADCAST_BYTES:
+                raise ValueError(
+                    f"broadcast_from_rank_zero: the data is {len(payload)} bytes pickled, "
+                    f"more than {MAX_BROADCAST_BYTES}; it is meant for small values (a "
+                    "path, a seed, a few settings).\nHINT: write large data to a file in "
+                    "the run directory and broadcast its path")
+            if len(payload) > WARN_BROADCAST_BYTES:
+                _log.warning("broadcast_from_rank_zero: the data is %d bytes pickled; it is "
+                             "meant for small values (< %d bytes)", len(payload),
+                             WARN_BROADCAST_BYTES)
+        return cloudpickle.loads(self.coordinator.broadcast_bytes(payload))
+
+    def reported_checkpoints(self) -> List[Any]:
+        """The run's committed checkpoints still kept, oldest first, with their metrics
+        (``hpctrain.get_all_reported_checkpoints()``), once rank 0 has published those
+        of this rank's reports so far that were agreed on."""
+        if self.info.world_rank != 0 and self._published_through >= 0:
+            # this rank's report returned before rank 0 renamed those checkpoints into
+            # place: wait until nothing up to that report is left staged
+            deadline = time.monotonic() + PUBLISH_WAIT_S
+            while (staged_iterations(self.run, up_to=self._published_through)
+                   and time.monotonic() < deadline):
+                progress.beat()
+                time.sleep(0.005)
+        return [ReportedCheckpoint(rec.checkpoint(), dict(rec.metrics))
+                for rec in self.run.list_checkpoints()]
 
     # -- asynchronous commits (see .async_commit) --------------------------------------
     def _async(self, mode: Any) -> bool:

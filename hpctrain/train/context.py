@@ -1,0 +1,5 @@
+"""``ray.train.context``: :class:`TrainContext`, the class of what
+``hpctrain.get_context()`` (``train.get_context()``) returns, for type hints."""
+from hpctrain._internal.worker.session import TrainContext
+
+__all__ = ["TrainContext"]
