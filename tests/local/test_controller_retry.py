@@ -39,7 +39,10 @@ def bin_dir(tmp_path, monkeypatch):
     return d
 
 
-def test_a_busy_controller_is_asked_again_with_backoff_and_each_retry_logged(bin_dir, caplog):
+def test_a_busy_controller_is_asked_again_with_backoff_and_each_retry_logged(bin_dir, caplog,
+                                                                            monkeypatch):
+    # (the CLI's handler, set up by an earlier test in this process, stops propagation)
+    monkeypatch.setattr(logging.getLogger("hpctrain"), "propagate", True)
     calls = flaky(bin_dir, "sbatch", failures=2, message=BUSY)
     start = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="hpctrain"):

@@ -15,9 +15,13 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 SETUP = """\
 import time
+import warnings
 import hpctrain
 from hpctrain import RunConfig, ScalingConfig
 from hpctrain.torch import TorchTrainer
+
+# the test machine has sbatch on PATH: this notebook trains here on purpose
+warnings.filterwarnings("ignore", category=hpctrain.errors.LoginNodeWarning)
 
 def train_func(config):
     # defined in the notebook (its __main__): cloudpickle carries it to the ranks
