@@ -90,7 +90,9 @@ class JobSpec:
             "failure": {"max_failures": fl.max_failures, "warning_signal": fl.warning_signal,
                         "warning_time": f"{fl.warning_s}s", "requeue": fl.requeue,
                         "max_requeues": fl.max_requeues,
-                        "mtbi": None if fl.mtbi is None else f"{fl.mtbi_s}s"},
+                        "mtbi": None if fl.mtbi is None else f"{fl.mtbi_s}s",
+                        "hang_timeout": None if fl.hang_timeout is None else (
+                            "off" if fl.hang_timeout_s == 0 else f"{fl.hang_timeout_s}s")},
             "scheduler": {k: v for k, v in vars(self.scheduler).items()
                           if v not in (None, [], {}) and v != getattr(_SCHED_DEFAULTS, k, None)},
             "setup": {k: v for k, v in vars(self.setup).items() if v},

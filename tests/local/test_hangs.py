@@ -138,6 +138,11 @@ def test_hang_timeout_in_a_job_file_is_a_duration_or_off(tmp_path):
 
     assert spec("20m").run.failure_config.hang_timeout_s == 1200
     assert spec("off").run.failure_config.hang_timeout_s == 0
+    # the resolved spec (spec.toml, what the batch step reads) keeps it
+    from hpctrain.spec import spec_from_dict
+    for value, seconds in (("20m", 1200), ("off", 0)):
+        again = spec_from_dict(spec(value).to_toml_dict(), file="spec.toml", base_dir=str(tmp_path))
+        assert again.run.failure_config.hang_timeout_s == seconds
     with pytest.raises(ConfigError) as info:
         spec("soon")
     assert "job.toml: failure.hang_timeout" in str(info.value)

@@ -94,7 +94,9 @@ def run_worker(run_dir: str) -> int:
         # local mode (the in-process launcher): no heartbeat thread, GPU binding or
         # framework process group in the driver's process; one rank, world size 1
         in_process = os.environ.get(ENV_IN_PROCESS) == "1"
-        heartbeat = Heartbeat(adir, rank)
+        # the node as the scheduler names it (test nodes may share one host name)
+        heartbeat = Heartbeat(adir, rank, host=info.hosts[info.node_rank]
+                              if 0 <= info.node_rank < len(info.hosts) else None)
         if not in_process:
             heartbeat.start()  # before anything slow: start-up too
             _bind_gpus(info)

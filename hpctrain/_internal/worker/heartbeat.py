@@ -45,9 +45,11 @@ def interval_s() -> float:
 class Heartbeat:
     """The rank's heartbeat thread (started once, before anything slow)."""
 
-    def __init__(self, attempt_dir: str, rank: int, interval: Optional[float] = None):
+    def __init__(self, attempt_dir: str, rank: int, interval: Optional[float] = None,
+                 host: Optional[str] = None):
         self.attempt_dir = attempt_dir
         self.rank = rank
+        self.host = host or socket.gethostname()
         self.interval = interval if interval is not None else interval_s()
         self.path = os.path.join(attempt_dir, HEARTBEAT_FILE.format(rank=rank))
         self._seen = -1
@@ -70,7 +72,7 @@ class Heartbeat:
 
     def _write(self) -> None:
         phase = "train" if progress.count else self.stage
-        record = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
+        record = {"rank": self.rank, "host": self.host, "pid": os.getpid(),
                   "progress": progress.count,
                   "time": progress.at if progress.count else time.time(),
                   "phase": phase}
@@ -101,7 +103,7 @@ class Heartbeat:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
-                f.write(f"rank {self.rank} on {socket.gethostname()} (pid {os.getpid()}), "
+                f.write(f"rank {self.rank} on {self.host} (pid {os.getpid()}), "
                         f"{time.strftime('%Y-%m-%d %H:%M:%S')}, progress count {progress.count}\n\n")
                 f.flush()
                 faulthandler.dump_traceback(file=f, all_threads=True)
