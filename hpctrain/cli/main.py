@@ -174,6 +174,9 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument("storage", nargs="?", default=None, metavar="STORAGE_PATH",
                      help="default: $HPCTRAIN_STORAGE_PATH, the user config's storage_path, "
                           "or ~/hpctrain_results")
+    lst.add_argument("--trials", action="store_true",
+                     help="each sweep's trials too, after it (named SWEEP/trial_NNNNN, "
+                          "the name the other commands take)")
     sit = sub.add_parser("sites", parents=[common], help="list the site configs hpctrain knows",
                          description="List site configs (package, /etc/hpctrain/sites, "
                                      "$HPCTRAIN_SITE_PATH), or show one.")
@@ -328,7 +331,7 @@ def cmd_list(args) -> int:
     from hpctrain.config import default_storage_path
 
     storage = os.path.abspath(os.path.expanduser(args.storage or default_storage_path()))
-    return print_listing(storage)
+    return print_listing(storage, trials=args.trials)
 
 
 def _sweep_status(path: str, follow: bool) -> int:
@@ -400,15 +403,17 @@ def cmd_logs(args) -> int:
     import time
 
     from hpctrain._internal.driver import submission
+    from hpctrain.cli.sweep import sweep_dir_of
     from hpctrain.schedulers import get_scheduler
 
+    sweep = sweep_dir_of(args.run)
+    if sweep is not None:
+        from hpctrain.cli.sweep import print_logs
+
+        return print_logs(sweep, args)
     run = submission.resolve_run(args.run)
-    ids = submission.job_ids(run)
+    path, job_id = rank_log(run, args.rank, args.job)
     state = run.read_state() if run.exists() else {}
-    job_id = args.job or (ids[-1] if ids else (state.get("job_ids") or [None])[-1])
-    if job_id is None:
-        raise ConfigError(f"{run.path} has no job yet", hint="hpctrain submit job.toml")
-    path = os.path.join(run.logs_dir(job_id), f"rank-{args.rank}.out")
     sched = next((s["scheduler"] for s in state.get(submission.SUBMISSIONS) or []
                   if s["job_id"] == job_id), None)
     if not os.path.exists(path) and not args.follow:
@@ -426,10 +431,29 @@ def cmd_logs(args) -> int:
         time.sleep(1.0)
 
 
+def rank_log(run, rank: int, job: Optional[str] = None):
+    """``(path of the rank's output, job id)`` in the run's job ``job`` (default: its
+    latest); ConfigError when the run has no job yet."""
+    from hpctrain._internal.driver import submission
+
+    ids = submission.job_ids(run)
+    state = run.read_state() if run.exists() else {}
+    job_id = job or (ids[-1] if ids else (state.get("job_ids") or [None])[-1])
+    if job_id is None:
+        raise ConfigError(f"{run.path} has no job yet", hint="hpctrain submit job.toml")
+    return os.path.join(run.logs_dir(job_id), f"rank-{rank}.out"), job_id
+
+
 def cmd_cancel(args) -> int:
     from hpctrain._internal.driver import submission
+    from hpctrain.cli.sweep import sweep_dir_of
     from hpctrain.job import Job
 
+    sweep = sweep_dir_of(args.run)
+    if sweep is not None:
+        from hpctrain.cli.sweep import cancel_sweep
+
+        return cancel_sweep(sweep)
     run = submission.resolve_run(args.run)
     job = submission.last_job(run)
     if job is None:

@@ -1,0 +1,132 @@
+"""The command line for daily use and scripts: a sweep's trials by name in every command,
+``--json`` parsed back, shell completion in a real bash, exit codes (130 on Ctrl-C).
+One real local sweep (2 trials) and one run, made once for the module."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from helpers import SUPPORT, cli, wait_for
+
+sys.path.insert(0, os.path.join(SUPPORT, "fake_pbs"))
+import _fakepbs as fakepbs  # noqa: E402
+
+TRAIN = '''
+import time
+import hpctrain
+
+def hello(config):
+    print(f"hello lr={config['lr']}", flush=True)
+    for step in range(2):
+        hpctrain.report({"loss": config["lr"] * (step + 1)})
+
+def slow(config):
+    hpctrain.report({"loss": 1.0})
+    time.sleep(120)
+'''
+
+
+def job_file(path, name, body="", top=""):
+    path.write_text(top + textwrap.dedent(f"""\
+        [job]
+        entrypoint = "train.py:hello"
+        [run]
+        name = "{name}"
+        [scaling]
+        num_workers = 1
+        [config]
+        lr = 0.5
+        """) + textwrap.dedent(body))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """``(storage, env)``: a finished local sweep ``sweep-demo`` (trials lr 0.1, 0.2)
+    and a finished run ``single`` under ``storage``, the default storage path of ``env``."""
+    root = tmp_path_factory.mktemp("cli")
+    storage = str(root / "runs")
+    env = dict(os.environ, HPCTRAIN_STORAGE_PATH=storage)
+    (root / "train.py").write_text(TRAIN)
+    sweep = job_file(root / "sweep.toml", "sweep-demo", """\
+        [sweep]
+        metric = "loss"
+        mode = "min"
+        [sweep.param_space]
+        lr = {grid_search = [0.1, 0.2]}
+        """)
+    cli("-q", "sweep", sweep, env=env, cwd=str(root))
+    cli("-q", "run", job_file(root / "run.toml", "single"), env=env, cwd=str(root))
+    return storage, env
+
+
+# -- a sweep's trials by name ---------------------------------------------------------------
+def test_a_trial_is_found_by_name_in_logs_status_and_results(demo):
+    storage, env = demo
+    assert cli("logs", "sweep-demo/trial_00001", env=env).stdout == "hello lr=0.2\n"
+    status = cli("status", "sweep-demo/trial_00001", env=env).stdout
+    assert status.splitlines()[0] == (f"run trial_00001: FINISHED  "
+                                      f"({storage}/sweep-demo/trial_00001)")
+    assert "iteration 2: loss=0.4" in status
+    results = cli("results", "sweep-demo/trial_00000", env=env).stdout
+    assert results.startswith("trial_00000  FINISHED  iterations 2")
+
+
+def test_logs_of_a_sweep_shows_each_trial_under_its_name(demo):
+    _, env = demo
+    out = cli("logs", "sweep-demo", env=env).stdout
+    lines = out.splitlines()
+    assert [l.split(": rank 0 of job")[0] for l in lines if l.startswith("==>")] == [
+        "==> sweep-demo/trial_00000", "==> sweep-demo/trial_00001"]
+    assert [l for l in lines if l.startswith("hello")] == ["hello lr=0.1", "hello lr=0.2"]
+    p = cli("logs", "sweep-demo", "--follow", env=env, check=False)
+    assert p.returncode == 2
+    assert "logs --follow: sweep-demo is a sweep; expected one of its trials" in p.stderr
+    assert "HINT: hpctrain logs sweep-demo/trial_00000 --follow" in p.stderr
+
+
+def test_list_trials_shows_each_trial_after_its_sweep(demo):
+    storage, env = demo
+    rows = [l.split("\t") for l in cli("list", "--trials", env=env).stdout.splitlines()]
+    assert [r[:4] for r in rows if r[0].startswith("sweep-demo")] == [
+        ["sweep-demo", "sweep", "2 trials: 2 finished", "-"],
+        ["sweep-demo/trial_00000", "trial", "FINISHED", "2"],
+        ["sweep-demo/trial_00001", "trial", "FINISHED", "2"]]
+    assert rows[-1][5] == f"{storage}/sweep-demo/trial_00001"
+    plain = cli("list", env=env).stdout  # without --trials: runs and sweeps only
+    assert "trial_0000" not in plain and "\nsingle\trun\tFINISHED\t2\t" in "\n" + plain
+
+
+def test_cancel_of_a_local_sweep_says_there_is_no_job(demo):
+    storage, env = demo
+    p = cli("cancel", "sweep-demo", env=env, check=False)
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == [
+        f"hpctrain: error: {storage}/sweep-demo: the sweep has no submitted job arrays "
+        "to cancel",
+        "HINT: a local sweep's trials run inside `hpctrain sweep`: Ctrl-C there stops them"]
+
+
+def test_cancel_of_a_pbs_sweep_cancels_its_queued_array(tmp_path, monkeypatch):
+    pbs = fakepbs.FakePbs.install(tmp_path / "pbs_state", monkeypatch,
+                                  clear=("PBS_", "SLURM_", "OMPI_", "PMI_", "PALS_"))
+    (tmp_path / "train.py").write_text(TRAIN)
+    storage = str(tmp_path / "runs")
+    env = dict(os.environ, HPCTRAIN_STORAGE_PATH=storage)
+    job = job_file(tmp_path / "sweep.toml", "pbs-sweep", top='site = "generic-pbs"\n',
+                   body="""\
+        [scheduler]
+        queue = "workq"
+        launcher = "local"
+        [sweep.param_space]
+        lr = {grid_search = [0.1, 0.2]}
+        """)
+    assert "submitted pbs job array 1[].pbshost" in cli("sweep", job, env=env).stdout
+    out = cli("cancel", "pbs-sweep", env=env).stdout
+    assert out.splitlines()[0] == "cancelled pbs job array 1[].pbshost"
+    assert pbs.jobs()["1[].pbshost"]["job_state"] == "F"
+    again = cli("cancel", "pbs-sweep", env=env).stdout
+    assert again == "no job of sweep pbs-sweep is queued or running; nothing to cancel\n"
