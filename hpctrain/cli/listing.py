@@ -113,6 +113,27 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
+def listing_data(storage_path: str, trials: bool = False) -> dict:
+    """``hpctrain list --json``: the entries in the table's order (``iteration`` a number
+    or null, ``updated`` in seconds since the epoch; a sweep's ``counts``: its trials per
+    status)."""
+    from hpctrain.tune.sweepdir import SweepDir
+
+    def counts(e: Entry) -> Optional[dict]:
+        if e.kind != "sweep":
+            return None
+        sweep = SweepDir(e.path)
+        manifest = sweep.read()
+        return dict(Counter(sweep.trial_status(t["index"], manifest)
+                            for t in manifest.get("trials", [])))
+
+    return {"storage_path": storage_path, "entries": [
+        {"name": e.name, "kind": e.kind, "status": e.status,
+         "iteration": int(e.iteration) if e.iteration.isdigit() else None,
+         "updated": e.updated, "path": e.path, "counts": counts(e)}
+        for e in list_storage(storage_path, trials)]}
+
+
 def print_listing(storage_path: str, stream=None, plain: Optional[bool] = None,
                   trials: bool = False) -> int:
     """A rich table on a terminal (a sweep's trials indented under it); tab-separated

@@ -168,6 +168,31 @@ def cancel_sweep(path: str) -> int:
     return 0
 
 
+def sweep_data(path: str) -> dict:
+    """``hpctrain results SWEEP --json`` (and ``status``): the trials ranked by the
+    sweep's metric (best first; ``rank`` null for those without it), the best config."""
+    from hpctrain._internal.driver.progress import user_metrics
+    from hpctrain.tune.result_grid import ResultGrid
+
+    grid = ResultGrid.from_path(path)
+    metric, mode = grid._metric, grid._mode
+    ranked = grid.ranked() if metric and mode else []
+    rest = [r for r in grid if r not in ranked]
+    trials = []
+    for n, r in enumerate(ranked + rest, 1):
+        error = os.path.join(r.path, "error.txt")
+        trials.append({"trial_id": r.trial_id, "rank": n if r in ranked else None,
+                       "status": r.status, "config": r.config,
+                       "metrics": user_metrics(r.metrics or {}), "path": r.path,
+                       "error_file": error if r.error is not None else None})
+    return {"kind": "sweep", "name": os.path.basename(grid.experiment_path),
+            "path": grid.experiment_path, "metric": metric, "mode": mode,
+            "num_trials": len(grid), "finished": grid.num_terminated,
+            "failed": grid.num_errors, "unfinished": len(grid.unfinished), "trials": trials,
+            "best": ranked[0].trial_id if ranked else None,
+            "best_config": ranked[0].config if ranked else None}
+
+
 def print_results(path: str, final: bool = False) -> int:
     """``hpctrain results SWEEP_DIR``: every trial ranked by the sweep's metric (best
     first), then those without it; the best trial's config. Returns 0, or 1 when

@@ -23,6 +23,14 @@ def hello(config):
     for step in range(2):
         hpctrain.report({"loss": config["lr"] * (step + 1)})
 
+def saves(config):
+    import os, tempfile
+    for step in range(2):
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "step"), "w").write(str(step))
+            hpctrain.report({"loss": step + 1.0, "acc": 0.5},
+                            checkpoint=hpctrain.Checkpoint.from_directory(d))
+
 def slow(config):
     hpctrain.report({"loss": 1.0})
     time.sleep(120)
@@ -59,7 +67,12 @@ def demo(tmp_path_factory):
         lr = {grid_search = [0.1, 0.2]}
         """)
     cli("-q", "sweep", sweep, env=env, cwd=str(root))
-    cli("-q", "run", job_file(root / "run.toml", "single"), env=env, cwd=str(root))
+    single = job_file(root / "run.toml", "single", """\
+        [checkpoint]
+        checkpoint_score_attribute = "loss"
+        checkpoint_score_order = "min"
+        """)
+    cli("-q", "run", single, "--set", 'job.entrypoint="train.py:saves"', env=env, cwd=str(root))
     return storage, env
 
 
@@ -130,3 +143,59 @@ def test_cancel_of_a_pbs_sweep_cancels_its_queued_array(tmp_path, monkeypatch):
     assert pbs.jobs()["1[].pbshost"]["job_state"] == "F"
     again = cli("cancel", "pbs-sweep", env=env).stdout
     assert again == "no job of sweep pbs-sweep is queued or running; nothing to cancel\n"
+
+
+# -- --json -----------------------------------------------------------------------------------
+def test_json_of_status_results_list_and_sites_parses_back(demo):
+    storage, env = demo
+    status = json.loads(cli("status", "single", "--json", env=env).stdout)
+    assert {k: status[k] for k in ("kind", "name", "status", "attempts", "failures",
+                                   "iteration", "metrics", "jobs")} == {
+        "kind": "run", "name": "single", "status": "FINISHED", "attempts": 1, "failures": 0,
+        "iteration": 2, "metrics": {"loss": 2.0, "acc": 0.5}, "jobs": []}
+    assert status["latest_checkpoint"] == f"{storage}/single/checkpoints/checkpoint_000001"
+
+    results = json.loads(cli("results", "single", "--json", env=env).stdout)
+    assert results["metrics"]["loss"] == {"last": 2.0, "last_iteration": 2, "min": 1.0,
+                                          "min_iteration": 1, "max": 2.0, "max_iteration": 2}
+    assert [(c["name"], c["iteration"], c["metrics"]["loss"], c["best"], c["latest"])
+            for c in results["checkpoints"]] == [("checkpoint_000000", 1, 1.0, True, False),
+                                                 ("checkpoint_000001", 2, 2.0, False, True)]
+    assert results["score_attribute"] == "loss" and results["score_order"] == "min"
+    assert [a["outcome"] for a in results["attempts"]] == ["FINISHED"]
+
+    sweep = json.loads(cli("results", "sweep-demo", "--json", env=env).stdout)
+    assert (sweep["kind"], sweep["metric"], sweep["mode"], sweep["best"]) == (
+        "sweep", "loss", "min", "trial_00000")
+    assert [(t["trial_id"], t["rank"], t["status"], t["config"], t["metrics"]["loss"])
+            for t in sweep["trials"]] == [
+        ("trial_00000", 1, "FINISHED", {"train_loop_config": {"lr": 0.1}}, 0.2),
+        ("trial_00001", 2, "FINISHED", {"train_loop_config": {"lr": 0.2}}, 0.4)]
+    assert json.loads(cli("status", "sweep-demo", "--json", env=env).stdout) == sweep
+    trial = json.loads(cli("status", "sweep-demo/trial_00001", "--json", env=env).stdout)
+    assert (trial["path"], trial["metrics"]) == (f"{storage}/sweep-demo/trial_00001",
+                                                 {"loss": 0.4})
+
+    listing = json.loads(cli("list", "--json", "--trials", env=env).stdout)
+    assert listing["storage_path"] == storage
+    assert sorted((e["name"], e["kind"], e["status"], e["iteration"], e["counts"])
+                  for e in listing["entries"]) == [
+        ("single", "run", "FINISHED", 2, None),
+        ("sweep-demo", "sweep", "2 trials: 2 finished", None, {"FINISHED": 2}),
+        ("sweep-demo/trial_00000", "trial", "FINISHED", 2, None),
+        ("sweep-demo/trial_00001", "trial", "FINISHED", 2, None)]
+
+    sites = json.loads(cli("sites", "--json", env=env).stdout)
+    slurm = next(s for s in sites["sites"] if s["name"] == "generic-slurm")
+    assert slurm["scheduler"] == "slurm" and slurm["error"] is None
+    assert {"key": "storage_path", "value": storage,
+            "from": "$HPCTRAIN_STORAGE_PATH"} in sites["defaults"]
+    one = json.loads(cli("sites", "generic-slurm", "--json", env=env).stdout)
+    assert one["file"] == slurm["file"] and one["text"] == open(slurm["file"]).read()
+
+
+def test_json_with_follow_is_refused(demo):
+    _, env = demo
+    p = cli("status", "single", "--json", "--follow", env=env, check=False)
+    assert p.returncode == 2
+    assert "hpctrain: error: --json and --follow: expected one of them" in p.stderr
