@@ -14,6 +14,7 @@
     hpctrain list [STORAGE_PATH] [--trials] [--json]           runs and sweeps, with status
     hpctrain sites [NAME]                                      known site configs, your defaults
     hpctrain schema [-o hpctrain.schema.json]                  the job file's JSON Schema (editors)
+    hpctrain completion bash|zsh|tcsh                          shell completion script (shtab)
 
 RUN is a run directory, or a run name under the default storage path ($HPCTRAIN_STORAGE_PATH,
 the user config's storage_path, ~/hpctrain_results); a sweep's trial: SWEEP/trial_NNNNN. -q/--quiet and -v/--verbose (before or
@@ -32,6 +33,7 @@ import sys
 from typing import List, Optional
 
 from hpctrain import __version__
+from hpctrain.cli.completion import SHELLS
 from hpctrain.errors import ConfigError, HpctrainError, TrainingFailedError, TrainingStoppedError
 from hpctrain._internal.base.terminal import plain
 
@@ -201,6 +203,15 @@ def _parser() -> argparse.ArgumentParser:
                                      "and flag mistakes while typing.")
     sch.add_argument("-o", "--output", default=None, metavar="FILE",
                      help="write it to FILE instead of printing it")
+    com = sub.add_parser("completion", parents=[common],
+                         help="print the shell completion script (needs shtab)",
+                         description="Print the completion script of hpctrain for a shell "
+                                     "(commands, options, file names). Bash: "
+                                     "`eval \"$(hpctrain completion bash)\"` in ~/.bashrc; "
+                                     "zsh: write it as _hpctrain into a directory of "
+                                     "$fpath; tcsh: `eval \"`hpctrain completion tcsh`\"`. "
+                                     "Needs the shtab package.")
+    com.add_argument("shell", choices=SHELLS, help="the shell: " + ", ".join(SHELLS))
     return p
 
 
@@ -264,6 +275,12 @@ def cmd_render(args) -> int:
     _, script = _batch_script(args, spec, run)
     sys.stdout.write(script)
     return 0
+
+
+def cmd_completion(args) -> int:
+    from hpctrain.cli.completion import print_script
+
+    return print_script(_parser(), args.shell)
 
 
 def cmd_schema(args) -> int:
@@ -749,7 +766,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
                "logs": cmd_logs, "cancel": cmd_cancel, "sites": cmd_sites,
                "plot": cmd_plot, "sweep": cmd_sweep, "list": cmd_list,
-               "schema": cmd_schema}[args.command]
+               "schema": cmd_schema, "completion": cmd_completion}[args.command]
     try:
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not while Python exits

@@ -199,3 +199,39 @@ def test_json_with_follow_is_refused(demo):
     p = cli("status", "single", "--json", "--follow", env=env, check=False)
     assert p.returncode == 2
     assert "hpctrain: error: --json and --follow: expected one of them" in p.stderr
+
+
+# -- shell completion -------------------------------------------------------------------------
+def complete(words):
+    """What bash offers after ``words`` (the last one being completed), from the script
+    ``hpctrain completion bash`` prints, sourced in a real bash."""
+    script = cli("completion", "bash").stdout
+    line = " ".join(words)
+    driver = (f"source /dev/stdin <<'EOF'\n{script}\nEOF\n"
+              f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
+              f"COMP_LINE={line!r}; COMP_POINT={len(line)}\n"
+              "_shtab_hpctrain; printf '%s\\n' \"${COMPREPLY[@]}\"\n")
+    p = subprocess.run(["bash", "--norc", "-c", driver], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.split()
+
+
+def test_bash_completion_completes_commands_options_and_files(tmp_path):
+    assert sorted(complete(["hpctrain", "s"])) == ["schema", "sites", "status", "submit", "sweep"]
+    assert complete(["hpctrain", "results", "--j"]) == ["--json"]
+    assert complete(["hpctrain", "completion", ""]) == ["bash", "zsh", "tcsh"]
+    (tmp_path / "job.toml").write_text("")
+    assert complete(["hpctrain", "validate", f"{tmp_path}/jo"]) == [f"{tmp_path}/job.toml"]
+
+
+def test_completion_without_shtab_says_how_to_install_it(tmp_path):
+    (tmp_path / "shtab.py").write_text("raise ImportError('no shtab here')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    p = cli("completion", "bash", env=env, check=False)
+    assert p.returncode == 2
+    assert p.stderr.splitlines()[0] == ("hpctrain: error: hpctrain completion needs shtab "
+                                        "(shell completion scripts from argparse).")
+    assert "HINT: " in p.stderr and "pip install shtab" in p.stderr
+    assert cli("--help", env=env).stdout.startswith("usage: hpctrain")  # the rest works
