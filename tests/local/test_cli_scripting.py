@@ -235,3 +235,24 @@ def test_completion_without_shtab_says_how_to_install_it(tmp_path):
                                         "(shell completion scripts from argparse).")
     assert "HINT: " in p.stderr and "pip install shtab" in p.stderr
     assert cli("--help", env=env).stdout.startswith("usage: hpctrain")  # the rest works
+
+
+# -- exit codes ---------------------------------------------------------------------------------
+def test_ctrl_c_on_a_local_run_exits_130_and_leaves_it_resumable(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    storage = str(tmp_path / "runs")
+    job = job_file(tmp_path / "slow.toml", "slow", top='site = "local"\n')
+    env = dict(os.environ, HPCTRAIN_STORAGE_PATH=storage)
+    proc = subprocess.Popen([sys.executable, "-m", "hpctrain.cli", "run", job,
+                             "--set", 'job.entrypoint="train.py:slow"'], cwd=str(tmp_path),
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    result = os.path.join(storage, "slow", "result.json")
+    wait_for(lambda: os.path.exists(result) and os.path.getsize(result) > 0, 90,
+             "the first report", proc=proc)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.rstrip().endswith(
+        "hpctrain: interrupted; the run directory keeps its committed checkpoints")
+    assert json.loads(cli("status", "slow", "--json", env=env).stdout)["status"] == "INTERRUPTED"
