@@ -643,11 +643,16 @@ def cmd_validate(args) -> int:
 
         control_from_spec(spec, space_of(spec))  # the scheduler's and searcher's options
     from hpctrain._internal.base.registry import scheduler_class
+    from hpctrain._internal.rundir.checks import check_shared_storage
 
     if scheduler_class(spec.scheduler.kind).template:  # a batch job: what `render` (a
         if spec.sweep:                                 # sweep: `sweep --dry-run`) refuses
+            from hpctrain.tune.jobfile import sweep_path_of
+
+            check_shared_storage(spec, sweep_path_of(spec))  # as `hpctrain sweep` does
             _sweep_scripts(args, spec)
         else:
+            check_shared_storage(spec, run.path)  # as `hpctrain submit` does
             _batch_script(args, spec, run)
     sys.stdout.write(spec.to_toml())
     print(f"# OK: {args.job} is valid", file=sys.stderr)

@@ -256,3 +256,64 @@ def test_ctrl_c_on_a_local_run_exits_130_and_leaves_it_resumable(tmp_path):
     assert err.rstrip().endswith(
         "hpctrain: interrupted; the run directory keeps its committed checkpoints")
     assert json.loads(cli("status", "slow", "--json", env=env).stdout)["status"] == "INTERRUPTED"
+
+
+# -- every problem of a job file at once; validate checks what submit checks --------------------
+def test_three_mistakes_in_a_job_file_are_reported_by_one_validate(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    job = tmp_path / "typos.toml"
+    job.write_text(textwrap.dedent("""\
+        [job]
+        entrypoint = "train.py:hello"
+        [scaling]
+        num_worker = 2
+        [run]
+        nmae = "x"
+        [checkpoint]
+        num_to_keep = "three"
+        """))
+    p = cli("validate", str(job), check=False)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.splitlines() == [
+        f"hpctrain: error: {job}: 3 problems:",
+        f"- {job}: scaling.num_worker: unknown key in [scaling]",
+        "  HINT: did you mean 'num_workers'?",
+        f"- {job}: run.nmae: unknown key in [run]",
+        "  HINT: did you mean 'name'?",
+        f"- {job}: checkpoint.num_to_keep: expected an integer, got \"three\" (string)"]
+    from hpctrain.errors import ConfigError
+    from hpctrain.spec import load_job_spec
+
+    with pytest.raises(ConfigError) as e:  # the API: one ConfigError holding each
+        load_job_spec(str(job))
+    assert [(err.file, err.message.split(":")[0]) for err in e.value.errors] == [
+        (str(job), "scaling.num_worker"), (str(job), "run.nmae"),
+        (str(job), "checkpoint.num_to_keep")]
+
+
+def test_validate_refuses_a_multi_node_job_on_node_local_storage_as_submit_does(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    runs = tmp_path / "runs"  # (under /tmp: local to each node)
+    job = str(tmp_path / "multi.toml")
+    open(job, "w").write(textwrap.dedent(f"""\
+        site = "generic-slurm"
+        [job]
+        entrypoint = "train.py:hello"
+        [run]
+        name = "multi"
+        storage_path = "{runs}"
+        [scaling]
+        num_workers = 2
+        num_nodes = 2
+        [config]
+        lr = 0.5
+        """))
+    validate = cli("validate", job, check=False)
+    submit = cli("submit", "--dry-run", job, check=False)
+    assert validate.returncode == submit.returncode == 2
+    assert validate.stderr == submit.stderr
+    assert validate.stderr.startswith(
+        f"hpctrain: error: {job}: run.storage_path: a job on 2 nodes needs its run directory "
+        f"on a filesystem every node sees, but {runs}/multi is not: it is under /tmp, which "
+        "is local to each node\nHINT: ")
+    assert not runs.exists()
