@@ -11,6 +11,7 @@ import textwrap
 import pytest
 from helpers import SUPPORT, cli, wait_for
 
+pytestmark = pytest.mark.slow  # (real local runs: one sweep and one run for the module)
 sys.path.insert(0, os.path.join(SUPPORT, "fake_pbs"))
 import _fakepbs as fakepbs  # noqa: E402
 
