@@ -386,51 +386,63 @@ def _apply_overrides(data: Mapping[str, Any], overrides: Sequence[str],
                      origins: MutableMapping[str, str], *,
                      keep_deletes: bool = False) -> Dict[str, Any]:
     result = copy.deepcopy(dict(data))
+    problems: List[ConfigError] = []  # every bad override, reported together
     for text in overrides:
-        where = f"override {text!r}"
-        if not isinstance(text, str) or "=" not in text:
-            raise ConfigError("expected section.key=value, e.g. scaling.num_workers=8",
-                              file=where)
-        raw_key, _, raw_value = text.partition("=")
-        path = _override_key(text, raw_key.strip())
-        ctx = Ctx(where)
-        section, dotted = path[0], ".".join(path)
-        if path == ["site"]:
-            value = _override_value(text, raw_value.strip())
-            if value is _DELETE:
-                result["site"] = None
-            else:
-                result["site"] = raw_value.strip() if not isinstance(value, str) else value
-            origins["site"] = where
-            continue
-        if section not in SECTIONS:
-            raise unknown_section(ctx, section)
-        if len(path) < 2:
-            raise ctx.error(section, "expected section.key=value, not a whole section")
-        value = _override_value(text, raw_value.strip())
-        schema = SECTIONS[section]
-        if schema is not None:
-            key = path[1]
-            if key not in schema:
-                raise unknown_key(ctx, section, key)
-            if len(path) > (3 if schema[key] in MERGED_TABLES else 2):
-                raise ctx.error(dotted, f"{section}.{key} is not a table")
-            if schema[key] in ("str", "walltime", "memory") and len(path) == 2 and isinstance(
-                    value, (bool, int, float, _dt.date, _dt.time)):
-                value = raw_value.strip()  # run.name=2024 means the string "2024"
-        node: Any = result
-        for i, part in enumerate(path[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ctx.error(".".join(path[: i + 1]),
-                                f"cannot set {dotted}: {_show(child)} is not a table")
-            node = child
-        if value is _DELETE and not keep_deletes:
-            node.pop(path[-1], None)
-        else:
-            node[path[-1]] = value
-        origins[dotted] = where
+        try:
+            _apply_override(result, text, origins, keep_deletes)
+        except ConfigError as e:
+            problems.append(e)
+    if problems:
+        raise one_or_all(problems)
     return result
+
+
+def _apply_override(result: Dict[str, Any], text: str, origins: MutableMapping[str, str],
+                    keep_deletes: bool) -> None:
+    """Apply one ``section.key=value`` to ``result``."""
+    where = f"override {text!r}"
+    if not isinstance(text, str) or "=" not in text:
+        raise ConfigError("expected section.key=value, e.g. scaling.num_workers=8",
+                          file=where)
+    raw_key, _, raw_value = text.partition("=")
+    path = _override_key(text, raw_key.strip())
+    ctx = Ctx(where)
+    section, dotted = path[0], ".".join(path)
+    if path == ["site"]:
+        value = _override_value(text, raw_value.strip())
+        if value is _DELETE:
+            result["site"] = None
+        else:
+            result["site"] = raw_value.strip() if not isinstance(value, str) else value
+        origins["site"] = where
+        return
+    if section not in SECTIONS:
+        raise unknown_section(ctx, section)
+    if len(path) < 2:
+        raise ctx.error(section, "expected section.key=value, not a whole section")
+    value = _override_value(text, raw_value.strip())
+    schema = SECTIONS[section]
+    if schema is not None:
+        key = path[1]
+        if key not in schema:
+            raise unknown_key(ctx, section, key)
+        if len(path) > (3 if schema[key] in MERGED_TABLES else 2):
+            raise ctx.error(dotted, f"{section}.{key} is not a table")
+        if schema[key] in ("str", "walltime", "memory") and len(path) == 2 and isinstance(
+                value, (bool, int, float, _dt.date, _dt.time)):
+            value = raw_value.strip()  # run.name=2024 means the string "2024"
+    node: Any = result
+    for i, part in enumerate(path[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ctx.error(".".join(path[: i + 1]),
+                            f"cannot set {dotted}: {_show(child)} is not a table")
+        node = child
+    if value is _DELETE and not keep_deletes:
+        node.pop(path[-1], None)
+    else:
+        node[path[-1]] = value
+    origins[dotted] = where
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
