@@ -157,7 +157,7 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
             i, keys = order.get(section, (len(order), []))
             return (i, keys.index(key) if key in keys else len(keys))
 
-        raise one_or_all(sorted(problems, key=in_file))
+        raise one_or_all(sorted((one for e in problems for one in e.errors), key=in_file))
     spec = _build(ctx, JobSpec, entrypoint=entrypoint, backend=backend, scaling=scaling,
                   run=run_config, config=copy.deepcopy(dict(data.get("config", {}))),
                   backend_options=backend_tables.get(backend, {}), scheduler=scheduler,
