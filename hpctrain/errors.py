@@ -23,6 +23,35 @@ class ConfigError(HpctrainError, ValueError):
             text += f"\nHINT: {hint}"
         super().__init__(text)
 
+    @property
+    def errors(self) -> "list[ConfigError]":
+        """Each problem (:class:`ConfigErrors`: several of one job file; else this one)."""
+        return getattr(self, "_errors", [self])
+
+
+class ConfigErrors(ConfigError):
+    """Several problems of one job file, found in one pass and reported together (each
+    a :class:`ConfigError` in ``errors``, with its file, key, what was expected and its
+    HINT), so that three typos take one ``hpctrain validate``, not three."""
+
+    def __init__(self, errors: "list[ConfigError]"):
+        self._errors = [one for e in errors for one in e.errors]
+        files = {e.file for e in self._errors}
+        where = f"{next(iter(files))}: " if len(files) == 1 and None not in files else ""
+        lines = [f"{where}{len(self._errors)} problems:"]
+        for e in self._errors:
+            first, *rest = str(e).splitlines()
+            lines += [f"- {first}"] + [f"  {line}" for line in rest]
+        super().__init__("\n".join(lines))
+
+    def __reduce__(self):  # (pickled: rebuilt from its errors, not from its text)
+        return (ConfigErrors, (self._errors,))
+
+
+def one_or_all(errors: "list[ConfigError]") -> ConfigError:
+    """The error to raise for ``errors`` (not empty): the one, or all of them together."""
+    return errors[0] if len(errors) == 1 else ConfigErrors(errors)
+
 
 class MissingFrameworkError(HpctrainError, ImportError):
     """The backend's framework (TensorFlow, Horovod, mpi4py, torch) is not importable;

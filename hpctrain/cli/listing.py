@@ -65,8 +65,29 @@ def _sweep_entry(path: str) -> Entry:
                  sweep.path)
 
 
-def list_storage(storage_path: str) -> List[Entry]:
-    """The runs and sweeps directly under ``storage_path``, newest first."""
+def _trial_entries(path: str) -> List[Entry]:
+    """A sweep's trials in trial order, each named ``SWEEP/trial_NNNNN`` (the name the
+    other commands take); one not started yet: its status in the manifest."""
+    from hpctrain.tune.sweepdir import SweepDir, trial_id
+
+    sweep = SweepDir(path)
+    manifest = sweep.read()
+    out = []
+    for t in manifest.get("trials", []):
+        trial = sweep.trial_path(t["index"])
+        if RunDir(trial).exists():
+            entry = _run_entry(trial)
+        else:
+            entry = Entry(trial_id(t["index"]), "trial", sweep.trial_status(t["index"], manifest),
+                          "-", os.path.getmtime(sweep.manifest_file), trial)
+        entry.name, entry.kind = f"{sweep.name}/{entry.name}", "trial"
+        out.append(entry)
+    return out
+
+
+def list_storage(storage_path: str, trials: bool = False) -> List[Entry]:
+    """The runs and sweeps directly under ``storage_path``, newest first; with
+    ``trials``, each sweep followed by its trials."""
     from hpctrain.tune.sweepdir import SweepDir
 
     storage = storage_for(storage_path, "hpctrain list")
@@ -82,6 +103,9 @@ def list_storage(storage_path: str) -> List[Entry]:
         elif RunDir(path).exists():  # (state.json: in the run's control directory)
             out.append(_run_entry(path))
     out.sort(key=lambda e: e.updated, reverse=True)
+    if trials:
+        out = [e for entry in out
+               for e in [entry] + (_trial_entries(entry.path) if entry.kind == "sweep" else [])]
     return out
 
 
@@ -89,13 +113,35 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def print_listing(storage_path: str, stream=None, plain: Optional[bool] = None) -> int:
-    """A rich table on a terminal; tab-separated lines without a header when piped
-    (``hpctrain list | grep RUNNING``)."""
+def listing_data(storage_path: str, trials: bool = False) -> dict:
+    """``hpctrain list --json``: the entries in the table's order (``iteration`` a number
+    or null, ``updated`` in seconds since the epoch; a sweep's ``counts``: its trials per
+    status)."""
+    from hpctrain.tune.sweepdir import SweepDir
+
+    def counts(e: Entry) -> Optional[dict]:
+        if e.kind != "sweep":
+            return None
+        sweep = SweepDir(e.path)
+        manifest = sweep.read()
+        return dict(Counter(sweep.trial_status(t["index"], manifest)
+                            for t in manifest.get("trials", [])))
+
+    return {"storage_path": storage_path, "entries": [
+        {"name": e.name, "kind": e.kind, "status": e.status,
+         "iteration": int(e.iteration) if e.iteration.isdigit() else None,
+         "updated": e.updated, "path": e.path, "counts": counts(e)}
+        for e in list_storage(storage_path, trials)]}
+
+
+def print_listing(storage_path: str, stream=None, plain: Optional[bool] = None,
+                  trials: bool = False) -> int:
+    """A rich table on a terminal (a sweep's trials indented under it); tab-separated
+    lines without a header when piped (``hpctrain list | grep RUNNING``)."""
     import sys
 
     stream = stream or sys.stdout
-    entries = list_storage(storage_path)
+    entries = list_storage(storage_path, trials)
     if plain is None:
         plain = not stream.isatty()
     if plain:
@@ -113,11 +159,13 @@ def print_listing(storage_path: str, stream=None, plain: Optional[bool] = None) 
         t.add_column(col, justify="right" if col == "iteration" else "left")
     for e in entries:
         style = styles.get(e.status)
-        t.add_row(markup(e.name), e.kind,
+        name = "  " + e.name.rsplit("/", 1)[-1] if e.kind == "trial" else e.name
+        t.add_row(markup(name), e.kind,
                   f"[{style}]{e.status}[/{style}]" if style else markup(e.status),
                   markup(e.iteration), _when(e.updated))
     console = Console(file=stream)
-    console.print(f"{markup(storage_path)}: {len(entries)} runs and sweeps", style="italic",
+    console.print(f"{markup(storage_path)}: "
+                  f"{sum(e.kind != 'trial' for e in entries)} runs and sweeps", style="italic",
                   highlight=False, soft_wrap=True)
     console.print(t)
     return 0

@@ -4,19 +4,20 @@
     hpctrain validate job.toml [--site S] [--set ...]          check a job file, run nothing
     hpctrain render job.toml [--site S] [--set ...]            print the batch script
     hpctrain submit job.toml [--site S] [--set ...] [--follow] submit it (Slurm, PBS)
-    hpctrain status RUN|SWEEP_DIR [--follow]                   run and job state
+    hpctrain status RUN|SWEEP_DIR [--follow|--json]            run and job state
     hpctrain logs RUN [--rank R] [--follow]                    a rank's output
     hpctrain cancel RUN                                        cancel the run's job
-    hpctrain results RUN                                       metrics, checkpoints, attempts
+    hpctrain results RUN [--json]                              metrics, checkpoints, attempts
     hpctrain plot RUN|SWEEP_DIR... --metric loss [-o loss.png] metric curves, runs compared
     hpctrain sweep job.toml [--site S] [--set ...] [--follow]  a [sweep]: trials here or as job arrays
     hpctrain results SWEEP_DIR                                 the sweep's trials, ranked
-    hpctrain list [STORAGE_PATH]                               runs and sweeps, with status
+    hpctrain list [STORAGE_PATH] [--trials] [--json]           runs and sweeps, with status
     hpctrain sites [NAME]                                      known site configs, your defaults
     hpctrain schema [-o hpctrain.schema.json]                  the job file's JSON Schema (editors)
+    hpctrain completion bash|zsh|tcsh                          shell completion script (shtab)
 
 RUN is a run directory, or a run name under the default storage path ($HPCTRAIN_STORAGE_PATH,
-the user config's storage_path, ~/hpctrain_results). -q/--quiet and -v/--verbose (before or
+the user config's storage_path, ~/hpctrain_results); a sweep's trial: SWEEP/trial_NNNNN. -q/--quiet and -v/--verbose (before or
 after the command) set how much hpctrain says; your defaults: ~/.config/hpctrain/config.toml.
 Exit codes: 0 success, 1 the training failed, 2 bad input (nothing was started or
 submitted), 75 stopped cleanly after the warning signal (time limit, preemption: continue
@@ -32,6 +33,7 @@ import sys
 from typing import List, Optional
 
 from hpctrain import __version__
+from hpctrain.cli.completion import SHELLS
 from hpctrain.errors import ConfigError, HpctrainError, TrainingFailedError, TrainingStoppedError
 from hpctrain._internal.base.terminal import plain
 
@@ -57,6 +59,11 @@ def _add_force_arg(p: argparse.ArgumentParser) -> None:
 
 def _add_run_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run directory, or a run name under $HPCTRAIN_STORAGE_PATH")
+
+
+def _add_json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true",
+                   help="print it as one JSON document (its shape: docs/cli.md, JSON output)")
 
 
 def _add_loudness(p: argparse.ArgumentParser, default) -> None:
@@ -115,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
                                      "progress: iteration, elapsed time, pace and latest "
                                      "metrics.")
     _add_run_arg(sta)
+    _add_json_arg(sta)
     sta.add_argument("--follow", action="store_true",
                      help="show live progress until the run ends (Ctrl-C detaches)")
     logs = sub.add_parser("logs", parents=[common], help="print a rank's output",
@@ -134,6 +142,7 @@ def _parser() -> argparse.ArgumentParser:
                                      "value of each metric, its checkpoints with their "
                                      "scores (the best one marked) and its attempts.")
     _add_run_arg(res)
+    _add_json_arg(res)
     plo = sub.add_parser("plot", parents=[common], help="draw metric curves of one or more runs",
                          description="Draw the curves of one or more metrics (one panel "
                                      "each), with every given run on the same axes, into "
@@ -174,10 +183,15 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument("storage", nargs="?", default=None, metavar="STORAGE_PATH",
                      help="default: $HPCTRAIN_STORAGE_PATH, the user config's storage_path, "
                           "or ~/hpctrain_results")
+    _add_json_arg(lst)
+    lst.add_argument("--trials", action="store_true",
+                     help="each sweep's trials too, after it (named SWEEP/trial_NNNNN, "
+                          "the name the other commands take)")
     sit = sub.add_parser("sites", parents=[common], help="list the site configs hpctrain knows",
                          description="List site configs (package, /etc/hpctrain/sites, "
                                      "$HPCTRAIN_SITE_PATH), or show one.")
     sit.add_argument("name", nargs="?", help="show this site's file")
+    _add_json_arg(sit)
     sch = sub.add_parser("schema", parents=[common],
                          help="print the job file's JSON Schema (editor completion)",
                          description="Print the JSON Schema (draft 2020-12) of a job file: "
@@ -189,6 +203,15 @@ def _parser() -> argparse.ArgumentParser:
                                      "and flag mistakes while typing.")
     sch.add_argument("-o", "--output", default=None, metavar="FILE",
                      help="write it to FILE instead of printing it")
+    com = sub.add_parser("completion", parents=[common],
+                         help="print the shell completion script (needs shtab)",
+                         description="Print the completion script of hpctrain for a shell "
+                                     "(commands, options, file names). Bash: "
+                                     "`eval \"$(hpctrain completion bash)\"` in ~/.bashrc; "
+                                     "zsh: write it as _hpctrain into a directory of "
+                                     "$fpath; tcsh: `eval \"`hpctrain completion tcsh`\"`. "
+                                     "Needs the shtab package.")
+    com.add_argument("shell", choices=SHELLS, help="the shell: " + ", ".join(SHELLS))
     return p
 
 
@@ -252,6 +275,12 @@ def cmd_render(args) -> int:
     _, script = _batch_script(args, spec, run)
     sys.stdout.write(script)
     return 0
+
+
+def cmd_completion(args) -> int:
+    from hpctrain.cli.completion import print_script
+
+    return print_script(_parser(), args.shell)
 
 
 def cmd_schema(args) -> int:
@@ -328,13 +357,24 @@ def cmd_list(args) -> int:
     from hpctrain.config import default_storage_path
 
     storage = os.path.abspath(os.path.expanduser(args.storage or default_storage_path()))
-    return print_listing(storage)
+    if args.json:
+        from hpctrain.cli.jsonout import print_json
+        from hpctrain.cli.listing import listing_data
+
+        return print_json(listing_data(storage, trials=args.trials))
+    return print_listing(storage, trials=args.trials)
 
 
-def _sweep_status(path: str, follow: bool) -> int:
+def _sweep_status(path: str, follow: bool, as_json: bool = False) -> int:
     """``hpctrain status SWEEP_DIR``: every trial's status (``--follow``: until the
     sweep's trials ended)."""
     from hpctrain.cli.sweep import print_results as print_sweep
+
+    if as_json:
+        from hpctrain.cli.jsonout import print_json
+        from hpctrain.cli.sweep import sweep_data
+
+        return print_json(sweep_data(path))
 
     if follow:
         from hpctrain.tune.sweepdir import SweepDir, follow as follow_sweep
@@ -346,53 +386,52 @@ def _sweep_status(path: str, follow: bool) -> int:
 
 def cmd_status(args) -> int:
     from hpctrain._internal.driver import submission
-    from hpctrain.schedulers import get_scheduler
     from hpctrain.cli.sweep import sweep_dir_of
 
     from hpctrain.cli import views as report
 
+    if args.json and args.follow:
+        raise ConfigError("--json and --follow: expected one of them",
+                          hint="--json prints the state once; call it again to poll")
     sweep = sweep_dir_of(args.run)
     if sweep is not None:
-        return _sweep_status(sweep, args.follow)
+        return _sweep_status(sweep, args.follow, args.json)
     run = submission.resolve_run(args.run)
     if args.follow:
         if submission.last_job(run) is None and run.exists():  # a run started here
             status = report.follow_local(run)
             return 0 if status in ("FINISHED", "STOPPED") else 1
         return _follow(run.path, _verbosity(args))
-    state = run.read_state()
-    print(plain(f"run {run.name}: {state.get('status', 'UNKNOWN')}  ({run.path})"))
-    print(plain(f"  attempts {len(state.get('attempts', []))}, failures "
-                f"{state.get('failures', 0)}"
-                + (f", restart count {state['restart_count']}" if "restart_count" in state
-                   else "")
-                + (f", requeues {state['requeues']}" if state.get("requeues") else "")))
-    if state.get("stopped_because"):
-        print(plain(f"  stopped because {state['stopped_because']}"))
-    for sub in state.get(submission.SUBMISSIONS) or []:
-        try:
-            js = get_scheduler(sub["scheduler"]).state(sub["job_id"])
-            where = f" on {js.nodes}" if js.nodes else ""
-            reason = f" ({js.reason})" if js.reason and js.reason != "None" else ""
-            print(plain(f"  {sub['scheduler']} job {sub['job_id']}: {js.state}{reason}{where}"))
-        except Exception as e:  # noqa: BLE001 - show what is known
-            print(plain(f"  {sub['scheduler']} job {sub['job_id']}: state unknown ({e})"))
-    from hpctrain._internal.driver.progress import user_metrics
-    from hpctrain._internal.rundir.layout import read_results
+    data = report.status_data(run)
+    if args.json:
+        from hpctrain.cli.jsonout import print_json
 
-    rows = read_results(run.result_file) if os.path.exists(run.result_file) else []
-    if state.get("status") == "RUNNING":
+        return print_json(data)
+    print(plain(f"run {run.name}: {data['status']}  ({run.path})"))
+    print(plain(f"  attempts {data['attempts']}, failures {data['failures']}"
+                + (f", restart count {data['restart_count']}"
+                   if data["restart_count"] is not None else "")
+                + (f", requeues {data['requeues']}" if data["requeues"] else "")))
+    if data["stopped_because"]:
+        print(plain(f"  stopped because {data['stopped_because']}"))
+    for job in data["jobs"]:
+        if job["error"] is not None:
+            print(plain(f"  {job['scheduler']} job {job['job_id']}: state unknown "
+                        f"({job['error']})"))
+            continue
+        where = f" on {job['nodes']}" if job["nodes"] else ""
+        reason = f" ({job['reason']})" if job["reason"] else ""
+        print(plain(f"  {job['scheduler']} job {job['job_id']}: {job['state']}{reason}{where}"))
+    if data["status"] == "RUNNING":
         for line in report.status_lines(run):
             print(line)
-    elif rows:
-        last = rows[-1]
-        print(plain(f"  iteration {last.get('_training_iteration')}: " + ", ".join(
-            f"{k}={v}" for k, v in user_metrics(last).items())))
-    latest = run.latest_checkpoint()
-    if latest:
-        print(plain(f"  latest checkpoint: {latest.path}"))
-    if os.path.exists(run.error_file):
-        print(plain(f"  error: {run.error_file}"))
+    elif data["iteration"] is not None:
+        print(plain(f"  iteration {data['iteration']}: " + ", ".join(
+            f"{k}={v}" for k, v in data["metrics"].items())))
+    if data["latest_checkpoint"]:
+        print(plain(f"  latest checkpoint: {data['latest_checkpoint']}"))
+    if data["error_file"]:
+        print(plain(f"  error: {data['error_file']}"))
     return 0
 
 
@@ -400,15 +439,17 @@ def cmd_logs(args) -> int:
     import time
 
     from hpctrain._internal.driver import submission
+    from hpctrain.cli.sweep import sweep_dir_of
     from hpctrain.schedulers import get_scheduler
 
+    sweep = sweep_dir_of(args.run)
+    if sweep is not None:
+        from hpctrain.cli.sweep import print_logs
+
+        return print_logs(sweep, args)
     run = submission.resolve_run(args.run)
-    ids = submission.job_ids(run)
+    path, job_id = rank_log(run, args.rank, args.job)
     state = run.read_state() if run.exists() else {}
-    job_id = args.job or (ids[-1] if ids else (state.get("job_ids") or [None])[-1])
-    if job_id is None:
-        raise ConfigError(f"{run.path} has no job yet", hint="hpctrain submit job.toml")
-    path = os.path.join(run.logs_dir(job_id), f"rank-{args.rank}.out")
     sched = next((s["scheduler"] for s in state.get(submission.SUBMISSIONS) or []
                   if s["job_id"] == job_id), None)
     if not os.path.exists(path) and not args.follow:
@@ -426,10 +467,29 @@ def cmd_logs(args) -> int:
         time.sleep(1.0)
 
 
+def rank_log(run, rank: int, job: Optional[str] = None):
+    """``(path of the rank's output, job id)`` in the run's job ``job`` (default: its
+    latest); ConfigError when the run has no job yet."""
+    from hpctrain._internal.driver import submission
+
+    ids = submission.job_ids(run)
+    state = run.read_state() if run.exists() else {}
+    job_id = job or (ids[-1] if ids else (state.get("job_ids") or [None])[-1])
+    if job_id is None:
+        raise ConfigError(f"{run.path} has no job yet", hint="hpctrain submit job.toml")
+    return os.path.join(run.logs_dir(job_id), f"rank-{rank}.out"), job_id
+
+
 def cmd_cancel(args) -> int:
     from hpctrain._internal.driver import submission
+    from hpctrain.cli.sweep import sweep_dir_of
     from hpctrain.job import Job
 
+    sweep = sweep_dir_of(args.run)
+    if sweep is not None:
+        from hpctrain.cli.sweep import cancel_sweep
+
+        return cancel_sweep(sweep)
     run = submission.resolve_run(args.run)
     job = submission.last_job(run)
     if job is None:
@@ -465,33 +525,51 @@ def _refuse_sweep(spec) -> None:
 
 
 def cmd_sites(args) -> int:
-    from hpctrain.sites import available_sites, search_path
+    from hpctrain.sites import search_path
     from hpctrain.spec import load_site
 
     from hpctrain.userconfig import center_config_path, config_path, load_user_defaults
 
     if args.name:
         site = load_site(args.name)
-        with open(site.path) as f:
-            sys.stdout.write(f.read())
-        print(f"# {site.path}", file=sys.stderr)
         user = load_user_defaults()
-        for key in ("account", "storage_path"):
-            if key in user.values:
-                print(f"# {key} = {user.values[key]!r} from {user.sources[key]} (over this "
-                      "site's value)", file=sys.stderr)
+        over = [{"key": key, "value": user.values[key], "from": user.sources[key]}
+                for key in ("account", "storage_path") if key in user.values]
+        with open(site.path) as f:
+            text = f.read()
+        if args.json:
+            from hpctrain.cli.jsonout import print_json
+
+            return print_json({"name": site.name, "file": site.path,
+                               "scheduler": site.scheduler, "description": site.description,
+                               "text": text, "your_values": over})
+        sys.stdout.write(text)
+        print(f"# {site.path}", file=sys.stderr)
+        for o in over:
+            print(f"# {o['key']} = {o['value']!r} from {o['from']} (over this "
+                  "site's value)", file=sys.stderr)
         return 0
+    sites = _site_rows()
+    configs = [(what, path, os.path.exists(path)) for what, path in
+               (("user config", config_path()), ("center config", center_config_path()))]
+    if args.json:
+        from hpctrain.cli.jsonout import print_json
+
+        return print_json({
+            "sites": sites, "search_path": search_path(),
+            "defaults": [{"key": k, "value": v, "from": w} for k, v, w in _default_rows()],
+            **{what.replace(" ", "_"): {"path": path, "exists": exists}
+               for what, path, exists in configs}})
     from rich.table import Table
 
     t = Table(title="hpctrain sites", title_justify="left")
     for col in ("name", "scheduler", "description", "file"):
         t.add_column(col)
-    for name, path in sorted(available_sites().items()):
-        try:
-            site = load_site(name)
-            t.add_row(name, site.scheduler, site.description, path)
-        except ConfigError as e:
-            t.add_row(name, "?", f"[red]invalid[/red]: {e}", path)
+    for site in sites:
+        if site["error"] is None:
+            t.add_row(site["name"], site["scheduler"], site["description"], site["file"])
+        else:
+            t.add_row(site["name"], "?", f"[red]invalid[/red]: {site['error']}", site["file"])
     console = _console()
     console.print(t)
     print("search path: " + os.pathsep.join(search_path()))
@@ -502,9 +580,27 @@ def cmd_sites(args) -> int:
     for row in _default_rows():
         d.add_row(*row)
     console.print(d)
-    for what, path in (("user config", config_path()), ("center config", center_config_path())):
-        print(f"{what}: {path}" + ("" if os.path.exists(path) else " (none)"))
+    for what, path, exists in configs:
+        print(f"{what}: {path}" + ("" if exists else " (none)"))
     return 0
+
+
+def _site_rows() -> List[dict]:
+    """Every known site: name, scheduler, description, file and (an invalid one) the
+    error, by name."""
+    from hpctrain.sites import available_sites
+    from hpctrain.spec import load_site
+
+    out = []
+    for name, path in sorted(available_sites().items()):
+        try:
+            site = load_site(name)
+            out.append({"name": name, "scheduler": site.scheduler,
+                        "description": site.description, "file": path, "error": None})
+        except ConfigError as e:
+            out.append({"name": name, "scheduler": None, "description": None, "file": path,
+                        "error": str(e)})
+    return out
 
 
 def _console():
@@ -547,11 +643,16 @@ def cmd_validate(args) -> int:
 
         control_from_spec(spec, space_of(spec))  # the scheduler's and searcher's options
     from hpctrain._internal.base.registry import scheduler_class
+    from hpctrain._internal.rundir.checks import check_shared_storage
 
     if scheduler_class(spec.scheduler.kind).template:  # a batch job: what `render` (a
         if spec.sweep:                                 # sweep: `sweep --dry-run`) refuses
+            from hpctrain.tune.jobfile import sweep_path_of
+
+            check_shared_storage(spec, sweep_path_of(spec))  # as `hpctrain sweep` does
             _sweep_scripts(args, spec)
         else:
+            check_shared_storage(spec, run.path)  # as `hpctrain submit` does
             _batch_script(args, spec, run)
     sys.stdout.write(spec.to_toml())
     print(f"# OK: {args.job} is valid", file=sys.stderr)
@@ -592,6 +693,12 @@ def cmd_results(args) -> int:
     from hpctrain.cli.sweep import print_results as print_sweep, sweep_dir_of
 
     sweep = sweep_dir_of(args.run)
+    if args.json:
+        from hpctrain.cli.jsonout import print_json
+        from hpctrain.cli.sweep import sweep_data
+        from hpctrain.cli.views import results_data
+
+        return print_json(sweep_data(sweep) if sweep is not None else results_data(args.run))
     if sweep is not None:
         return print_sweep(sweep)
 
@@ -664,7 +771,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
                "logs": cmd_logs, "cancel": cmd_cancel, "sites": cmd_sites,
                "plot": cmd_plot, "sweep": cmd_sweep, "list": cmd_list,
-               "schema": cmd_schema}[args.command]
+               "schema": cmd_schema, "completion": cmd_completion}[args.command]
     try:
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not while Python exits

@@ -16,14 +16,11 @@ if TYPE_CHECKING:  # (for the hints only)
 def sweep_dir_of(name_or_path: str) -> Optional[str]:
     """The sweep directory ``name_or_path`` names (a path, or a name under the default
     storage path), or None when it is not a sweep."""
-    from hpctrain.config import default_storage_paths
+    from hpctrain._internal.driver.submission import named_locations
     from hpctrain.tune.sweepdir import SweepDir
 
-    candidates = [name_or_path]
-    if os.sep not in name_or_path and not name_or_path.startswith("."):
-        candidates += [os.path.join(os.path.expanduser(storage), name_or_path)
-                       for storage in default_storage_paths()]
-    return next((os.path.abspath(c) for c in candidates if SweepDir.is_sweep(c)), None)
+    return next((os.path.abspath(c) for c in named_locations(name_or_path)
+                 if SweepDir.is_sweep(c)), None)
 
 
 def rerender_command(args: Any, name: str) -> str:
@@ -95,6 +92,105 @@ def _print_plan(spec: JobSpec) -> None:
     print(f"# dry run: {len(trials)} trials would run here under {sweep.path}"
           + ("" if sweep.exists() or "seed" in spec.sweep else
              " (random values shown with seed 0; a run records its own seed)"), file=sys.stderr)
+
+
+def print_logs(path: str, args: Any) -> int:
+    """``hpctrain logs SWEEP``: rank ``args.rank``'s output of every trial's latest job,
+    each headed by its trial (as ``tail`` heads files); trials not started are left out."""
+    from hpctrain._internal.base.terminal import plain
+    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.cli.main import rank_log
+    from hpctrain.tune.sweepdir import SweepDir
+
+    name = os.path.basename(path)
+    if args.follow or args.job:
+        raise ConfigError(f"logs {'--follow' if args.follow else '--job'}: {name} is a sweep; "
+                          "expected one of its trials",
+                          hint=f"hpctrain logs {name}/trial_00000 {'--follow' if args.follow else '--job ID'}")
+    shown = 0
+    for trial in SweepDir(path).trial_paths():
+        run = RunDir(trial)
+        if not run.exists():
+            continue
+        try:
+            log, job_id = rank_log(run, args.rank)
+        except ConfigError:  # (no job yet)
+            continue
+        if not os.path.exists(log):
+            continue
+        print(plain(f"{chr(10) if shown else ''}==> {name}/{run.name}: rank {args.rank} of "
+                    f"job {job_id} <=="))
+        with open(log, errors="replace") as f:
+            sys.stdout.write(plain(f.read()))
+        shown += 1
+    if not shown:
+        raise ConfigError(f"{path}: no trial of the sweep has output of rank {args.rank} yet",
+                          hint=f"hpctrain status {name} shows its trials")
+    return 0
+
+
+def cancel_sweep(path: str) -> int:
+    """``hpctrain cancel SWEEP``: cancel the sweep's job arrays that are queued or running
+    and the trials' own resubmitted jobs; committed checkpoints stay."""
+    import subprocess
+
+    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.schedulers import get_scheduler
+    from hpctrain.tune.sweepdir import SweepDir, array_active, own_job, trial_id
+
+    sweep = SweepDir(path)
+    manifest = sweep.read()
+    jobs = [(a["scheduler"], a["job_id"], "job array") for a in manifest.get("arrays", [])]
+    for t in manifest.get("trials", []):
+        own = own_job(sweep, t["index"]) if RunDir(sweep.trial_path(t["index"])).exists() else None
+        if own:
+            jobs.append((own["scheduler"], own["job_id"], f"{trial_id(t['index'])}'s job"))
+    if not jobs:
+        raise ConfigError(f"{path}: the sweep has no submitted job arrays to cancel",
+                          hint="a local sweep's trials run inside `hpctrain sweep`: Ctrl-C "
+                               "there stops them")
+    cancelled = 0
+    for kind, job_id, what in dict.fromkeys(jobs):
+        if not array_active(kind, job_id):
+            continue
+        try:
+            get_scheduler(kind).cancel(job_id)
+        except subprocess.CalledProcessError as e:
+            raise ConfigError(f"cancelling {kind} {what} {job_id} failed: "
+                              f"{(e.stderr or '').strip() or e}") from None
+        print(f"cancelled {kind} {what} {job_id}")
+        cancelled += 1
+    if not cancelled:
+        print(f"no job of sweep {sweep.name} is queued or running; nothing to cancel")
+    else:
+        print(f"committed checkpoints under {path} stay; `hpctrain sweep` on the job file "
+              "again runs the trials that did not finish")
+    return 0
+
+
+def sweep_data(path: str) -> dict:
+    """``hpctrain results SWEEP --json`` (and ``status``): the trials ranked by the
+    sweep's metric (best first; ``rank`` null for those without it), the best config."""
+    from hpctrain._internal.driver.progress import user_metrics
+    from hpctrain.tune.result_grid import ResultGrid
+
+    grid = ResultGrid.from_path(path)
+    metric, mode = grid._metric, grid._mode
+    ranked = grid.ranked() if metric and mode else []
+    rest = [r for r in grid if r not in ranked]
+    trials = []
+    for n, r in enumerate(ranked + rest, 1):
+        error = os.path.join(r.path, "error.txt")
+        trials.append({"trial_id": r.trial_id, "rank": n if r in ranked else None,
+                       "status": r.status, "config": r.config,
+                       "metrics": user_metrics(r.metrics or {}), "path": r.path,
+                       "error_file": error if r.error is not None else None})
+    return {"kind": "sweep", "name": os.path.basename(grid.experiment_path),
+            "path": grid.experiment_path, "metric": metric, "mode": mode,
+            "num_trials": len(grid), "finished": grid.num_terminated,
+            "failed": grid.num_errors, "unfinished": len(grid.unfinished), "trials": trials,
+            "best": ranked[0].trial_id if ranked else None,
+            "best_config": ranked[0].config if ranked else None}
 
 
 def print_results(path: str, final: bool = False) -> int:

@@ -133,7 +133,46 @@ def _require_run(name_or_path: str) -> RunDir:
     return run
 
 
+def _best_index(records: list, attr: Optional[str], order: str) -> Optional[int]:
+    """The index of the checkpoint with the best ``attr`` (None without scores)."""
+    scored = [r for r in records if attr and numeric(r.metrics.get(attr))]
+    if not scored:
+        return None
+    pick = min if order == "min" else max
+    return pick(scored, key=lambda r: r.metrics[attr]).index
+
+
 # -- hpctrain results -----------------------------------------------------------------------
+def results_data(name_or_path: str) -> Dict[str, Any]:
+    """``hpctrain results RUN --json``: what :func:`print_results` shows, as a dict."""
+    run = _require_run(name_or_path)
+    state = run.read_state()
+    rows = read_results(run.result_file)
+    attr, order = _score_settings(run)
+    records = run.list_checkpoints()
+    best = _best_index(records, attr, order)
+    return {
+        "kind": "run", "name": run.name, "path": run.path,
+        "status": state.get("status", "UNKNOWN"),
+        "iterations": rows[-1].get("_training_iteration", len(rows)) if rows else 0,
+        "failures": state.get("failures", 0), "requeues": state.get("requeues", 0),
+        "stopped_because": state.get("stopped_because"),
+        "metrics": {m.name: {"last": m.last, "last_iteration": m.last_iter,
+                             "min": m.min, "min_iteration": m.min_iter,
+                             "max": m.max, "max_iteration": m.max_iter}
+                    for m in summarize(rows)},
+        "score_attribute": attr, "score_order": order,
+        "checkpoints": [{"name": os.path.basename(r.path), "path": r.path,
+                         "iteration": r.iteration,
+                         "metrics": {k: v for k, v in r.metrics.items() if not k.startswith("_")},
+                         "best": r.index == best, "latest": r is records[-1]}
+                        for r in records],
+        "damaged_checkpoints": [{"path": p, "why": why} for p, why in run.damaged_checkpoints()],
+        "attempts": state.get("attempts", []),
+        "error_file": run.error_file if os.path.exists(run.error_file) else None,
+    }
+
+
 def print_results(name_or_path: str, console=None) -> None:
     """The run's status, attempts, last/min/max of each metric and its checkpoints with
     their scores, as rich tables."""
@@ -183,12 +222,7 @@ def print_results(name_or_path: str, console=None) -> None:
         if attr:
             t.add_column(markup(attr), justify="right")
         t.add_column("metrics")
-        best = None
-        if attr:
-            scored = [r for r in records if numeric(r.metrics.get(attr))]
-            if scored:
-                pick = min if order == "min" else max
-                best = pick(scored, key=lambda r: r.metrics[attr]).index
+        best = _best_index(records, attr, order)
         for r in records:
             others = markup(", ".join(f"{k}={_fmt(v)}" for k, v in r.metrics.items()
                                       if not k.startswith("_") and k != attr and numeric(v)))
@@ -331,6 +365,38 @@ def live_status(run: RunDir, now: Optional[float] = None) -> LiveStatus:
         out.checkpoint = next((r["checkpoint_dir_name"] for r in reversed(rows)
                                if r.get("checkpoint_dir_name")), None)
     return out
+
+
+def status_data(run: RunDir) -> Dict[str, Any]:
+    """``hpctrain status RUN`` (``--json``: as it is): the run's state, its jobs as the
+    scheduler sees them, its latest iteration and metrics, pace while it runs."""
+    from hpctrain._internal.driver.submission import SUBMISSIONS
+    from hpctrain.schedulers import get_scheduler
+
+    state = run.read_state()
+    jobs = []
+    for sub in state.get(SUBMISSIONS) or []:
+        job: Dict[str, Any] = {"scheduler": sub["scheduler"], "job_id": sub["job_id"],
+                               "state": None, "reason": None, "nodes": None, "error": None}
+        try:
+            js = get_scheduler(sub["scheduler"]).state(sub["job_id"])
+            job.update(state=js.state, nodes=js.nodes or None,
+                       reason=js.reason if js.reason and js.reason != "None" else None)
+        except Exception as e:  # noqa: BLE001 - show what is known
+            job["error"] = str(e)
+        jobs.append(job)
+    live = live_status(run)
+    latest = run.latest_checkpoint()
+    return {"kind": "run", "name": run.name, "path": run.path,
+            "status": state.get("status", "UNKNOWN"),
+            "attempts": len(state.get("attempts", [])), "failures": state.get("failures", 0),
+            "restart_count": state.get("restart_count"), "requeues": state.get("requeues", 0),
+            "stopped_because": state.get("stopped_because"), "jobs": jobs,
+            "iteration": live.iteration, "metrics": live.metrics,
+            "elapsed_s": live.elapsed_s, "reports_per_s": live.rate,
+            "last_report_s": live.last_report_s,
+            "latest_checkpoint": latest.path if latest else None,
+            "error_file": run.error_file if os.path.exists(run.error_file) else None}
 
 
 def status_lines(run: RunDir) -> List[str]:

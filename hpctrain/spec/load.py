@@ -19,7 +19,7 @@ from ..config import (CheckpointConfig, ContainerConfig, FailureConfig, RunConfi
                       SchedulerConfig, SetupConfig, scheduler_config_class, toml_keys)
 from ..config.scheduler import resolved_scheduler_table
 from .. import sites
-from ..errors import ConfigError
+from ..errors import ConfigError, one_or_all
 from ..sites import Site, derive_nodes
 from ..sites import check_limits as check_site_limits
 from ..userconfig import default_site, load_center_defaults, load_user_defaults
@@ -77,18 +77,33 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
     ctx = Ctx(file, origins)
     if not isinstance(data, Mapping):
         raise ConfigError(f"expected a table of sections, got {_kind(data)}", file=file)
-    for name, value in data.items():
+    # every problem of the file, reported together: a section's checks run even after an
+    # earlier section failed (with that section left out: its defaults)
+    problems: List[ConfigError] = []
+
+    def checked(fn: Callable[..., Any], *args: Any, default: Any = None, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as e:
+            problems.append(e)
+            return default
+
+    data_order = dict(data)  # (as given: the report's order)
+    data = dict(data)  # (less the sections that are no tables)
+    if "format" in data:  # first, alone: a newer format's keys are no typos
+        _check_spec_format(ctx, check_value(ctx, "format", TOP_LEVEL["format"], data["format"]))
+    for name, value in list(data.items()):
         if name in TOP_LEVEL:
-            check_value(ctx, name, TOP_LEVEL[name], value)
-            if name == "format":
-                _check_spec_format(ctx, value)
+            checked(check_value, ctx, name, TOP_LEVEL[name], value)
             continue
         if name not in SECTIONS:
-            raise unknown_section(ctx, name)
-        if not isinstance(value, dict):
-            raise ctx.error(name, f"expected a table ([{name}] section), got "
-                            f"{_show(value)} ({_kind(value)})",
-                            "sections hold key = value lines under a [name] header")
+            problems.append(unknown_section(ctx, name))
+            del data[name]
+        elif not isinstance(value, dict):
+            problems.append(ctx.error(name, f"expected a table ([{name}] section), got "
+                                      f"{_show(value)} ({_kind(value)})",
+                                      "sections hold key = value lines under a [name] header"))
+            del data[name]
 
     def base_for(key: str) -> str:
         where = ctx.where(key)
@@ -98,42 +113,51 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
             return os.path.dirname(os.path.abspath(where))  # a site config's own directory
         return base_dir
 
-    job = check_table(ctx, "job", data.get("job", {}))
-    backend_tables = {b: check_table(ctx, b, data[b]) for b in BACKENDS if b in data}
+    def table(section: str) -> Dict[str, Any]:
+        return checked(check_table, ctx, section, data.get(section, {}), default={})
+
+    job = table("job")
+    backend_tables = {b: table(b) for b in BACKENDS if b in data}
     entrypoint = None
     if "entrypoint" in job:
         entry_base = base_for("job.entrypoint")
         if "entrypoint_dir" in job:
-            entry_base = expand_path(ctx, "job.entrypoint_dir", job["entrypoint_dir"],
-                                      base_for("job.entrypoint_dir"))
-        entrypoint = EntryPoint.parse(job["entrypoint"], base_dir=entry_base,
-                                      file=ctx.where("job.entrypoint"))
-    scaling = _build(ctx, ScalingConfig, **check_table(ctx, "scaling", data.get("scaling", {})))
-    checkpoint = _build(ctx, CheckpointConfig,
-                        **check_table(ctx, "checkpoint", data.get("checkpoint", {})))
-    failure = _build(ctx, FailureConfig, **check_table(ctx, "failure", data.get("failure", {})))
-    run = check_table(ctx, "run", data.get("run", {}))
+            entry_base = checked(expand_path, ctx, "job.entrypoint_dir", job["entrypoint_dir"],
+                                 base_for("job.entrypoint_dir"), default=entry_base)
+        entrypoint = checked(EntryPoint.parse, job["entrypoint"], base_dir=entry_base,
+                             file=ctx.where("job.entrypoint"))
+    scaling = checked(_build, ctx, ScalingConfig, **table("scaling"))
+    checkpoint = checked(_build, ctx, CheckpointConfig, **table("checkpoint"))
+    failure = checked(_build, ctx, FailureConfig, **table("failure"))
+    run = table("run")
     if "storage_path" in run:
-        run["storage_path"] = expand_path(ctx, "run.storage_path", run["storage_path"],
-                                           base_for("run.storage_path"))
-    callbacks = check_callbacks(ctx, check_table(ctx, "callbacks", data.get("callbacks", {})))
-    run_config = _build(ctx, RunConfig, checkpoint_config=checkpoint, failure_config=failure,
-                        callbacks=callbacks, **run)
-    scheduler = _build(ctx, SchedulerConfig,
-                       **check_table(ctx, "scheduler", data.get("scheduler", {})))
-    setup = _build(ctx, SetupConfig, **check_table(ctx, "setup", data.get("setup", {})))
-    container = _build(ctx, ContainerConfig,
-                       **check_table(ctx, "container", data.get("container", {})))
-    sweep = check_table(ctx, "sweep", data.get("sweep", {}))
+        run["storage_path"] = checked(expand_path, ctx, "run.storage_path", run["storage_path"],
+                                      base_for("run.storage_path"), default=".")
+    callbacks = checked(check_callbacks, ctx, table("callbacks"), default=[])
+    run_config = checked(_build, ctx, RunConfig, checkpoint_config=checkpoint,
+                         failure_config=failure, callbacks=callbacks, **run)
+    scheduler = checked(_build, ctx, SchedulerConfig, **table("scheduler"))
+    setup = checked(_build, ctx, SetupConfig, **table("setup"))
+    container = checked(_build, ctx, ContainerConfig, **table("container"))
+    sweep = table("sweep")
     if ("metric" in sweep) != ("mode" in sweep):
         given, missing = ("metric", "mode") if "metric" in sweep else ("mode", "metric")
-        raise ctx.error(f"sweep.{missing}", f"expected sweep.{missing} too, since sweep.{given}"
-                        " is set (trials are ranked by a metric, \"min\" or \"max\")",
-                        'e.g. metric = "loss" and mode = "min"')
+        problems.append(ctx.error(f"sweep.{missing}", f"expected sweep.{missing} too, since "
+                                  f"sweep.{given} is set (trials are ranked by a metric, "
+                                  "\"min\" or \"max\")", 'e.g. metric = "loss" and mode = "min"'))
     backend = job.get("backend", "torch")
-    datasets = check_datasets(ctx, data.get("datasets", {}), base_for)
-    data_config = check_data_config(ctx, check_table(ctx, "data", data.get("data", {})),
-                                     datasets)
+    datasets = checked(check_datasets, ctx, data.get("datasets", {}), base_for, default={})
+    data_config = checked(check_data_config, ctx, table("data"), datasets)
+    if problems:
+        order = {name: (i, list(v) if isinstance(v, dict) else [])
+                 for i, (name, v) in enumerate(data_order.items())}
+
+        def in_file(e: ConfigError) -> tuple:  # the file's order of sections and keys
+            section, _, key = getattr(e, "message", "").split(":", 1)[0].partition(".")
+            i, keys = order.get(section, (len(order), []))
+            return (i, keys.index(key) if key in keys else len(keys))
+
+        raise one_or_all(sorted((one for e in problems for one in e.errors), key=in_file))
     spec = _build(ctx, JobSpec, entrypoint=entrypoint, backend=backend, scaling=scaling,
                   run=run_config, config=copy.deepcopy(dict(data.get("config", {}))),
                   backend_options=backend_tables.get(backend, {}), scheduler=scheduler,
@@ -362,51 +386,63 @@ def _apply_overrides(data: Mapping[str, Any], overrides: Sequence[str],
                      origins: MutableMapping[str, str], *,
                      keep_deletes: bool = False) -> Dict[str, Any]:
     result = copy.deepcopy(dict(data))
+    problems: List[ConfigError] = []  # every bad override, reported together
     for text in overrides:
-        where = f"override {text!r}"
-        if not isinstance(text, str) or "=" not in text:
-            raise ConfigError("expected section.key=value, e.g. scaling.num_workers=8",
-                              file=where)
-        raw_key, _, raw_value = text.partition("=")
-        path = _override_key(text, raw_key.strip())
-        ctx = Ctx(where)
-        section, dotted = path[0], ".".join(path)
-        if path == ["site"]:
-            value = _override_value(text, raw_value.strip())
-            if value is _DELETE:
-                result["site"] = None
-            else:
-                result["site"] = raw_value.strip() if not isinstance(value, str) else value
-            origins["site"] = where
-            continue
-        if section not in SECTIONS:
-            raise unknown_section(ctx, section)
-        if len(path) < 2:
-            raise ctx.error(section, "expected section.key=value, not a whole section")
-        value = _override_value(text, raw_value.strip())
-        schema = SECTIONS[section]
-        if schema is not None:
-            key = path[1]
-            if key not in schema:
-                raise unknown_key(ctx, section, key)
-            if len(path) > (3 if schema[key] in MERGED_TABLES else 2):
-                raise ctx.error(dotted, f"{section}.{key} is not a table")
-            if schema[key] in ("str", "walltime", "memory") and len(path) == 2 and isinstance(
-                    value, (bool, int, float, _dt.date, _dt.time)):
-                value = raw_value.strip()  # run.name=2024 means the string "2024"
-        node: Any = result
-        for i, part in enumerate(path[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ctx.error(".".join(path[: i + 1]),
-                                f"cannot set {dotted}: {_show(child)} is not a table")
-            node = child
-        if value is _DELETE and not keep_deletes:
-            node.pop(path[-1], None)
-        else:
-            node[path[-1]] = value
-        origins[dotted] = where
+        try:
+            _apply_override(result, text, origins, keep_deletes)
+        except ConfigError as e:
+            problems.append(e)
+    if problems:
+        raise one_or_all(problems)
     return result
+
+
+def _apply_override(result: Dict[str, Any], text: str, origins: MutableMapping[str, str],
+                    keep_deletes: bool) -> None:
+    """Apply one ``section.key=value`` to ``result``."""
+    where = f"override {text!r}"
+    if not isinstance(text, str) or "=" not in text:
+        raise ConfigError("expected section.key=value, e.g. scaling.num_workers=8",
+                          file=where)
+    raw_key, _, raw_value = text.partition("=")
+    path = _override_key(text, raw_key.strip())
+    ctx = Ctx(where)
+    section, dotted = path[0], ".".join(path)
+    if path == ["site"]:
+        value = _override_value(text, raw_value.strip())
+        if value is _DELETE:
+            result["site"] = None
+        else:
+            result["site"] = raw_value.strip() if not isinstance(value, str) else value
+        origins["site"] = where
+        return
+    if section not in SECTIONS:
+        raise unknown_section(ctx, section)
+    if len(path) < 2:
+        raise ctx.error(section, "expected section.key=value, not a whole section")
+    value = _override_value(text, raw_value.strip())
+    schema = SECTIONS[section]
+    if schema is not None:
+        key = path[1]
+        if key not in schema:
+            raise unknown_key(ctx, section, key)
+        if len(path) > (3 if schema[key] in MERGED_TABLES else 2):
+            raise ctx.error(dotted, f"{section}.{key} is not a table")
+        if schema[key] in ("str", "walltime", "memory") and len(path) == 2 and isinstance(
+                value, (bool, int, float, _dt.date, _dt.time)):
+            value = raw_value.strip()  # run.name=2024 means the string "2024"
+    node: Any = result
+    for i, part in enumerate(path[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ctx.error(".".join(path[: i + 1]),
+                            f"cannot set {dotted}: {_show(child)} is not a table")
+        node = child
+    if value is _DELETE and not keep_deletes:
+        node.pop(path[-1], None)
+    else:
+        node[path[-1]] = value
+    origins[dotted] = where
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:

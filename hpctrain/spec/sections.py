@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ..config import (CheckpointConfig, ContainerConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
                       SchedulerConfig, SetupConfig, TomlKey, scheduler_keys, toml_keys)
-from ..errors import ConfigError
+from ..errors import ConfigError, one_or_all
 from .._internal.base.tomlfile import did_you_mean as _did_you_mean
 from .._internal.base.tomlfile import kind_name as _kind
 from .._internal.base.tomlfile import show_value as _show
@@ -400,10 +400,17 @@ def check_table(ctx: Ctx, section: str, table: Any) -> Dict[str, Any]:
                         f"{_show(table)} ({_kind(table)})")
     schema = SECTIONS[section] or {}
     out: Dict[str, Any] = {}
+    problems: List[ConfigError] = []  # every bad key of the table, reported together
     for key, value in table.items():
         if key not in schema:
-            raise unknown_key(ctx, section, key)
-        out[key] = check_value(ctx, f"{section}.{key}", schema[key], value)
+            problems.append(unknown_key(ctx, section, key))
+            continue
+        try:
+            out[key] = check_value(ctx, f"{section}.{key}", schema[key], value)
+        except ConfigError as e:
+            problems.append(e)
+    if problems:
+        raise one_or_all(problems)
     return out
 
 

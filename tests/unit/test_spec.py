@@ -450,3 +450,21 @@ def test_jobspec_checks_backend_in_python() -> None:
     with pytest.raises(ConfigError, match="torch.nccl_debug: unknown key"):
         JobSpec(backend_options={"nccl_debug": True})
     assert set(BACKENDS) == {"torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm"}
+
+
+def test_every_bad_override_and_every_bad_section_is_reported_at_once(tmp_path):
+    (tmp_path / "train.py").write_text("def main(config):\n    pass\n")
+    job = tmp_path / "job.toml"
+    job.write_text('scaling = 4\n[job]\nentrypoint = "train.py:main"\n[runn]\nname = "x"\n'
+                   '[failure]\nmax_failures = "2"\nfail_fsat = true\n[checkpoint]\nnum_to_kep = 1\n')
+    with pytest.raises(ConfigError) as e:
+        spec_module.load_job_spec(str(job), ["scaling.num_worker=2", "run.nam=x"])
+    assert [(err.file, err.message) for err in e.value.errors] == [
+        ("override 'scaling.num_worker=2'", "scaling.num_worker: unknown key in [scaling]"),
+        ("override 'run.nam=x'", "run.nam: unknown key in [run]")]
+    with pytest.raises(ConfigError) as e:  # the file's own problems, in the file's order
+        spec_module.load_job_spec(str(job))
+    assert [err.message.split(":")[0] for err in e.value.errors] == [
+        "scaling", "runn", "failure.max_failures", "failure.fail_fsat", "checkpoint.num_to_kep"]
+    assert str(e.value).splitlines()[0] == f"{job}: 5 problems:"
+    assert e.value.errors[1].hint == "did you mean 'run'?"

@@ -201,15 +201,24 @@ def result_of(run_path: str, status: str):
         f" before the run finished; see {os.path.join(run_path, 'logs')}"), result=result)
 
 
-def resolve_run(name_or_path: str) -> RunDir:
-    """A run directory from a path (or a storage location), or from a run name under the
+def named_locations(name_or_path: str) -> List[str]:
+    """Where ``name_or_path`` may be: itself, and when it is a name (``my-run``, a sweep's
+    trial ``sweep-demo/trial_00001``: relative, not ``./…``, not a URI) under each
     default storage path."""
-
     candidates = [name_or_path]
-    if os.sep not in name_or_path and not name_or_path.startswith("."):
+    if (not os.path.isabs(name_or_path) and not name_or_path.startswith(".")
+            and "://" not in name_or_path):
         for storage in default_storage_paths():  # the default's, the site's, the center's
             storage = os.path.expanduser(storage)
             candidates.append(storage_for(storage).run_location(storage, name_or_path))
+    return candidates
+
+
+def resolve_run(name_or_path: str) -> RunDir:
+    """A run directory from a path (or a storage location), or from a run name (a sweep's
+    trial: ``SWEEP/trial_NNNNN``) under the default storage path."""
+
+    candidates = named_locations(name_or_path)
     for c in candidates:
         run = RunDir(c)  # (a location of another storage kind: its control directory)
         if os.path.isdir(run.internal_dir) or os.path.exists(run.state_file):
