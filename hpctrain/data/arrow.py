@@ -31,7 +31,7 @@ def column(values: Any) -> Any:
     fixed-size lists), a list of equal-shape arrays (stacked), or a list of scalars.
 
     >>> column(np.zeros((2, 3, 4))).type
-    FixedSizeListType(fixed_size_list<item: double>[4][3])
+    FixedSizeListType(fixed_size_list<item: fixed_size_list<item: double>[4]>[3])
     >>> column(["a", "b"]).to_pylist()
     ['a', 'b']
     """
