@@ -157,6 +157,7 @@ def ray_data_torch(config):
 
     ctx = hpctrain.get_context()
     train = hpctrain.get_dataset_shard("train")
+    torch.manual_seed(0)
     model = torch.nn.Linear(1, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     out = {"ids": [], "losses": [], "columns": list(train.columns)}
