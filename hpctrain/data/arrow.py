@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 from ..errors import ConfigError
-from .parquet import _pyarrow, to_numpy
+from .parquet import pyarrow_parquet, to_numpy
 
 #: ``batch_format`` values of ``map_batches``/``iter_batches`` (Ray's names).
 BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow")
@@ -20,7 +20,7 @@ BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow")
 
 def pa():
     """pyarrow, or a MissingFrameworkError with the install HINT."""
-    _pyarrow()
+    pyarrow_parquet()
     import pyarrow
 
     return pyarrow

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ConfigError
 from . import arrow
 from .dataset import Dataset
-from .parquet import _pyarrow
+from .parquet import pyarrow_parquet
 
 
 def from_items(items: List[Any]) -> Dataset:
@@ -101,7 +101,7 @@ def read_csv(paths: Union[str, List[str]], **arrow_csv_args: Any) -> Dataset:
     """Rows of CSV files (a file, a directory of ``*.csv``, or a list), read by
     ``pyarrow.csv`` (``arrow_csv_args``: its ``read_options``, ``parse_options``,
     ``convert_options``)."""
-    _pyarrow()
+    pyarrow_parquet()
     from pyarrow import csv
 
     tables = []
@@ -119,7 +119,7 @@ def read_parquet(paths: Union[str, List[str]], *, columns: Optional[List[str]] =
     ``columns`` if given. For files larger than memory, give
     :class:`~hpctrain.data.ParquetDataset` to ``datasets=`` instead: each rank reads
     only its own row groups."""
-    pq = _pyarrow()
+    pq = pyarrow_parquet()
     tables = []
     for path in _files(paths, (".parquet", ".pq"), "read_parquet"):
         try:
