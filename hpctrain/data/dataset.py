@@ -217,6 +217,12 @@ class Dataset:
         """This dataset (it is always in memory)."""
         return self
 
+    def repartition(self, num_blocks: Optional[int] = None, *, shuffle: bool = False,
+                    **ray_options: Any) -> "Dataset":
+        """This dataset (one table: blocks do not matter here); ``shuffle=True``:
+        :meth:`random_shuffle`."""
+        return self.random_shuffle() if shuffle else self
+
     # -- reading it here -------------------------------------------------------------
     def iter_batches(self, *, batch_size: int = 256, batch_format: str = "default",
                      drop_last: bool = False, prefetch_batches: int = 1,
