@@ -16,6 +16,7 @@ Framework imports are lazy: ``import hpctrain`` needs neither torch nor TensorFl
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Dict, List, Optional
 
 from .checkpoint import Checkpoint, ReportedCheckpoint
@@ -131,7 +132,5 @@ _LAZY_SUBPACKAGES = ("data", "train", "tune")
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY_SUBPACKAGES:
-        import importlib
-
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -53,10 +53,10 @@ from .dataset import Dataset, TableShard
 from .read_api import (from_arrow, from_items, from_numpy, from_pandas, range, read_csv,
                        read_parquet)
 
-#: Ray's name of what ``get_dataset_shard`` returns
+#: Ray's name of what ``get_dataset_shard`` returns (documented as DatasetShard)
 DataIterator = DatasetShard
 
-__all__ = ["Dataset", "DataIterator", "TableShard", "from_items", "from_numpy",
+__all__ = ["Dataset", "TableShard", "from_items", "from_numpy",
            "from_pandas", "from_arrow", "range", "read_csv", "read_parquet", "HDF5Dataset", "ParquetDataset", "SequenceDataset", "DatasetShard", "HDF5Shard",
            "ParquetShard", "SequenceShard", "shard_list", "shard_indices", "as_dataset",
            "REMAINDERS"]
