@@ -16,6 +16,7 @@ Framework imports are lazy: ``import hpctrain`` needs neither torch nor TensorFl
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Dict, List, Optional
 
 from .checkpoint import Checkpoint, ReportedCheckpoint
@@ -122,3 +123,14 @@ def get_dataset_shard(name: str):
     from hpctrain._internal.worker.session import get_session
 
     return get_session("get_dataset_shard()").get_dataset_shard(name)
+
+
+#: subpackages reachable as attributes after ``import hpctrain``, imported on first use,
+#: as ``ray.data``, ``ray.train`` and ``ray.tune`` are after ``import ray``
+_LAZY_SUBPACKAGES = ("data", "train", "tune")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,6 +22,11 @@ Parquet: ``"/lustre/data/train/:x,label"`` (a directory of ``*.parquet`` files, 
 datasets_to_split``) splits only "train"; the other datasets are read whole by every rank.
 Batches are read ahead on a background thread (``prefetch_batches``, :mod:`.prefetch`).
 
+Ray Data's common subset (:mod:`.dataset`, :mod:`.read_api`): ``hpctrain.data.from_items``,
+``read_csv``, ``read_parquet``… make a :class:`Dataset` (a pyarrow Table in memory) with
+``map_batches``, ``filter``, ``random_shuffle``, ``train_test_split``…; given to
+``datasets=`` it is sharded like the others.
+
 The plan (who reads which rows, shuffling, rows that do not divide by the world size)
 is in :mod:`hpctrain.data.plan`; the shard's API in :class:`DatasetShard`.
 """
@@ -44,8 +49,15 @@ from .plan import REMAINDERS, shard_indices
 from .sequence import SequenceDataset, SequenceShard, shard_list
 from .source import resolve_path
 from .shard import DatasetShard
+from .dataset import Dataset, TableShard
+from .read_api import (from_arrow, from_items, from_numpy, from_pandas, range, read_csv,
+                       read_parquet)
 
-__all__ = ["HDF5Dataset", "ParquetDataset", "SequenceDataset", "DatasetShard", "HDF5Shard",
+#: Ray's name of what ``get_dataset_shard`` returns (documented as DatasetShard)
+DataIterator = DatasetShard
+
+__all__ = ["Dataset", "TableShard", "from_items", "from_numpy",
+           "from_pandas", "from_arrow", "range", "read_csv", "read_parquet", "HDF5Dataset", "ParquetDataset", "SequenceDataset", "DatasetShard", "HDF5Shard",
            "ParquetShard", "SequenceShard", "shard_list", "shard_indices", "as_dataset",
            "REMAINDERS"]
 
@@ -62,7 +74,7 @@ def as_dataset(value: Any, key: str = "datasets", base_dir: Optional[str] = None
     ``"file.parquet:columns"`` or a directory of Parquet files (or a table whose path is
     one), a :class:`SequenceDataset` for a list, tuple or NumPy array; a ConfigError
     naming ``key`` otherwise."""
-    if isinstance(value, (HDF5Dataset, ParquetDataset, SequenceDataset)):
+    if isinstance(value, (HDF5Dataset, ParquetDataset, SequenceDataset, Dataset)):
         return value
     try:
         if isinstance(value, str):

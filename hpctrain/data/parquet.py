@@ -28,7 +28,7 @@ _OPTIONS = ("path", "columns", "shuffle", "seed", "remainder", "window_mb")
 SUFFIXES = (".parquet", ".pq")
 
 
-def _pyarrow():
+def pyarrow_parquet():
     try:
         import pyarrow.parquet as pq
     except ImportError as e:
@@ -153,7 +153,7 @@ class _Layout:
     """The files' row groups numbered one after the other (footers only)."""
 
     def __init__(self, files: List[str], columns: List[str]):
-        pq = _pyarrow()
+        pq = pyarrow_parquet()
         self.groups: List[Tuple[int, int]] = []    # (file index, row group)
         starts, sizes, nbytes = [], [], 0
         names: Optional[List[str]] = None
@@ -247,7 +247,7 @@ class ParquetShard(DatasetShard):
         f, rg = self._layout.groups[g]
         handle = self._handles.get(f)
         if handle is None:
-            handle = self._handles[f] = _pyarrow().ParquetFile(self._layout.files[f])
+            handle = self._handles[f] = pyarrow_parquet().ParquetFile(self._layout.files[f])
         table = handle.read_row_group(rg, columns=self.columns)
         cols = {c: to_numpy(table.column(c)) for c in self.columns}
         self._cache = (g, cols)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import shlex
 import shutil
@@ -38,12 +39,26 @@ class _Interrupted(Exception):
     """Raised from a trial's tick to stop it (Ctrl-C, SIGTERM)."""
 
 
-def local_concurrency(num_workers: int, cpus_per_worker: Optional[int],
+def worker_cpus(scaling: Any) -> Optional[float]:
+    """The cores one worker of a trial counts for when trials share this machine:
+    ``cpus_per_worker``, else ``resources_per_worker["CPU"]`` as given (Ray's fractional
+    CPUs: ``{"CPU": 0.5}`` packs two workers on a core), else None (one core).
+
+    >>> from hpctrain import ScalingConfig
+    >>> worker_cpus(ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}))
+    0.5
+    """
+    if scaling.cpus_per_worker is not None:
+        return scaling.cpus_per_worker
+    return (scaling.resources_per_worker or {}).get("CPU")
+
+
+def local_concurrency(num_workers: int, cpus_per_worker: Optional[float],
                       max_concurrent: Optional[int], gpus_per_worker: int = 0) -> int:
     """How many trials run side by side here: as many as the cores hold (each trial
-    needs ``num_workers`` × ``cpus_per_worker`` cores), at most ``max_concurrent``; one
-    at a time when the workers use GPUs (each trial's ranks bind to GPUs by their local
-    rank, from GPU 0: trials side by side would share those).
+    needs ``num_workers`` × ``cpus_per_worker`` cores, a fraction allowed as in Ray), at
+    most ``max_concurrent``; one at a time when the workers use GPUs (each trial's ranks
+    bind to GPUs by their local rank, from GPU 0: trials side by side would share those).
 
     >>> local_concurrency(1, None, None) >= 1
     True
@@ -58,7 +73,8 @@ def local_concurrency(num_workers: int, cpus_per_worker: Optional[int],
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
-    n = max(1, cores // max(1, num_workers * (cpus_per_worker or 1)))
+    need = max(1, num_workers) * (cpus_per_worker or 1)
+    n = max(1, math.floor(cores / need + 1e-9))
     return min(n, max_concurrent) if max_concurrent else n
 
 

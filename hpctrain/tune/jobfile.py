@@ -22,7 +22,7 @@ from . import search
 from ._control import TrialControl, ensure_trial_config, open_sweep, searching, tell_pending
 from ._sweep import (at_a_time, local_concurrency, max_array_size, prepare_batch_trial,
                      removed_on_failure, render_arrays, run_local, split_arrays,
-                     submit_arrays, trial_context)
+                     submit_arrays, trial_context, worker_cpus)
 from ._toml import build
 from .sweepdir import SweepDir, check_json, follow as follow_sweep, to_run, train_loop_config, \
     trial_id
@@ -133,7 +133,7 @@ def run_spec(spec: JobSpec, *, rerender: str, local: bool, follow: bool = True,
         config_of = (lambda i: ensure_trial_config(sweep.path, i)) if searching(sweep.path) \
             else configs.__getitem__
         s = spec.scaling
-        n = local_concurrency(s.num_workers, s.cpus_per_worker,
+        n = local_concurrency(s.num_workers, worker_cpus(s),
                               spec.sweep.get("max_concurrent_trials"), s.gpus_each)
         if verbose:
             print(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} trials to "

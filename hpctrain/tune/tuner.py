@@ -22,7 +22,7 @@ from ..train import LegacyTrainable
 from ..trainer import DataParallelTrainer
 from ._control import TrialControl, ensure_trial_config, open_sweep, searching, tell_pending
 from ._sweep import (at_a_time, local_concurrency, prepare_batch_trial, removed_on_failure,
-                     run_local, submit_arrays, trial_context)
+                     run_local, submit_arrays, trial_context, worker_cpus)
 from .result_grid import ResultGrid, not_a_sweep
 from .schedulers import check_scheduler
 from .search.optuna import Searcher
@@ -197,7 +197,7 @@ class Tuner:
                 make = lambda i: self._trial_run(  # noqa: E731
                     sweep, i, ensure_trial_config(sweep.path, i))
             s = self._largest_scaling(configs)
-            n = local_concurrency(s.num_workers, s.cpus_per_worker,
+            n = local_concurrency(s.num_workers, worker_cpus(s),
                                   self.tune_config.max_concurrent_trials, s.gpus_each)
             if verbose >= 1:
                 print(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} "

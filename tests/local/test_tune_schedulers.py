@@ -197,6 +197,40 @@ def test_stopping_criteria_end_every_trial_at_the_threshold(storage):
     assert [r.metrics["_training_iteration"] for r in grid] == [20, 3]
 
 
+def test_a_pbt_population_of_fractional_cpu_trainers_runs_side_by_side_and_exploits(
+        storage, tmp_path):
+    """Two trials of a 2-worker trainer whose workers ask for half a CPU each (Ray's
+    resources_per_worker={"CPU": 0.5}) fit side by side on 2 cores, as in Ray: they
+    overlap in time, and the low-lr trial exploits the other one."""
+    from hpctrain import ScalingConfig
+    from hpctrain.trainer import DataParallelTrainer
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 cores")
+    log = str(tmp_path / "times.jsonl")
+    trainer = DataParallelTrainer(
+        w.climb_ranks, scaling_config=ScalingConfig(num_workers=2,
+                                                    resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(name="pbt2", storage_path=storage, verbose=0))
+    grid = tune.Tuner(trainer, param_space={"train_loop_config": {
+        "lr": tune.grid_search([0.1, 1.0]), "steps": 12, "sleep": 0.3, "log": log,
+        "meet": str(tmp_path / "meet"), "population": 4, "meet_timeout": 20}},
+        tune_config=tune.TuneConfig(metric="value", mode="max", scheduler=PopulationBasedTraining(
+            time_attr="training_iteration", perturbation_interval=2, quantile_fraction=0.5,
+            hyperparam_mutations={"train_loop_config": {"lr": tune.uniform(0.5, 2.0)}}))).fit()
+    assert grid.num_errors == 0
+    spans = {}
+    for line in open(log):
+        rec = json.loads(line)
+        lo, hi = spans.get(rec["trial"], (rec["time"], rec["time"]))
+        spans[rec["trial"]] = (min(lo, rec["time"]), max(hi, rec["time"]))
+    (a0, a1), (b0, b1) = spans.values()
+    assert a0 < b1 and b0 < a1, spans                     # the two trials overlapped
+    exploits = read(grid.experiment_path, "sweep.json")["exploits"]
+    assert exploits and all(e["source"] != e["trial"] for e in exploits)
+    assert any(e["source_config"]["train_loop_config"]["lr"] == 1.0 for e in exploits)
+
+
 def test_pbt_records_exploit_steps_and_beats_the_same_sweep_without_it(storage, four_at_once):
     def space(name):  # (the trials of each sweep start together: see w.climb)
         return {"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4]), "steps": 24, "sleep": 0.25,

@@ -147,3 +147,33 @@ def read_parquet_shards(config):
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, f"rank-{rank}.json"), "w") as f:
         json.dump(out, f)
+
+
+def ray_data_torch(config):
+    """Ray Data's way: two epochs over the "train" Dataset's shard with
+    iter_torch_batches, fitting y = 2x + 1; records the ids each rank saw per epoch and
+    the loss of each epoch."""
+    import torch
+
+    ctx = hpctrain.get_context()
+    train = hpctrain.get_dataset_shard("train")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    out = {"ids": [], "losses": [], "columns": list(train.columns)}
+    for epoch in range(config["epochs"]):
+        ids, total, n = [], 0.0, 0
+        for batch in train.iter_torch_batches(batch_size=8, dtypes=torch.float32):
+            ids += [int(i) for i in batch["id"]]
+            loss = torch.nn.functional.mse_loss(model(batch["x"][:, None]), batch["y"][:, None])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total, n = total + float(loss) * len(batch["id"]), n + len(batch["id"])
+        out["ids"].append(ids)
+        out["losses"].append(total / n)
+        hpctrain.report({"epoch": epoch, "loss": total / n})
+    d = os.path.join(ctx.get_run_dir(), "test-out")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"rank-{ctx.get_world_rank()}.json"), "w") as f:
+        json.dump(out, f)

@@ -1,6 +1,7 @@
 """Training functions for the scheduler and search tests (tests/local/test_tune_schedulers.py,
 tests/cluster/test_slurm_tune_schedulers.py): toy objectives, one report (with a checkpoint of
 the state) per step."""
+import json
 import os
 import time
 
@@ -68,6 +69,31 @@ def climb(config):
         value += lr if lr <= 2.0 else -lr
         hpctrain.report({"value": value, "lr": lr},
                         checkpoint=_save({"step": step, "value": value}))
+
+
+def climb_ranks(config):
+    """``climb`` on every rank of a trainer (rank 0 saves the checkpoints), with each
+    process's start and end times appended to ``config["log"]`` (one line each: the
+    trial's name, the rank, the time)."""
+    ctx = hpctrain.get_context()
+    _log_time(config["log"], ctx)  # (an attempt stopped for an exploit logs no end)
+    state = _restored({"step": 0, "value": 0.0})
+    if state["step"] == 0 and config.get("meet"):
+        _meet(config["meet"], config["population"], config.get("meet_timeout", 60.0))
+    value = state["value"]
+    for step in range(state["step"] + 1, config["steps"] + 1):
+        time.sleep(config["sleep"])
+        lr = config["lr"]
+        value += lr if lr <= 2.0 else -lr
+        checkpoint = _save({"step": step, "value": value}) if ctx.get_world_rank() == 0 else None
+        hpctrain.report({"value": value, "lr": lr}, checkpoint=checkpoint)
+    _log_time(config["log"], ctx)
+
+
+def _log_time(path, ctx):
+    with open(path, "a") as f:
+        f.write(json.dumps({"trial": ctx.get_trial_name(), "rank": ctx.get_world_rank(),
+                            "time": time.time()}) + "\n")
 
 
 def _meet(directory, population, timeout=60.0):

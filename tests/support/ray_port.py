@@ -1,0 +1,27 @@
+"""The mechanical port of a Ray script to hpctrain: the import rewrite a user makes
+(``ray.train`` → ``hpctrain.train``, ``ray.tune`` → ``hpctrain.tune``, ``ray.data`` →
+``hpctrain.data``, ``import ray`` → ``import hpctrain``), ``ray.init(...)`` removed, and
+each data download replaced by a local file of the same shape."""
+import re
+from typing import Dict
+
+RULES = [
+    (re.compile(r"^(\s*)ray\.init\(.*\)\s*$", re.M), r"\1pass  # (init removed)"),
+    (re.compile(r"\bray\.(train|tune|data)\b"), r"hpctrain.\1"),
+    (re.compile(r"^(\s*)import ray\s*$", re.M), r"\1import hpctrain"),
+    (re.compile(r"^(\s*)from ray import ", re.M), r"\1from hpctrain import "),
+]
+
+
+def port(source: str, downloads: Dict[str, str]) -> str:
+    """``source`` with the rules applied; ``downloads``: exact text → its replacement
+    (each must occur: a changed example fails here, not later)."""
+    for old, new in downloads.items():
+        if old not in source:
+            raise AssertionError(f"the example no longer holds {old!r}")
+        source = source.replace(old, new)
+    for pattern, repl in RULES:
+        source = pattern.sub(repl, source)
+    left = re.findall(r"^.*\bray\b.*$", source, re.M)
+    assert not [line for line in left if not line.lstrip().startswith("#")], left
+    return source
