@@ -32,12 +32,13 @@ from .user_callback import UserCallback
 from .preemption import PreemptionInfo
 from .result import Result
 from .run import Run, RunOptions
+from .trainer import DataParallelTrainer
 
 from ._version import __version__
 
 __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
-    "Run", "RunOptions", "SchedulerConfig", "SlurmConfig", "PbsConfig", "LsfConfig", "SetupConfig", "DataConfig", "SyncConfig",
+    "Run", "RunOptions", "DataParallelTrainer", "SchedulerConfig", "SlurmConfig", "PbsConfig", "LsfConfig", "SetupConfig", "DataConfig", "SyncConfig",
     "report", "get_checkpoint", "get_all_reported_checkpoints", "ReportedCheckpoint",
     "get_context", "get_dataset_shard", "get_preemption_info", "PreemptionInfo", "UserCallback",
     "TrainingFailedError", "WorkerGroupError", "ControllerError", "TrainingStoppedError",

@@ -115,6 +115,13 @@ class Run:
     ``spec.run.storage_path``/``spec.run.name`` (a spec without a name gets a fresh
     timestamped one then, kept in ``spec.run.name``). Build one with :meth:`for_trainer`,
     :meth:`from_spec` or :meth:`at`.
+
+    What a user calls: :meth:`fit`, :meth:`submit`, :meth:`render`, :meth:`result` and
+    the attributes :attr:`spec`, :attr:`path`, :attr:`name`. The rest —
+    :attr:`payload`, :meth:`prepare`, :meth:`run_here`, :meth:`follow`,
+    :meth:`check_datasets`, :attr:`run_dir`, :attr:`options` — is the plumbing of
+    hpctrain's own entry points (the batch step, the CLI, a Tuner's trials): public
+    so that they can reach it, but no stable API; it may change in any release.
     """
 
     def __init__(self, spec: JobSpec, payload: Optional[WorkerPayload],
@@ -149,7 +156,7 @@ class Run:
 
     @property
     def payload(self) -> WorkerPayload:
-        """What every worker loads (its ``run_name`` is the run directory's). A run read
+        """Plumbing (see the class docstring). What every worker loads (its ``run_name`` is the run directory's). A run read
         back by the batch step (:meth:`at` with the job script's spec) loads it from the
         run directory only when asked: unpickling it imports the user's modules, which
         the ranks do, not the batch step."""
@@ -280,7 +287,7 @@ class Run:
 
     # -- the run directory ---------------------------------------------------------------
     def prepare(self) -> RunDir:
-        """Create (or update) the run directory: ``spec.toml``, the payload, the tracking
+        """Plumbing (see the class docstring): create (or update) the run directory: ``spec.toml``, the payload, the tracking
         callbacks and the driver's ``sys.path`` additions. Refuses a finished run of the
         same name, and a run whose spec changed in a way that cannot continue (unless
         :attr:`RunOptions.path` or :attr:`RunOptions.force_resume`). Callers that run or
