@@ -37,7 +37,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 
 from .sites import derive_nodes
 from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
@@ -55,6 +55,9 @@ from .errors import ConfigError
 from .result import Result, result_or_raise
 from .spec import JobSpec, load_site, merge_layers, resolved_spec, spec_from_dict
 from .userconfig import default_share, load_center_defaults, load_user_defaults
+
+if TYPE_CHECKING:
+    from .job import Job
 
 _LOCAL_RUNS = itertools.count()
 
@@ -432,7 +435,7 @@ class Run:
 
         return render(self.path, self.spec, rerender)
 
-    def submit(self, rerender: str = FROM_PYTHON):
+    def submit(self, rerender: str = FROM_PYTHON) -> "Job":
         """Prepare the run directory, submit its job script and return the
         :class:`~hpctrain.job.Job` at once. Needs a batch scheduler. The datasets' files
         are checked first. ``rerender``: what the script says about rendering it again."""

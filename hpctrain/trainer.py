@@ -213,7 +213,7 @@ class DataParallelTrainer:
                 hint=f"use {theirs}.restore({run.path!r})")
         if scheduler is None and spec.scheduler.kind != "local":
             # a batch run continues as a batch job, as it was submitted
-            batch = {"scheduler": spec.scheduler, "site": spec.site}
+            batch: Dict[str, Any] = {"scheduler": spec.scheduler, "site": spec.site}
         else:
             batch = {"scheduler": scheduler} if scheduler is not None else {}
         trainer = cls.__new__(cls)
@@ -240,7 +240,8 @@ def _checked_metadata(metadata: Any) -> Dict[str, Any]:
     if not isinstance(metadata, dict):
         raise ConfigError(f"metadata: expected a dict, got {type(metadata).__name__}")
     try:
-        return json.loads(json.dumps(metadata))
+        checked: Dict[str, Any] = json.loads(json.dumps(metadata))
+        return checked
     except (TypeError, ValueError) as e:
         raise ConfigError(f"metadata: expected a JSON-serializable dict: {e}",
                           hint="it is stored in each checkpoint's .metadata.json: use "

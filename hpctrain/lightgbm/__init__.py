@@ -62,14 +62,14 @@ class LightGBMTrainer(GBDTTrainer):
                     common, train_kwargs)
 
     @staticmethod
-    def get_model(checkpoint, filename: str = CHECKPOINT_NAME):
+    def get_model(checkpoint: Checkpoint, filename: str = CHECKPOINT_NAME) -> Any:
         """The ``lightgbm.Booster`` saved in ``checkpoint`` (by ``RayTrainReportCallback``)."""
         from ._callback import RayTrainReportCallback
 
         return RayTrainReportCallback.get_model(checkpoint, filename)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name == "RayTrainReportCallback":
         from ._callback import RayTrainReportCallback
 

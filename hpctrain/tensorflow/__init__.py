@@ -7,12 +7,15 @@ already set for this rank (:mod:`hpctrain.backends.tensorflow`).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from ..backends.tensorflow import TensorflowConfig
 from ..checkpoint import Checkpoint
 from ..config import DataConfig, RunConfig, ScalingConfig
 from ..trainer import DataParallelTrainer, SchedulerArg, TrainLoop
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 __all__ = ["TensorflowTrainer", "TensorflowConfig", "prepare_dataset_shard"]
 
@@ -43,7 +46,7 @@ class TensorflowTrainer(DataParallelTrainer):
                          scheduler=scheduler, site=site)
 
 
-def prepare_dataset_shard(tf_dataset_shard):
+def prepare_dataset_shard(tf_dataset_shard: "tf.data.Dataset") -> "tf.data.Dataset":
     """Turn TensorFlow's auto-sharding off for a dataset that is already this rank's part
     (from ``hpctrain.get_dataset_shard`` or sharded by hand): under
     MultiWorkerMirroredStrategy, ``model.fit`` would otherwise shard it again by file or

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import random
-from typing import TYPE_CHECKING, Any, Dict, Optional, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, cast
 
 from ..backends.torch import TorchConfig, get_device, get_devices
 from ..checkpoint import Checkpoint
@@ -49,7 +49,7 @@ class TorchTrainer(DataParallelTrainer):
                          scheduler=scheduler, site=site)
 
 
-def _session():
+def _session() -> Any:
 
     return current_session()
 
@@ -88,7 +88,7 @@ class _SamplerEpochHook:
     (``train_loader.sampler.set_epoch(epoch)``, Ray's documented pattern) are recorded,
     so that the prepared loader's automatic count never overrides them."""
 
-    def __init__(self, original):
+    def __init__(self, original: Callable[[int], None]) -> None:
         self.original = original
         self.requested: Optional[int] = None
 
@@ -110,7 +110,8 @@ class _PreparedLoader:
     checkpoint's metadata, and the loader prepared in the same order by the resumed run
     starts from it."""
 
-    def __init__(self, loader, device, move: bool, first_epoch: int = 0):
+    def __init__(self, loader: "DataLoader[Any]", device: "torch.device", move: bool,
+                 first_epoch: int = 0) -> None:
         self._loader = loader
         self._device = device
         self._move = move and device.type != "cpu"
@@ -118,8 +119,8 @@ class _PreparedLoader:
         self._requested: Optional[int] = None
         self._set_on_loader = False
         self._current: Optional[int] = None  # the epoch of the pass being iterated
-        sampler = getattr(loader, "sampler", None)
-        self._hook = None
+        sampler: Any = getattr(loader, "sampler", None)
+        self._hook: Optional[_SamplerEpochHook] = None
         if callable(getattr(sampler, "set_epoch", None)):
             hook = getattr(sampler, "__dict__", {}).get("set_epoch")
             if not isinstance(hook, _SamplerEpochHook):
@@ -150,7 +151,7 @@ class _PreparedLoader:
         """The epoch a resumed run's first pass reads (recorded with each checkpoint)."""
         return self._current if self._current is not None else self._next
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         epoch = self._take_epoch()
         if self._hook is not None:
             self._hook.original(epoch)
@@ -167,14 +168,14 @@ class _PreparedLoader:
             if self._current == epoch:
                 self._current = None
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._loader)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
 
-def _to_device(batch, device):
+def _to_device(batch: Any, device: "torch.device") -> Any:
     import torch
 
     if isinstance(batch, torch.Tensor):

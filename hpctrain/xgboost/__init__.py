@@ -73,7 +73,7 @@ class XGBoostTrainer(GBDTTrainer):
                     common, train_kwargs)
 
     @staticmethod
-    def get_model(checkpoint, filename: str = CHECKPOINT_NAME):
+    def get_model(checkpoint: Checkpoint, filename: str = CHECKPOINT_NAME) -> Any:
         """The ``xgboost.Booster`` saved in ``checkpoint`` (by ``RayTrainReportCallback``)."""
         from ._callback import RayTrainReportCallback
 
@@ -82,7 +82,7 @@ class XGBoostTrainer(GBDTTrainer):
 
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in ("RayTrainReportCallback", "XGBoostReportCallback"):
         from ._callback import RayTrainReportCallback
 

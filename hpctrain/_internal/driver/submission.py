@@ -187,7 +187,7 @@ def detach_message(run_path: str, job_id: str) -> str:
             f"  cancel it:        hpctrain cancel {run_path}")
 
 
-def result_of(run_path: str, status: str):
+def result_of(run_path: str, status: str) -> Result:
     """The Result after ``follow()``; raises TrainingFailedError when the run failed or
     its job ended before the run did."""
 
