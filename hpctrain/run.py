@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 from .sites import derive_nodes
 from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.base.formats import versioned_spec
-from hpctrain._internal.base.log import get_logger
+from hpctrain._internal.base.log import get_logger, progress_line
 from hpctrain._internal.base.registry import (backend_entry, describe, load, scheduler_names,
                                          storage_for)
 from hpctrain._internal.rundir.layout import RunDir, existing_run
@@ -364,7 +364,7 @@ class Run:
                                         run_path=run.path)
                 extra_env.update(gpu_binding_env(spec))
                 if rc.verbose >= 1:
-                    print(f"[hpctrain] {inside.describe(launcher.name)}", flush=True)
+                    progress_line(f"[hpctrain] {inside.describe(launcher.name)}", stdout=True)
             elif spec.scaling.num_workers == 0:  # local mode: in this process
                 launcher = InProcessLauncher()
             else:
@@ -409,8 +409,8 @@ class Run:
         if not self.here:
             job = self.submit()
             if self.spec.run.verbose >= 1:
-                print(f"[hpctrain] submitted {job.scheduler} job {job.job_id}; run directory "
-                      f"{self.path}", flush=True)
+                progress_line(f"[hpctrain] submitted {job.scheduler} job {job.job_id}; run "
+                              f"directory {self.path}", stdout=True)
             return self.result(self.follow())
         self.check_datasets()  # open each data file before anything is written
         from hpctrain._internal.allocation.interactive import interactive_allocation
