@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import time
 from typing import Any, Dict, Optional, Union
 
@@ -33,7 +34,9 @@ class JobStatus(str, enum.Enum):
     """What :meth:`Job.status` returns: a string (``status == "FINISHED"`` holds) whose
     members are the run's statuses, plus ``JOB_<STATE>`` when the batch job ended before
     the run recorded an end of its own (``<STATE>``: the scheduler's word in Slurm's
-    terms, e.g. ``JOB_CANCELLED``, ``JOB_TIMEOUT``, ``JOB_ENDED``)."""
+    terms, e.g. ``JOB_CANCELLED``, ``JOB_TIMEOUT``, ``JOB_ENDED``). Any other word of
+    capitals (another scheduler state, a status a later hpctrain writes) is a member too,
+    made when first seen, so that ``status()`` never fails on a word it does not list."""
 
     PENDING = "PENDING"
     """Submitted; the job has not started."""
@@ -43,6 +46,9 @@ class JobStatus(str, enum.Enum):
     FINISHED = "FINISHED"
     FAILED = "FAILED"
     STOPPED = "STOPPED"
+    INTERRUPTED = "INTERRUPTED"
+    """The batch step was told to stop (a signal) and stopped the ranks; the run has not
+    ended: submitting or restoring it again continues it."""
     JOB_CANCELLED = "JOB_CANCELLED"
     JOB_TIMEOUT = "JOB_TIMEOUT"
     JOB_FAILED = "JOB_FAILED"
@@ -53,7 +59,7 @@ class JobStatus(str, enum.Enum):
     @classmethod
     def _missing_(cls, value: object) -> Optional["JobStatus"]:
         # another scheduler word (JOB_NODE_FAIL, JOB_OUT_OF_MEMORY…): a member of its own
-        if not isinstance(value, str) or not value.startswith("JOB_"):
+        if not isinstance(value, str) or not re.fullmatch(r"[A-Z][A-Z0-9_]*", value):
             return None
         member = str.__new__(cls, value)
         member._name_ = member._value_ = value

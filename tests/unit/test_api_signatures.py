@@ -48,6 +48,7 @@ def test_data_parallel_trainer_is_public_and_job_status_is_a_typed_string():
     assert JobStatus("FINISHED") == "FINISHED" and f"{JobStatus.FINISHED}" == "FINISHED"
     gone = JobStatus("JOB_NODE_FAIL")  # any scheduler word after JOB_ is one
     assert gone.done and str(gone) == "JOB_NODE_FAIL" and gone is JobStatus("JOB_NODE_FAIL")
-    assert not JobStatus.RUNNING.done
+    assert not JobStatus.RUNNING.done and not JobStatus("INTERRUPTED").done
+    assert JobStatus("SOME_LATER_STATUS") == "SOME_LATER_STATUS"  # never fails on a new word
     with pytest.raises(ValueError):
         JobStatus("RUNNING ")
