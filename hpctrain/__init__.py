@@ -17,8 +17,9 @@ Framework imports are lazy: ``import hpctrain`` needs neither torch nor TensorFl
 from __future__ import annotations
 
 import importlib
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from ._internal.base.context import get_session as _session
 from .checkpoint import Checkpoint, ReportedCheckpoint
 from .config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig, RunConfig,
                      ScalingConfig, SchedulerConfig, SetupConfig, SyncConfig)
@@ -33,12 +34,17 @@ from .user_callback import UserCallback
 from .preemption import PreemptionInfo
 from .result import Result
 from .run import Run, RunOptions
+from .trainer import DataParallelTrainer
 
 from ._version import __version__
 
+if TYPE_CHECKING:
+    from ._internal.worker.session import TrainContext
+    from .data import DatasetShard
+
 __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
-    "Run", "RunOptions", "SchedulerConfig", "SlurmConfig", "PbsConfig", "LsfConfig", "SetupConfig", "DataConfig", "SyncConfig",
+    "Run", "RunOptions", "DataParallelTrainer", "SchedulerConfig", "SlurmConfig", "PbsConfig", "LsfConfig", "SetupConfig", "DataConfig", "SyncConfig",
     "report", "get_checkpoint", "get_all_reported_checkpoints", "ReportedCheckpoint",
     "get_context", "get_dataset_shard", "get_preemption_info", "PreemptionInfo", "UserCallback",
     "TrainingFailedError", "WorkerGroupError", "ControllerError", "TrainingStoppedError",
@@ -69,9 +75,7 @@ def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None, *,
     back in is never deleted.
     ``checkpoint_upload_fn`` is refused: checkpoints are committed into the run directory.
     """
-    from hpctrain._internal.worker.session import get_session
-
-    get_session("report()").report(
+    _session("report()").report(
         metrics, checkpoint, checkpoint_upload_mode=checkpoint_upload_mode,
         delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
         checkpoint_upload_fn=checkpoint_upload_fn)
@@ -80,9 +84,8 @@ def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None, *,
 def get_checkpoint() -> Optional[Checkpoint]:
     """The checkpoint to resume from (latest committed after a restart, else the
     trainer's ``resume_from_checkpoint``), or None on a fresh start."""
-    from hpctrain._internal.worker.session import get_session
-
-    return get_session("get_checkpoint()").get_checkpoint()
+    checkpoint: Optional[Checkpoint] = _session("get_checkpoint()").get_checkpoint()
+    return checkpoint
 
 
 def get_all_reported_checkpoints() -> List[ReportedCheckpoint]:
@@ -92,37 +95,35 @@ def get_all_reported_checkpoints() -> List[ReportedCheckpoint]:
     ``ray.train.get_all_reported_checkpoints()``. A checkpoint handed in with
     ``CheckpointUploadMode.ASYNC``, or between agreement reports of a fast loop, is
     listed once it is committed (at a later report)."""
-    from hpctrain._internal.worker.session import get_session
+    reported: List[ReportedCheckpoint] = _session(
+        "get_all_reported_checkpoints()").reported_checkpoints()
+    return reported
 
-    return get_session("get_all_reported_checkpoints()").reported_checkpoints()
 
-
-def get_context():
+def get_context() -> "TrainContext":
     """This worker's :class:`TrainContext` (ranks, sizes, run dir, job id, restarts)."""
-    from hpctrain._internal.worker.session import TrainContext, get_session
+    from hpctrain._internal.worker.session import TrainContext
 
-    return TrainContext(get_session("get_context()"))
+    return TrainContext(_session("get_context()"))
 
 
-def get_preemption_info():
+def get_preemption_info() -> Optional[PreemptionInfo]:
     """Ray Train v2's ``ray.train.get_preemption_info()``: None until the scheduler's
     warning (a preemption or the time limit) is agreed by every rank, at the same
     report; then a :class:`~hpctrain.preemption.PreemptionInfo` (every node and rank of
     the allocation, and the deadline in ``deadline_ms``). Report a checkpoint then: the
     run stops cleanly after that report and continues in a requeued allocation
     (``FailureConfig.max_requeues``, alias ``max_preemption_failures``)."""
-    from hpctrain._internal.worker.session import get_session
+    info: Optional[PreemptionInfo] = _session("get_preemption_info()").preemption_info()
+    return info
 
-    return get_session("get_preemption_info()").preemption_info()
 
-
-def get_dataset_shard(name: str):
+def get_dataset_shard(name: str) -> "DatasetShard":
     """This rank's part of the trainer's dataset ``name`` (``datasets=`` or the job
     file's ``[datasets]``): a :class:`hpctrain.data.DatasetShard`, read lazily, shuffled
     per epoch alike on every rank. See :mod:`hpctrain.data`."""
-    from hpctrain._internal.worker.session import get_session
-
-    return get_session("get_dataset_shard()").get_dataset_shard(name)
+    shard: DatasetShard = _session("get_dataset_shard()").get_dataset_shard(name)
+    return shard
 
 
 #: subpackages reachable as attributes after ``import hpctrain``, imported on first use,

@@ -45,8 +45,6 @@ from __future__ import annotations
 import inspect
 import os
 import re
-import socket
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -156,49 +154,40 @@ class CSVLoggerCallback(Callback):
 
 
 class EventFile:
-    """One TensorBoard event file in ``logdir`` (created), written with TensorBoard's
-    record writer to a plain file: its EventFileWriter opens files through tf.io.gfile,
-    which imports TensorFlow wherever it is installed. One file per writing process, as
-    TensorBoard's writers do. Needs the ``tensorboard`` package."""
+    """One TensorBoard event file in ``logdir`` (created), written with tensorboardX's
+    public ``SummaryWriter`` (no TensorFlow, whatever is installed). One file per writing
+    process: its name ends with the process id, so that two writers on one host in the
+    same second never share a file. Needs the ``tensorboardX`` package."""
 
     def __init__(self, logdir: str):
         try:
-            from tensorboard.compat.proto.event_pb2 import Event
-            from tensorboard.summary.writer.record_writer import RecordWriter
+            from tensorboardX import SummaryWriter
         except ImportError as e:
-            raise ImportError("TensorBoard event files need tensorboard.\nHINT: "
-                              + pip_install("tensorboard")) from e
+            raise ImportError("TensorBoard event files need tensorboardX.\nHINT: "
+                              + pip_install("tensorboardX")) from e
 
         os.makedirs(logdir, exist_ok=True)
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
-        self.path = os.path.join(logdir, name)
-        self._records = RecordWriter(open(self.path, "wb"))
-        self._records.write(Event(wall_time=time.time(),
-                                  file_version="brain.Event:2").SerializeToString())
-        self._records.flush()
+        # flush_secs: the callbacks flush after each batch of results themselves
+        self._writer = SummaryWriter(logdir=logdir, flush_secs=3600,
+                                     filename_suffix=f".{os.getpid()}")
+        self.logdir = logdir
 
     def scalars(self, step: int, wall_time: float, values: Dict[str, float]) -> None:
-        """One event holding ``values`` (tag → number) at ``step``."""
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        if values:
-            summary = Summary(value=[Summary.Value(tag=k, simple_value=float(v))
-                                     for k, v in values.items()])
-            self._records.write(Event(wall_time=wall_time, step=step,
-                                      summary=summary).SerializeToString())
+        """``values`` (tag → number) at ``step``."""
+        for tag, value in values.items():
+            self._writer.add_scalar(tag, float(value), global_step=step, walltime=wall_time)
 
     def flush(self) -> None:
-        self._records.flush()
+        self._writer.flush()
 
     def close(self) -> None:
-        self._records.close()
+        self._writer.close()
 
 
 class TensorBoardLoggerCallback(Callback):
     """TensorBoard event files (scalars: every numeric metric, step = the report's
     ``_training_iteration``) in ``logdir`` (default ``<run>/tensorboard``). Needs the
-    ``tensorboard`` package (``pip install tensorboard``); no TensorFlow.
+    ``tensorboardX`` package (``pip install tensorboardX``); no TensorFlow.
     ``tensorboard --logdir <run>/tensorboard`` shows them."""
 
     toml_name = "tensorboard"

@@ -12,23 +12,75 @@ submitit's ``Job`` where they mean the same: ``job_id``, ``done()``, ``wait()``,
 """
 from __future__ import annotations
 
+import enum
 import os
+import re
 import time
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Union
 
 from .errors import ConfigError
+from .result import Result
 from .schedulers import get_scheduler
 from hpctrain._internal.driver.submission import last_job, result_of
 from hpctrain._internal.rundir.layout import RunDir
 
 #: Run statuses after which nothing more happens to the run.
+__all__ = ["Job", "JobStatus"]
+
 FINAL = ("FINISHED", "FAILED", "STOPPED")
+
+
+class JobStatus(str, enum.Enum):
+    """What :meth:`Job.status` returns: a string (``status == "FINISHED"`` holds) whose
+    members are the run's statuses, plus ``JOB_<STATE>`` when the batch job ended before
+    the run recorded an end of its own (``<STATE>``: the scheduler's word in Slurm's
+    terms, e.g. ``JOB_CANCELLED``, ``JOB_TIMEOUT``, ``JOB_ENDED``). Any other word of
+    capitals (another scheduler state, a status a later hpctrain writes) is a member too,
+    made when first seen, so that ``status()`` never fails on a word it does not list."""
+
+    PENDING = "PENDING"
+    """Submitted; the job has not started."""
+    RUNNING = "RUNNING"
+    REQUEUED = "REQUEUED"
+    """Waiting for the run's next allocation (a requeue or a resubmission)."""
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    INTERRUPTED = "INTERRUPTED"
+    """The batch step was told to stop (a signal) and stopped the ranks; the run has not
+    ended: submitting or restoring it again continues it."""
+    JOB_CANCELLED = "JOB_CANCELLED"
+    JOB_TIMEOUT = "JOB_TIMEOUT"
+    JOB_FAILED = "JOB_FAILED"
+    JOB_COMPLETED = "JOB_COMPLETED"
+    JOB_ENDED = "JOB_ENDED"
+    """The scheduler no longer knows the job (PBS and LSF forget finished jobs)."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Optional["JobStatus"]:
+        # another scheduler word (JOB_NODE_FAIL, JOB_OUT_OF_MEMORY…): a member of its own
+        if not isinstance(value, str) or not re.fullmatch(r"[A-Z][A-Z0-9_]*", value):
+            return None
+        member = str.__new__(cls, value)
+        member._name_ = member._value_ = value
+        return cls._value2member_map_.setdefault(value, member)  # type: ignore[return-value]
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str(self), spec)
+
+    @property
+    def done(self) -> bool:
+        """True once the run ended (or its job ended without it)."""
+        return self.value in FINAL or self.value.startswith("JOB_")
 
 
 class Job:
     """One submitted batch run (see the module docstring)."""
 
-    def __init__(self, run_path: str | os.PathLike):
+    def __init__(self, run_path: Union[str, "os.PathLike[str]"]) -> None:
 
         self._run = RunDir(run_path)
 
@@ -40,7 +92,7 @@ class Job:
         """The run directory."""
         return self._run.path
 
-    def _last(self) -> dict:
+    def _last(self) -> Dict[str, Any]:
 
         job = last_job(self._run)
         if job is None:
@@ -52,14 +104,14 @@ class Job:
     @property
     def job_id(self) -> str:
         """The scheduler's id of the run's latest job."""
-        return self._last()["job_id"]
+        return str(self._last()["job_id"])
 
     @property
     def scheduler(self) -> str:
         """The name of the scheduler that runs the run's latest job (``slurm``, ``pbs``…)."""
-        return self._last()["scheduler"]
+        return str(self._last()["scheduler"])
 
-    def status(self) -> str:
+    def status(self) -> JobStatus:
         """The run's status (``state.json``): PENDING until the job starts, RUNNING,
         REQUEUED while it waits for its next allocation, then FINISHED, FAILED or
         STOPPED. ``JOB_<STATE>`` (e.g. ``JOB_CANCELLED``) when the job ended before the
@@ -67,26 +119,26 @@ class Job:
 
         status = self._run.read_state().get("status", "PENDING")
         if status in FINAL or status == "REQUEUED":
-            return status
+            return JobStatus(status)
         job = self._last()
         js = get_scheduler(job["scheduler"]).state(job["job_id"])
         if js.done:
             status = self._run.read_state().get("status", "PENDING")  # it may just have ended
-            return status if status in FINAL or status == "REQUEUED" else f"JOB_{js.state}"
-        return status
+            return JobStatus(status if status in FINAL or status == "REQUEUED"
+                             else f"JOB_{js.state}")
+        return JobStatus(status)
 
     def done(self) -> bool:
         """True once the run ended (or its job ended without it)."""
-        status = self.status()
-        return status in FINAL or status.startswith("JOB_")
+        return self.status().done
 
-    def wait(self, timeout: Optional[float] = None, poll_s: float = 2.0) -> str:
+    def wait(self, timeout: Optional[float] = None, poll_s: float = 2.0) -> JobStatus:
         """Block until :meth:`done`; return the final status. ``TimeoutError`` after
         ``timeout`` seconds (the job runs on)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self.status()
-            if status in FINAL or status.startswith("JOB_"):
+            if status.done:
                 return status
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {self.job_id} of {self.path} is still {status} after "
@@ -94,7 +146,7 @@ class Job:
                                    "again, or cancel())")
             time.sleep(poll_s)
 
-    def result(self, timeout: Optional[float] = None) -> Any:
+    def result(self, timeout: Optional[float] = None) -> "Result":
         """Wait, then the run's :class:`~hpctrain.Result`; raises TrainingFailedError /
         TrainingStoppedError as ``fit()`` does."""
 

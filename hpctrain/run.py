@@ -37,12 +37,12 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 
 from .sites import derive_nodes
 from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.base.formats import versioned_spec
-from hpctrain._internal.base.log import get_logger
+from hpctrain._internal.base.log import get_logger, progress_line
 from hpctrain._internal.base.registry import (backend_entry, describe, load, scheduler_names,
                                          storage_for)
 from hpctrain._internal.rundir.layout import RunDir, existing_run
@@ -55,6 +55,9 @@ from .errors import ConfigError
 from .result import Result, result_or_raise
 from .spec import JobSpec, load_site, merge_layers, resolved_spec, spec_from_dict
 from .userconfig import default_share, load_center_defaults, load_user_defaults
+
+if TYPE_CHECKING:
+    from .job import Job
 
 _LOCAL_RUNS = itertools.count()
 
@@ -115,6 +118,13 @@ class Run:
     ``spec.run.storage_path``/``spec.run.name`` (a spec without a name gets a fresh
     timestamped one then, kept in ``spec.run.name``). Build one with :meth:`for_trainer`,
     :meth:`from_spec` or :meth:`at`.
+
+    What a user calls: :meth:`fit`, :meth:`submit`, :meth:`render`, :meth:`result` and
+    the attributes :attr:`spec`, :attr:`path`, :attr:`name`. The rest —
+    :attr:`payload`, :meth:`prepare`, :meth:`run_here`, :meth:`follow`,
+    :meth:`check_datasets`, :attr:`run_dir`, :attr:`options` — is the plumbing of
+    hpctrain's own entry points (the batch step, the CLI, a Tuner's trials): public
+    so that they can reach it, but no stable API; it may change in any release.
     """
 
     def __init__(self, spec: JobSpec, payload: Optional[WorkerPayload],
@@ -149,7 +159,7 @@ class Run:
 
     @property
     def payload(self) -> WorkerPayload:
-        """What every worker loads (its ``run_name`` is the run directory's). A run read
+        """Plumbing (see the class docstring). What every worker loads (its ``run_name`` is the run directory's). A run read
         back by the batch step (:meth:`at` with the job script's spec) loads it from the
         run directory only when asked: unpickling it imports the user's modules, which
         the ranks do, not the batch step."""
@@ -280,7 +290,7 @@ class Run:
 
     # -- the run directory ---------------------------------------------------------------
     def prepare(self) -> RunDir:
-        """Create (or update) the run directory: ``spec.toml``, the payload, the tracking
+        """Plumbing (see the class docstring): create (or update) the run directory: ``spec.toml``, the payload, the tracking
         callbacks and the driver's ``sys.path`` additions. Refuses a finished run of the
         same name, and a run whose spec changed in a way that cannot continue (unless
         :attr:`RunOptions.path` or :attr:`RunOptions.force_resume`). Callers that run or
@@ -354,7 +364,7 @@ class Run:
                                         run_path=run.path)
                 extra_env.update(gpu_binding_env(spec))
                 if rc.verbose >= 1:
-                    print(f"[hpctrain] {inside.describe(launcher.name)}", flush=True)
+                    progress_line(f"[hpctrain] {inside.describe(launcher.name)}", stdout=True)
             elif spec.scaling.num_workers == 0:  # local mode: in this process
                 launcher = InProcessLauncher()
             else:
@@ -399,8 +409,8 @@ class Run:
         if not self.here:
             job = self.submit()
             if self.spec.run.verbose >= 1:
-                print(f"[hpctrain] submitted {job.scheduler} job {job.job_id}; run directory "
-                      f"{self.path}", flush=True)
+                progress_line(f"[hpctrain] submitted {job.scheduler} job {job.job_id}; run "
+                              f"directory {self.path}", stdout=True)
             return self.result(self.follow())
         self.check_datasets()  # open each data file before anything is written
         from hpctrain._internal.allocation.interactive import interactive_allocation
@@ -425,7 +435,7 @@ class Run:
 
         return render(self.path, self.spec, rerender)
 
-    def submit(self, rerender: str = FROM_PYTHON):
+    def submit(self, rerender: str = FROM_PYTHON) -> "Job":
         """Prepare the run directory, submit its job script and return the
         :class:`~hpctrain.job.Job` at once. Needs a batch scheduler. The datasets' files
         are checked first. ``rerender``: what the script says about rendering it again."""

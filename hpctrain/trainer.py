@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Union
 
 from hpctrain._internal.base.registry import BACKENDS, SCHEDULERS, backend_entry, describe
 from hpctrain._internal.driver.login import warn_if_login_node
@@ -23,9 +23,40 @@ from .result import Result
 from .sites import LOCAL_SITE
 from .run import FROM_PYTHON, Run
 
+if TYPE_CHECKING:
+    from .job import Job
+
+#: the training function: ``f()`` or ``f(config)``, run on every rank
+TrainLoop = Callable[..., Any]
+#: where a run goes: a scheduler's name (``"slurm"``, ``"pbs"``, ``"lsf"``, ``"local"``) or
+#: its config (``SlurmConfig(...)``…); None: this machine, or the site's scheduler
+SchedulerArg = Union[str, SchedulerConfig, None]
+
 
 class DataParallelTrainer:
-    """Runs ``train_loop_per_worker`` on ``scaling_config.num_workers`` ranks."""
+    """Runs ``train_loop_per_worker`` on ``scaling_config.num_workers`` ranks.
+
+    The framework trainers (:class:`~hpctrain.torch.TorchTrainer`…) are this class with
+    their backend chosen; ``DataParallelTrainer`` itself runs the ``torch`` backend with
+    ``backend_config`` (a :class:`~hpctrain.torch.TorchConfig`) as given.
+
+    :param train_loop_per_worker: the training function, ``f()`` or ``f(config)``.
+    :param train_loop_config: the ``config`` dict it is called with.
+    :param backend_config: the backend's config (each framework trainer names it:
+        ``torch_config=``…).
+    :param scaling_config: how many ranks, GPUs and CPUs (``ScalingConfig``).
+    :param run_config: name, storage path, checkpoints, failures, callbacks (``RunConfig``).
+    :param resume_from_checkpoint: a checkpoint the first attempt starts from
+        (``get_checkpoint()`` returns it).
+    :param datasets: named datasets; each rank reads its shard with ``get_dataset_shard``.
+    :param dataset_config: which datasets are split across ranks (``DataConfig``).
+    :param scheduler: hpctrain's own: the batch system (``"slurm"``, ``"pbs"``, ``"lsf"``,
+        or a ``SlurmConfig``/``PbsConfig``/``LsfConfig``); None runs on this machine.
+    :param site: hpctrain's own: a site config by name (``"perlmutter"``…), which gives the
+        scheduler and its defaults; ``"local"`` runs here on purpose.
+    :param metadata: a JSON-serializable dict, in ``get_context().get_metadata()`` and in
+        every checkpoint's ``get_metadata()``.
+    """
 
     _backend_name = "torch"
     #: the backend's config dataclass (TorchConfig, …), set by each framework's trainer
@@ -45,7 +76,7 @@ class DataParallelTrainer:
             raise ConfigError(f"{keyword}: expected {article} {name}, got {type(value).__name__}")
         return value
 
-    def __init__(self, train_loop_per_worker: Callable, *,
+    def __init__(self, train_loop_per_worker: TrainLoop, *,
                  train_loop_config: Optional[Dict[str, Any]] = None,
                  backend_config: Any = None,
                  scaling_config: Optional[ScalingConfig] = None,
@@ -53,8 +84,8 @@ class DataParallelTrainer:
                  resume_from_checkpoint: Optional[Checkpoint] = None,
                  datasets: Optional[Dict[str, Any]] = None,
                  dataset_config: Optional[DataConfig] = None,
-                 scheduler: Any = None, site: Optional[str] = None,
-                 metadata: Optional[Dict[str, Any]] = None):
+                 scheduler: SchedulerArg = None, site: Optional[str] = None,
+                 metadata: Optional[Dict[str, Any]] = None) -> None:
         if not callable(train_loop_per_worker) and not hasattr(train_loop_per_worker, "resolve"):
             raise TypeError("train_loop_per_worker must be a function, got "
                             f"{type(train_loop_per_worker).__name__}")
@@ -141,7 +172,7 @@ class DataParallelTrainer:
             warn_if_login_node()
         return run.fit()
 
-    def submit(self):
+    def submit(self) -> "Job":
         """Submit the run as a batch job and return at once: a :class:`~hpctrain.job.Job`
         (``status()``, ``wait()``, ``result()``, ``cancel()``, as submitit's). Needs a
         Slurm or PBS scheduler (``scheduler=``/``site=``); ``fit()`` submits and waits."""
@@ -149,16 +180,17 @@ class DataParallelTrainer:
 
     # -- restore ---------------------------------------------------------------------------
     @classmethod
-    def can_restore(cls, path: str | os.PathLike) -> bool:
+    def can_restore(cls, path: Union[str, "os.PathLike[str]"]) -> bool:
         """True if ``path`` is a run directory that :meth:`restore` can continue; False
         (never an error) for anything else, a missing path included."""
         run = RunDir(path)
         return os.path.isdir(run.path) and run.exists() and os.path.exists(run.payload_file)
 
     @classmethod
-    def restore(cls, path: str | os.PathLike, train_loop_per_worker: Optional[Callable] = None,
+    def restore(cls, path: Union[str, "os.PathLike[str]"],
+                train_loop_per_worker: Optional[TrainLoop] = None,
                 train_loop_config: Optional[Dict[str, Any]] = None,
-                scheduler: Any = None) -> "DataParallelTrainer":
+                scheduler: SchedulerArg = None) -> "DataParallelTrainer":
         """A trainer that continues the run at ``path`` from its latest committed checkpoint.
         The training function and config can be given again (e.g. after a code fix).
         A path :meth:`can_restore` refuses raises
@@ -181,7 +213,7 @@ class DataParallelTrainer:
                 hint=f"use {theirs}.restore({run.path!r})")
         if scheduler is None and spec.scheduler.kind != "local":
             # a batch run continues as a batch job, as it was submitted
-            batch = {"scheduler": spec.scheduler, "site": spec.site}
+            batch: Dict[str, Any] = {"scheduler": spec.scheduler, "site": spec.site}
         else:
             batch = {"scheduler": scheduler} if scheduler is not None else {}
         trainer = cls.__new__(cls)
@@ -208,7 +240,8 @@ def _checked_metadata(metadata: Any) -> Dict[str, Any]:
     if not isinstance(metadata, dict):
         raise ConfigError(f"metadata: expected a dict, got {type(metadata).__name__}")
     try:
-        return json.loads(json.dumps(metadata))
+        checked: Dict[str, Any] = json.loads(json.dumps(metadata))
+        return checked
     except (TypeError, ValueError) as e:
         raise ConfigError(f"metadata: expected a JSON-serializable dict: {e}",
                           hint="it is stored in each checkpoint's .metadata.json: use "

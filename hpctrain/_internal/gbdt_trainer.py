@@ -9,11 +9,6 @@ from typing import Any, Callable, Dict, Optional
 from ..trainer import DataParallelTrainer
 from .gbdt import check_legacy
 
-#: the trainer's own keywords; any other one goes to ``xgboost.train``/``lightgbm.train``
-TRAINER_KEYWORDS = {"scaling_config", "run_config", "resume_from_checkpoint", "datasets",
-                    "dataset_config", "scheduler", "site", "metadata"}
-
-
 class GBDTTrainer(DataParallelTrainer):
     """The constructor both trainers share; a subclass names its library (``_library``:
     "xgboost"), which gives its backend, its ``<library>_config`` keyword and its
@@ -25,19 +20,21 @@ class GBDTTrainer(DataParallelTrainer):
                train_loop_config: Optional[Dict[str, Any]], backend_config: Any,
                params: Optional[Dict[str, Any]], label_column: Optional[str],
                num_boost_round: int, dmatrix_params: Optional[Dict[str, Dict[str, Any]]],
-               checkpoint_frequency: int, kwargs: Dict[str, Any]) -> None:
+               checkpoint_frequency: int, common: Dict[str, Any],
+               train_kwargs: Dict[str, Any]) -> None:
+        """``common``: the keywords every trainer has (``scaling_config``…, ``site``);
+        ``train_kwargs``: the other keywords, for ``xgboost.train``/``lightgbm.train``."""
         name, lib = type(self).__name__, self._library
-        train_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in TRAINER_KEYWORDS}
         if train_loop_per_worker is None:
 
-            check_legacy(name, params, label_column, num_boost_round, kwargs.get("datasets"),
+            check_legacy(name, params, label_column, num_boost_round, common.get("datasets"),
                          checkpoint_frequency)
             train_loop_per_worker = importlib.import_module(
                 f"hpctrain.{lib}._legacy").train_loop
             train_loop_config = {"params": params, "label_column": label_column,
                                  "num_boost_round": num_boost_round,
                                  "dmatrix_params": dmatrix_params or {},
-                                 "evals": [n for n in kwargs["datasets"] if n != "train"],
+                                 "evals": [n for n in common["datasets"] if n != "train"],
                                  "checkpoint_frequency": checkpoint_frequency,
                                  "train_kwargs": train_kwargs}
         elif checkpoint_frequency:
@@ -49,4 +46,4 @@ class GBDTTrainer(DataParallelTrainer):
                             "training function)")
         DataParallelTrainer.__init__(
             self, train_loop_per_worker, train_loop_config=train_loop_config,
-            backend_config=self._backend_config(backend_config, f"{lib}_config"), **kwargs)
+            backend_config=self._backend_config(backend_config, f"{lib}_config"), **common)

@@ -38,6 +38,7 @@ from hpctrain._internal.base.trust import no_write_for_others
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.spare import preload
 from hpctrain._internal.worker.entry import main as worker_main
+from hpctrain._internal.base.log import progress_line
 
 ENV_SWITCH = "HPCTRAIN_FORK_RANKS"
 ENV_PER_NODE = "HPCTRAIN_RANKS_PER_NODE"
@@ -160,8 +161,8 @@ def main(argv=None) -> None:
         if status != 0 or os.environ.get("HPCTRAIN_ZYGOTE_VERBOSE"):
             how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                    else f"exit code {os.WEXITSTATUS(status)}")
-            print(f"[hpctrain] node zygote: rank {rank} (pid {pid}) ended with {how} at "
-                  f"{time.time():.3f}", file=sys.stderr, flush=True)
+            progress_line(f"[hpctrain] node zygote: rank {rank} (pid {pid}) ended with {how} "
+                          f"at {time.time():.3f}")
         if status != 0 and code == 0:
             _record_death(run_dir, rank, status)
             # the ranks that already ended on their own too: the one killed by a signal
@@ -202,9 +203,8 @@ def _end_stuck_after_stop(run_dir: str, children: dict, seen: dict) -> None:
                 seen[pid] = now
             continue
         if now - seen[pid] > STOPPED_GRACE_S:
-            print(f"[hpctrain] node zygote: rank {rank} (pid {pid}) stopped cleanly "
-                  f"{now - seen[pid]:.1f} s ago but is still alive; ending it",
-                  file=sys.stderr, flush=True)
+            progress_line(f"[hpctrain] node zygote: rank {rank} (pid {pid}) stopped cleanly "
+                          f"{now - seen[pid]:.1f} s ago but is still alive; ending it")
             try:
                 if os.environ.get("HPCTRAIN_ZYGOTE_VERBOSE"):
                     os.kill(pid, signal.SIGUSR2)  # faulthandler: its stacks into its log

@@ -12,7 +12,7 @@ import datetime
 import inspect
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from hpctrain._internal.base.context import Coordinator, current_session
 from ..cluster_env import WorkerInfo
@@ -20,6 +20,9 @@ from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 from hpctrain.cluster_env import local_gpu_indices, visible_gpu_count
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -156,13 +159,13 @@ def gpu_indices(local_rank: int, local_world_size: int, gpus_per_worker: int):
                              gpus_per_worker=gpus_per_worker)
 
 
-def get_device():
+def get_device() -> "torch.device":
     """This rank's (first) device: ``cuda:<i>`` when the run uses GPUs, else ``cpu``
     (Ray: ``get_devices()[0]``)."""
     return get_devices()[0]
 
 
-def get_devices():
+def get_devices() -> List["torch.device"]:
     """Every device of this rank, as ``torch.device``s (Ray's ``get_devices()``): its
     ``gpus_per_worker`` GPUs (``cuda:0``, ``cuda:1``… among those it sees: see
     :func:`hpctrain.cluster_env.local_gpu_indices`) when the run uses GPUs, else

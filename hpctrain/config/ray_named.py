@@ -8,6 +8,7 @@ import enum
 import math
 import os
 import re
+import warnings
 from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Union
 
@@ -201,8 +202,6 @@ class ScalingConfig:
                 hint="it is Ray's reservation for its coordinator actor; hpctrain's supervisor "
                      "needs none (leave it out)")
         if any(v > 0 for v in res.values()):
-            import warnings
-
             warnings.warn(
                 f"ScalingConfig(trainer_resources={res!r}) is ignored: hpctrain's supervisor "
                 "runs inside the allocation beside rank 0 and reserves nothing of its own; "

@@ -16,7 +16,7 @@ from ..backends import needs_mpi_launcher
 from ..containers import rank_container, worker_command
 from .base import ExitRecord, Launcher, WorkerGroup
 from .local import LocalLauncher
-from .mpiexec import detect_flavor, mpiexec_argv
+from .mpiexec import detect_flavor, flavor_from_args, mpiexec_argv
 from .pbsdsh import pbsdsh_argv
 from .srun import srun_argv
 
@@ -129,15 +129,18 @@ def launch_line(spec: JobSpec, *, python: Sequence[str], run_dir: str,
     elif launcher.name == "mpiexec":
 
 
-        flavor = None
-        if shutil.which(launcher.executable):
+        # shown: the dialect the launcher_args are written in (a site's own MPI), else
+        # this machine's, else MPICH's
+        flavor, why = flavor_from_args(launcher.extra_args), "as its launcher_args say"
+        if flavor is None and shutil.which(launcher.executable):
+            why = "as here"
             try:
                 flavor = detect_flavor(launcher.executable)
             except Exception:  # noqa: BLE001 - only a display choice
                 flavor = None
         notes.append(f"(the {launcher.executable} dialect is read from `"
                      f"{launcher.executable} --version` in the job; shown: "
-                     + (f"{flavor}, as here" if flavor else "mpich, the MPI of this "
+                     + (f"{flavor}, {why}" if flavor else "mpich, the MPI of this "
                         "machine is unknown") + "; Open MPI adds -x NAME per variable)")
         flavor = flavor or "mpich"
 

@@ -59,6 +59,7 @@ from .base import Launcher, LineSink
 from .step import ENV_RANK_LOG_DIR, StepWorkerGroup
 
 __all__ = ["MpiexecLauncher", "mpiexec_argv", "detect_flavor", "flavor_from_version_text",
+           "flavor_from_args",
            "FLAVORS", "DEFAULT_EXPORT_PREFIXES"]
 
 FLAVORS = ("openmpi", "mpich", "pals")
@@ -210,6 +211,34 @@ def flavor_from_version_text(text: str) -> Optional[str]:
         if pattern.search(text or ""):
             return flavor
     return None
+
+
+# Options only one dialect has (PALS's --depth/--cpu-bind, Open MPI's --bind-to/--map-by,
+# Hydra's single-dash -bind-to/-genv…): a site's launcher_args written for its own MPI.
+_ARG_FLAVORS = {
+    "pals": ("--depth", "--cpu-bind", "--ppn", "--line-buffer", "--no-transfer"),
+    "openmpi": ("--bind-to", "--map-by", "--rank-by", "--mca", "-x", "--oversubscribe",
+                "--report-bindings"),
+    "mpich": ("-bind-to", "-map-by", "-genv", "-genvall", "-iface", "-ppn"),
+}
+
+
+def flavor_from_args(args: Sequence[str]) -> Optional[str]:
+    """The dialect that ``args`` (a site's or job's ``launcher_args``) are written in,
+    when their options belong to one only; None when they name none or several.
+
+    >>> flavor_from_args(["--depth=8", "--cpu-bind", "depth"])
+    'pals'
+    >>> flavor_from_args(["--bind-to", "none"])
+    'openmpi'
+    >>> flavor_from_args(["-genv", "FOO", "1"])
+    'mpich'
+    >>> flavor_from_args([]) is None, flavor_from_args(["--bind-to", "x", "--depth=2"]) is None
+    (True, True)
+    """
+    names = {str(a).split("=", 1)[0] for a in args if str(a).startswith("-")}
+    found = [f for f, options in _ARG_FLAVORS.items() if names & set(options)]
+    return found[0] if len(found) == 1 else None
 
 
 def detect_flavor(executable: str = "mpiexec",

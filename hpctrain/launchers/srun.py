@@ -26,13 +26,19 @@ def srun_argv(*, nodes: int, workers_per_node: int, command: Sequence[str],
     ['--nodes=1', '--ntasks=4', '--ntasks-per-node=4', '--cpus-per-task=8', '--gpus-per-task=1', '--cpu-bind=cores', 'w']
 
     ``--cpus-per-task`` is passed explicitly: since Slurm 22.05 srun no longer inherits
-    it from the batch allocation.
+    it from the batch allocation. An option of hpctrain's that ``extra_args`` (the site's
+    or the job's ``launcher_args``) also give is left to them, so that it appears once:
+
+    >>> srun_argv(nodes=1, workers_per_node=8, cpus_per_worker=4, gpus_per_worker=1,
+    ...           extra_args=["--cpus-per-task", "7", "--gpu-bind=closest"], command=["w"])[2:]
+    ['--nodes=1', '--ntasks=8', '--ntasks-per-node=8', '--gpus-per-task=1', '--cpus-per-task', '7', '--gpu-bind=closest', 'w']
     """
+    given = {str(a).split("=", 1)[0] for a in extra_args if str(a).startswith("--")}
     argv = [executable, "--kill-on-bad-exit=1", f"--nodes={nodes}",
             f"--ntasks={nodes * workers_per_node}", f"--ntasks-per-node={workers_per_node}"]
-    if cpus_per_worker:
+    if cpus_per_worker and "--cpus-per-task" not in given:
         argv.append(f"--cpus-per-task={cpus_per_worker}")
-    if gpus_per_worker:
+    if gpus_per_worker and "--gpus-per-task" not in given:
         argv.append(f"--gpus-per-task={gpus_per_worker}")
     return argv + list(extra_args) + list(command)
 

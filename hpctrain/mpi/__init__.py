@@ -23,18 +23,34 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from ..backends.mpi import MPIConfig
-from ..trainer import DataParallelTrainer
+from ..checkpoint import Checkpoint
+from ..config import DataConfig, RunConfig, ScalingConfig
+from ..trainer import DataParallelTrainer, SchedulerArg, TrainLoop
 
 __all__ = ["MPITrainer", "MPIConfig"]
 
 
 class MPITrainer(DataParallelTrainer):
-    """A training function on every rank of one MPI job (mpi4py ``COMM_WORLD``)."""
+    """A training function on every rank of one MPI job (mpi4py ``COMM_WORLD``);
+    ``mpi_config`` is an :class:`MPIConfig`. The other parameters are
+    :class:`~hpctrain.DataParallelTrainer`'s."""
 
     _backend_name = "mpi"
     _backend_config_cls = MPIConfig
 
-    def __init__(self, train_loop_per_worker, *, train_loop_config: Optional[Dict[str, Any]] = None,
-                 mpi_config: Optional[MPIConfig] = None, **kwargs):
+    def __init__(self, train_loop_per_worker: TrainLoop, *,
+                 train_loop_config: Optional[Dict[str, Any]] = None,
+                 mpi_config: Optional[MPIConfig] = None,
+                 scaling_config: Optional[ScalingConfig] = None,
+                 run_config: Optional[RunConfig] = None,
+                 datasets: Optional[Dict[str, Any]] = None,
+                 dataset_config: Optional[DataConfig] = None,
+                 resume_from_checkpoint: Optional[Checkpoint] = None,
+                 metadata: Optional[Dict[str, Any]] = None,
+                 scheduler: SchedulerArg = None, site: Optional[str] = None) -> None:
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
-                         backend_config=self._backend_config(mpi_config, "mpi_config"), **kwargs)
+                         backend_config=self._backend_config(mpi_config, "mpi_config"),
+                         scaling_config=scaling_config, run_config=run_config,
+                         datasets=datasets, dataset_config=dataset_config,
+                         resume_from_checkpoint=resume_from_checkpoint, metadata=metadata,
+                         scheduler=scheduler, site=site)

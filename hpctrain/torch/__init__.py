@@ -7,36 +7,56 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, cast
 
 from ..backends.torch import TorchConfig, get_device, get_devices
-from ..trainer import DataParallelTrainer
+from ..checkpoint import Checkpoint
+from ..config import DataConfig, RunConfig, ScalingConfig
+from ..trainer import DataParallelTrainer, SchedulerArg, TrainLoop
 from hpctrain._internal.base import progress
 from hpctrain._internal.base.context import current_session
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import DataLoader
 
 __all__ = ["TorchTrainer", "TorchConfig", "prepare_model", "prepare_data_loader", "get_device",
            "get_devices", "enable_reproducibility", "backward", "prepare_optimizer"]
 
 
 class TorchTrainer(DataParallelTrainer):
-    """Ray Train's TorchTrainer: ``torch_config`` picks NCCL/Gloo and the timeout."""
+    """Ray Train's TorchTrainer: ``torch_config`` (a :class:`TorchConfig`) picks NCCL/Gloo
+    and the timeout. The other parameters are :class:`~hpctrain.DataParallelTrainer`'s."""
 
     _backend_name = "torch"
     _backend_config_cls = TorchConfig
 
-    def __init__(self, train_loop_per_worker, *, train_loop_config: Optional[Dict[str, Any]] = None,
-                 torch_config: Optional[TorchConfig] = None, **kwargs):
+    def __init__(self, train_loop_per_worker: TrainLoop, *,
+                 train_loop_config: Optional[Dict[str, Any]] = None,
+                 torch_config: Optional[TorchConfig] = None,
+                 scaling_config: Optional[ScalingConfig] = None,
+                 run_config: Optional[RunConfig] = None,
+                 datasets: Optional[Dict[str, Any]] = None,
+                 dataset_config: Optional[DataConfig] = None,
+                 resume_from_checkpoint: Optional[Checkpoint] = None,
+                 metadata: Optional[Dict[str, Any]] = None,
+                 scheduler: SchedulerArg = None, site: Optional[str] = None) -> None:
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
-                         backend_config=self._backend_config(torch_config, "torch_config"), **kwargs)
+                         backend_config=self._backend_config(torch_config, "torch_config"),
+                         scaling_config=scaling_config, run_config=run_config,
+                         datasets=datasets, dataset_config=dataset_config,
+                         resume_from_checkpoint=resume_from_checkpoint, metadata=metadata,
+                         scheduler=scheduler, site=site)
 
 
-def _session():
+def _session() -> Any:
 
     return current_session()
 
 
-def prepare_model(model, move_to_device: bool = True, parallel_strategy: Optional[str] = "ddp",
-                  parallel_strategy_kwargs: Optional[Dict[str, Any]] = None):
+def prepare_model(model: "torch.nn.Module", move_to_device: bool = True,
+                  parallel_strategy: Optional[str] = "ddp",
+                  parallel_strategy_kwargs: Optional[Dict[str, Any]] = None) -> "torch.nn.Module":
     """Move ``model`` to this rank's device and wrap it in DistributedDataParallel when the
     run has more than one rank (``parallel_strategy=None`` skips the wrap)."""
     import torch.distributed as dist
@@ -68,7 +88,7 @@ class _SamplerEpochHook:
     (``train_loader.sampler.set_epoch(epoch)``, Ray's documented pattern) are recorded,
     so that the prepared loader's automatic count never overrides them."""
 
-    def __init__(self, original):
+    def __init__(self, original: Callable[[int], None]) -> None:
         self.original = original
         self.requested: Optional[int] = None
 
@@ -90,7 +110,8 @@ class _PreparedLoader:
     checkpoint's metadata, and the loader prepared in the same order by the resumed run
     starts from it."""
 
-    def __init__(self, loader, device, move: bool, first_epoch: int = 0):
+    def __init__(self, loader: "DataLoader[Any]", device: "torch.device", move: bool,
+                 first_epoch: int = 0) -> None:
         self._loader = loader
         self._device = device
         self._move = move and device.type != "cpu"
@@ -98,8 +119,8 @@ class _PreparedLoader:
         self._requested: Optional[int] = None
         self._set_on_loader = False
         self._current: Optional[int] = None  # the epoch of the pass being iterated
-        sampler = getattr(loader, "sampler", None)
-        self._hook = None
+        sampler: Any = getattr(loader, "sampler", None)
+        self._hook: Optional[_SamplerEpochHook] = None
         if callable(getattr(sampler, "set_epoch", None)):
             hook = getattr(sampler, "__dict__", {}).get("set_epoch")
             if not isinstance(hook, _SamplerEpochHook):
@@ -130,7 +151,7 @@ class _PreparedLoader:
         """The epoch a resumed run's first pass reads (recorded with each checkpoint)."""
         return self._current if self._current is not None else self._next
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         epoch = self._take_epoch()
         if self._hook is not None:
             self._hook.original(epoch)
@@ -147,14 +168,14 @@ class _PreparedLoader:
             if self._current == epoch:
                 self._current = None
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._loader)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
 
-def _to_device(batch, device):
+def _to_device(batch: Any, device: "torch.device") -> Any:
     import torch
 
     if isinstance(batch, torch.Tensor):
@@ -166,9 +187,12 @@ def _to_device(batch, device):
     return batch
 
 
-def prepare_data_loader(data_loader, add_dist_sampler: bool = True, move_to_device: bool = True):
+def prepare_data_loader(data_loader: "DataLoader[Any]", add_dist_sampler: bool = True,
+                        move_to_device: bool = True) -> "DataLoader[Any]":
     """Give each rank its own part of the data (DistributedSampler, shuffled iff the
-    original loader shuffled) and move batches to this rank's device."""
+    original loader shuffled) and move batches to this rank's device. The loader given
+    back wraps the new one (its attributes are the DataLoader's) and records its epoch
+    with each checkpoint."""
     import torch.distributed as dist
     from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
@@ -186,7 +210,7 @@ def prepare_data_loader(data_loader, add_dist_sampler: bool = True, move_to_devi
             generator=data_loader.generator,
             persistent_workers=data_loader.persistent_workers if data_loader.num_workers else False,
         )
-    return _register(_PreparedLoader(loader, get_device(), move_to_device))
+    return cast("DataLoader[Any]", _register(_PreparedLoader(loader, get_device(), move_to_device)))
 
 
 def _register(loader: "_PreparedLoader") -> "_PreparedLoader":
@@ -216,10 +240,11 @@ def enable_reproducibility(seed: int = 0) -> None:
     torch.backends.cudnn.deterministic = True
 
 
-def backward(tensor) -> None:
+def backward(tensor: "torch.Tensor") -> None:
     """Ray Train compatibility (AMP is the user's own business here)."""
     tensor.backward()
 
 
-def prepare_optimizer(optimizer):
+def prepare_optimizer(optimizer: "torch.optim.Optimizer") -> "torch.optim.Optimizer":
+    """Ray Train compatibility: the optimizer as given."""
     return optimizer

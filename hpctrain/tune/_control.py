@@ -18,10 +18,10 @@ Files in the sweep directory (see :mod:`.schedulers` for the rules):
 """
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
-import sys
 import time
 from typing import Any, Dict, Optional
 
@@ -29,7 +29,7 @@ import cloudpickle
 from filelock import FileLock
 
 from .._internal.base.fsutil import atomic_write_bytes, atomic_write_json, json_bytes, read_json
-from .._internal.base.log import get_logger
+from .._internal.base.log import get_logger, progress_line
 from .._internal.rundir.layout import DECISION_FILE, RunDir, checkpoint_dir_name, read_results
 from .._internal.base.trust import load_trusted_pickle
 from ..checkpoint import METADATA_FILE
@@ -305,8 +305,8 @@ def tell_search(sweep: SweepDir, index: int, status: str) -> None:
     try:
         trial_ended(sweep.path, index, status)
     except Exception as e:  # noqa: BLE001 - the trial's own result stands
-        print(f"[hpctrain] WARNING: {trial_id(index)}'s result was not told to the search "
-              f"algorithm ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
+        progress_line(f"[hpctrain] WARNING: {trial_id(index)}'s result was not told to the "
+                      f"search algorithm ({type(e).__name__}: {e})", level=logging.WARNING)
 
 
 def searching(sweep_path: str) -> bool:

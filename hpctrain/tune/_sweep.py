@@ -10,7 +10,6 @@ import math
 import os
 import shlex
 import shutil
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -28,6 +27,7 @@ from hpctrain._internal.base.trust import makedirs, modes_of
 from ._control import tell_search
 from .sweepdir import (FINISHED, INTERRUPTED, PENDING, RUNNING, SweepDir, array_active,
                        own_job, stopped_by, trial_id)
+from hpctrain._internal.base.log import progress_line
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.run import Run
@@ -118,9 +118,9 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_run: Callable[[int],
                 rows = {} if status != FINISHED else _last_row(run)
                 shown = ", ".join(f"{k}={v}" for k, v in user_metrics(rows).items())
                 why = stopped_by(run).get("stopped_by")
-                print(f"[hpctrain] {trial_id(index)} {status} ({len(done)} of {len(indices)})"
-                      + (f", stopped early ({why})" if why else "")
-                      + (f": {shown}" if shown else ""), file=sys.stderr, flush=True)
+                progress_line(f"[hpctrain] {trial_id(index)} {status} ({len(done)} of "
+                              f"{len(indices)})" + (f", stopped early ({why})" if why else "")
+                              + (f": {shown}" if shown else ""))
 
     def warn(reason: str) -> None:
         warned.append(reason)
@@ -151,9 +151,9 @@ def run_local(sweep: SweepDir, indices: Sequence[int], make_run: Callable[[int],
         THREADED.reset()
     if warned and verbose >= 1:
         left = [i for i in indices if sweep.trial_status(i) != FINISHED]
-        print(f"[hpctrain] sweep {sweep.name} stopped ({warned[0]}): {len(left)} trial(s) "
-              "did not finish; running the sweep again continues them from their latest "
-              "checkpoints", file=sys.stderr, flush=True)
+        progress_line(f"[hpctrain] sweep {sweep.name} stopped ({warned[0]}): {len(left)} "
+                      "trial(s) did not finish; running the sweep again continues them from "
+                      "their latest checkpoints")
     return bool(warned)
 
 
@@ -377,11 +377,12 @@ def removed_on_failure(sweep: SweepDir, fresh: bool) -> Iterator[None]:
             shutil.rmtree(sweep.path, ignore_errors=True)
         elif sent:
             trials = [i for a in sent for i in a["trials"]]
-            print(f"[hpctrain] the submission failed after {len(sent)} job array(s) "
-                  f"({', '.join(a['job_id'] for a in sent)}, trials {array_ranges(trials)}) "
-                  f"were submitted; they run. The sweep directory is kept: {sweep.path}\n"
-                  "  the other trials are submitted when the sweep runs again, after those "
-                  "arrays ended", file=sys.stderr, flush=True)
+            progress_line(
+                f"[hpctrain] the submission failed after {len(sent)} job array(s) "
+                f"({', '.join(a['job_id'] for a in sent)}, trials {array_ranges(trials)}) "
+                f"were submitted; they run. The sweep directory is kept: {sweep.path}\n"
+                "  the other trials are submitted when the sweep runs again, after those "
+                "arrays ended")
         raise
 
 

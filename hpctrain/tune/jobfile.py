@@ -26,6 +26,7 @@ from ._sweep import (at_a_time, local_concurrency, max_array_size, prepare_batch
 from ._toml import build
 from .sweepdir import SweepDir, check_json, follow as follow_sweep, to_run, train_loop_config, \
     trial_id
+from hpctrain._internal.base.log import progress_line
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -136,8 +137,9 @@ def run_spec(spec: JobSpec, *, rerender: str, local: bool, follow: bool = True,
         n = local_concurrency(s.num_workers, worker_cpus(s),
                               spec.sweep.get("max_concurrent_trials"), s.gpus_each)
         if verbose:
-            print(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} trials to "
-                  f"run here, {at_a_time(n, s.gpus_each)} ({sweep.path})", flush=True)
+            progress_line(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} "
+                          f"trials to run here, {at_a_time(n, s.gpus_each)} ({sweep.path})",
+                          stdout=True)
         stopped = run_local(sweep, indices,
                             lambda i: spec_trial(spec, sweep, i, config_of(i), True),
                             concurrency=n, verbose=verbose,
@@ -145,7 +147,8 @@ def run_spec(spec: JobSpec, *, rerender: str, local: bool, follow: bool = True,
         return sweep, stopped
     if not indices:
         if verbose:
-            print(f"[hpctrain] sweep {sweep.name}: every trial has finished; nothing to submit")
+            progress_line(f"[hpctrain] sweep {sweep.name}: every trial has finished; nothing "
+                          "to submit", stdout=True)
         return sweep, False
 
     def prepare(i: int) -> None:

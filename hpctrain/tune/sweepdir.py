@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -33,6 +32,7 @@ from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.base.trust import make_private_dir, modes_of, share_of
 from . import search
 from .search import deep_update
+from hpctrain._internal.base.log import progress_line
 
 MANIFEST = "sweep.json"
 FINISHED, FAILED, RUNNING, PENDING, INTERRUPTED = (
@@ -251,7 +251,7 @@ def follow(sweep: SweepDir, *, verbose: int = 1, poll_s: float = 2.0,
             statuses = sweep.refresh()
             for i, s in sorted(statuses.items()):
                 if seen.get(i) != s and verbose >= 1 and (i in seen or s != PENDING):
-                    print(f"[hpctrain] {trial_id(i)}: {s}", file=sys.stderr, flush=True)
+                    progress_line(f"[hpctrain] {trial_id(i)}: {s}")
                 seen[i] = s
             if not active(sweep, sweep.read(), statuses):
                 # a task that requeued itself: its next instance shows up soon
@@ -263,8 +263,7 @@ def follow(sweep: SweepDir, *, verbose: int = 1, poll_s: float = 2.0,
             waited = 0.0
             time.sleep(poll_s)
     except KeyboardInterrupt:
-        print(f"\n[hpctrain] detached; the sweep's jobs keep running (nothing was cancelled)."
-              f"\n  its results so far:  hpctrain results {sweep.path}", file=sys.stderr,
-              flush=True)
+        progress_line(f"\n[hpctrain] detached; the sweep's jobs keep running (nothing was "
+                      f"cancelled).\n  its results so far:  hpctrain results {sweep.path}")
         raise
     return sweep.refresh()

@@ -27,6 +27,7 @@ from .result_grid import ResultGrid, not_a_sweep
 from .schedulers import check_scheduler
 from .search.optuna import Searcher
 from .sweepdir import SweepDir, follow, to_run, train_loop_config, trial_id
+from hpctrain._internal.base.log import progress_line
 
 
 @dataclass
@@ -200,9 +201,9 @@ class Tuner:
             n = local_concurrency(s.num_workers, worker_cpus(s),
                                   self.tune_config.max_concurrent_trials, s.gpus_each)
             if verbose >= 1:
-                print(f"[hpctrain] sweep {sweep.name}: {len(indices)} of {len(configs)} "
-                      f"trials to run here, {at_a_time(n, s.gpus_each)} ({sweep.path})",
-                      flush=True)
+                progress_line(f"[hpctrain] sweep {sweep.name}: {len(indices)} of "
+                              f"{len(configs)} trials to run here, "
+                              f"{at_a_time(n, s.gpus_each)} ({sweep.path})", stdout=True)
             run_local(sweep, indices, make, concurrency=n, verbose=verbose,
                       warning_signal=self._trainer.run_config.failure_config.warning_signal)
         elif indices:
@@ -217,9 +218,10 @@ class Tuner:
                                        max_concurrent=self.tune_config.max_concurrent_trials,
                                        rerender="(submitted from Python: hpctrain.tune.Tuner)")
             if verbose >= 1:
-                print(f"[hpctrain] sweep {sweep.name}: submitted {len(indices)} trials as "
-                      + ", ".join(f"{a['scheduler']} job array {a['job_id']}" for a in arrays)
-                      + f" ({sweep.path})", flush=True)
+                progress_line(
+                    f"[hpctrain] sweep {sweep.name}: submitted {len(indices)} trials as "
+                    + ", ".join(f"{a['scheduler']} job array {a['job_id']}" for a in arrays)
+                    + f" ({sweep.path})", stdout=True)
             follow(sweep, verbose=verbose)
         sweep.refresh()
         return ResultGrid.from_path(sweep.path)

@@ -243,6 +243,7 @@ def test_get_devices_on_a_machine_without_gpus():
 # --------------------------------------------------------------------------- seed-era TBX
 def test_seed_era_tbx_logger_writes_the_chosen_workers_scalars(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard", reason="hpctrain[tracking] is not installed")
+    pytest.importorskip("tensorboardX", reason="hpctrain[tracking] is not installed")
     from hpctrain.train import Trainer
     from hpctrain.train.callbacks import TBXLoggerCallback
 

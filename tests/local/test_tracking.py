@@ -51,6 +51,7 @@ def _files_containing(root, needles):
 
 def test_tensorboard_mlflow_and_wandb_files_of_a_real_run(tmp_path, storage, monkeypatch, capfd):
     pytest.importorskip("tensorboard", reason="hpctrain[tracking] is not installed")
+    pytest.importorskip("tensorboardX", reason="hpctrain[tracking] is not installed")
     pytest.importorskip("mlflow", reason="hpctrain[tracking] is not installed")
     pytest.importorskip("wandb", reason="hpctrain[tracking] is not installed")
     for k, v in SECRETS.items():
@@ -260,7 +261,7 @@ def test_results_plot_and_status_of_real_runs(tmp_path):
 def test_hpctrain_and_its_cli_import_no_tracking_or_data_library():
     code = ("import sys, hpctrain, hpctrain.callbacks, hpctrain.cli, hpctrain.spec, "
             "hpctrain.cli.views, hpctrain._internal.allocation.tracking\n"
-            "heavy = [m for m in ('h5py', 'numpy', 'matplotlib', 'tensorboard', 'mlflow', "
+            "heavy = [m for m in ('h5py', 'numpy', 'matplotlib', 'tensorboard', 'tensorboardX', 'mlflow', "
             "'wandb', 'torch', 'torchmetrics', 'tensorflow') if m in sys.modules]\n"
             "print(heavy)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

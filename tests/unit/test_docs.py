@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import glob
+import html
 import importlib
 import json
 import os
@@ -229,7 +230,7 @@ PUBLIC_MODULES = ["hpctrain", "hpctrain.torch", "hpctrain.lightning",
                   "hpctrain.huggingface.transformers", "hpctrain.tensorflow",
                   "hpctrain.tensorflow.keras", "hpctrain.horovod", "hpctrain.mpi",
                   "hpctrain.xgboost", "hpctrain.lightgbm", "hpctrain.data",
-                  "hpctrain.callbacks", "hpctrain.tune"]
+                  "hpctrain.callbacks", "hpctrain.tune", "hpctrain.job"]
 # constants documented in their module's prose rather than as entries of their own
 NOT_ENTRIES = {"__version__", "CREDENTIAL_RE", "REMAINDERS", "MODEL_FILE", "STATE_FILE"}
 
@@ -312,3 +313,40 @@ def test_docs_build_strict(tmp_path):
                        text=True, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"), timeout=280)
     assert p.returncode == 0, p.stdout[-5000:] + p.stderr[-5000:]
     assert (tmp_path / "site" / "reference" / "hpctrain" / "index.html").is_file()
+    for module, cls in TRAINERS:
+        page = tmp_path / "site" / "reference" / module.split(".")[-1] / "index.html"
+        _check_trainer_page(page.read_text(encoding="utf-8"), module, cls)
+
+
+# every public trainer: its reference page shows its full signature and its methods
+TRAINERS = [("hpctrain.torch", "TorchTrainer"), ("hpctrain.tensorflow", "TensorflowTrainer"),
+            ("hpctrain.horovod", "HorovodTrainer"), ("hpctrain.mpi", "MPITrainer"),
+            ("hpctrain.xgboost", "XGBoostTrainer"), ("hpctrain.lightgbm", "LightGBMTrainer")]
+RAY_TRAINER_KEYWORDS = ["train_loop_per_worker", "train_loop_config", "scaling_config",
+                        "run_config", "datasets", "dataset_config", "resume_from_checkpoint",
+                        "metadata", "scheduler", "site"]
+TRAINER_METHODS = ["fit", "submit", "restore", "can_restore"]
+
+
+def _check_trainer_page(html_text, module, cls):
+    """The built page of ``module`` shows ``cls(...)`` with every one of Ray's keywords,
+    typed, no ``**kwargs`` standing for them, and an entry for each of its methods."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", html_text))
+    m = re.search(rf"\b{cls}\((.*?)\)\s*\n", text, re.S)
+    assert m, f"the reference page of {module} shows no signature of {cls}"
+    signature = " ".join(m.group(1).split())
+    config = f"{cls[:-len('Trainer')].lower()}_config"
+    missing = [k for k in RAY_TRAINER_KEYWORDS + [config] if not re.search(rf"\b{k}: \w", signature)]
+    assert not missing, f"{cls}'s signature on its reference page lacks {missing}: {signature}"
+    assert "**kwargs" not in signature, signature
+    methods = [n for n in TRAINER_METHODS if f'id="{module}.{cls}.{n}"' not in html_text]
+    assert not methods, f"the reference page of {module} has no entry for {cls}.{methods}"
+
+
+def test_the_trainer_page_check_fails_on_a_kwargs_signature():
+    """What the built-site check reads: a page with ``**kwargs`` for the configs fails it."""
+    page = ('<code>TorchTrainer(train_loop_per_worker, *, train_loop_config: Optional[Dict] '
+            '= None, torch_config: Optional[TorchConfig] = None, **kwargs)</code>\n'
+            + "".join(f'<h3 id="hpctrain.torch.TorchTrainer.{n}"></h3>' for n in TRAINER_METHODS))
+    with pytest.raises(AssertionError, match="lacks .*scaling_config"):
+        _check_trainer_page(page, "hpctrain.torch", "TorchTrainer")

@@ -94,6 +94,36 @@ def test_the_launch_line_of_a_pbs_job_names_the_dialect(tmp_path):
     assert note.startswith("(the mpiexec dialect is read from `mpiexec --version` in the job;")
 
 
+def test_polaris_launch_line_is_pals_throughout(tmp_path):
+    """Polaris's launcher_args are PALS's (--depth, --cpu-bind): the comment shows PALS's
+    -n/--ppn with them, whatever MPI this machine has, not Open MPI's --map-by beside them."""
+    body = ('[scheduler]\naccount = "p1"\n[scheduler.directives]\nfilesystems = "home"\n'
+            '[scaling]\nnum_workers = 8\nuse_gpu = true\n')
+    assert launch_comment(render(tmp_path, body, site="polaris")) == [
+        f'mpiexec -n 8 --ppn 4 --hostfile "$PBS_NODEFILE" --depth=8 --cpu-bind depth '
+        f"{PY} -m hpctrain._internal.worker {RUN}",
+        "(the mpiexec dialect is read from `mpiexec --version` in the job; shown: pals, as "
+        "its launcher_args say; Open MPI adds -x NAME per variable)"]
+
+
+@pytest.mark.parametrize("gpus, per_task", [(1, "--gpus-per-task=1"), (2, "--gpus-per-task=2")])
+def test_frontier_gpu_launch_line_has_each_option_once(tmp_path, gpus, per_task):
+    body = GPU.format(n=8) + f"gpus_per_worker = {gpus}\n"
+    line, = launch_comment(render(tmp_path, body, site="frontier"))
+    nodes = 8 * gpus // 8
+    assert line == (f"srun --kill-on-bad-exit=1 --nodes={nodes} --ntasks=8 "
+                    f"--ntasks-per-node={8 // nodes} {per_task} --cpus-per-task=7 "
+                    f"--gpu-bind=closest {PY} -m hpctrain._internal.worker {RUN}")
+
+
+def test_a_job_files_srun_option_replaces_hpctrains_own(tmp_path):
+    body = ('[scheduler]\nkind = "slurm"\nlauncher_args = ["--cpus-per-task", "6"]\n'
+            '[scaling]\nnum_workers = 2\ncpus_per_worker = 4\n')
+    assert launch_comment(render(tmp_path, body)) == [
+        f"srun --kill-on-bad-exit=1 --nodes=1 --ntasks=2 --ntasks-per-node=2 "
+        f"--cpus-per-task 6 {PY} -m hpctrain._internal.worker {RUN}"]
+
+
 def test_the_launch_line_comment_is_what_the_batch_step_runs(tmp_path):
     """The comment and the supervisor's launcher build the argv from one function."""
     from hpctrain.launchers import launcher_for

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Optional
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.base.trust import private_copy, read_trusted
 from hpctrain._internal.allocation.supervisor import REQUEUED, STOPPED, Supervisor
+from hpctrain._internal.base.log import progress_line
 
 #: A chain of allocations ends after this many in a row that committed no new checkpoint
 #: (a loop that never reaches a checkpoint within one allocation would requeue forever).
@@ -27,7 +28,7 @@ MAX_IDLE_ALLOCATIONS = 3
 
 
 def _log(msg: str) -> None:
-    print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+    progress_line(f"[hpctrain] {msg}")
 
 
 class PendingStop:

@@ -8,6 +8,14 @@ the job attach one handler that writes ``[hpctrain] message`` to stderr, at INFO
 default, WARNING with ``--quiet``, DEBUG with ``-v``. A training's own progress lines
 (``iter 3 | 1.2s | loss=…``) follow ``RunConfig.verbose``, as in Ray Train.
 
+The lines a user sees by default, as ``print()`` showed them (a sweep's trials, a submitted
+job, a detach, a requeue), go through :func:`progress_line` to the ``hpctrain.progress``
+logger. It has a handler of its own that writes each message as it is to the
+``sys.stderr`` (or ``sys.stdout``) of the moment, and does not propagate: the lines look
+the same whatever the application's logging, and an application routes them
+(``logging.getLogger("hpctrain.progress").handlers[:] = [its own]``) or silences them
+(``.setLevel(logging.WARNING)``, which keeps the warnings among them) there.
+
     >>> import logging; logging.getLogger("hpctrain").setLevel(logging.INFO)  # in your app
 """
 from __future__ import annotations
@@ -17,7 +25,34 @@ import sys
 from typing import Optional, TextIO
 
 ROOT = "hpctrain"
+PROGRESS = f"{ROOT}.progress"
 _HANDLER_MARK = "_hpctrain_cli_handler"
+
+
+class _ProgressHandler(logging.Handler):
+    """The message alone, to ``sys.stderr`` as it is when the record comes (a redirect
+    or a test's capture applies), or ``sys.stdout`` for a record marked ``stdout``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            stream = sys.stdout if getattr(record, "stdout", False) else sys.stderr
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except Exception:  # noqa: BLE001 - logging's own rule: report, never raise
+            self.handleError(record)
+
+
+_progress = logging.getLogger(PROGRESS)
+if not any(isinstance(h, _ProgressHandler) for h in _progress.handlers):
+    _progress.addHandler(_ProgressHandler())
+    _progress.setLevel(logging.INFO)
+    _progress.propagate = False  # once, whatever the application logs to
+
+
+def progress_line(message: str, *, stdout: bool = False, level: int = logging.INFO) -> None:
+    """A line the user sees by default (see the module docstring): ``message`` as it is,
+    on stderr (``stdout=True``: stdout), through the ``hpctrain.progress`` logger."""
+    _progress.log(level, message, extra={"stdout": stdout})
 
 
 def get_logger(name: str) -> logging.Logger:

@@ -3,14 +3,15 @@ any allocation, would train on the login node without a word. :func:`warn_if_log
 says so once per process, with the fix."""
 from __future__ import annotations
 
+import logging
 import os
 import shutil
-import sys
 import warnings
 from typing import Mapping, Optional
 
 from hpctrain._internal.base.registry import detect_scheduler, scheduler_class, scheduler_names
 from hpctrain.errors import LoginNodeWarning
+from hpctrain._internal.base.log import progress_line
 
 _warned = False
 
@@ -53,7 +54,7 @@ def warn_if_login_node(*, cli: bool = False) -> Optional[str]:
         return None
     _warned = True
     if cli:
-        print(f"[hpctrain] warning: {message}", file=sys.stderr, flush=True)
+        progress_line(f"[hpctrain] warning: {message}", level=logging.WARNING)
     else:
         warnings.warn(message, LoginNodeWarning, stacklevel=3)
     return message

@@ -26,6 +26,7 @@ from hpctrain.schedulers import BatchRequest, get_scheduler
 from hpctrain.sites import check_limits
 from hpctrain.storage import storage_for
 from hpctrain.userconfig import default_share
+from hpctrain._internal.base.log import progress_line
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -129,7 +130,7 @@ def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0, stream=None,
 
     def say(msg: str) -> None:
         if verbose >= 1:
-            print(f"[hpctrain] {msg}", file=sys.stderr, flush=True)
+            progress_line(f"[hpctrain] {msg}")
 
     def tail_of(j):  # rank 0's output, as a local run shows it
         return LineTail(os.path.join(run.logs_dir(j["job_id"]), "rank-0.out"))
@@ -168,7 +169,7 @@ def follow(run_path: str, *, verbose: int = 1, poll_s: float = 2.0, stream=None,
             time.sleep(poll_s)
     except KeyboardInterrupt:
         progress.close()
-        print(detach_message(run.path, job["job_id"]), file=sys.stderr, flush=True)
+        progress_line(detach_message(run.path, job["job_id"]))
         raise
     echo(final=True)
     progress.close()
@@ -187,7 +188,7 @@ def detach_message(run_path: str, job_id: str) -> str:
             f"  cancel it:        hpctrain cancel {run_path}")
 
 
-def result_of(run_path: str, status: str):
+def result_of(run_path: str, status: str) -> Result:
     """The Result after ``follow()``; raises TrainingFailedError when the run failed or
     its job ended before the run did."""
 
