@@ -187,7 +187,8 @@ class Run:
             datasets_to_split=t.dataset_config.datasets_to_split,
             metadata=t.metadata,
             trial={"trainer": type(t).__name__, **(options.trial or {})},
-            mtbi_s=rc.failure_config.mtbi_s)
+            mtbi_s=rc.failure_config.mtbi_s,
+            validation=getattr(t, "validation_config", None))
         return cls(spec, payload, options)
 
     @classmethod
