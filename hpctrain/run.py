@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from .sites import derive_nodes
-from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
+from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.base.formats import versioned_spec
 from hpctrain._internal.base.log import get_logger
 from hpctrain._internal.base.registry import (backend_entry, describe, load, scheduler_names,
@@ -307,6 +307,16 @@ class Run:
                            sync=False, mode=run.file_mode)
         self.payload.save(run)
         save_callbacks(run, self.spec.run.callbacks)
+        validation = getattr(self.payload, "validation", None)
+        if validation is not None:  # what starting a validation needs, without unpickling
+            from hpctrain._internal.allocation.validation import validation_spec
+
+            settings = {"ray_remote_kwargs": validation.ray_remote_kwargs,
+                        "scheduler": validation.scheduler}
+            validation_spec(self.spec, settings)  # a key the scheduler lacks: refused now
+            run.makedirs(os.path.dirname(run.validation_file("settings", "config")))
+            atomic_write_json(run.validation_file("settings", "config"), settings,
+                              sync=False, mode=run.file_mode)
         if self.options.resume_from:
             with run.update_state() as s:
                 s["resume_from"] = self.options.resume_from
@@ -375,6 +385,16 @@ class Run:
             job_id, progress, on_line = allocation.job_id, None, None
             warning_s, warn_at = allocation.warning_s, allocation.warn_at
 
+        validations = None
+        settings = read_json(run.validation_file("settings", "config"))
+        if settings:  # the trainer's ValidationConfig (prepare() wrote what jobs need)
+            from hpctrain._internal.allocation.validation import ValidationJobs
+
+            validations = ValidationJobs(run, spec, settings,
+                                         batch=allocation is not None and allocation.is_batch,
+                                         env=extra_env)
+            ticks.append(validations.tick)
+
         def tick() -> None:
             for t in ticks:
                 t()
@@ -387,12 +407,21 @@ class Run:
             first_checkpoint_index=self.options.first_checkpoint_index,
             warning_s=warning_s, warning_signal=fc.warning_signal, warn_at=warn_at,
             hang_timeout_s=fc.hang_timeout_s)
-        if allocation is None:
-            # nothing here can requeue a local run: a clean stop ends it STOPPED
-            return supervise(run, sup, fc, tracking=tracking, on_close=progress.close)
-        return supervise(run, sup, fc, tracking=tracking, pending=allocation.pending,
-                         requeue=lambda: allocation.requeue(run),
-                         can_requeue=allocation.can_requeue)
+        try:
+            if allocation is None:
+                # nothing here can requeue a local run: a clean stop ends it STOPPED
+                return supervise(run, sup, fc, tracking=tracking, on_close=progress.close)
+            return supervise(run, sup, fc, tracking=tracking, pending=allocation.pending,
+                             requeue=lambda: allocation.requeue(run),
+                             can_requeue=allocation.can_requeue)
+        finally:
+            if validations is not None:
+                # the last checkpoints' validations start now; a local run waits for
+                # its own (as Ray's fit() does), a batch job leaves them to their jobs
+                if validations.batch:
+                    validations.tick(force=True)
+                else:
+                    validations.wait()
 
     def fit(self) -> Result:
         """Run to the end (here, or as a batch job that is followed) and return the

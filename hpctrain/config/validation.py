@@ -6,6 +6,7 @@ On a batch system a validation is a job of its own (docs/guide/validation.md): t
 training allocation never waits for it."""
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
@@ -91,6 +92,11 @@ class ValidationConfig:
         if scheduler is not None and not isinstance(scheduler, dict):
             raise ConfigError("ValidationConfig(scheduler=...): expected a dict of "
                               f"[scheduler] options, got {type(scheduler).__name__}")
+        try:
+            json.dumps(scheduler)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"ValidationConfig(scheduler=...): the options must be "
+                              f"plain values (strings, numbers): {e}") from None
         self.fn = fn
         self.task_config = task
         self.ray_remote_kwargs = remote
