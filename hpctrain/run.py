@@ -313,7 +313,8 @@ class Run:
 
             settings = {"ray_remote_kwargs": validation.ray_remote_kwargs,
                         "scheduler": validation.scheduler}
-            validation_spec(self.spec, settings)  # a key the scheduler lacks: refused now
+            if self.spec.scheduler.kind != "local":  # a key the scheduler lacks: now
+                validation_spec(self.spec, settings)
             run.makedirs(os.path.dirname(run.validation_file("settings", "config")))
             atomic_write_json(run.validation_file("settings", "config"), settings,
                               sync=False, mode=run.file_mode)

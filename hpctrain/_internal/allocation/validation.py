@@ -67,6 +67,19 @@ def validation_spec(spec: Any, config: Any) -> Any:
     return dataclasses.replace(spec, scaling=scaling, scheduler=scheduler)
 
 
+def render_validation_job(run: RunDir, spec: Any, config: Dict[str, Any], name: str):
+    """``(scheduler, script)``: the batch script that validates checkpoint ``name``,
+    rendered from the scheduler's template like the training job's (job name
+    ``<run>-validate``, its own log ``logs/validation-<checkpoint>-<job id>.out``)."""
+    scheduler = get_scheduler(spec.scheduler.kind)
+    request = BatchRequest(validation_spec(spec, config), run.path,
+                           rerender="(a validation job of hpctrain)",
+                           name=f"{run.name}-validate")
+    return scheduler, scheduler.render(
+        request, batch_args=f" --validate {shlex.quote(name)}",
+        log_file=f"{run.path}/logs/validation-{name}-${{{scheduler.job_id_var}}}.out")
+
+
 class ValidationJobs:
     """Starts the run's validations (see the module's text).
 
@@ -113,14 +126,8 @@ class ValidationJobs:
             launch = {"kind": "local", "pid": proc.pid, "host": socket.gethostname(),
                       "log": log, "result": self.run.validation_file(rec.name)}
         else:
-            scheduler = get_scheduler(self.spec.scheduler.kind)
-            request = BatchRequest(validation_spec(self.spec, self.config), self.run.path,
-                                   rerender="(a validation job of hpctrain)",
-                                   name=f"{self.run.name}-validate")
-            script = scheduler.render(
-                request, batch_args=f" --validate {shlex.quote(rec.name)}",
-                log_file=(f"{self.run.path}/logs/validation-{rec.name}-"
-                          f"${{{scheduler.job_id_var}}}.out"))
+            scheduler, script = render_validation_job(self.run, self.spec, self.config,
+                                                      rec.name)
             path = self.run.validation_file(rec.name, "job").replace(".json", ".sh")
             atomic_write_bytes(path, script.encode(), sync=False, mode=self.run.script_mode)
             job_id = scheduler.submit(path)
@@ -161,4 +168,4 @@ class ValidationJobs:
         return None
 
 
-__all__ = ["ValidationJobs", "validation_spec", "validation_command"]
+__all__ = ["ValidationJobs", "validation_spec", "validation_command", "render_validation_job"]

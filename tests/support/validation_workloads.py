@@ -1,0 +1,51 @@
+"""Training and validation functions of the asynchronous-validation tests
+(tests/local/test_validation.py, tests/cluster/test_slurm_validation.py)."""
+import json
+import os
+import tempfile
+
+import hpctrain
+from hpctrain import Checkpoint, ValidationTaskConfig
+
+
+def _checkpoint(**content):
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "state.json"), "w") as f:
+        json.dump(content, f)
+    return Checkpoint.from_directory(d)
+
+
+def train_four(config):
+    """Four checkpoints whose reported accuracy ranks them 0 > 3 > 1 > 2, and whose
+    hidden quality (the validation's accuracy) ranks them 1 > 2 > 3 > 0."""
+    reported = [0.9, 0.5, 0.1, 0.2]
+    hidden = config.get("hidden", [0.1, 0.95, 0.3, 0.2])
+    for i in range(4):
+        validation = True if i else ValidationTaskConfig(fn_kwargs={"tag": "first"})
+        hpctrain.report({"loss": float(4 - i), "accuracy": reported[i]},
+                        checkpoint=_checkpoint(step=i, quality=hidden[i]),
+                        validation=validation)
+
+
+def validate_quality(checkpoint, tag="default"):
+    """The validation: the checkpoint's hidden quality as its accuracy; a quality of -1
+    is a checkpoint the validation cannot read."""
+    with open(os.path.join(checkpoint.path, "state.json")) as f:
+        state = json.load(f)
+    if state["quality"] == -1:
+        raise ValueError(f"cannot evaluate step {state['step']}")
+    return {"accuracy": state["quality"], "tag": tag,
+            "job": os.environ.get("SLURM_JOB_ID", ""), "pid": os.getpid()}
+
+
+def train_validation_without_config(config):
+    hpctrain.report({"loss": 1.0}, checkpoint=_checkpoint(step=0, quality=0), validation=True)
+
+
+def train_one_validated(config):
+    """A sweep's trial: two checkpoints, both validated; the validation's accuracy is
+    the trial's x times the step."""
+    for i in range(2):
+        hpctrain.report({"loss": 1.0 / (i + 1), "x": config["x"]},
+                        checkpoint=_checkpoint(step=i, quality=config["x"] * (i + 1)),
+                        validation=True)
