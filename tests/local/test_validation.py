@@ -133,3 +133,10 @@ def test_retention_keeps_a_pending_checkpoint_until_its_validation_is_done_or_ab
     assert late.status == "COMMITTED" and doomed([late] + pending[1:]) == [0]
     assert _rec(0, 0.1, validation=60.0, age=10.0).status == "PENDING_VALIDATION"
     assert ReportedCheckpointStatus("VALIDATED") is ReportedCheckpointStatus.VALIDATED
+
+
+def test_the_training_sees_its_checkpoint_go_from_pending_to_validated(storage):
+    result = fit(wl.train_sees_its_validation, storage, workers=1, name="seen",
+                 validation_config=ValidationConfig(wl.validate_quality))
+    assert result.metrics["seen"] == ["PENDING_VALIDATION", "VALIDATED"]
+    assert result.metrics["validated_accuracy"] == 0.7

@@ -49,3 +49,22 @@ def train_one_validated(config):
         hpctrain.report({"loss": 1.0 / (i + 1), "x": config["x"]},
                         checkpoint=_checkpoint(step=i, quality=config["x"] * (i + 1)),
                         validation=True)
+
+
+def train_sees_its_validation(config):
+    """Reports one validated checkpoint, then keeps training until
+    get_all_reported_checkpoints() shows it VALIDATED (the validation runs beside the
+    training, not in it); records the statuses it saw."""
+    import time
+
+    hpctrain.report({"accuracy": 0.0}, checkpoint=_checkpoint(step=0, quality=0.7),
+                    validation=True)
+    seen, deadline = [], time.time() + 60
+    while time.time() < deadline:
+        (reported,) = hpctrain.get_all_reported_checkpoints()
+        if not seen or seen[-1] != reported.status.value:
+            seen.append(reported.status.value)
+        if reported.status.value == "VALIDATED":
+            break
+        time.sleep(0.05)
+    hpctrain.report({"seen": seen, "validated_accuracy": reported.metrics["accuracy"]})
