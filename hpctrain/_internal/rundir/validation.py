@@ -22,6 +22,8 @@ import time
 import traceback
 from typing import Any, Dict, Optional
 
+from filelock import FileLock
+
 from hpctrain._internal.base.fsutil import atomic_write_json, json_default
 from hpctrain._internal.base.log import get_logger
 from hpctrain._internal.rundir.layout import CheckpointRecord, RunDir, checkpoints_to_delete
@@ -68,14 +70,19 @@ def validate(run: RunDir, name: str) -> int:
         code = 1
     result.update(time=time.time(), seconds=round(time.time() - started, 3),
                   host=os.uname().nodename, pid=os.getpid())
-    atomic_write_json(run.validation_file(name), result, mode=run.file_mode)
+    # the result and the retention after it under one lock: of two validations ending
+    # together, the second sees the first's result (else each could see the other
+    # pending, and neither delete what the scores now drop)
+    lock = FileLock(run.validation_file("retention", "lock"))
+    with lock:
+        atomic_write_json(run.validation_file(name), result, mode=run.file_mode)
+        if payload is not None:
+            apply_retention(run, payload.checkpoint_config)
     if code:
         _log.error(f"{name}: the validation failed (the checkpoint stays COMMITTED): "
                    f"{result['error'].splitlines()[0]}")
     else:
         _log.info(f"{name}: VALIDATED {result['metrics']}")
-    if payload is not None:
-        apply_retention(run, payload.checkpoint_config)
     return code
 
 
