@@ -345,6 +345,7 @@ class Run:
         from hpctrain._internal.allocation.attempts import supervise
         from hpctrain._internal.allocation.interactive import interactive_allocation
         from hpctrain._internal.allocation.job import gpu_binding_env
+        from hpctrain._internal.allocation.metrics import MetricsFile
         from hpctrain._internal.allocation.supervisor import Supervisor
         from hpctrain._internal.allocation.tracking import CallbackRunner
         from hpctrain._internal.driver.progress import Progress
@@ -386,6 +387,8 @@ class Run:
             job_id, progress, on_line = allocation.job_id, None, None
             warning_s, warn_at = allocation.warning_s, allocation.warn_at
 
+        metrics = MetricsFile(run, spec.scaling.num_workers)  # for operators (Prometheus)
+        ticks.append(metrics.tick)
         validations = None
         settings = read_json(run.validation_file("settings", "config"))
         if settings:  # the trainer's ValidationConfig (prepare() wrote what jobs need)
@@ -416,6 +419,7 @@ class Run:
                              requeue=lambda: allocation.requeue(run),
                              can_requeue=allocation.can_requeue)
         finally:
+            metrics.write()  # the run's end state
             if validations is not None:
                 # the last checkpoints' validations start now; a local run waits for
                 # its own (as Ray's fit() does), a batch job leaves them to their jobs

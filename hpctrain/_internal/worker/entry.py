@@ -148,6 +148,8 @@ def run_worker(run_dir: str) -> int:
                 backend.on_shutdown(info)
             return 0
         session.close()
+        if not in_process:
+            heartbeat.flush()  # the last report's figures, for the run's metrics file
         if payload.keep_return_values:
             os.makedirs(adir, exist_ok=True)
             atomic_write_bytes(os.path.join(adir, RETURN_FILE.format(rank=rank)),

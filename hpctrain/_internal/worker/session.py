@@ -260,6 +260,7 @@ class Session:
         self.iteration = iteration
         self.last_metrics = row
         self._last = now
+        progress.blocked(time.perf_counter() - blocked_from)
         if checkpoint is not None and rank == 0:
             self._frequency.observe_cost(time.perf_counter() - blocked_from)
         if self._tune_hook is not None:
