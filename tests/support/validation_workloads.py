@@ -68,3 +68,35 @@ def train_sees_its_validation(config):
             break
         time.sleep(0.05)
     hpctrain.report({"seen": seen, "validated_accuracy": reported.metrics["accuracy"]})
+
+
+def train_reads_its_metrics_file(config):
+    """Two ranks; rank 0 waits (at most 20 s) until the run's metrics file says RUNNING,
+    then every rank reports with a checkpoint that takes a known time to hand in."""
+    import time
+
+    ctx = hpctrain.get_context()
+    seen = ""
+    if ctx.get_world_rank() == 0:
+        path = os.path.join(ctx.get_run_dir(), "metrics.prom")
+        deadline = time.time() + 20
+        while time.time() < deadline and 'controller_state="RUNNING"} 1' not in seen:
+            try:
+                with open(path) as f:
+                    seen = f.read()
+            except FileNotFoundError:
+                pass
+            time.sleep(0.1)
+    for i in range(2):
+        hpctrain.report({"i": i, "saw_running": 'controller_state="RUNNING"} 1' in seen},
+                        checkpoint=_checkpoint(step=i, quality=0))
+
+
+def fail_once(config):
+    """Fails in its first attempt, after one report; the second attempt finishes."""
+    ctx = hpctrain.get_context()
+    hpctrain.report({"i": 0})
+    if ctx.get_world_rank() == 0 and not os.path.exists(
+            os.path.join(ctx.get_run_dir(), "failed-once")):
+        open(os.path.join(ctx.get_run_dir(), "failed-once"), "w").close()
+        raise RuntimeError("the first attempt fails")
