@@ -73,7 +73,7 @@ def validate(run: RunDir, name: str) -> int:
     # the result and the retention after it under one lock: of two validations ending
     # together, the second sees the first's result (else each could see the other
     # pending, and neither delete what the scores now drop)
-    lock = FileLock(run.validation_file("retention", "lock"))
+    lock = FileLock(os.path.join(os.path.dirname(run.validation_file(name)), "retention.lock"))
     with lock:
         atomic_write_json(run.validation_file(name), result, mode=run.file_mode)
         if payload is not None:
