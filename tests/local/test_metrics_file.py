@@ -1,6 +1,7 @@
 """The run's Prometheus text file for operators (Ray's train_controller_state,
 train_worker_group_start_total_time_s, train_report_total_blocked_time_s): real runs,
 the file parsed back as Prometheus reads it."""
+import builtins
 import json
 import os
 import re
@@ -11,7 +12,7 @@ import pytest
 import validation_workloads as wl
 from helpers import fit, run_state
 from hpctrain import TrainingFailedError
-from hpctrain._internal.allocation.metrics import ENV_DIR, collector_path
+from hpctrain._internal.allocation.metrics import ENV_DIR, MetricsFile, collector_path
 from hpctrain._internal.rundir.layout import RunDir
 
 RUN_ID = 'ray_train_run_name="{name}",ray_train_run_id="{path}"'
@@ -106,3 +107,55 @@ def test_a_failed_run_s_metrics_file_says_errored(storage):
     figures = _figures(os.path.join(path, "metrics.prom"), "errored", path)
     assert [labels[0][1] for (m, labels), v in figures.items()
             if m == "train_controller_state" and v == 1] == ["ERRORED"]
+
+
+def _attempt(run, n, started, ranks_ready, blocked):
+    with run.update_state() as s:
+        s.setdefault("attempts", []).append({"attempt": n, "started": started})
+        s["status"] = "RUNNING"
+    os.makedirs(run.attempt_dir(n), exist_ok=True)
+    for rank, ready in enumerate(ranks_ready):
+        with open(os.path.join(run.attempt_dir(n), f"heartbeat.rank-{rank}.json"), "w") as f:
+            json.dump({"rank": rank, "ready_at": ready, "report_blocked_s": blocked[rank]}, f)
+
+
+def test_states_while_starting_and_restarting_and_both_readings_of_the_format(
+        tmp_path, monkeypatch):
+    """The figures of a run's state files as they are mid-run (no ranks started here),
+    read by prometheus_client and by the strict reading alike."""
+    run = RunDir(str(tmp_path / "mid"))
+    run.create()
+    metrics = MetricsFile(run, num_workers=2)
+
+    def current():
+        metrics.write()
+        figures = _figures(os.path.join(run.path, "metrics.prom"), "mid", run.path)
+        return [labels[0][1] for (m, labels), v in figures.items()
+                if m == "train_controller_state" and v == 1], figures
+
+    _attempt(run, 1, 100.0, [103.0, None], [0.0, 0.0])  # rank 1 not ready yet
+    assert current()[0] == ["INITIALIZING"]
+    _attempt(run, 1, 100.0, [103.0, 104.5], [1.5, 2.0])
+    with run.update_state() as s:
+        s["attempts"] = s["attempts"][:1]
+    state, figures = current()
+    assert state == ["RUNNING"]
+    assert figures[("train_worker_group_start_total_time_s", ())] == 4.5
+    _attempt(run, 2, 200.0, [201.0, None], [0.25, 0.0])  # a restart, starting
+    state, figures = current()
+    assert state == ["RESTARTING"]
+    assert figures[("train_worker_group_start_total_time_s", ())] == 4.5  # not yet ready
+    assert figures[("train_report_total_blocked_time_s",
+                    (("ray_train_worker_world_rank", "0"),))] == 1.75  # both attempts'
+    # the same file through the strict reading of the exposition format
+    real_import = builtins.__import__
+
+    def no_client(name, *args, **kwargs):
+        if name.startswith("prometheus_client"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+    with open(os.path.join(run.path, "metrics.prom")) as f:
+        text = f.read()
+    with_client = parse(text)
+    monkeypatch.setattr(builtins, "__import__", no_client)
+    assert parse(text) == with_client and len(with_client) == 7 + 1 + 2
