@@ -4,6 +4,9 @@ which checkpoints survive top-K, the metrics and status of each, the error of a 
 validation — and the retention rule for a checkpoint whose validation is pending."""
 import json
 import os
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -114,7 +117,8 @@ def _rec(index, score, *, validation=None, asked=True, result=None, age=0.0):
                             validation=result)
 
 
-def test_retention_keeps_a_pending_checkpoint_until_its_validation_is_done_or_abandoned():
+def test_retention_keeps_a_pending_checkpoint_until_its_validation_is_done_or_abandoned(
+        tmp_path):
     def doomed(records):
         return [r.index for r in checkpoints_to_delete(records, 1, "score", "max")]
 
@@ -132,6 +136,18 @@ def test_retention_keeps_a_pending_checkpoint_until_its_validation_is_done_or_ab
     late = _rec(0, 0.1, validation=5.0, age=10.0)
     assert late.status == "COMMITTED" and doomed([late] + pending[1:]) == [0]
     assert _rec(0, 0.1, validation=60.0, age=10.0).status == "PENDING_VALIDATION"
+    # a local validation whose process is gone without a result: abandoned; alive: pending
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    here = socket.gethostname()
+    dead = _rec(0, 0.1)
+    dead.launch = {"kind": "local", "pid": gone.pid, "host": here,
+                   "result": str(tmp_path / "none.json")}
+    assert dead.status == "COMMITTED" and doomed([dead] + pending[1:]) == [0]
+    alive = _rec(0, 0.1)
+    alive.launch = {"kind": "local", "pid": os.getpid(), "host": here,
+                    "result": str(tmp_path / "none.json")}
+    assert alive.status == "PENDING_VALIDATION"
     assert ReportedCheckpointStatus("VALIDATED") is ReportedCheckpointStatus.VALIDATED
 
 

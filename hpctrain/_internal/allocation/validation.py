@@ -113,7 +113,7 @@ class ValidationJobs:
                     self._record_failure(rec, e)
 
     def _start(self, rec: CheckpointRecord) -> None:
-        os.makedirs(os.path.dirname(self.run.validation_file(rec.name)), exist_ok=True)
+        self.run.makedirs(os.path.dirname(self.run.validation_file(rec.name)))
         if not self.batch:
             log = os.path.join(self.run.logs_dir("validation"), f"{rec.name}.out")
             self.run.makedirs(os.path.dirname(log))

@@ -486,9 +486,9 @@ class CheckpointRecord:
             try:
                 os.kill(int(launch["pid"]), 0)
             except ProcessLookupError:
-                # gone: unless it wrote its result just before exiting
-                return read_json(launch.get("result", "")) is None if launch.get(
-                    "result") else True
+                # gone: abandoned, unless it wrote its result since it was listed
+                result = launch.get("result")
+                return not result or read_json(result) is None
             except (OSError, ValueError, KeyError):
                 return False
         return False
