@@ -126,6 +126,12 @@ def test_retention_keeps_a_pending_checkpoint_until_its_validation_is_done_or_ab
     pending = [_rec(0, 0.1), _rec(1, 0.9, asked=False), _rec(2, 0.5, asked=False)]
     assert [r.status for r in pending] == ["PENDING_VALIDATION", "COMMITTED", "COMMITTED"]
     assert doomed(pending) == []
+    # a pending checkpoint takes no place among the best: its reported 0.9 does not push
+    # out checkpoint 2, whose validated 0.3 keeps it in the top 2 of those scored
+    mixed = [_rec(0, 0.9), _rec(1, 0.5, asked=False),
+             _rec(2, 0.1, result={"metrics": {"score": 0.3}}), _rec(3, 0.2, asked=False),
+             _rec(4, 0.0, asked=False)]
+    assert [r.index for r in checkpoints_to_delete(mixed, 2, "score", "max")] == [3]
     # validated (a low score): deleted now; validated high: it is the one kept
     assert doomed([_rec(0, 0.1, result={"metrics": {"score": 0.2}})] + pending[1:]) == [0]
     assert doomed([_rec(0, 0.1, result={"metrics": {"score": 0.99}})] + pending[1:]) == [1]

@@ -567,12 +567,15 @@ def checkpoints_to_delete(records: List[CheckpointRecord], num_to_keep: Optional
     """
     if num_to_keep is None or len(records) <= num_to_keep:
         return []
+    # a checkpoint whose validation is pending is never deleted before the validation is
+    # done or abandoned, and takes no place among the best: its score is not known yet
+    # (ranked by its reported one, it could push out a checkpoint that stays in the top)
+    pending = {r.index for r in records if r.status == "PENDING_VALIDATION"}
+    settled = [r for r in records if r.index not in pending]
     latest = max(records, key=lambda r: r.index)
-    keep = {r.index for r in best_checkpoints(records, num_to_keep, score_attribute,
-                                              score_order)} | {latest.index}
-    # a checkpoint whose validation is pending is ranked by the metrics it has so far,
-    # but never deleted before its validation is done or abandoned (its score may rise)
-    return [r for r in records if r.index not in keep and r.status != "PENDING_VALIDATION"]
+    keep = {r.index for r in best_checkpoints(settled, num_to_keep, score_attribute,
+                                              score_order)} | {latest.index} | pending
+    return [r for r in settled if r.index not in keep]
 
 
 # -- result.json / progress.csv ------------------------------------------------------
