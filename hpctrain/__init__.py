@@ -20,9 +20,10 @@ import importlib
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from ._internal.base.context import get_session as _session
-from .checkpoint import Checkpoint, ReportedCheckpoint
+from .checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
 from .config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig, RunConfig,
-                     ScalingConfig, SchedulerConfig, SetupConfig, SyncConfig)
+                     ScalingConfig, SchedulerConfig, SetupConfig, SyncConfig, ValidationConfig,
+                     ValidationTaskConfig)
 # one factory per scheduler, kept with its class (hpctrain.schedulers.<name>)
 from .schedulers.lsf import LsfConfig
 from .schedulers.pbs import PbsConfig
@@ -46,6 +47,7 @@ __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
     "Run", "RunOptions", "DataParallelTrainer", "SchedulerConfig", "SlurmConfig", "PbsConfig", "LsfConfig", "SetupConfig", "DataConfig", "SyncConfig",
     "report", "get_checkpoint", "get_all_reported_checkpoints", "ReportedCheckpoint",
+    "ReportedCheckpointStatus", "ValidationConfig", "ValidationTaskConfig",
     "get_context", "get_dataset_shard", "get_preemption_info", "PreemptionInfo", "UserCallback",
     "TrainingFailedError", "WorkerGroupError", "ControllerError", "TrainingStoppedError",
     "ConfigError",
@@ -56,7 +58,7 @@ __all__ = [
 def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None, *,
            checkpoint_upload_mode: Any = None,
            delete_local_checkpoint_after_upload: Optional[bool] = None,
-           checkpoint_upload_fn: Any = None) -> None:
+           checkpoint_upload_fn: Any = None, validation: Any = False) -> None:
     """Report this iteration's metrics (rank 0's are recorded) and, optionally, a checkpoint.
 
     Every rank must call ``report`` the same number of times. When any rank passes a
@@ -74,11 +76,16 @@ def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None, *,
     ``ASYNC`` (the emptied directory stays, to be reused). A committed checkpoint handed
     back in is never deleted.
     ``checkpoint_upload_fn`` is refused: checkpoints are committed into the run directory.
+
+    ``validation`` (Ray's): True, or a :class:`~hpctrain.config.ValidationTaskConfig`,
+    validates this report's checkpoint asynchronously with the trainer's
+    ``ValidationConfig`` (rank 0's report decides): in a process or batch job of its
+    own, whose metrics are merged into the checkpoint's (docs/guide/validation.md).
     """
     _session("report()").report(
         metrics, checkpoint, checkpoint_upload_mode=checkpoint_upload_mode,
         delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
-        checkpoint_upload_fn=checkpoint_upload_fn)
+        checkpoint_upload_fn=checkpoint_upload_fn, validation=validation)
 
 
 def get_checkpoint() -> Optional[Checkpoint]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import json
 import os
 import shutil
@@ -156,11 +157,23 @@ class Checkpoint:
         return self.path
 
 
+class ReportedCheckpointStatus(enum.Enum):
+    """Where a committed checkpoint is in its validation (Ray 2.x's names):
+    COMMITTED (no validation asked, or it failed or was abandoned), PENDING_VALIDATION
+    (asked, no result yet: retention keeps it), VALIDATED (its metrics hold the
+    validation's)."""
+
+    COMMITTED = "COMMITTED"
+    PENDING_VALIDATION = "PENDING_VALIDATION"
+    VALIDATED = "VALIDATED"
+
+
 @dataclasses.dataclass
 class ReportedCheckpoint:
     """A committed checkpoint and the metrics reported with it (Ray 2.x's
     ``ray.train.ReportedCheckpoint``), as :func:`hpctrain.get_all_reported_checkpoints`
-    returns them."""
+    returns them; the validated metrics merged in, and its ``status``."""
 
     checkpoint: Checkpoint
     metrics: Dict[str, Any]
+    status: ReportedCheckpointStatus = ReportedCheckpointStatus.COMMITTED

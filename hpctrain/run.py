@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 
 from .sites import derive_nodes
-from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
+from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.base.formats import versioned_spec
 from hpctrain._internal.base.log import get_logger, progress_line
 from hpctrain._internal.base.registry import (backend_entry, describe, load, scheduler_names,
@@ -197,7 +197,8 @@ class Run:
             datasets_to_split=t.dataset_config.datasets_to_split,
             metadata=t.metadata,
             trial={"trainer": type(t).__name__, **(options.trial or {})},
-            mtbi_s=rc.failure_config.mtbi_s)
+            mtbi_s=rc.failure_config.mtbi_s,
+            validation=getattr(t, "validation_config", None))
         return cls(spec, payload, options)
 
     @classmethod
@@ -316,6 +317,17 @@ class Run:
                            sync=False, mode=run.file_mode)
         self.payload.save(run)
         save_callbacks(run, self.spec.run.callbacks)
+        validation = getattr(self.payload, "validation", None)
+        if validation is not None:  # what starting a validation needs, without unpickling
+            from hpctrain._internal.allocation.validation import validation_spec
+
+            settings = {"ray_remote_kwargs": validation.ray_remote_kwargs,
+                        "scheduler": validation.scheduler}
+            if self.spec.scheduler.kind != "local":  # a key the scheduler lacks: now
+                validation_spec(self.spec, settings)
+            run.makedirs(os.path.dirname(run.validation_file("settings", "config")))
+            atomic_write_json(run.validation_file("settings", "config"), settings,
+                              sync=False, mode=run.file_mode)
         if self.options.resume_from:
             with run.update_state() as s:
                 s["resume_from"] = self.options.resume_from
@@ -343,6 +355,7 @@ class Run:
         from hpctrain._internal.allocation.attempts import supervise
         from hpctrain._internal.allocation.interactive import interactive_allocation
         from hpctrain._internal.allocation.job import gpu_binding_env
+        from hpctrain._internal.allocation.metrics import MetricsFile
         from hpctrain._internal.allocation.supervisor import Supervisor
         from hpctrain._internal.allocation.tracking import CallbackRunner
         from hpctrain._internal.driver.progress import Progress
@@ -384,6 +397,18 @@ class Run:
             job_id, progress, on_line = allocation.job_id, None, None
             warning_s, warn_at = allocation.warning_s, allocation.warn_at
 
+        metrics = MetricsFile(run, spec.scaling.num_workers)  # for operators (Prometheus)
+        ticks.append(metrics.tick)
+        validations = None
+        settings = read_json(run.validation_file("settings", "config"))
+        if settings:  # the trainer's ValidationConfig (prepare() wrote what jobs need)
+            from hpctrain._internal.allocation.validation import ValidationJobs
+
+            validations = ValidationJobs(run, spec, settings,
+                                         batch=allocation is not None and allocation.is_batch,
+                                         env=extra_env)
+            ticks.append(validations.tick)
+
         def tick() -> None:
             for t in ticks:
                 t()
@@ -396,12 +421,22 @@ class Run:
             first_checkpoint_index=self.options.first_checkpoint_index,
             warning_s=warning_s, warning_signal=fc.warning_signal, warn_at=warn_at,
             hang_timeout_s=fc.hang_timeout_s)
-        if allocation is None:
-            # nothing here can requeue a local run: a clean stop ends it STOPPED
-            return supervise(run, sup, fc, tracking=tracking, on_close=progress.close)
-        return supervise(run, sup, fc, tracking=tracking, pending=allocation.pending,
-                         requeue=lambda: allocation.requeue(run),
-                         can_requeue=allocation.can_requeue)
+        try:
+            if allocation is None:
+                # nothing here can requeue a local run: a clean stop ends it STOPPED
+                return supervise(run, sup, fc, tracking=tracking, on_close=progress.close)
+            return supervise(run, sup, fc, tracking=tracking, pending=allocation.pending,
+                             requeue=lambda: allocation.requeue(run),
+                             can_requeue=allocation.can_requeue)
+        finally:
+            metrics.write()  # the run's end state
+            if validations is not None:
+                # the last checkpoints' validations start now; a local run waits for
+                # its own (as Ray's fit() does), a batch job leaves them to their jobs
+                if validations.batch:
+                    validations.tick(force=True)
+                else:
+                    validations.wait()
 
     def fit(self) -> Result:
         """Run to the end (here, or as a batch job that is followed) and return the

@@ -17,7 +17,7 @@ from hpctrain._internal.base.registry import BACKENDS, SCHEDULERS, backend_entry
 from hpctrain._internal.driver.login import warn_if_login_node
 from hpctrain._internal.rundir.layout import RunDir, existing_run
 from .checkpoint import Checkpoint
-from .config import DataConfig, RunConfig, ScalingConfig, SchedulerConfig
+from .config import DataConfig, RunConfig, ScalingConfig, SchedulerConfig, ValidationConfig
 from .errors import ConfigError
 from .result import Result
 from .sites import LOCAL_SITE
@@ -85,7 +85,8 @@ class DataParallelTrainer:
                  datasets: Optional[Dict[str, Any]] = None,
                  dataset_config: Optional[DataConfig] = None,
                  scheduler: SchedulerArg = None, site: Optional[str] = None,
-                 metadata: Optional[Dict[str, Any]] = None) -> None:
+                 metadata: Optional[Dict[str, Any]] = None,
+                 validation_config: Optional[ValidationConfig] = None) -> None:
         if not callable(train_loop_per_worker) and not hasattr(train_loop_per_worker, "resolve"):
             raise TypeError("train_loop_per_worker must be a function, got "
                             f"{type(train_loop_per_worker).__name__}")
@@ -100,6 +101,10 @@ class DataParallelTrainer:
                 "which only a Tuner resolves",
                 hint="Tuner(trainer, param_space={\"scaling_config\": ScalingConfig("
                      "num_workers=tune.grid_search([1, 2]))})")
+        if validation_config is not None and not isinstance(validation_config, ValidationConfig):
+            raise ConfigError("validation_config: expected a hpctrain.ValidationConfig, got "
+                              f"{type(validation_config).__name__}")
+        self.validation_config = validation_config
         self.metadata = _checked_metadata(metadata)
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config

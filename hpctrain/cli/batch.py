@@ -73,8 +73,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--sweep-trial", type=int, default=None,
                    help="a sweep's job array task: run this trial of the sweep in RUN_DIR's "
                         "parent directory")
+    p.add_argument("--validate", default=None, metavar="CHECKPOINT",
+                   help="validate this checkpoint of the run (asynchronous validation)")
     args = p.parse_args(argv)
     no_write_for_others()
+    if args.validate is not None:
+        return _validate(RunDir(args.run_dir), args.validate)
     if os.environ.pop("HPCTRAIN_SAFEPATH", None):  # the job script's, for this step only
         os.environ.pop("PYTHONSAFEPATH", None)
     from hpctrain._internal.base.log import configure
@@ -94,6 +98,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         _log("stopped by a signal; the run can be resumed from its latest checkpoint")
         return 130
+
+
+def _validate(run: RunDir, name: str) -> int:
+    """A validation process or job: the checkpoint ``name`` of ``run``
+    (:func:`hpctrain._internal.rundir.validation.validate`), with the sys.path additions
+    the run's ranks get, so that the validation function unpickles as in the driver."""
+    from hpctrain._internal.base.log import configure
+    from hpctrain._internal.rundir.validation import validate
+    from hpctrain.run import allocation_pythonpath
+
+    configure()
+    os.environ.pop("PYTHONSAFEPATH", None)
+    for entry in reversed(allocation_pythonpath(run)["PYTHONPATH"].split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(0, entry)
+    return validate(run, name)
 
 
 def _load_and_run(run: RunDir, pending, script: Optional[str],

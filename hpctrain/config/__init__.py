@@ -11,6 +11,8 @@ The package's modules, bottom up:
 * :mod:`.scheduler`: :class:`SchedulerConfig` (the keys every batch system shares; each
   scheduler's own options are a subclass in its module) and :class:`SetupConfig`.
 * :mod:`.container`: :class:`ContainerConfig`, the ``[container]`` the ranks run in.
+* :mod:`.validation`: :class:`ValidationConfig`, :class:`ValidationTaskConfig` (asynchronous
+  validation).
 
 Every name is importable from ``hpctrain.config`` as before.
 """
@@ -23,6 +25,7 @@ from .ray_named import (DEFAULT_STORAGE_ENV, STORAGE_URI_HINT, WARNING_SIGNALS, 
                         default_storage_paths,
                         local_storage_path, upload_mode)
 from .container import ContainerConfig
+from .validation import ValidationConfig, ValidationTaskConfig
 from .scheduler import (GPU_BINDINGS, SchedulerConfig, SetupConfig, check_scheduler_keys,
                         kind_field, scheduler_config_class, scheduler_keys,
                         scheduler_options, scheduler_title)
@@ -32,7 +35,7 @@ __all__ = [
     "CheckpointConfig", "CheckpointUploadMode", "ContainerConfig", "DEFAULT_STORAGE_ENV", "DataConfig",
     "FailureConfig", "GPU_BINDINGS", "LAUNCHERS", "RunConfig", "SCHEDULERS",
     "STORAGE_URI_HINT", "ScalingConfig", "SchedulerConfig", "SetupConfig", "SyncConfig",
-    "TomlKey", "WARNING_SIGNALS", "check_scheduler_keys", "check_stop",
+    "TomlKey", "ValidationConfig", "ValidationTaskConfig", "WARNING_SIGNALS", "check_scheduler_keys", "check_stop",
     "default_storage_path", "default_storage_paths", "kind_field", "local_storage_path", "python_only", "scheduler_config_class",
     "scheduler_keys", "scheduler_options", "scheduler_title", "toml", "toml_keys", "upload_mode",
 ]

@@ -21,7 +21,7 @@ from typing import Any, Dict, Optional
 
 from ..backends.horovod import HorovodConfig
 from ..checkpoint import Checkpoint
-from ..config import DataConfig, RunConfig, ScalingConfig
+from ..config import DataConfig, RunConfig, ScalingConfig, ValidationConfig
 from ..trainer import DataParallelTrainer, SchedulerArg, TrainLoop
 
 __all__ = ["HorovodTrainer", "HorovodConfig"]
@@ -43,10 +43,12 @@ class HorovodTrainer(DataParallelTrainer):
                  dataset_config: Optional[DataConfig] = None,
                  resume_from_checkpoint: Optional[Checkpoint] = None,
                  metadata: Optional[Dict[str, Any]] = None,
-                 scheduler: SchedulerArg = None, site: Optional[str] = None) -> None:
+                 scheduler: SchedulerArg = None, site: Optional[str] = None,
+                 validation_config: Optional[ValidationConfig] = None) -> None:
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
                          backend_config=self._backend_config(horovod_config, "horovod_config"),
                          scaling_config=scaling_config, run_config=run_config,
                          datasets=datasets, dataset_config=dataset_config,
                          resume_from_checkpoint=resume_from_checkpoint, metadata=metadata,
-                         scheduler=scheduler, site=site)
+                         scheduler=scheduler, site=site,
+                         validation_config=validation_config)

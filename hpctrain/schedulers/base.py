@@ -57,6 +57,7 @@ class BatchRequest:
     run_path: str
     rerender: str = ""              # the command that re-renders this script
     python: Optional[str] = None    # interpreter in the job (default: this one)
+    name: Optional[str] = None      # the job's name (default: the run directory's)
 
     @property
     def scheduler(self) -> "Scheduler":
@@ -553,5 +554,5 @@ def array_ranges(indices: Sequence[int]) -> str:
 
 
 def job_name(request: BatchRequest) -> str:
-    return os.path.basename(request.run_path)
+    return request.name or os.path.basename(request.run_path)
 

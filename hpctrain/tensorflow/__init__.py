@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from ..backends.tensorflow import TensorflowConfig
 from ..checkpoint import Checkpoint
-from ..config import DataConfig, RunConfig, ScalingConfig
+from ..config import DataConfig, RunConfig, ScalingConfig, ValidationConfig
 from ..trainer import DataParallelTrainer, SchedulerArg, TrainLoop
 
 if TYPE_CHECKING:
@@ -37,13 +37,15 @@ class TensorflowTrainer(DataParallelTrainer):
                  dataset_config: Optional[DataConfig] = None,
                  resume_from_checkpoint: Optional[Checkpoint] = None,
                  metadata: Optional[Dict[str, Any]] = None,
-                 scheduler: SchedulerArg = None, site: Optional[str] = None) -> None:
+                 scheduler: SchedulerArg = None, site: Optional[str] = None,
+                 validation_config: Optional[ValidationConfig] = None) -> None:
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
                          backend_config=self._backend_config(tensorflow_config, "tensorflow_config"),
                          scaling_config=scaling_config, run_config=run_config,
                          datasets=datasets, dataset_config=dataset_config,
                          resume_from_checkpoint=resume_from_checkpoint, metadata=metadata,
-                         scheduler=scheduler, site=site)
+                         scheduler=scheduler, site=site,
+                         validation_config=validation_config)
 
 
 def prepare_dataset_shard(tf_dataset_shard: "tf.data.Dataset") -> "tf.data.Dataset":

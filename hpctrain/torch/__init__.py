@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, cast
 
 from ..backends.torch import TorchConfig, get_device, get_devices
 from ..checkpoint import Checkpoint
-from ..config import DataConfig, RunConfig, ScalingConfig
+from ..config import DataConfig, RunConfig, ScalingConfig, ValidationConfig
 from ..trainer import DataParallelTrainer, SchedulerArg, TrainLoop
 from hpctrain._internal.base import progress
 from hpctrain._internal.base.context import current_session
@@ -40,13 +40,15 @@ class TorchTrainer(DataParallelTrainer):
                  dataset_config: Optional[DataConfig] = None,
                  resume_from_checkpoint: Optional[Checkpoint] = None,
                  metadata: Optional[Dict[str, Any]] = None,
-                 scheduler: SchedulerArg = None, site: Optional[str] = None) -> None:
+                 scheduler: SchedulerArg = None, site: Optional[str] = None,
+                 validation_config: Optional[ValidationConfig] = None) -> None:
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
                          backend_config=self._backend_config(torch_config, "torch_config"),
                          scaling_config=scaling_config, run_config=run_config,
                          datasets=datasets, dataset_config=dataset_config,
                          resume_from_checkpoint=resume_from_checkpoint, metadata=metadata,
-                         scheduler=scheduler, site=site)
+                         scheduler=scheduler, site=site,
+                         validation_config=validation_config)
 
 
 def _session() -> Any:

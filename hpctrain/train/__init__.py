@@ -76,9 +76,10 @@ from typing import Any
 from .. import get_all_reported_checkpoints, get_checkpoint, get_context
 from .. import PreemptionInfo, UserCallback, get_preemption_info  # Ray Train v2
 from ..backends.torch import TorchConfig  # (Ray 1.x: ray.train.TorchConfig)
-from ..checkpoint import Checkpoint, ReportedCheckpoint
+from ..checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
 from ..config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig,
-                      RunConfig, ScalingConfig, SyncConfig)
+                      RunConfig, ScalingConfig, SyncConfig, ValidationConfig,
+                      ValidationTaskConfig)
 from ..errors import ControllerError, TrainingFailedError, WorkerGroupError
 from ..result import Result
 from .callbacks import JsonLoggerCallback, PrintCallback, TBXLoggerCallback, TrainingCallback
@@ -108,6 +109,8 @@ __all__ = [
 ]
 # Ray Train v2: user callbacks and preemption (the same objects as hpctrain's)
 __all__ += ["UserCallback", "get_preemption_info", "PreemptionInfo"]
+# Ray Train v2: asynchronous validation
+__all__ += ["ValidationConfig", "ValidationTaskConfig", "ReportedCheckpointStatus"]
 
 #: the framework subpackages, imported on first access (``train.torch`` after ``import
 #: hpctrain.train as train``, as ``ray.train.torch``) so that importing this package

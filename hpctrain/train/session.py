@@ -86,7 +86,8 @@ def _worker_state() -> Optional[_WorkerState]:
 def report(metrics: Optional[Dict[str, Any]] = None, *, checkpoint: Optional[Checkpoint] = None,
            checkpoint_upload_mode: Any = None,
            delete_local_checkpoint_after_upload: Optional[bool] = None,
-           checkpoint_upload_fn: Any = None, **kwargs: Any) -> None:
+           checkpoint_upload_fn: Any = None, validation: Any = False,
+           **kwargs: Any) -> None:
     """Report this iteration's results; every worker must call it the same number of times.
 
     Both of Ray's forms: Ray 2's ``train.report({"loss": x}, checkpoint=ckpt)`` is
@@ -104,7 +105,7 @@ def report(metrics: Optional[Dict[str, Any]] = None, *, checkpoint: Optional[Che
     _hpctrain_report(dict(metrics if metrics is not None else kwargs), checkpoint=checkpoint,
                      checkpoint_upload_mode=checkpoint_upload_mode,
                      delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
-                     checkpoint_upload_fn=checkpoint_upload_fn)
+                     checkpoint_upload_fn=checkpoint_upload_fn, validation=validation)
 
 
 def save_checkpoint(**kwargs) -> None:

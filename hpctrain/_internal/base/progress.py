@@ -10,6 +10,9 @@ import time
 
 count = 0          # moves made so far
 at = time.time()   # when the count last moved
+#: seconds this rank spent inside report() so far (Ray's
+#: train_report_total_blocked_time_s; the supervisor's metrics file shows it)
+report_blocked_s = 0.0
 
 
 def beat() -> None:
@@ -17,3 +20,9 @@ def beat() -> None:
     global count, at
     count += 1
     at = time.time()
+
+
+def blocked(seconds: float) -> None:
+    """One ``report()`` call took ``seconds`` of the training thread's time."""
+    global report_blocked_s
+    report_blocked_s += seconds

@@ -233,7 +233,8 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
             world_size: int, config: CheckpointConfig, started: float,
             metadata: Optional[Dict[str, Any]] = None,
             data_epochs: Optional[Dict[str, Any]] = None,
-            on_duplicates: Optional[Callable[[Dict[str, List[int]]], None]] = None
+            on_duplicates: Optional[Callable[[Dict[str, List[int]]], None]] = None,
+            validation: Optional[Dict[str, Any]] = None
             ) -> Tuple[Optional[str], List[str]]:
     """Rank 0: commit the checkpoint staged at report ``iteration`` as
     ``checkpoint_<index>`` (or past the highest index a checkpoint name holds, when that
@@ -246,7 +247,10 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     the trainer's, written (under what the ranks set) as the checkpoint's
     ``.metadata.json`` before the rename.
     ``data_epochs``: the epoch each prepared DataLoader and dataset shard resumes at.
-    ``on_duplicates`` gets {name: ranks} when several ranks handed in the same names."""
+    ``on_duplicates`` gets {name: ranks} when several ranks handed in the same names.
+    ``validation``: the validation asked at this report ({"fn_kwargs", "timeout_s"}),
+    recorded in the commit record: the checkpoint is PENDING_VALIDATION from its commit
+    on, so retention keeps it until the validation is done or abandoned."""
     tmp = run.staging_tmp(iteration)
     if not os.path.isdir(tmp):
         return None, []
@@ -279,6 +283,8 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     user = merged_metadata(metadata, shards)
     if data_epochs:  # where prepared loaders and dataset shards resume (rank 0's)
         meta["data_epochs"] = data_epochs
+    if validation is not None:
+        meta["validation"] = validation
     duplicated = {rel: ranks for rel, ranks in handed_in.items() if len(ranks) > 1}
     if duplicated:
         meta["duplicate_files"] = duplicated

@@ -263,7 +263,11 @@ class RunDir:
             except OSError:  # an I/O error: not listed this time, not taken for damaged
                 continue
             if meta is not None:
-                out.append(CheckpointRecord(index, path, meta))
+                rec = CheckpointRecord(index, path, meta)
+                if meta.get("validation") is not None:  # asked: its result, its launch
+                    rec.validation = read_json(self.validation_file(rec.name)) or None
+                    rec.launch = read_json(self.validation_file(rec.name, "launch")) or None
+                out.append(rec)
         return out
 
     def _commit_record(self, path: str) -> tuple:
@@ -356,6 +360,12 @@ class RunDir:
         self.set_aside_damaged()
         return removed
 
+    def validation_file(self, name: str, kind: str = "result") -> str:
+        """``.hpctrain/validation/<checkpoint name>.<kind>.json``: a validation's result
+        (its metrics or its error, written once, atomically, by the validation), its
+        launch (the process or job running it) and its script."""
+        return self._p(".hpctrain", "validation", f"{name}.{kind}.json")
+
     def staging_tmp(self, iteration: int) -> str:
         """Where the shards of the checkpoint handed in at report ``iteration`` gather
         (always on the POSIX side: :meth:`~hpctrain.storage.base.Storage.publish` takes it
@@ -434,10 +444,59 @@ class CheckpointRecord:
     index: int
     path: str
     metadata: Dict[str, Any]
+    #: the validation's result ({"metrics": …} or {"error": …}), when one was asked
+    validation: Optional[Dict[str, Any]] = None
+    #: where that validation runs ({"kind": "local", "pid", "host"} or a job's id)
+    launch: Optional[Dict[str, Any]] = None
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
 
     @property
     def metrics(self) -> Dict[str, Any]:
-        return self.metadata.get("metrics", {})
+        """The reported metrics, with a validation's merged over them (Ray: validated
+        metrics overwrite the initial ones of the same key)."""
+        reported = self.metadata.get("metrics", {})
+        validated = (self.validation or {}).get("metrics")
+        return {**reported, **validated} if isinstance(validated, dict) else reported
+
+    @property
+    def status(self) -> str:
+        """COMMITTED, PENDING_VALIDATION or VALIDATED (Ray's ReportedCheckpointStatus):
+        COMMITTED too for a validation that failed or was abandoned (:meth:`abandoned`)."""
+        if self.metadata.get("validation") is None:
+            return "COMMITTED"
+        if isinstance((self.validation or {}).get("metrics"), dict):
+            return "VALIDATED"
+        if self.validation is not None or self.abandoned():
+            return "COMMITTED"
+        return "PENDING_VALIDATION"
+
+    def abandoned(self, now: Optional[float] = None) -> bool:
+        """A validation without a result that never will have one: its ``timeout_s`` has
+        passed since the commit, or its process (on this host) is gone."""
+        request = self.metadata.get("validation") or {}
+        timeout = request.get("timeout_s")
+        if timeout is not None and (now or time.time()) > float(
+                self.metadata.get("time", 0)) + float(timeout):
+            return True
+        launch = self.launch or {}
+        if launch.get("kind") == "local" and launch.get("host") == socket.gethostname():
+            try:
+                os.kill(int(launch["pid"]), 0)
+            except ProcessLookupError:
+                # gone: abandoned, unless it wrote its result since it was listed
+                result = launch.get("result")
+                return not result or read_json(result) is None
+            except (OSError, ValueError, KeyError):
+                return False
+        return False
+
+    @property
+    def validation_error(self) -> Optional[str]:
+        """Why the validation failed (its traceback's last line first), or None."""
+        return (self.validation or {}).get("error")
 
     @property
     def iteration(self) -> int:
@@ -508,10 +567,15 @@ def checkpoints_to_delete(records: List[CheckpointRecord], num_to_keep: Optional
     """
     if num_to_keep is None or len(records) <= num_to_keep:
         return []
+    # a checkpoint whose validation is pending is never deleted before the validation is
+    # done or abandoned, and takes no place among the best: its score is not known yet
+    # (ranked by its reported one, it could push out a checkpoint that stays in the top)
+    pending = {r.index for r in records if r.status == "PENDING_VALIDATION"}
+    settled = [r for r in records if r.index not in pending]
     latest = max(records, key=lambda r: r.index)
-    keep = {r.index for r in best_checkpoints(records, num_to_keep, score_attribute,
-                                              score_order)} | {latest.index}
-    return [r for r in records if r.index not in keep]
+    keep = {r.index for r in best_checkpoints(settled, num_to_keep, score_attribute,
+                                              score_order)} | {latest.index} | pending
+    return [r for r in settled if r.index not in keep]
 
 
 # -- result.json / progress.csv ------------------------------------------------------

@@ -48,6 +48,8 @@ class WorkerPayload:
     #: FailureConfig.mtbi in seconds (the site's interruption rate, for
     #: CheckpointConfig(checkpoint_frequency="auto"))
     mtbi_s: Optional[int] = None
+    #: the trainer's ValidationConfig (asynchronous validation), or None
+    validation: Any = None
 
     def save(self, run: RunDir) -> None:
         header = {"format": HEADER_FORMAT, "backend": self.backend,

@@ -122,7 +122,8 @@ def run_worker(run_dir: str) -> int:
             metadata=getattr(payload, "metadata", None),
             trial=getattr(payload, "trial", None),
             gpus_per_worker=payload.scaling.gpus_each,
-            mtbi_s=getattr(payload, "mtbi_s", None))
+            mtbi_s=getattr(payload, "mtbi_s", None),
+            validation=getattr(payload, "validation", None))
         set_session(session)
         if rank == 0 and not in_process:
             _watch_stop_file(os.path.join(adir, STOP_FILE))
@@ -147,6 +148,8 @@ def run_worker(run_dir: str) -> int:
                 backend.on_shutdown(info)
             return 0
         session.close()
+        if not in_process:
+            heartbeat.flush()  # the last report's figures, for the run's metrics file
         if payload.keep_return_values:
             os.makedirs(adir, exist_ok=True)
             atomic_write_bytes(os.path.join(adir, RETURN_FILE.format(rank=rank)),

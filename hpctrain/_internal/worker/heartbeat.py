@@ -55,6 +55,7 @@ class Heartbeat:
         self._seen = -1
         self._dumped = False
         self.stage = "start"
+        self.ready_at: Optional[float] = None
         self._thread = threading.Thread(target=self._loop, name="hpctrain-heartbeat",
                                         daemon=True)
 
@@ -68,6 +69,12 @@ class Heartbeat:
         imported), ``"ready"`` (the process group formed). Not progress: the start-up
         limit still applies until the first report or batch."""
         self.stage = stage
+        if stage == "ready" and self.ready_at is None:
+            self.ready_at = time.time()  # the worker group's start ends at its last rank's
+        self._write()
+
+    def flush(self) -> None:
+        """Write the record now (the training function ended: its last figures)."""
         self._write()
 
     def _write(self) -> None:
@@ -75,7 +82,8 @@ class Heartbeat:
         record = {"rank": self.rank, "host": self.host, "pid": os.getpid(),
                   "progress": progress.count,
                   "time": progress.at if progress.count else time.time(),
-                  "phase": phase}
+                  "phase": phase, "ready_at": self.ready_at,
+                  "report_blocked_s": round(progress.report_blocked_s, 6)}
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -42,7 +42,9 @@ from hpctrain._internal.base.checkpoint_interval import FrequencyPolicy
 from hpctrain._internal.base.context import (  # noqa: F401
     Coordinator, SingleProcessCoordinator, current_session, get_session, request_stop,
     set_session, stop_pending)
-from hpctrain.checkpoint import Checkpoint, METADATA_FILE, ReportedCheckpoint
+from hpctrain.checkpoint import (Checkpoint, METADATA_FILE, ReportedCheckpoint,
+                                 ReportedCheckpointStatus)
+from hpctrain.config.validation import task_config_of
 from hpctrain.cluster_env import WorkerInfo
 from hpctrain.config import CheckpointConfig, CheckpointUploadMode, upload_mode
 from hpctrain._internal.rundir.async_commit import BackgroundCommit, snapshot
@@ -90,8 +92,12 @@ class Session:
                  datasets_to_split: Any = "all",
                  metadata: Optional[Dict[str, Any]] = None,
                  trial: Optional[Dict[str, str]] = None, gpus_per_worker: int = 0,
-                 mtbi_s: Optional[float] = None):
+                 mtbi_s: Optional[float] = None, validation: Any = None):
         self.info = info
+        #: the trainer's ValidationConfig (None: report(validation=...) is refused)
+        self.validation = validation
+        #: rank 0: the validation asked at each report not yet published
+        self._validation_requests: Dict[int, Dict[str, Any]] = {}
         self.mtbi_s = mtbi_s  # FailureConfig.mtbi: checkpoint_frequency="auto"'s prior
         self.run = run
         self.coordinator = coordinator
@@ -153,7 +159,10 @@ class Session:
     def report(self, metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None,
                checkpoint_upload_mode: Any = None,
                delete_local_checkpoint_after_upload: Optional[bool] = None,
-               checkpoint_upload_fn: Any = None) -> None:
+               checkpoint_upload_fn: Any = None, validation: Any = False) -> None:
+        task = task_config_of(validation)
+        if task is not None:
+            self._ask_validation(task, checkpoint)
         if checkpoint_upload_fn is not None:
             raise ConfigError(
                 "report(checkpoint_upload_fn=...): not supported by hpctrain; a checkpoint "
@@ -223,6 +232,11 @@ class Session:
         if rank == 0:
             self._reports_since_agreement[iteration] = (dict(metrics), started,
                                                         self.data_epochs())
+            if task is not None:
+                self._validation_requests[iteration] = {
+                    "fn_kwargs": self.validation.kwargs_for(task),
+                    "timeout_s": task.timeout_s if task.timeout_s is not None
+                    else self.validation.task_config.timeout_s}
         published = self._publish_agreed(iteration) if agreed else {}
         name = published.get(iteration)
         if files:  # after the commit, so that hashing never competes with it
@@ -246,6 +260,7 @@ class Session:
         self.iteration = iteration
         self.last_metrics = row
         self._last = now
+        progress.blocked(time.perf_counter() - blocked_from)
         if checkpoint is not None and rank == 0:
             self._frequency.observe_cost(time.perf_counter() - blocked_from)
         if self._tune_hook is not None:
@@ -354,7 +369,8 @@ class Session:
                         self.run, it, self.next_checkpoint_index, metrics=metrics,
                         world_size=self.info.world_size, config=self.checkpoint_config,
                         started=started, metadata=self.metadata, data_epochs=epochs,
-                        on_duplicates=self._warn_duplicates)
+                        on_duplicates=self._warn_duplicates,
+                        validation=self._validation_requests.pop(it, None))
                     if name:
                         self.next_checkpoint_index += 1
                         published[it] = name
@@ -366,6 +382,21 @@ class Session:
         # a checkpoint still in flight is published at a later agreement
         self._publish_due = self._publish_due and below != NOTHING_IN_FLIGHT
         return published
+
+    def _ask_validation(self, task: Any, checkpoint: Optional[Checkpoint]) -> None:
+        """Refuse ``report(validation=...)`` that cannot be honoured (Ray's checks)."""
+        if self.validation is None:
+            raise ConfigError("report(validation=...): the trainer has no validation "
+                              "function", hint="pass validation_config=ValidationConfig("
+                              "fn=...) to the trainer")
+        if checkpoint is None:
+            raise ConfigError("report(validation=...): a validation runs on the "
+                              "checkpoint of its report, and this report has none",
+                              hint="report(metrics, checkpoint=..., validation=True)")
+        try:
+            json.dumps(self.validation.kwargs_for(task))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"report(validation=...): fn_kwargs must be JSON: {e}") from e
 
     # -- collectives (hpctrain.train.collective) ---------------------------------------
     def barrier(self) -> None:
@@ -404,7 +435,8 @@ class Session:
                    and time.monotonic() < deadline):
                 progress.beat()
                 time.sleep(0.005)
-        return [ReportedCheckpoint(rec.checkpoint(), dict(rec.metrics))
+        return [ReportedCheckpoint(rec.checkpoint(), dict(rec.metrics),
+                                   ReportedCheckpointStatus(rec.status))
                 for rec in self.run.list_checkpoints()]
 
     # -- asynchronous commits (see .async_commit) --------------------------------------
