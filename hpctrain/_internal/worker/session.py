@@ -452,6 +452,9 @@ class Session:
         if commit is None:
             return
         manifest = commit.result()
+        if self.info.world_rank == 0 and commit.finished is not None:
+            # checkpoint_frequency="auto": the drain bounds the interval from below
+            self._frequency.observe_drain(commit.finished - commit.started)
         self._staged_since_agreement = True
         files = list(manifest["files"])
         if files:
