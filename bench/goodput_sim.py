@@ -127,7 +127,7 @@ def simulate(sc: Scenario, tau: float, *, horizon_interruptions: int = 4000,
     lam_f, lam_p = sc.failure_rate, sc.preempt_rate
     lam = lam_f + lam_p
     if lam <= 0:
-        return tau / (tau + sc.ckpt_s)
+        return tau / (tau + sc.ckpt_s + max(0.0, sc.drain_s - tau))
     horizon = horizon_interruptions / lam
     C, R, Rp, D = sc.ckpt_s, sc.restart_s, sc.preempt_restart_s, sc.drain_s
     R_local = sc.local_restart_s if sc.tiered else R
