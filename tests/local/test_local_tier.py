@@ -81,7 +81,61 @@ def test_a_damaged_local_copy_falls_back_to_the_shared_copy(storage, local_dir):
     assert tier_workloads.step_of(result.checkpoint.path) == 4
 
 
+def test_a_torch_state_checkpoint_is_written_into_the_local_tier_then_drained(
+        storage, local_dir):
+    import torch
+
+    result = fit(tier_workloads.torch_state, storage, name="torchstate", workers=1,
+                 config={"local_glob": os.path.join(local_dir, "hpctrain-*", "*")},
+                 ckpt=CheckpointConfig(local_dir="$HPCTRAIN_TEST_LOCAL"))
+    assert result.error is None
+    manifests = json.load(open(os.path.join(result.path, "test-out", "local-manifests.json")))
+    assert [sorted(m) for m in manifests] == [["state.pt"]] * 3
+    assert torch.equal(torch.load(os.path.join(result.checkpoint.path, "state.pt"))["w"],
+                       torch.full((4,), 2))
+
+
 def test_local_dir_must_be_a_path():
     with pytest.raises(ConfigError, match=r"checkpoint.local_dir: expected a directory "
                                           r"path \(string\), got 5"):
         CheckpointConfig(local_dir=5)
+
+
+def _run(tmp_path):
+    from hpctrain._internal.rundir.layout import RunDir
+
+    run = RunDir(str(tmp_path / "runs" / "r"))
+    run.create()
+    return run
+
+
+def test_an_unusable_local_dir_warns_and_writes_to_the_run_directory_only(
+        tmp_path, monkeypatch, caplog):
+    from hpctrain._internal.rundir.local_tier import LocalTier
+
+    monkeypatch.delenv("HPCTRAIN_TEST_UNSET", raising=False)
+    run = _run(tmp_path)
+    for setting, why in [("$HPCTRAIN_TEST_UNSET/x", "an environment variable in it is not "
+                                                    "set here"),
+                         (str(tmp_path / "missing"), "it is not a directory here")]:
+        caplog.clear()
+        assert LocalTier.open(setting, run, rank=3, node="n7", job_id="1") is None
+        assert (f"checkpoint.local_dir={setting!r} on node n7: {why}; rank 3 writes its "
+                "checkpoints to the run directory only") in caplog.text
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a directory another "
+                                             "user's")
+def test_a_local_tier_directory_of_another_user_is_refused(tmp_path, caplog):
+    from hpctrain._internal.rundir.local_tier import LocalTier
+
+    run = _run(tmp_path)
+    root = tmp_path / "shared-tmp"
+    root.mkdir()
+    planted = root / f"hpctrain-{os.getuid()}"  # made first by someone else
+    planted.mkdir(mode=0o777)
+    os.chown(planted, 4321, 4321)
+    assert LocalTier.open(str(root), run, rank=0, node="n1", job_id="1") is None
+    assert f"refusing the local checkpoint tier {planted}: it is not a directory of yours" \
+        in caplog.text
+    assert os.listdir(planted) == []

@@ -103,3 +103,22 @@ def _fail_after_commit(ctx, rank, iteration, config):
             _note(ctx, "holding", {"job": os.environ.get("SLURM_JOB_ID")})
         time.sleep(600)
     raise RuntimeError(f"rank {rank}: failing on purpose after report {iteration}")
+
+
+def torch_state(config):
+    """Torch state handed over without files (``state_dict_checkpoint``): written in the
+    background, into the local tier, then drained. Notes each local copy's manifest."""
+    import torch
+
+    from hpctrain._internal.worker.session import get_session
+    from hpctrain.torch.checkpoints import state_dict_checkpoint
+
+    ctx = hpctrain.get_context()
+    seen = []
+    for step in range(3):
+        hpctrain.report({"step": step},
+                        checkpoint=state_dict_checkpoint({"w": torch.full((4,), step)}))
+        get_session().wait_for_commit()
+        seen += [json.load(open(p))["files"] for p in glob.glob(os.path.join(
+            config["local_glob"], "rank-0", f"ckpt-{step + 1:06d}", ".hpctrain_local.json"))]
+    _note(ctx, "local-manifests.json", seen)
