@@ -10,7 +10,7 @@ import stat
 import pytest
 
 import tier_workloads
-from helpers import fit
+from helpers import fit, run_state
 from hpctrain import CheckpointConfig
 from hpctrain.errors import ConfigError
 
@@ -56,6 +56,9 @@ def test_a_restart_restores_from_the_local_copy_without_reading_the_shared_one(
         # came from the local copy
         assert restored["step"] == 2
         assert restored["path"].startswith(local_dir)
+    # the attempt's record in state.json says so too
+    assert run_state(result.path)["attempts"][1]["restored"] == {
+        "local": [0, 1], "shared": [], "shared_bytes_read": 0}
     damaged = os.path.join(result.path, "checkpoints", records[0]["checkpoint"], "model.bin")
     if os.path.exists(damaged):  # (retention may have dropped it since)
         assert open(damaged, "rb").read(4) == b"XXXX"
@@ -76,6 +79,8 @@ def test_a_damaged_local_copy_falls_back_to_the_shared_copy(storage, local_dir):
         "model.bin: the local copy's content digest does not match its manifest"]
     assert rank0["shared_bytes_read"] == tier_workloads.SIZE
     assert rank1["source"] == "local"
+    assert run_state(result.path)["attempts"][1]["restored"] == {
+        "local": [1], "shared": [0], "shared_bytes_read": tier_workloads.SIZE}
     assert _restored(result.path, 2, 0)["path"].startswith(result.path)
     assert [_restored(result.path, 2, r)["step"] for r in (0, 1)] == [2, 2]
     assert tier_workloads.step_of(result.checkpoint.path) == 4

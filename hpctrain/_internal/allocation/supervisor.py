@@ -29,7 +29,7 @@ from hpctrain._internal.base.log import get_logger
 
 _logger = get_logger("supervisor")
 from hpctrain._internal.rundir.commit import verify_checkpoint
-from hpctrain._internal.rundir.local_tier import damaged_checkpoints
+from hpctrain._internal.rundir.local_tier import damaged_checkpoints, restore_summary
 from hpctrain._internal.base.fsutil import read_json
 from hpctrain._internal.rundir.layout import DECISION_FILE, RunDir
 from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
@@ -532,6 +532,9 @@ class Supervisor:
                 rec.update(failed_rank=failure.rank, error=failure.summary)
             if failed_ranks is not None:
                 rec["failed_ranks"] = list(failed_ranks)
+            restored = restore_summary(self.run, attempt) if self.local_tier else None
+            if restored:  # the node-local tier: where the ranks' checkpoint came from
+                rec["restored"] = restored
 
     def _write_error(self, attempt: int, f: Failure) -> None:
         where = f" on {f.host} (pid {f.pid})" if f.host else ""

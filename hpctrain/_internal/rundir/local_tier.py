@@ -290,20 +290,36 @@ def _write_record(run: RunDir, attempt: int, rank: int, record: Dict[str, Any]) 
                       sync=False, mode=run.file_mode)
 
 
+def restore_records(run: RunDir, attempt: int) -> List[Dict[str, Any]]:
+    """The ranks' restore records of ``attempt`` (see :func:`restore`)."""
+    adir = run.attempt_dir(attempt)
+    if not os.path.isdir(adir):
+        return []
+    records = [read_json(os.path.join(adir, entry)) for entry in sorted(os.listdir(adir))
+               if entry.startswith("restore.rank-") and entry.endswith(".json")]
+    return [r for r in records if isinstance(r, dict)]
+
+
 def damaged_checkpoints(run: RunDir, attempt: int) -> List[str]:
     """The committed checkpoints that a rank of ``attempt`` found damaged on its way to
     restore from them (the supervisor verifies those completely)."""
-    out = []
-    adir = run.attempt_dir(attempt)
-    if not os.path.isdir(adir):
-        return out
-    for entry in os.listdir(adir):
-        if entry.startswith("restore.rank-"):
-            record = read_json(os.path.join(adir, entry))
-            if isinstance(record, dict) and record.get("shared_problems"):
-                out.append(str(record.get("checkpoint")))
-    return out
+    return [str(r.get("checkpoint")) for r in restore_records(run, attempt)
+            if r.get("shared_problems")]
 
 
-__all__ = ["LocalTier", "restore", "expand", "damaged_checkpoints", "LOCAL_MANIFEST",
+def restore_summary(run: RunDir, attempt: int) -> Optional[Dict[str, Any]]:
+    """For the attempt's record in ``state.json``: which ranks restored from their local
+    copy, which from the shared one, and the bytes read from the shared copy."""
+    records = restore_records(run, attempt)
+    if not records:
+        return None
+    return {"local": sorted(int(r.get("rank", -1)) for r in records
+                            if r.get("source") == "local"),
+            "shared": sorted(int(r.get("rank", -1)) for r in records
+                             if r.get("source") != "local"),
+            "shared_bytes_read": sum(int(r.get("shared_bytes_read") or 0) for r in records)}
+
+
+__all__ = ["LocalTier", "restore", "expand", "damaged_checkpoints", "restore_records",
+           "restore_summary", "LOCAL_MANIFEST",
            "RESTORE_RECORD"]
