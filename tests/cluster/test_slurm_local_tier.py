@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 import tier_workloads
-from helpers import SUPPORT, cli as hpctrain_cli, run_state, wait_for, workload, write_job
+from helpers import ROOT, SUPPORT, cli as hpctrain_cli, run_state, wait_for, workload, write_job
 from slurm import HoldReleaser, wait_gone
 
 pytestmark = pytest.mark.cluster("slurm")
@@ -26,8 +26,10 @@ def test_a_restart_on_another_node_reads_the_shared_copy(tmp_path, storage):
         scaling={"num_nodes": 1, "workers_per_node": 1},
         scheduler='time = "00:05:00"\n[scheduler.directives]\nexclude = "n2"',
         checkpoint={"local_dir": str(nodes / "$SLURMD_NODENAME")},
-        env={"PYTHONPATH": SUPPORT},
+        env={"PYTHONPATH": os.pathsep.join([ROOT, SUPPORT])},  # this checkout's batch step
         config={"steps": 5, "fail_at": 2, "damage": "none", "hold": True})
+    # the resolved spec the batch step reads carries the setting
+    assert f'local_dir = "{nodes}/$SLURMD_NODENAME"' in hpctrain_cli("render", job).stdout
     job_id = hpctrain_cli("submit", job).stdout.split("submitted slurm job ")[1].split()[0]
     run = os.path.join(storage, "tiernode")
     wait_for(lambda: os.path.exists(os.path.join(run, "test-out", "holding")), 180,
@@ -43,6 +45,8 @@ def test_a_restart_on_another_node_reads_the_shared_copy(tmp_path, storage):
     state = run_state(run)
     assert state["status"] == "FINISHED" and set(state["job_ids"]) == {job_id}
     last = state["attempts"][-1]["attempt"]
+    assert state["attempts"][-1]["restored"] == {
+        "local": [], "shared": [0], "shared_bytes_read": tier_workloads.SIZE}
     record = json.load(open(os.path.join(run, ".hpctrain", f"attempt-{last:03d}",
                                          "restore.rank-0.json")))
     assert record["source"] == "shared" and record["node"] == "n2"
