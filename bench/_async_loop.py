@@ -4,7 +4,8 @@ Rank 0 writes ``files`` × ``file_mib`` MiB into one directory it reuses (the us
 not timed) and reports it as a checkpoint; the other ranks report no files. Between
 checkpoints: ``between`` chunks of fixed CPU work, each followed by a metrics-only
 report. The checkpoint report (the time the checkpoint blocks the training, including
-any wait for the previous commit) and the metrics-only reports are timed.
+any wait for the previous commit; with ``settle``, the previous commit is waited for
+first, untimed) and the metrics-only reports are timed.
 """
 import json
 import os
@@ -41,6 +42,8 @@ def loop(config):
                 with open(os.path.join(src, f"part-{f}.bin"), "wb") as fh:
                     fh.write(block)
             ckpt = Checkpoint.from_directory(src)
+        if config.get("settle"):  # (bench_local_tier.py) the previous drain ended
+            get_session().wait_for_commit()
         # a report without a checkpoint first: its agreement lines the ranks up, so that
         # the timed report below measures the checkpoint, not rank 1 waiting for rank 0's
         # save or rank 0 for rank 1's share of the CPU

@@ -22,6 +22,16 @@ as a Poisson process:
   (``bench_recovery.py``). A fraction ``--unwarned`` of preemptions come without warning
   and count as failures (with ``Rp`` as their restart).
 
+**Tiered checkpoints** (``CheckpointConfig(local_dir=...)``): ``C`` is the local commit,
+and the checkpoint drains to the shared tier in ``D`` s in the background; it counts (a
+restart may resume from it) only once drained, and a checkpoint due before the previous
+drain ended waits for it (the cycle grows by ``max(0, D − τ)``). A failure restarts in
+``R_local`` s (from the node-local copy) when the node survives and in ``R`` s (the shared
+copy) for the fraction ``node_loss`` whose node is gone; a warned preemption commits
+synchronously (``C + D``). ``"auto"`` is then ``tiered_interval`` (Young–Daly of ``C``,
+at least ``D``), the rule the product uses; the model column takes ``R`` as the mix of
+the two restarts plus ``D`` (the drain's extra exposure).
+
 Goodput = useful training time / allocated time (work that is later lost, checkpoints and
 restarts are not useful). Time in the queue between allocations is not allocated time and
 is not counted; ``Rp`` is.
@@ -48,7 +58,8 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hpctrain._internal.base.checkpoint_interval import young_daly_interval  # noqa: E402
+from hpctrain._internal.base.checkpoint_interval import (  # noqa: E402
+    tiered_interval, young_daly_interval)
 
 HOUR, DAY = 3600.0, 86400.0
 
@@ -63,6 +74,20 @@ class Scenario:
     restart_s: float           # R: failure → first resumed report (in the allocation)
     preempt_restart_s: float   # Rp: warning's checkpoint → first resumed report
     unwarned: float = 0.0      # fraction of preemptions that come without a warning
+    drain_s: float = 0.0       # D: local tier → shared tier, in the background
+    local_restart_s: Optional[float] = None  # R_local: restart from the node-local copy
+    node_loss: float = 1.0     # fraction of failures whose node is gone (restart: R)
+
+    @property
+    def tiered(self) -> bool:
+        return self.local_restart_s is not None
+
+    @property
+    def failure_restart_s(self) -> float:
+        """The mean restart after a failure (tiered: local copy or shared copy)."""
+        if not self.tiered:
+            return self.restart_s
+        return self.node_loss * self.restart_s + (1 - self.node_loss) * self.local_restart_s
 
     @property
     def failure_rate(self) -> float:  # per second
@@ -83,13 +108,15 @@ class Scenario:
         return 1.0 / self.lossy_rate if self.lossy_rate > 0 else math.inf
 
 
-def young_daly(ckpt_s: float, mtbi_s: float) -> float:
+def young_daly(ckpt_s: float, mtbi_s: float, drain_s: float = 0.0) -> float:
     """The ``"auto"`` interval: hpctrain's ``young_daly_interval`` (∞ without
-    interruptions that lose work)."""
+    interruptions that lose work), with a drain: ``tiered_interval``."""
     if ckpt_s <= 0:
         raise ValueError("the checkpoint cost C must be > 0")
     if not math.isfinite(mtbi_s):
         return math.inf
+    if drain_s > 0:
+        return tiered_interval(ckpt_s, mtbi_s, drain_s)
     return young_daly_interval(ckpt_s, mtbi_s)
 
 
@@ -100,10 +127,11 @@ def simulate(sc: Scenario, tau: float, *, horizon_interruptions: int = 4000,
     lam_f, lam_p = sc.failure_rate, sc.preempt_rate
     lam = lam_f + lam_p
     if lam <= 0:
-        return tau / (tau + sc.ckpt_s)
+        return tau / (tau + sc.ckpt_s + max(0.0, sc.drain_s - tau))
     horizon = horizon_interruptions / lam
-    C, R, Rp = sc.ckpt_s, sc.restart_s, sc.preempt_restart_s
-    cycle = tau + C
+    C, R, Rp, D = sc.ckpt_s, sc.restart_s, sc.preempt_restart_s, sc.drain_s
+    R_local = sc.local_restart_s if sc.tiered else R
+    cycle = tau + C + (max(0.0, D - tau) if math.isfinite(tau) else 0.0)
     elapsed = useful = 0.0
 
     def restart(cost: float) -> float:
@@ -125,18 +153,25 @@ def simulate(sc: Scenario, tau: float, *, horizon_interruptions: int = 4000,
         else:
             n = int(x // cycle)
             rem = x - n * cycle
-        useful += n * tau
         if warned:                        # checkpoint on demand, nothing lost
+            useful += n * tau
             if rem <= tau:
                 useful += rem
-                elapsed += x + C
+                elapsed += x + C + D
             else:                         # a commit was under way: it completes
                 useful += tau
-                elapsed += x + (cycle - rem)
+                elapsed += x + (cycle - rem) + D
             elapsed += restart(Rp)
-        else:                             # rem (work and a partial commit) is lost
+        else:                             # the work since the last drained one is lost
+            drained = n if D <= 0 or math.isinf(tau) else (
+                int((x - D) // cycle) if x >= D else 0)
+            useful += drained * tau
             elapsed += x
-            elapsed += restart(Rp if preempt else R)
+            if preempt:
+                elapsed += restart(Rp)
+            else:
+                node_gone = not sc.tiered or rng.random() < sc.node_loss
+                elapsed += restart(R if node_gone else R_local)
     return useful / elapsed
 
 
@@ -146,15 +181,16 @@ def model(sc: Scenario, tau: float) -> float:
     lam = sc.lossy_rate
     if math.isinf(tau):
         return 0.0 if lam > 0 else 1.0
-    C = sc.ckpt_s
-    R = sc.restart_s if sc.failure_rate > 0 or sc.unwarned == 0 else sc.preempt_restart_s
+    C = sc.ckpt_s + max(0.0, sc.drain_s - tau)
+    R = (sc.failure_restart_s if sc.failure_rate > 0 or sc.unwarned == 0
+         else sc.preempt_restart_s) + sc.drain_s
     if lam > 0:
         seg = math.exp(lam * R) * math.expm1(lam * (tau + C)) / lam
     else:
         seg = tau + C
     g = tau / seg
     warned_rate = sc.preempt_rate * (1 - sc.unwarned)
-    return max(0.0, g * (1 - warned_rate * (C + sc.preempt_restart_s)))
+    return max(0.0, g * (1 - warned_rate * (C + sc.drain_s + sc.preempt_restart_s)))
 
 
 def scan(fn, lo: float, hi: float, points: int = 120):
@@ -169,7 +205,7 @@ def scan(fn, lo: float, hi: float, points: int = 120):
 
 
 def evaluate(sc: Scenario, fixed: List[float], *, interruptions: int, seed: int) -> Dict:
-    auto = young_daly(sc.ckpt_s, sc.mtbi_s)
+    auto = young_daly(sc.ckpt_s, sc.mtbi_s, sc.drain_s)
     sim = lambda t: simulate(sc, t, horizon_interruptions=interruptions, seed=seed)  # noqa: E731
     ref = auto if math.isfinite(auto) else 10 * DAY
     lo, hi = max(sc.ckpt_s / 4, ref / 30), ref * 30
@@ -212,6 +248,17 @@ SCENARIOS = [
     Scenario("4,096 nodes, C 60 s, R 2 min", 4096, 5 * 8760, 2, 60, 120, 300),
     Scenario("1,000 nodes, half the preemptions unwarned", 1000, 5 * 8760, 4, 30, 60, 120,
              unwarned=0.5),
+    # tiered: the same big model with a node-local tier (NVMe): the local commit at
+    # ~15 GB/s instead of the shared filesystem's C; drained in D; half the failures keep
+    # their node (a rank's process dies: restart from the local copy in R_local)
+    Scenario("big model, local tier: C 2 s, D 30 s", 1000, 5 * 8760, 1, 2, 60, 120,
+             drain_s=30, local_restart_s=20, node_loss=0.5),
+    Scenario("big model, fragile nodes, local tier", 1000, 8760, 4, 2, 60, 120,
+             drain_s=30, local_restart_s=20, node_loss=0.5),
+    Scenario("slow storage, local tier: C 10 s, D 5 min", 1000, 2 * 8760, 2, 10, 300, 600,
+             drain_s=300, local_restart_s=60, node_loss=0.5),
+    Scenario("4,096 nodes, local tier: C 4 s, D 60 s", 4096, 5 * 8760, 2, 4, 120, 300,
+             drain_s=60, local_restart_s=40, node_loss=0.5),
 ]
 FIXED = [60.0, 600.0, 1800.0, HOUR, 4 * HOUR]
 
@@ -243,10 +290,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     print(f"Goodput (useful training / allocated time); {args.interruptions} simulated "
           f"interruptions per interval, seed {args.seed}\n")
-    head = ("| scenario | N | node MTBF | preempt/day | C | R | Rp | M | auto τ | auto | "
-            "best τ (scan) | best | auto/best | model optimum |")
+    head = ("| scenario | N | node MTBF | preempt/day | C | D | R | R local | Rp | M | auto τ | "
+            "auto | best τ (scan) | best | auto/best | model optimum |")
     print(head)
-    print("|---|" + "---:|" * 13)
+    print("|---|" + "---:|" * 15)
     ok = True
     for r in results:
         sc = r["scenario"]
@@ -255,7 +302,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         high = r["auto"] >= 0.95 or r["best"] < 0.95
         ok &= within and high
         print(f"| {sc['name']} | {sc['nodes']} | {sc['node_mtbf_h'] / 8760:.0f} y | "
-              f"{sc['preempt_per_day']:g} | {_dur(sc['ckpt_s'])} | {_dur(sc['restart_s'])} | "
+              f"{sc['preempt_per_day']:g} | {_dur(sc['ckpt_s'])} | "
+              f"{_dur(sc['drain_s']) if sc['drain_s'] else '–'} | {_dur(sc['restart_s'])} | "
+              f"{_dur(sc['local_restart_s']) if sc['local_restart_s'] is not None else '–'} | "
               f"{_dur(sc['preempt_restart_s'])} | {_dur(r['M_s'])} | {_dur(r['auto_s'])} | "
               f"{100 * r['auto']:.2f} % | {_dur(r['best_s'])} | {100 * r['best']:.2f} % | "
               f"{ratio:.4f} | {100 * r['model_best']:.2f} % |")

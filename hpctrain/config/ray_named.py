@@ -285,6 +285,11 @@ class CheckpointConfig:
     docs/guide/async-checkpoints.md). ``report(..., checkpoint_upload_mode=...)``
     overrides it per call.
 
+    ``local_dir`` (hpctrain only): the node-local checkpoint tier (see
+    docs/guide/local-tier.md): a checkpoint is committed to this node-local directory
+    first, drained to the run directory in the background (as ``"async"``), and a restart
+    in the same allocation on the same node restores from the local copy once verified.
+
     ``checkpoint_frequency``: ``None`` (the loop decides), a number of reports, or
     ``"auto"`` — the Young–Daly interval from the measured checkpoint cost and the
     interruptions seen by the run and its site (``FailureConfig.mtbi``). The loop asks
@@ -308,6 +313,11 @@ class CheckpointConfig:
     checkpoint_frequency: Any = field(default=None, metadata=toml(
         "frequency", '"auto" (the Young-Daly interval) or a number of reports; unset: the '
         "loop decides."))
+    local_dir: Optional[str] = field(default=None, metadata=toml(
+        "str", "A node-local directory (e.g. \"$TMPDIR\", \"/dev/shm\", a node's NVMe; "
+        "environment variables expanded on the node): checkpoints are committed there "
+        "first and drained to the run directory in the background; a restart in the same "
+        "allocation restores from it."))
     frequency: InitVar[Any] = None
     #: Ray's (unused by its v2 trainers with a training loop): refused with a hint
     checkpoint_at_end: InitVar[Any] = None
@@ -330,6 +340,13 @@ class CheckpointConfig:
         self.checkpoint_frequency = frequency_value(self.checkpoint_frequency)
         self.checkpoint_upload_mode = upload_mode(self.checkpoint_upload_mode,
                                                   "checkpoint.checkpoint_upload_mode").value
+        if self.local_dir is not None and (not isinstance(self.local_dir, str)
+                                           or not self.local_dir.strip()):
+            raise ConfigError(
+                f"checkpoint.local_dir: expected a directory path (string), got "
+                f"{self.local_dir!r}",
+                hint='a node-local directory such as "$TMPDIR" or "/dev/shm"; leave it '
+                     "unset to write checkpoints to the run directory only")
         if self.num_to_keep is not None:
             _check_int("checkpoint.num_to_keep", self.num_to_keep, minimum=1)
         if self.checkpoint_score_order not in ("max", "min"):

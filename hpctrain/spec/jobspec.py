@@ -86,7 +86,8 @@ class JobSpec:
                            # only when set: a spec.toml of an older run compares equal
                            "checkpoint_upload_mode": None if ck.upload_mode_name == "sync"
                            else ck.upload_mode_name,
-                           "checkpoint_frequency": ck.checkpoint_frequency},
+                           "checkpoint_frequency": ck.checkpoint_frequency,
+                           "local_dir": getattr(ck, "local_dir", None)},
             "failure": {"max_failures": fl.max_failures, "warning_signal": fl.warning_signal,
                         "warning_time": f"{fl.warning_s}s", "requeue": fl.requeue,
                         "max_requeues": fl.max_requeues,

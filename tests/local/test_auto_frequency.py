@@ -115,6 +115,20 @@ def test_auto_policy_follows_the_measured_cost():
     assert not p.due_by_count(2)
 
 
+def test_auto_policy_with_a_local_tier_knows_the_local_commit_and_the_drain():
+    """Two costs: the local commit (C, what report() blocks) sets Young–Daly's interval;
+    the drain to the shared tier (D, in the background) is its lower bound."""
+    p = FrequencyPolicy("auto", mtbi_s=86400)
+    for cost in (2.0, 2.1, 1.9):
+        p.observe_cost(cost)
+    p.observe_drain(30.0)
+    assert p.interval_s() == pytest.approx(young_daly_interval(2.0, 86400))  # ≈ 586 s
+    assert round(p.interval_s(), 1) == 586.5
+    for drain in (900.0, 880.0, 910.0):  # a slow shared filesystem: ~15 min per drain
+        p.observe_drain(drain)
+    assert p.interval_s() == 890.0  # the median of the drains measured (30, 880, 900, 910)
+
+
 def test_count_policy_and_no_policy():
     p = FrequencyPolicy(3)
     assert [it for it in range(10) if p.due_by_count(it)] == [2, 5, 8]  # reports 3, 6, 9

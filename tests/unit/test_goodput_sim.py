@@ -50,3 +50,28 @@ def test_auto_is_within_two_percent_of_the_scanned_optimum():
     r = gs.evaluate(sc, [600.0], interruptions=300, seed=1)
     assert r["auto"] >= 0.98 * r["best"]
     assert abs(r["auto"] - r["auto_model"]) < 0.02  # simulation and Daly's model agree
+
+
+def test_tiered_checkpoints_auto_and_bookkeeping():
+    """A local tier: "auto" is the product's tiered rule (never below the drain); a
+    checkpoint counts only once drained; restarts from the local copy raise goodput."""
+    from hpctrain._internal.base.checkpoint_interval import tiered_interval
+
+    sc = gs.Scenario("tier", 1000, 8760, 0, 2, 60, 120, drain_s=30, local_restart_s=20,
+                     node_loss=0.5)
+    assert gs.young_daly(2, sc.mtbi_s, 30) == tiered_interval(2, sc.mtbi_s, 30)
+    assert gs.young_daly(2, sc.mtbi_s, 5000) == 5000
+    # no interruptions: a drain longer than the interval stretches every cycle
+    quiet = gs.Scenario("quiet", 10, math.inf, 0, 1, 60, 60, drain_s=50,
+                        local_restart_s=5)
+    assert gs.simulate(quiet, 99) == pytest.approx(99 / 100)
+    assert gs.simulate(quiet, 25) == pytest.approx(25 / (25 + 1 + 25))
+    # the same failures: a restart from the local copy beats one from the shared copy,
+    # and a drain (work not yet counted) costs something
+    shared_only = gs.Scenario("shared", 1000, 8760, 0, 2, 60, 120, drain_s=30,
+                              local_restart_s=60, node_loss=0.5)
+    no_drain = gs.Scenario("nodrain", 1000, 8760, 0, 2, 60, 120, drain_s=0,
+                           local_restart_s=20, node_loss=0.5)
+    kw = dict(horizon_interruptions=3000, seed=2)
+    assert gs.simulate(sc, 600, **kw) > gs.simulate(shared_only, 600, **kw)
+    assert gs.simulate(no_drain, 600, **kw) > gs.simulate(sc, 600, **kw)

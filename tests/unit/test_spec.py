@@ -54,6 +54,7 @@ num_to_keep = 2
 checkpoint_score_attribute = "loss"
 checkpoint_score_order = "min"
 sync_to_disk = false
+local_dir = "$TMPDIR/ckpt"
 
 [failure]
 max_failures = 3
@@ -101,7 +102,8 @@ def test_full_file_parses_to_exact_values(tmp_path: Path) -> None:
     assert spec.run == RunConfig(
         name="quickstart", storage_path=str(tmp_path / "runs"), verbose=2,
         checkpoint_config=CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="loss",
-                                           checkpoint_score_order="min", sync_to_disk=False),
+                                           checkpoint_score_order="min", sync_to_disk=False,
+                                           local_dir="$TMPDIR/ckpt"),
         failure_config=FailureConfig(max_failures=3))
     assert spec.config == {"lr": 0.01, "layers": [64, 32],
                            "opt": {"name": "adam", "betas": [0.9, 0.999]}}

@@ -29,6 +29,7 @@ from hpctrain._internal.base.log import get_logger
 
 _logger = get_logger("supervisor")
 from hpctrain._internal.rundir.commit import verify_checkpoint
+from hpctrain._internal.rundir.local_tier import damaged_checkpoints, restore_summary
 from hpctrain._internal.base.fsutil import read_json
 from hpctrain._internal.rundir.layout import DECISION_FILE, RunDir
 from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
@@ -117,7 +118,8 @@ class Supervisor:
                  python: str = sys.executable, kill_grace_s: float = 10.0,
                  extra_env: Optional[Dict[str, str]] = None, first_checkpoint_index: int = 0,
                  warning_s: float = 120.0, warning_signal: str = "USR1",
-                 warn_at: Optional[float] = None, hang_timeout_s: Optional[float] = None):
+                 warn_at: Optional[float] = None, hang_timeout_s: Optional[float] = None,
+                 local_tier: bool = False):
         self.run = run
         self.launcher = _maybe_warm(launcher, python, extra_env)
         self.num_workers = num_workers
@@ -138,6 +140,9 @@ class Supervisor:
         self.stop_time: Optional[float] = None
         self.checkpoint_at_start: Optional[str] = None
         self.own_failures: List[int] = []  # set by _root_cause
+        # CheckpointConfig(local_dir=...): a restart reads the ranks' local copies, so the
+        # shared copy is checked by sizes here and by content only where a rank reads it
+        self.local_tier = local_tier
 
     # -- the warning ---------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -205,10 +210,15 @@ class Supervisor:
         digests), and the newer ones that did not: a checkpoint damaged after its commit
         is skipped in favour of the previous one, with a warning, and moved aside
         (``.damaged_…``, kept): it no longer counts toward ``num_to_keep``, so retention
-        keeps that many good ones, and the one resumed from is the latest."""
+        keeps that many good ones, and the one resumed from is the latest. With a local
+        tier, content digests are checked only for a checkpoint that a rank of the last
+        attempt, reading it, found damaged (:mod:`..rundir.local_tier`)."""
         skipped = []
+        last = len(self.run.read_state().get("attempts") or [])
+        damaged = set(damaged_checkpoints(self.run, last)) if self.local_tier and last else set()
         for record in reversed(self.run.list_checkpoints()):
-            problems = verify_checkpoint(record.path)
+            problems = verify_checkpoint(record.path, contents=not self.local_tier or
+                                         os.path.basename(record.path) in damaged)
             if not problems:
                 return record, skipped
             name = os.path.basename(record.path)
@@ -522,6 +532,9 @@ class Supervisor:
                 rec.update(failed_rank=failure.rank, error=failure.summary)
             if failed_ranks is not None:
                 rec["failed_ranks"] = list(failed_ranks)
+            restored = restore_summary(self.run, attempt) if self.local_tier else None
+            if restored:  # the node-local tier: where the ranks' checkpoint came from
+                rec["restored"] = restored
 
     def _write_error(self, attempt: int, f: Failure) -> None:
         where = f" on {f.host} (pid {f.pid})" if f.host else ""

@@ -30,6 +30,13 @@ time) with the site's ``failure.mtbi`` as a prior worth one interruption::
 so a fresh run uses the site's figure and a run that keeps being interrupted moves
 towards its own rate. Before the first checkpoint of the run is measured, C is taken as
 ``DEFAULT_COST_S``.
+
+Two tiers (``CheckpointConfig(local_dir=...)``, and any asynchronous commit): C is the
+local commit (what ``report()`` blocks for), and the drain to the shared tier takes D
+seconds in the background. A checkpoint counts only once drained, so an interruption
+loses D more on average — a constant that does not move the optimum — but a checkpoint
+handed in before the previous drain ended waits for it. So the interval is
+``max(T(C, M), D)`` (:func:`tiered_interval`), D the median of the measured drains.
 """
 from __future__ import annotations
 
@@ -70,6 +77,18 @@ def young_daly_interval(cost_s: float, mtbi_s: float, *,
         interval = (math.sqrt(2 * cost_s * mtbi_s)
                     * (1 + math.sqrt(ratio) / 3 + cost_s / (18 * mtbi_s)) - cost_s)
     return max(minimum_s, interval)
+
+
+def tiered_interval(cost_s: float, mtbi_s: float, drain_s: float = 0.0, *,
+                    minimum_s: float = MIN_INTERVAL_S) -> float:
+    """The interval with a local tier: Young–Daly of the local commit's cost, but never
+    shorter than the drain to the shared tier (a checkpoint would wait for the previous
+    one's drain).
+
+    >>> round(tiered_interval(2, 86400, 30), 1), tiered_interval(2, 86400, 900)
+    (586.5, 900.0)
+    """
+    return max(young_daly_interval(cost_s, mtbi_s, minimum_s=minimum_s), float(drain_s))
 
 
 def observed_mtbi(attempts: Iterable[Dict[str, Any]], site_mtbi_s: float,
@@ -138,6 +157,7 @@ class FrequencyPolicy:
         self.mtbi_s = float(mtbi_s)
         self.clock = clock
         self.costs: List[float] = []
+        self.drains: List[float] = []  # background commits (the local tier's drain)
         self._history_cost = history_cost_s
         self.last = clock()  # the start, or the last checkpoint
 
@@ -160,6 +180,14 @@ class FrequencyPolicy:
         self.costs.append(max(0.0, seconds))
         del self.costs[:-5]
 
+    def observe_drain(self, seconds: float) -> None:
+        """A background commit (the drain to the shared tier) took ``seconds``."""
+        self.drains.append(max(0.0, seconds))
+        del self.drains[:-5]
+
+    def drain_s(self) -> float:
+        return statistics.median(self.drains) if self.drains else 0.0
+
     def cost_s(self) -> float:
         if self.costs:
             return statistics.median(self.costs)
@@ -169,7 +197,7 @@ class FrequencyPolicy:
         """The chosen interval in seconds (``"auto"`` only)."""
         if self.frequency != "auto":
             return None
-        return young_daly_interval(self.cost_s(), self.mtbi_s)
+        return tiered_interval(self.cost_s(), self.mtbi_s, self.drain_s())
 
     def checkpointed(self) -> None:
         self.last = self.clock()
@@ -200,5 +228,5 @@ def describe_interval(seconds: float) -> str:
     return f"{h}h{m:02d}m"
 
 
-__all__ = ["young_daly_interval", "observed_mtbi", "frequency_value", "FrequencyPolicy",
+__all__ = ["young_daly_interval", "tiered_interval", "observed_mtbi", "frequency_value", "FrequencyPolicy",
            "describe_interval", "DEFAULT_MTBI_S"]

@@ -67,21 +67,27 @@ SNAPSHOT_PREFIX = ".hpctrain-snapshot-"
 
 
 def snapshot(run: RunDir, rank: int, iteration: int, checkpoint: Checkpoint, *,
-             keep: bool = False) -> str:
+             keep: bool = False, into: Optional[str] = None) -> str:
     """Take the files of ``checkpoint`` away from the caller: return a private directory
     holding them (see the module docstring). Costs one rename per file, or a copy (no
     fsync) where no rename is possible; ``keep`` (``report(...,
     delete_local_checkpoint_after_upload=False)``): always a copy, the caller's files
-    stay."""
+    stay. ``into``: that (empty, existing) directory instead, e.g. the node-local tier's
+    copy of this checkpoint (:mod:`.local_tier`)."""
     src = os.path.abspath(checkpoint.path)
-    if is_staged(run, src):
+    if is_staged(run, src) and into is None:
         return src  # get_checkpoint_staging_dir(): already hpctrain's (a fresh one each call)
     names = walk_files(src)
-    base = os.path.join(run.staging_root, f"rank-{rank}")
-    os.makedirs(base, exist_ok=True)
     # a committed checkpoint handed back in (get_checkpoint(), Result.checkpoint) is never
     # taken apart: copied, as a synchronous report would
     committed = os.path.exists(os.path.join(src, METADATA_FILE))
+    if into is not None:
+        if not (committed or keep) and _same_device(src, into) and _moved(src, into, names):
+            return into
+        _copy_all(src, into, names)
+        return into
+    base = os.path.join(run.staging_root, f"rank-{rank}")
+    os.makedirs(base, exist_ok=True)
     same_fs = _same_device(src, base)
     dst = None
     if committed or keep:
@@ -92,21 +98,32 @@ def snapshot(run: RunDir, rank: int, iteration: int, checkpoint: Checkpoint, *,
         with contextlib.suppress(OSError):
             dst = tempfile.mkdtemp(prefix=SNAPSHOT_PREFIX, dir=os.path.dirname(src))
     if dst is not None:
-        try:
-            _move_all(src, dst, names)
+        if _moved(src, dst, names):
             return dst
-        except OSError:
-            # a bind mount or the like under the same parent: put back what moved, copy
-            for rel in walk_files(dst):
-                if not os.path.lexists(os.path.join(src, rel)):
-                    _move_all(dst, src, [rel])
-            shutil.rmtree(dst, ignore_errors=True)
+        shutil.rmtree(dst, ignore_errors=True)
     dst = tempfile.mkdtemp(prefix=f"async-{iteration}-", dir=base)
+    _copy_all(src, dst, names)
+    return dst
+
+
+def _moved(src: str, dst: str, names: List[str]) -> bool:
+    """Move ``names`` from ``src`` to ``dst``, one rename each; False (everything put
+    back) where a rename fails: a bind mount or the like under the same parent."""
+    try:
+        _move_all(src, dst, names)
+        return True
+    except OSError:
+        for rel in walk_files(dst):
+            if not os.path.lexists(os.path.join(src, rel)):
+                _move_all(dst, src, [rel])
+        return False
+
+
+def _copy_all(src: str, dst: str, names: List[str]) -> None:
     for rel in names:
         d = os.path.join(dst, rel)
         os.makedirs(os.path.dirname(d), exist_ok=True)
         copy_file(os.path.join(src, rel), d)
-    return dst
 
 
 def _same_device(a: str, b: str) -> bool:
@@ -129,12 +146,14 @@ def _move_all(src: str, dst: str, names: List[str]) -> None:
 
 class BackgroundCommit:
     """One rank's commit in flight: :func:`.commit.stage_shard` of a snapshot in a
-    thread (no collective in it). ``done()`` never blocks; ``result()`` waits and returns
+    thread (no collective in it); ``keep_snapshot``: the snapshot is the node-local
+    tier's copy, left in place. ``done()`` never blocks; ``result()`` waits and returns
     the shard's manifest, or raises the commit's error."""
 
     def __init__(self, run: RunDir, iteration: int, rank: int, snapshot_dir: str, *,
                  sync: bool, announce: bool, wait_for_rank0: bool,
-                 complete: Optional[Callable[[], Any]] = None):
+                 complete: Optional[Callable[[], Any]] = None,
+                 keep_snapshot: bool = False):
         self.run, self.iteration, self.rank = run, iteration, rank
         self.snapshot_dir = snapshot_dir
         self.started = time.perf_counter()
@@ -142,6 +161,7 @@ class BackgroundCommit:
         self._manifest: Optional[Dict[str, Any]] = None
         self._error: Optional[BaseException] = None
         self._complete = complete
+        self._keep_snapshot = keep_snapshot  # the local tier's copy: kept for restarts
         self._thread = threading.Thread(
             target=self._run, args=(sync, announce, wait_for_rank0),
             name=f"hpctrain-commit-{iteration}", daemon=True)
@@ -157,7 +177,8 @@ class BackgroundCommit:
         except BaseException as e:  # noqa: BLE001 - handed to the training thread
             self._error = e
         finally:
-            shutil.rmtree(self.snapshot_dir, ignore_errors=True)
+            if not self._keep_snapshot:
+                shutil.rmtree(self.snapshot_dir, ignore_errors=True)
             self.finished = time.perf_counter()
 
     def done(self) -> bool:

@@ -23,10 +23,12 @@ report order), each by one rename. Every rank learns a stop decision at the same
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -48,6 +50,7 @@ from hpctrain.config.validation import task_config_of
 from hpctrain.cluster_env import WorkerInfo
 from hpctrain.config import CheckpointConfig, CheckpointUploadMode, upload_mode
 from hpctrain._internal.rundir.async_commit import BackgroundCommit, snapshot
+from hpctrain._internal.rundir.local_tier import LocalTier, restore as restore_local
 from hpctrain._internal.rundir.commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
 from hpctrain._internal.base.log import get_logger
 from hpctrain._internal.base.fsutil import Background, atomic_write_json, json_default, read_json
@@ -103,11 +106,20 @@ class Session:
         self.coordinator = coordinator
         self.checkpoint_config = checkpoint_config
         self.run_name = run_name
-        self.resume_checkpoint = resume_checkpoint
         self.iteration = start_iteration
+        self.attempt = attempt
+        # CheckpointConfig(local_dir=...): the node-local tier (None: the run directory only)
+        self._local = LocalTier.open(
+            getattr(checkpoint_config, "local_dir", None), run, rank=info.world_rank,
+            node=info.hosts[info.node_rank] if 0 <= info.node_rank < len(info.hosts)
+            else socket.gethostname(), job_id=os.environ.get("HPCTRAIN_JOB_ID", ""))
+        self.resume_checkpoint = resume_checkpoint
+        if self._local is not None and resume_checkpoint and start_iteration > 0:
+            self.resume_checkpoint = restore_local(self._local, resume_checkpoint,
+                                                   start_iteration, run=run,
+                                                   attempt=attempt, rank=info.world_rank)
         self.next_checkpoint_index = next_checkpoint_index
         self.use_gpu = use_gpu
-        self.attempt = attempt
         self.datasets = datasets or {}
         self.datasets_to_split = datasets_to_split
         self.metadata = dict(metadata or {})
@@ -207,7 +219,24 @@ class Session:
             if self._inflight is not None:
                 self._harvest()
         complete = getattr(checkpoint, "_complete", None)  # hpctrain.torch.checkpoints
-        if checkpoint is not None and use_async:
+        if checkpoint is not None and use_async and self._local is not None:
+            # the node-local tier: the files go there now, the drain runs in the background
+            local = self._local.fresh(iteration)
+            take = functools.partial(snapshot, self.run, rank, iteration, checkpoint,
+                                     keep=delete_local_checkpoint_after_upload is False,
+                                     into=local)
+            if complete is None:
+                take()
+            self._inflight = BackgroundCommit(
+                self.run, iteration, rank, local, sync=self.checkpoint_config.sync_to_disk,
+                announce=self.info.world_size > 1, wait_for_rank0=rank0_now and rank != 0,
+                complete=functools.partial(_seal_local, self._local, iteration, self.attempt,
+                                           complete and (complete, take)),
+                keep_snapshot=True)
+            self._background.submit(self._local.prune, self.run, self.attempt)
+            if complete is None and (getattr(checkpoint, "_temporary", False) or delete_local):
+                _delete_handed_in(checkpoint)
+        elif checkpoint is not None and use_async:
             snap = snapshot(self.run, rank, iteration, checkpoint,
                             keep=delete_local_checkpoint_after_upload is False)
             self._inflight = BackgroundCommit(
@@ -442,6 +471,8 @@ class Session:
     # -- asynchronous commits (see .async_commit) --------------------------------------
     def _async(self, mode: Any) -> bool:
 
+        if mode is None and self._local is not None:
+            return True  # the local tier drains in the background
         if mode is None:
             mode = getattr(self.checkpoint_config, "checkpoint_upload_mode", "sync")
         return upload_mode(mode) is CheckpointUploadMode.ASYNC
@@ -453,6 +484,9 @@ class Session:
         if commit is None:
             return
         manifest = commit.result()
+        if self.info.world_rank == 0 and commit.finished is not None:
+            # checkpoint_frequency="auto": the drain bounds the interval from below
+            self._frequency.observe_drain(commit.finished - commit.started)
         self._staged_since_agreement = True
         files = list(manifest["files"])
         if files:
@@ -608,10 +642,22 @@ class Session:
         then wait for background digests and deletions."""
         self._commit_what_is_staged()
         self._background.drain()
+        if self._local is not None:  # the training is over: no restart reads it
+            self._local.remove()
         if self._writer is not None:
             self._writer.close()
         if self._rank_results is not None:
             self._rank_results.close()
+
+
+def _seal_local(tier: LocalTier, iteration: int, attempt: int, pending: Any) -> None:
+    """In the background commit, before the drain: a torch state checkpoint's files
+    written and taken into the local tier (``pending``), then the local copy sealed."""
+    if pending:
+        complete, take = pending
+        complete()
+        take()
+    tier.seal(iteration, attempt)
 
 
 def _delete_handed_in(checkpoint: Checkpoint) -> None:
