@@ -20,9 +20,12 @@ from typing import Any, Callable, Iterator, Optional
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.base.trust import private_copy, read_trusted
 from hpctrain._internal.allocation.supervisor import REQUEUED, STOPPED, Supervisor
+from hpctrain._internal.allocation.budgets import (NO_PROGRESS, count_attempt_progress, give_up,
+                                                   no_progress)
 
-#: A chain of allocations ends after this many in a row that committed no new checkpoint
-#: (a loop that never reaches a checkpoint within one allocation would requeue forever).
+#: The default of ``FailureConfig.max_attempts_without_progress``: a chain of attempts
+#: ends after this many in a row that committed no new checkpoint (a loop that never
+#: reaches a checkpoint within one allocation would requeue forever).
 MAX_IDLE_ALLOCATIONS = 3
 
 
@@ -151,8 +154,9 @@ def after_stop(run: RunDir, sup: Supervisor, failure_config: Any, *, can_requeue
     """Record how a run continues after a clean stop: REQUEUED or STOPPED (with the
     reason in ``state.json``'s ``stopped_because``). Returns that status."""
     with run.update_state() as s:
-        idle = 0 if sup.made_progress() else s.get("idle_allocations", 0) + 1
-        s["idle_allocations"] = idle
+        progressed = sup.made_progress()
+        s["idle_allocations"] = 0 if progressed else s.get("idle_allocations", 0) + 1
+        count_attempt_progress(s, progressed)
         requeues = s.get("requeues", 0)
         why = None
         if not can_requeue:
@@ -161,9 +165,9 @@ def after_stop(run: RunDir, sup: Supervisor, failure_config: Any, *, can_requeue
             why = "failure.requeue is false"
         elif failure_config.max_requeues != -1 and requeues >= failure_config.max_requeues:
             why = f"failure.max_requeues ({failure_config.max_requeues}) is reached"
-        elif idle >= MAX_IDLE_ALLOCATIONS:
-            why = (f"the last {idle} allocations committed no new checkpoint (HINT: "
-                   "checkpoint more often, or ask for a longer scheduler.time)")
+        elif no_progress(s, failure_config):
+            why = no_progress(s, failure_config)
+            give_up(s, NO_PROGRESS, why)
         if why:
             s["status"] = STOPPED
             s["stopped_because"] = why

@@ -25,6 +25,8 @@ from typing import Callable, Dict, List, Optional
 
 from hpctrain.launchers.base import ExitRecord, Launcher, LineSink
 from hpctrain._internal.allocation.watchdog import Hang, Watchdog
+from hpctrain._internal.allocation.budgets import (HANG, NODE, USER, count_failure, give_up,
+                                                   no_progress, spent)
 from hpctrain._internal.base.log import get_logger
 
 _logger = get_logger("supervisor")
@@ -71,6 +73,8 @@ class Failure:
     pid: int = 0
     #: the launcher could not start the ranks (its own message): never a consequence
     launcher: bool = False
+    #: what the failure counts toward (budgets.py): "user", "node" or "hang"
+    cause: str = NODE
 
 
 SETTLE_S = 1.0  # after a rank failed, how long its peers get to end (and record) on their own
@@ -110,6 +114,12 @@ def is_secondary(f: Failure) -> bool:
     return not f.launcher and any(s in f.summary or s in f.traceback for s in SECONDARY)
 
 
+@dataclass
+class _OnlyMaxFailures:
+    """The budgets of a Supervisor made without a FailureConfig: max_failures alone."""
+    max_failures: int
+
+
 class Supervisor:
     def __init__(self, run: RunDir, *, launcher: Launcher, num_workers: int, max_failures: int,
                  job_id: str, initial_checkpoint: Optional[str] = None,
@@ -117,7 +127,8 @@ class Supervisor:
                  python: str = sys.executable, kill_grace_s: float = 10.0,
                  extra_env: Optional[Dict[str, str]] = None, first_checkpoint_index: int = 0,
                  warning_s: float = 120.0, warning_signal: str = "USR1",
-                 warn_at: Optional[float] = None, hang_timeout_s: Optional[float] = None):
+                 warn_at: Optional[float] = None, hang_timeout_s: Optional[float] = None,
+                 failure_config: Optional[object] = None):
         self.run = run
         self.launcher = _maybe_warm(launcher, python, extra_env)
         self.num_workers = num_workers
@@ -134,6 +145,10 @@ class Supervisor:
         self.warning_signal = warning_signal
         self.warn_at = warn_at          # epoch seconds: the supervisor's own timer (PBS)
         self.hang_timeout_s = hang_timeout_s  # None: learned; 0: no watchdog
+        # the budgets per cause and max_attempts_without_progress (budgets.py); without
+        # a FailureConfig only max_failures bounds the restarts
+        self.failure_config = failure_config
+        self.attempt_checkpoint: Optional[str] = None  # the newest one when it started
         self.stop_reason: Optional[str] = None
         self.stop_time: Optional[float] = None
         self.checkpoint_at_start: Optional[str] = None
@@ -174,6 +189,8 @@ class Supervisor:
                         a["outcome"] = LOST
                 s["status"] = RUNNING
                 s.pop("stopped_because", None)
+                if s.pop("gave_up", None):  # started again by hand: fresh attempts
+                    s["idle_attempts"] = 0
                 s["job_ids"] = s.get("job_ids", []) + (
                     [] if self.job_id in s.get("job_ids", []) else [self.job_id])
                 s["max_failures"] = self.max_failures
@@ -225,6 +242,8 @@ class Supervisor:
     def _one_attempt(self) -> Optional[str]:
         latest, skipped = self._resume_point()
         resume = latest.path if latest else self.initial_checkpoint
+        newest = self.run.list_checkpoints()
+        self.attempt_checkpoint = newest[-1].path if newest else None
         with self.run.update_state() as s:
             attempt = len(s["attempts"]) + 1
             s["attempts"].append({"attempt": attempt, "job_id": self.job_id,
@@ -343,17 +362,29 @@ class Supervisor:
                     "stacks": sorted(os.path.basename(p) for p in glob.glob(os.path.join(
                         self.run.attempt_dir(attempt), "stacks.rank-*.txt")))}
         self.on_tick()
+        cause = HANG if hang is not None else failure.cause
+        newest = self.run.list_checkpoints()
+        progressed = bool(newest) and newest[-1].path != self.attempt_checkpoint
+        budgets = self.failure_config or _OnlyMaxFailures(self.max_failures)
         with self.run.update_state() as s:
-            s["failures"] = s.get("failures", 0) + 1
+            s["attempts"][attempt - 1]["cause"] = cause
+            count_failure(s, cause, progressed)
             failures = s["failures"]
-        if self.max_failures == -1 or failures <= self.max_failures:
+            gave_up = spent(s, cause, budgets)
+            idle = no_progress(s, budgets) if gave_up is None else None
+            if idle:
+                gave_up = ("no_progress", idle)
+            if gave_up is not None:
+                give_up(s, *gave_up)
+        if gave_up is None:
             self.run.clean_incomplete()
             who = f"rank {failure.rank} failed" if failure.rank >= 0 else "the launcher failed"
             self._log(f"{who} ({failure.summary}); restarting the worker "
                       f"group from the latest checkpoint (failure {failures} of "
                       f"{'unlimited' if self.max_failures == -1 else self.max_failures})")
             return None
-        self._write_error(attempt, failure)
+        self._log(f"WARNING: not restarting: {gave_up[1]}")
+        self._write_error(attempt, failure, gave_up[1])
         with self.run.update_state() as s:
             s["status"] = FAILED
         return FAILED
@@ -492,7 +523,7 @@ class Supervisor:
                 candidates.append(Failure(e["rank"], e["time"],
                                           last[-1] if last else e.get("type", "error"),
                                           e.get("traceback", ""), e.get("host", ""),
-                                          e.get("pid", 0)))
+                                          e.get("pid", 0), cause=USER))
         seen = {c.rank for c in candidates}
         if any(x.rank >= 0 for x in failed):  # the launcher named the ranks: drop the step
             failed = [x for x in failed if x.rank >= 0 or x.message]
@@ -511,7 +542,10 @@ class Supervisor:
         # WorkerGroupError.worker_failures)
         self.own_failures = sorted({c.rank for c in candidates
                                     if c.rank >= 0 and not is_secondary(c)})
-        return min(candidates, key=lambda c: (is_secondary(c), c.time))
+        first = min(candidates, key=lambda c: (is_secondary(c), c.time))
+        if is_secondary(first):  # only lost peers: their node or process went away
+            first.cause = NODE
+        return first
 
     def _end_attempt(self, attempt: int, outcome: str, failure: Optional[Failure],
                      failed_ranks: Optional[List[int]] = None) -> None:
@@ -523,7 +557,7 @@ class Supervisor:
             if failed_ranks is not None:
                 rec["failed_ranks"] = list(failed_ranks)
 
-    def _write_error(self, attempt: int, f: Failure) -> None:
+    def _write_error(self, attempt: int, f: Failure, why: str = "") -> None:
         where = f" on {f.host} (pid {f.pid})" if f.host else ""
         same = self._ranks_with_traceback(attempt, f.traceback)
         also = (f"; ranks {compact_ranks(same)} raised the same error (the traceback of each is "
@@ -531,7 +565,7 @@ class Supervisor:
         who = f"rank {f.rank}" if f.rank >= 0 else "the launcher"
         text = (f"Training failed: {who}{where}, attempt {attempt}, job "
                 f"{self.job_id}, at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(f.time))}"
-                f"{also}\n\n{f.traceback}")
+                f"{also}\n{'Not restarted: ' + why + chr(10) if why else ''}\n{f.traceback}")
         atomic_write_bytes(self.run.error_file, text.encode(), sync=False,
                            mode=self.run.file_mode)
 

@@ -1,0 +1,32 @@
+"""Training functions that fail the same way on every attempt, for the retry budgets
+(tests/local/test_budgets.py, tests/cluster/test_slurm_budgets.py). No framework: they
+start fast."""
+import os
+import signal
+import tempfile
+import time
+
+import hpctrain
+
+
+def misbehave(config):
+    """Rank 0 reports once, with a checkpoint on the attempts (0-based) listed in
+    ``config["checkpoint_on"]``, then every rank fails as ``config["how"]`` says:
+    ``"raise"`` (an exception of the training code), ``"kill"`` (SIGKILL: no traceback,
+    as a lost node or the OOM killer), ``"hang"`` (sleeps without a report)."""
+    attempt = int(os.environ["HPCTRAIN_RESTART_COUNT"])
+    if attempt in config.get("checkpoint_on", []):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.txt"), "w") as f:
+                f.write(str(attempt))
+            hpctrain.report({"attempt": attempt},
+                            checkpoint=hpctrain.Checkpoint.from_directory(d))
+    else:
+        hpctrain.report({"attempt": attempt})
+    how = config["how"]
+    if how == "raise":
+        raise ValueError(f"bad batch in attempt {attempt}")
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "hang":
+        time.sleep(3600)
