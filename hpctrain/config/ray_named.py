@@ -397,6 +397,11 @@ class FailureConfig:
     * ``max_attempts_without_progress`` (hpctrain's own, default 3): the run stops, exit
       code 76, after this many attempts in a row (restarts and requeues) that committed
       no new checkpoint, instead of restarting or requeueing forever (0: never).
+    * ``max_excluded_nodes`` (hpctrain's own, default 4): the node of a rank that failed
+      without a traceback or hung is recorded in ``state.json``'s ``bad_nodes`` and kept
+      out of the next allocation (Slurm: the continuation is submitted with
+      ``--exclude``), at most this many, and never so many that the job no longer fits
+      its partition (0: none).
     * ``hang_timeout`` (hpctrain's own): how long a rank may make no progress (no report,
       no batch of a prepared data loader) before the attempt counts as hung: every rank's
       Python stack is written to the attempt's directory, the attempt ends and the run
@@ -441,6 +446,9 @@ class FailureConfig:
     max_attempts_without_progress: int = field(default=3, metadata=toml(
         "int", "Stop (exit code 76) after this many attempts in a row, restarts and "
         "requeues, that committed no new checkpoint (0: never).", minimum=0))
+    max_excluded_nodes: int = field(default=4, metadata=toml(
+        "int", "At most this many nodes blamed for a failure or a hang are kept out of "
+        "the next allocation (Slurm; 0: none).", minimum=0))
     #: Ray Train v2's name for ``max_requeues``: restarts after a preemption, counted
     #: apart from ``max_failures``. Here a preemption is the scheduler's warning (the time
     #: limit too) followed by a requeue; giving both with different values is an error.
@@ -454,6 +462,7 @@ class FailureConfig:
             _check_int(f"failure.{key}", getattr(self, key), minimum=-1)
         _check_int("failure.max_attempts_without_progress",
                    self.max_attempts_without_progress, minimum=0)
+        _check_int("failure.max_excluded_nodes", self.max_excluded_nodes, minimum=0)
         if self.max_preemption_failures is not None:
             _check_int("failure.max_preemption_failures", self.max_preemption_failures,
                        minimum=-1)

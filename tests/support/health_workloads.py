@@ -3,6 +3,8 @@
 start fast."""
 import os
 import signal
+import socket
+import subprocess
 import tempfile
 import time
 
@@ -30,3 +32,29 @@ def misbehave(config):
         os.kill(os.getpid(), signal.SIGKILL)
     if how == "hang":
         time.sleep(3600)
+
+
+def _node():
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def flaky_node(config):
+    """One rank. Attempt 0: killed (no traceback: its node is blamed). Attempt 1 (same
+    allocation): commits a checkpoint, then asks for the scheduler's warning (``scancel
+    --batch --signal=USR1``) and reports until stopped: the run is continued in a new
+    allocation. Attempt 2: reports where it runs and ends."""
+    attempt = int(os.environ["HPCTRAIN_RESTART_COUNT"])
+    if attempt == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    for step in range(200):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "step.txt"), "w") as f:
+                f.write(str(step))
+            hpctrain.report({"attempt": attempt, "node": _node(), "step": step},
+                            checkpoint=hpctrain.Checkpoint.from_directory(d))
+        if attempt >= 2:
+            return
+        if step == 0:
+            subprocess.run(["scancel", "--batch", "--signal=USR1",
+                            os.environ["SLURM_JOB_ID"]], check=True)
+        time.sleep(0.5)

@@ -49,6 +49,9 @@ class Allocation:
     pending: PendingStop
     warning_s: int
     warn_at: Optional[float] = None
+    #: the job's nodes, and FailureConfig.max_excluded_nodes (badnodes.py)
+    num_nodes: int = 1
+    max_excluded_nodes: int = 0
 
     @property
     def is_batch(self) -> bool:
@@ -61,7 +64,8 @@ class Allocation:
 
     def requeue(self, run: RunDir) -> Optional[str]:
         """Continue ``run`` in a new allocation (``state.json`` says REQUEUED)."""
-        return requeue(run, self.scheduler, self.job_id)
+        return requeue(run, self.scheduler, self.job_id, num_nodes=self.num_nodes,
+                       max_excluded=self.max_excluded_nodes)
 
 
 def allocation_from_env(spec: Any, pending: PendingStop,
@@ -77,7 +81,9 @@ def allocation_from_env(spec: Any, pending: PendingStop,
     warning_s = warning_seconds(spec, walltime_s=walltime_s)
     return Allocation(job_id=job_id, scheduler_name=name, scheduler=scheduler,
                       pending=pending, warning_s=warning_s,
-                      warn_at=warning_timer(name, walltime_s, warning_s, env))
+                      warn_at=warning_timer(name, walltime_s, warning_s, env),
+                      num_nodes=spec.scaling.nodes,
+                      max_excluded_nodes=spec.run.failure_config.max_excluded_nodes)
 
 
 def job_walltime(scheduler: Optional[str], spec: Any, job_id: str) -> Optional[int]:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Optional
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.base.trust import private_copy, read_trusted
 from hpctrain._internal.allocation.supervisor import REQUEUED, STOPPED, Supervisor
+from hpctrain._internal.allocation.badnodes import exclusion_limit, to_exclude
 from hpctrain._internal.allocation.budgets import (NO_PROGRESS, count_attempt_progress, give_up,
                                                    no_progress)
 
@@ -182,12 +183,17 @@ def after_stop(run: RunDir, sup: Supervisor, failure_config: Any, *, can_requeue
     return REQUEUED
 
 
-def requeue(run: RunDir, scheduler: Any, job_id: str) -> Optional[str]:
-    """Continue the run in a new allocation (state already says REQUEUED). Returns the
+def requeue(run: RunDir, scheduler: Any, job_id: str, *, num_nodes: int = 1,
+            max_excluded: int = 0) -> Optional[str]:
+    """Continue the run in a new allocation (state already says REQUEUED), without the
+    nodes blamed for its failures where the scheduler can (badnodes.py). Returns the
     new job id of a resubmission; after a Slurm requeue this process is usually killed
     by the scheduler before it returns."""
+    exclude = to_exclude(run.read_state(), exclusion_limit(
+        max_excluded, scheduler.partition_nodes() if max_excluded else 0, num_nodes))
     _log(f"requeueing: job {job_id} continues in a new allocation from its latest "
-         "committed checkpoint")
+         "committed checkpoint" + (f", without node(s) {', '.join(exclude)} (blamed for a "
+                                   "failure)" if exclude else ""))
     sys.stdout.flush()
     # the scheduler ends this instance now: leave quietly instead of as an interruption
     if threading.current_thread() is threading.main_thread():
@@ -199,10 +205,10 @@ def requeue(run: RunDir, scheduler: Any, job_id: str) -> Optional[str]:
         try:
             script = read_trusted(run.job_script, what="the job script to submit again")
         except FileNotFoundError:  # (Slurm requeues its own copy of the script)
-            new_id = scheduler.requeue(job_id, run.job_script)
+            new_id = scheduler.requeue_excluding(job_id, run.job_script, exclude)
         else:
             with private_copy(script, os.path.basename(run.job_script)) as path:
-                new_id = scheduler.requeue(job_id, path)
+                new_id = scheduler.requeue_excluding(job_id, path, exclude)
     except Exception as e:  # noqa: BLE001 - the run must end in a clear state
         with run.update_state() as s:
             s["status"] = STOPPED
@@ -215,6 +221,7 @@ def requeue(run: RunDir, scheduler: Any, job_id: str) -> Optional[str]:
         with run.update_state() as s:
             s.setdefault("submissions", []).append(
                 {"job_id": new_id, "scheduler": scheduler.name, "time": time.time(),
-                 "script": "job.sh", "after": job_id})
+                 "script": "job.sh", "after": job_id,
+                 **({"excluded_nodes": exclude} if exclude else {})})
         _log(f"submitted job {new_id} to continue after job {job_id}")
     return new_id

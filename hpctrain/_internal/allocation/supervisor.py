@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Optional
 
 from hpctrain.launchers.base import ExitRecord, Launcher, LineSink
 from hpctrain._internal.allocation.watchdog import Hang, Watchdog
+from hpctrain._internal.allocation.badnodes import blame, blamed_host
 from hpctrain._internal.allocation.budgets import (HANG, NODE, USER, count_failure, give_up,
                                                    no_progress, spent)
 from hpctrain._internal.base.log import get_logger
@@ -369,6 +370,10 @@ class Supervisor:
         with self.run.update_state() as s:
             s["attempts"][attempt - 1]["cause"] = cause
             count_failure(s, cause, progressed)
+            if cause != USER:  # its node is kept out of the next allocation
+                blame(s, hang.host if hang is not None else blamed_host(
+                    self.run.attempt_dir(attempt), failure.rank, failure.host),
+                      cause, attempt, self.job_id)
             failures = s["failures"]
             gave_up = spent(s, cause, budgets)
             idle = no_progress(s, budgets) if gave_up is None else None
