@@ -3,6 +3,7 @@ killed without a traceback blames its node; the run's next allocation is submitt
 without it (``--exclude``) and runs on the other node. A budget spent ends the batch job
 with its exit code."""
 import json
+import subprocess
 import os
 
 import pytest
@@ -39,3 +40,25 @@ def test_the_node_blamed_for_a_failure_is_excluded_from_the_next_allocation(tmp_
     nodes = {r["attempt"]: r["node"] for r in _rows(run)}
     assert nodes[1] == blamed                      # restarted in place: same allocation
     assert nodes[2] == ({"n1", "n2"} - {blamed}).pop()  # the next one: the other node
+
+
+@pytest.mark.timeout(200)
+def test_a_spent_node_failure_budget_ends_the_batch_job_with_exit_code_77(tmp_path, storage):
+    job = write_job(tmp_path, "budget", site="test-cluster",
+                    entrypoint=workload("health_workloads:misbehave"), storage=storage,
+                    scaling={"num_nodes": 1, "workers_per_node": 1},
+                    scheduler={"time": "00:05:00"},
+                    failure={"max_failures": -1, "max_node_failures": 0},
+                    env={"PYTHONPATH": f"{SUPPORT}:{ROOT}"}, config={"how": "kill"})
+    p = hpctrain_cli("submit", job, "--follow", check=False, timeout=150)
+    message = ("the budget for node failures is spent: 1 failure(s) of this cause, "
+               "failure.max_node_failures = 0")
+    assert p.returncode == 77, p.stdout + p.stderr
+    assert f"not retried: {message}" in p.stderr
+    state = run_state(os.path.join(storage, "budget"))
+    assert state["status"] == "FAILED" and len(state["attempts"]) == 1
+    # the batch job's own exit code, as Slurm recorded it
+    job_id = state["attempts"][0]["job_id"]
+    shown = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
+                           text=True).stdout
+    assert "ExitCode=77:0" in shown, shown
