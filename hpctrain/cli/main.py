@@ -385,6 +385,10 @@ def cmd_status(args) -> int:
                 + (f", requeues {state['requeues']}" if state.get("requeues") else "")))
     if state.get("stopped_because"):
         print(plain(f"  stopped because {state['stopped_because']}"))
+    from hpctrain.cli.health import health_lines
+
+    for line in health_lines(state):
+        print(plain(f"  {line}"))
     for sub in state.get(submission.SUBMISSIONS) or []:
         try:
             js = get_scheduler(sub["scheduler"]).state(sub["job_id"])

@@ -13,6 +13,7 @@ from hpctrain.errors import ConfigError, HpctrainError
 from hpctrain._internal.base.install import pip_install
 from hpctrain._internal.rundir.layout import RunDir, read_results
 from hpctrain._internal.base.terminal import markup, plain
+from hpctrain.cli.health import health_lines
 
 
 def numeric(v: Any) -> bool:
@@ -227,6 +228,8 @@ def print_results(name_or_path: str, console=None) -> None:
                       markup(os.path.basename(a["resumed_from"])) if a.get("resumed_from")
                       else "-", markup("; ".join(note)))
         console.print(t)
+    for line in health_lines(state):
+        console.print(markup(line), soft_wrap=True)
     if os.path.exists(run.error_file):
         console.print(f"[red]error[/red]: {markup(run.error_file)}")
 

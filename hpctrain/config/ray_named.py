@@ -402,6 +402,10 @@ class FailureConfig:
       out of the next allocation (Slurm: the continuation is submitted with
       ``--exclude``), at most this many, and never so many that the job no longer fits
       its partition (0: none).
+    * ``straggler_factor`` (hpctrain's own, default 2): each rank's step time is measured
+      from its progress beats (with the hang watchdog on); a rank this many times slower
+      than the others' median, over at least 5 steps, is named in a warning with its node
+      (0: no warning). The statistics are in ``hpctrain status`` and ``results``.
     * ``hang_timeout`` (hpctrain's own): how long a rank may make no progress (no report,
       no batch of a prepared data loader) before the attempt counts as hung: every rank's
       Python stack is written to the attempt's directory, the attempt ends and the run
@@ -449,6 +453,9 @@ class FailureConfig:
     max_excluded_nodes: int = field(default=4, metadata=toml(
         "int", "At most this many nodes blamed for a failure or a hang are kept out of "
         "the next allocation (Slurm; 0: none).", minimum=0))
+    straggler_factor: Union[int, float] = field(default=2.0, metadata=toml(
+        "number", "Warn when a rank's step time is this many times the other ranks' "
+        "median (0: no warning).", minimum=0))
     #: Ray Train v2's name for ``max_requeues``: restarts after a preemption, counted
     #: apart from ``max_failures``. Here a preemption is the scheduler's warning (the time
     #: limit too) followed by a requeue; giving both with different values is an error.
@@ -463,6 +470,12 @@ class FailureConfig:
         _check_int("failure.max_attempts_without_progress",
                    self.max_attempts_without_progress, minimum=0)
         _check_int("failure.max_excluded_nodes", self.max_excluded_nodes, minimum=0)
+        if isinstance(self.straggler_factor, bool) or not isinstance(
+                self.straggler_factor, (int, float)) or not (
+                self.straggler_factor == 0 or self.straggler_factor > 1):
+            raise ConfigError(f"failure.straggler_factor: expected a number > 1 (0: no "
+                              f"warning), got {self.straggler_factor!r}",
+                              hint="1.5 warns when a rank is 50 % slower than the others")
         if self.max_preemption_failures is not None:
             _check_int("failure.max_preemption_failures", self.max_preemption_failures,
                        minimum=-1)

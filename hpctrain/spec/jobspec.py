@@ -141,7 +141,7 @@ _OMIT = object()
 _SCHED_DEFAULTS = SchedulerConfig()
 _FAILURE_DEFAULTS = FailureConfig()
 _BUDGET_KEYS = ("max_user_errors", "max_node_failures", "max_hangs",
-                "max_attempts_without_progress", "max_excluded_nodes")
+                "max_attempts_without_progress", "max_excluded_nodes", "straggler_factor")
 _CONTAINER_DEFAULTS = ContainerConfig()
 
 

@@ -58,3 +58,13 @@ def flaky_node(config):
             subprocess.run(["scancel", "--batch", "--signal=USR1",
                             os.environ["SLURM_JOB_ID"]], check=True)
         time.sleep(0.5)
+
+
+def slow_rank(config):
+    """Every rank reports ``config["steps"]`` times; before each report rank
+    ``config["slow_rank"]`` works ``config["slow_s"]`` seconds, the others
+    ``config["fast_s"]`` (every report is an agreement: the ranks move in lock step)."""
+    slow = hpctrain.get_context().get_world_rank() == config["slow_rank"]
+    for step in range(config["steps"]):
+        time.sleep(config["slow_s"] if slow else config["fast_s"])
+        hpctrain.report({"step": step})

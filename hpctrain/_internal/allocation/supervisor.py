@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Optional
 from hpctrain.launchers.base import ExitRecord, Launcher, LineSink
 from hpctrain._internal.allocation.watchdog import Hang, Watchdog
 from hpctrain._internal.allocation.badnodes import blame, blamed_host
+from hpctrain._internal.allocation.stragglers import Pace
 from hpctrain._internal.allocation.budgets import (HANG, NODE, USER, count_failure, give_up,
                                                    no_progress, spent)
 from hpctrain._internal.base.log import get_logger
@@ -278,7 +279,8 @@ class Supervisor:
             on_line=self.on_line)
         stop_written = at_deadline = False
         decision_file = os.path.join(self.run.attempt_dir(attempt), DECISION_FILE)
-        watchdog = self._watchdog(attempt)
+        pace = Pace(getattr(self.failure_config, "straggler_factor", 0) or 0)
+        watchdog = self._watchdog(attempt, pace)
         hang: Optional[Hang] = None
         try:
             exits = None
@@ -290,6 +292,7 @@ class Supervisor:
                 self._check_timer()
                 hang = watchdog.poll() if watchdog is not None and exits is None \
                     and not stop_written else None
+                self._pace_tick(attempt, pace)
                 if hang is not None:
                     self._collect_stacks(attempt, hang)
                     group.terminate(self.kill_grace_s)
@@ -327,6 +330,7 @@ class Supervisor:
                 return outcome
         if watchdog is not None:
             self._learn(watchdog)
+        self._pace_tick(attempt, pace, final=True)
         failed = [e for e in exits if e.returncode != 0]
         if hang is not None:
             failed = failed or [ExitRecord(hang.rank, -15, time.time())]
@@ -395,14 +399,37 @@ class Supervisor:
         return FAILED
 
     # -- hangs -------------------------------------------------------------------------
-    def _watchdog(self, attempt: int) -> Optional[Watchdog]:
+    def _watchdog(self, attempt: int, pace: Pace) -> Optional[Watchdog]:
         if self.hang_timeout_s == 0:
             return None
         state = self.run.read_state() or {}
         return Watchdog(self.run.attempt_dir(attempt), self.num_workers, started=time.time(),
                         timeout_s=self.hang_timeout_s,
                         learned_startup_s=float(state.get("learned_startup_s") or 0.0),
-                        check_s=min(1.0, (self.hang_timeout_s or 5.0) / 5))
+                        check_s=min(1.0, (self.hang_timeout_s or 5.0) / 5),
+                        on_record=pace.observe)
+
+    # -- stragglers --------------------------------------------------------------------
+    PACE_SAVE_S = 10.0  # how often a running attempt's step times reach state.json
+
+    def _pace_tick(self, attempt: int, pace: Pace, final: bool = False) -> None:
+        """Warn once about a straggler; keep the per-rank step times in the attempt's
+        record (every PACE_SAVE_S, and at its end)."""
+        warning = pace.warning()
+        if warning:
+            self._log(f"WARNING: {warning}")
+        now = time.time()
+        if not (final or warning or now - pace.saved >= self.PACE_SAVE_S):
+            return
+        pace.saved = now
+        summary = pace.summary()
+        if summary is None:
+            return
+        with self.run.update_state() as s:
+            rec = s["attempts"][attempt - 1]
+            rec["pace"] = summary
+            if warning:
+                rec["straggler"] = warning
 
     def _learn(self, watchdog: Watchdog) -> None:
         """Keep the longest start-up seen for the next attempts' start-up limit."""
