@@ -14,6 +14,7 @@ from hpctrain._internal.base.install import pip_install
 from hpctrain._internal.rundir.layout import RunDir, read_results
 from hpctrain._internal.base.terminal import markup, plain
 from hpctrain.cli.health import health_lines
+from hpctrain._internal.rundir.goodput import describe as describe_goodput, goodput
 
 
 def numeric(v: Any) -> bool:
@@ -228,7 +229,8 @@ def print_results(name_or_path: str, console=None) -> None:
                       markup(os.path.basename(a["resumed_from"])) if a.get("resumed_from")
                       else "-", markup("; ".join(note)))
         console.print(t)
-    for line in health_lines(state):
+    kept = {os.path.basename(r.path): r.metadata for r in records}
+    for line in health_lines(state) + describe_goodput(goodput(state, rows, kept)):
         console.print(markup(line), soft_wrap=True)
     if os.path.exists(run.error_file):
         console.print(f"[red]error[/red]: {markup(run.error_file)}")

@@ -68,3 +68,20 @@ def slow_rank(config):
     for step in range(config["steps"]):
         time.sleep(config["slow_s"] if slow else config["fast_s"])
         hpctrain.report({"step": step})
+
+
+def steady(config):
+    """``config["steps"]`` steps of ``config["step_s"]`` seconds, a checkpoint at every
+    report, resumed from the latest one."""
+    start = 0
+    checkpoint = hpctrain.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            with open(os.path.join(d, "step.txt")) as f:
+                start = int(f.read()) + 1
+    for step in range(start, config["steps"]):
+        time.sleep(config["step_s"])
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "step.txt"), "w") as f:
+                f.write(str(step))
+            hpctrain.report({"step": step}, checkpoint=hpctrain.Checkpoint.from_directory(d))

@@ -39,3 +39,14 @@ def test_no_warning_before_every_rank_made_enough_steps_or_when_off():
     _feed(off, 0, 0.1)
     _feed(off, 1, 0.5)
     assert off.warning() is None
+
+
+def test_the_first_move_is_taken_back_at_the_ranks_pace():
+    pace = Pace(2.0)
+    assert pace.first_move() is None
+    pace.observe(0, {"progress": 5, "time": 1010.0, "phase": "train"})
+    assert pace.first_move() is None  # one record past the first move: unknown
+    pace.observe(0, {"progress": 9, "time": 1012.0, "phase": "train"})
+    assert pace.first_move() == 1008.0  # 0.5 s a move, 4 moves before count 5
+    pace.observe(1, {"progress": 1, "time": 1008.5, "phase": "train"})
+    assert pace.first_move() == 1008.5  # the last rank to start

@@ -78,6 +78,18 @@ class Pace:
                     - self._seen[r][0][0], "step_s": round(step_s[r], 6)}
                 for r in sorted(slopes)}
 
+    def first_move(self) -> Optional[float]:
+        """When the training began (epoch seconds): the latest of the ranks' first moves,
+        each extrapolated back from the first record seen at its pace; None before."""
+        firsts = []
+        for rank, seen in self._seen.items():
+            c, t = seen[0]
+            steps = seen[-1][0] - c
+            if c > 1 and steps <= 0:
+                return None  # one record past the first move: no pace to go back with
+            firsts.append(t - (c - 1) * (seen[-1][1] - t) / steps if c > 1 else t)
+        return max(firsts) if firsts else None
+
     def summary(self) -> Optional[Dict[str, Any]]:
         """The statistics for ``state.json``: per rank, and the slowest rank against the
         median of the others (``ratio``); None before two ranks made a step."""

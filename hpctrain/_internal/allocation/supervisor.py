@@ -422,12 +422,15 @@ class Supervisor:
         if not (final or warning or now - pace.saved >= self.PACE_SAVE_S):
             return
         pace.saved = now
-        summary = pace.summary()
-        if summary is None:
+        summary, first = pace.summary(), pace.first_move()
+        if summary is None and first is None:
             return
         with self.run.update_state() as s:
             rec = s["attempts"][attempt - 1]
-            rec["pace"] = summary
+            if first is not None:  # the end of its start-up (goodput.py)
+                rec["first_progress"] = round(first, 3)
+            if summary is not None:
+                rec["pace"] = summary
             if warning:
                 rec["straggler"] = warning
 
