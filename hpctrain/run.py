@@ -385,7 +385,8 @@ class Run:
             on_line=on_line, on_tick=tick, extra_env=extra_env,
             first_checkpoint_index=self.options.first_checkpoint_index,
             warning_s=warning_s, warning_signal=fc.warning_signal, warn_at=warn_at,
-            hang_timeout_s=fc.hang_timeout_s, failure_config=fc)
+            hang_timeout_s=fc.hang_timeout_s, failure_config=fc,
+            ends_at=None if allocation is None else allocation.ends_at)
         if allocation is None:
             # nothing here can requeue a local run: a clean stop ends it STOPPED
             return supervise(run, sup, fc, tracking=tracking, on_close=progress.close)

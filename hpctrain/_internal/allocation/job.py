@@ -49,6 +49,8 @@ class Allocation:
     pending: PendingStop
     warning_s: int
     warn_at: Optional[float] = None
+    #: when the allocation ends (the job's start + its walltime; None: unknown)
+    ends_at: Optional[float] = None
     #: the job's nodes, and FailureConfig.max_excluded_nodes (badnodes.py)
     num_nodes: int = 1
     max_excluded_nodes: int = 0
@@ -82,6 +84,7 @@ def allocation_from_env(spec: Any, pending: PendingStop,
     return Allocation(job_id=job_id, scheduler_name=name, scheduler=scheduler,
                       pending=pending, warning_s=warning_s,
                       warn_at=warning_timer(name, walltime_s, warning_s, env),
+                      ends_at=allocation_end(walltime_s, env),
                       num_nodes=spec.scaling.nodes,
                       max_excluded_nodes=spec.run.failure_config.max_excluded_nodes)
 
@@ -92,6 +95,15 @@ def job_walltime(scheduler: Optional[str], spec: Any, job_id: str) -> Optional[i
     if spec.scheduler.walltime_s is not None or scheduler is None:
         return spec.scheduler.walltime_s
     return get_scheduler(scheduler).job_walltime(job_id)
+
+
+def allocation_end(walltime_s: Optional[int], env: Mapping[str, str]) -> Optional[float]:
+    """When the allocation ends: the job's start (``HPCTRAIN_JOB_STARTED``, set first thing
+    by the script) + its walltime; None when either is unknown."""
+    started = env.get(ENV_JOB_STARTED, "")
+    if walltime_s is None or not started.isdigit():
+        return None
+    return float(int(started) + walltime_s)
 
 
 def warning_timer(scheduler: Optional[str], walltime_s: Optional[int], warning_s: int,

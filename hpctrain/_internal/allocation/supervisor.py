@@ -27,6 +27,7 @@ from hpctrain.launchers.base import ExitRecord, Launcher, LineSink
 from hpctrain._internal.allocation.watchdog import Hang, Watchdog
 from hpctrain._internal.allocation.badnodes import blame, blamed_host
 from hpctrain._internal.allocation.stragglers import Pace
+from hpctrain._internal.allocation.lead import MARGIN, SLACK_S, measured_lead_s
 from hpctrain._internal.allocation.budgets import (HANG, NODE, USER, count_failure, give_up,
                                                    no_progress, spent)
 from hpctrain._internal.base.log import get_logger
@@ -130,7 +131,7 @@ class Supervisor:
                  extra_env: Optional[Dict[str, str]] = None, first_checkpoint_index: int = 0,
                  warning_s: float = 120.0, warning_signal: str = "USR1",
                  warn_at: Optional[float] = None, hang_timeout_s: Optional[float] = None,
-                 failure_config: Optional[object] = None):
+                 failure_config: Optional[object] = None, ends_at: Optional[float] = None):
         self.run = run
         self.launcher = _maybe_warm(launcher, python, extra_env)
         self.num_workers = num_workers
@@ -151,6 +152,12 @@ class Supervisor:
         # a FailureConfig only max_failures bounds the restarts
         self.failure_config = failure_config
         self.attempt_checkpoint: Optional[str] = None  # the newest one when it started
+        # when the allocation ends (epoch seconds; None: unknown), and the warning's lead
+        # time from the measured checkpoint cost (lead.py)
+        self.ends_at = ends_at
+        self.lead_s, self.checkpoint_cost = warning_s, None
+        self.stop_lead_s: Optional[float] = None  # the lead of a warning of our own
+        self.lead_checked = 0.0
         self.stop_reason: Optional[str] = None
         self.stop_time: Optional[float] = None
         self.checkpoint_at_start: Optional[str] = None
@@ -169,12 +176,20 @@ class Supervisor:
         checkpoint, early enough to requeue before the scheduler kills the job."""
         if self.stop_time is None:
             return None
-        return self.stop_time + max(self.warning_s * 0.5, self.warning_s - 15.0)
+        lead = self.stop_lead_s or self.warning_s
+        return self.stop_time + max(lead * 0.5, lead - 15.0)
 
     def _check_timer(self) -> None:
         if self.warn_at is not None and self.stop_time is None and time.time() >= self.warn_at:
             self.request_stop(f"{self.warning_s:.0f} s before the walltime ends "
                               "(the supervisor's timer)")
+        if self.ends_at is not None and self.stop_time is None \
+                and self.lead_s > self.warning_s and time.time() >= self.ends_at - self.lead_s:
+            self.stop_lead_s = self.lead_s
+            self.request_stop(
+                f"{self.lead_s:.0f} s before the walltime ends: {MARGIN:g} × the measured "
+                f"checkpoint cost ({self.checkpoint_cost:.1f} s) + {SLACK_S:g} s, more than "
+                f"failure.warning_time ({self.warning_s:.0f} s)")
 
     def run_to_end(self) -> str:
         """Run attempts until success or until failures exceed ``max_failures``.
@@ -198,6 +213,7 @@ class Supervisor:
                 s["max_failures"] = self.max_failures
             latest = self.run.list_checkpoints()
             self.checkpoint_at_start = latest[-1].path if latest else None
+            self.lead_s, self.checkpoint_cost = measured_lead_s(latest, self.warning_s)
             try:
                 while True:
                     self._check_timer()
@@ -246,6 +262,8 @@ class Supervisor:
         resume = latest.path if latest else self.initial_checkpoint
         newest = self.run.list_checkpoints()
         self.attempt_checkpoint = newest[-1].path if newest else None
+        self.lead_s, self.checkpoint_cost = measured_lead_s(newest, self.warning_s)
+        self.lead_checked = time.time()
         with self.run.update_state() as s:
             attempt = len(s["attempts"]) + 1
             s["attempts"].append({"attempt": attempt, "job_id": self.job_id,
@@ -293,6 +311,10 @@ class Supervisor:
                 hang = watchdog.poll() if watchdog is not None and exits is None \
                     and not stop_written else None
                 self._pace_tick(attempt, pace)
+                if self.ends_at is not None and time.time() - self.lead_checked > 30:
+                    self.lead_checked = time.time()  # the checkpoints committed since
+                    self.lead_s, self.checkpoint_cost = measured_lead_s(
+                        self.run.list_checkpoints(), self.warning_s)
                 if hang is not None:
                     self._collect_stacks(attempt, hang)
                     group.terminate(self.kill_grace_s)
