@@ -382,8 +382,9 @@ class FailureConfig:
       and the ranks exit cleanly. A loop that does not checkpoint by the deadline (about
       ``warning_time`` − 15 s after the warning) is stopped and resumes from its last
       committed checkpoint.
-      In a batch job whose end is known the supervisor also warns by itself earlier,
-      at 2 × the measured cost of the last checkpoints + 15 s, when that is more.
+      In a batch job whose end is known the supervisor also warns by itself earlier
+      when ``warning_time`` leaves the ranks less than twice the measured cost of the
+      last checkpoints to stop.
     * ``requeue``: after such a stop, continue in a new allocation (Slurm: ``scontrol
       requeue``; PBS: the job resubmits itself with ``-W depend=afterany``). False: the run
       ends as STOPPED, to be continued with ``Trainer.restore(path)``.

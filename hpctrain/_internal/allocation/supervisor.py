@@ -27,7 +27,7 @@ from hpctrain.launchers.base import ExitRecord, Launcher, LineSink
 from hpctrain._internal.allocation.watchdog import Hang, Watchdog
 from hpctrain._internal.allocation.badnodes import blame, blamed_host
 from hpctrain._internal.allocation.stragglers import Pace
-from hpctrain._internal.allocation.lead import MARGIN, SLACK_S, measured_lead_s
+from hpctrain._internal.allocation.lead import MARGIN, measured_lead_s
 from hpctrain._internal.allocation.budgets import (HANG, NODE, USER, count_failure, give_up,
                                                    no_progress, spent)
 from hpctrain._internal.base.log import get_logger
@@ -187,9 +187,10 @@ class Supervisor:
                 and self.lead_s > self.warning_s and time.time() >= self.ends_at - self.lead_s:
             self.stop_lead_s = self.lead_s
             self.request_stop(
-                f"{self.lead_s:.0f} s before the walltime ends: {MARGIN:g} × the measured "
-                f"checkpoint cost ({self.checkpoint_cost:.1f} s) + {SLACK_S:g} s, more than "
-                f"failure.warning_time ({self.warning_s:.0f} s)")
+                f"{self.lead_s:.0f} s before the walltime ends (the supervisor's timer: "
+                f"the ranks get {MARGIN:g} × the measured checkpoint cost of "
+                f"{self.checkpoint_cost:.1f} s to stop, more than failure.warning_time "
+                f"= {self.warning_s:.0f} s allows)")
 
     def run_to_end(self) -> str:
         """Run attempts until success or until failures exceed ``max_failures``.
