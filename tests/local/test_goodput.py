@@ -1,7 +1,6 @@
 """Goodput from the run's own records: a local run stopped twice by the warning signal
 and started again (three allocations, with a wait between them) is broken down into
 queue, start-up, checkpoint, lost work and productive time that add up to its wall time."""
-import json
 import os
 import signal
 import subprocess
