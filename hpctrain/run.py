@@ -421,7 +421,8 @@ class Run:
             first_checkpoint_index=self.options.first_checkpoint_index,
             warning_s=warning_s, warning_signal=fc.warning_signal, warn_at=warn_at,
             hang_timeout_s=fc.hang_timeout_s,
-            local_tier=bool(spec.run.checkpoint_config.local_dir))
+            local_tier=bool(spec.run.checkpoint_config.local_dir),
+            failure_config=fc, ends_at=None if allocation is None else allocation.ends_at)
         try:
             if allocation is None:
                 # nothing here can requeue a local run: a clean stop ends it STOPPED

@@ -37,6 +37,7 @@ _NUMBER = {"type": "number"}
 #: JSON Schema of each value kind (hpctrain.spec.EXPECTED says them in words).
 _KINDS: Dict[str, Dict[str, Any]] = {
     "int": {"type": "integer"},
+    "number": {"type": "number"},
     "bool": {"type": "boolean"},
     "str": {"type": "string"},
     "numbers": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},

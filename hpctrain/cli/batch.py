@@ -175,7 +175,9 @@ def run_allocation(run: RunDir, spec, pending, script: Optional[str],
     if status == REQUEUED:
         return 0
     _log(f"run {status}")
-    return 0 if status in (FINISHED, STOPPED) else 1
+    from hpctrain._internal.allocation.budgets import exit_code
+
+    return exit_code(run.read_state(), 0 if status in (FINISHED, STOPPED) else 1)
 
 
 def record_submission(run: RunDir, scheduler: str, job_id: str) -> None:

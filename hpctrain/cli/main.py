@@ -334,7 +334,8 @@ def _verbosity(args) -> int:
 
 def _outcome(get_result, run_path: str, lead: str = "") -> int:
     """Print how the run ended (its summary, the failed rank's traceback, or why it
-    stopped) and return the exit code: 0, 1, or EXIT_STOPPED."""
+    stopped) and return the exit code: 0, 1, EXIT_STOPPED, or the code of the budget
+    that was spent (docs/guide/fault-tolerance.md#exit-codes)."""
     try:
         result = get_result()
     except TrainingFailedError as e:
@@ -344,12 +345,27 @@ def _outcome(get_result, run_path: str, lead: str = "") -> int:
             print(plain(e.worker_traceback.rstrip()), file=sys.stderr)
         else:
             print(f"{lead}[hpctrain] training FAILED: {plain(e)}", file=sys.stderr)
-        return 1
+        return _gave_up(e.result.path if e.result else run_path, lead, 1)
     except TrainingStoppedError as e:
         print(f"{lead}[hpctrain] {plain(e)}", file=sys.stderr)
-        return EXIT_STOPPED
+        return _gave_up(e.result.path if e.result else run_path, lead, EXIT_STOPPED)
     _print_summary(result)
     return 0
+
+
+def _gave_up(run_path: str, lead: str, default: int) -> int:
+    """Say why the run stopped retrying, if a budget did it; its exit code."""
+    from hpctrain._internal.allocation.budgets import exit_code
+    from hpctrain._internal.rundir.layout import RunDir
+
+    try:
+        state = RunDir(run_path).read_state()
+    except (OSError, ValueError):
+        return default
+    gave_up = state.get("gave_up") or {}
+    if gave_up.get("message"):
+        print(f"{lead}[hpctrain] not retried: {plain(gave_up['message'])}", file=sys.stderr)
+    return exit_code(state, default)
 
 
 def cmd_list(args) -> int:
@@ -414,6 +430,8 @@ def cmd_status(args) -> int:
                 + (f", requeues {data['requeues']}" if data["requeues"] else "")))
     if data["stopped_because"]:
         print(plain(f"  stopped because {data['stopped_because']}"))
+    for line in data["health"]:
+        print(plain(f"  {line}"))
     for job in data["jobs"]:
         if job["error"] is not None:
             print(plain(f"  {job['scheduler']} job {job['job_id']}: state unknown "

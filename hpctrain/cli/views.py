@@ -13,6 +13,8 @@ from hpctrain.errors import ConfigError, HpctrainError
 from hpctrain._internal.base.install import pip_install
 from hpctrain._internal.rundir.layout import RunDir, read_results
 from hpctrain._internal.base.terminal import markup, plain
+from hpctrain.cli.health import health_lines
+from hpctrain._internal.rundir.goodput import describe as describe_goodput, goodput
 
 
 def numeric(v: Any) -> bool:
@@ -261,6 +263,9 @@ def print_results(name_or_path: str, console=None) -> None:
                       markup(os.path.basename(a["resumed_from"])) if a.get("resumed_from")
                       else "-", markup("; ".join(note)))
         console.print(t)
+    kept = {os.path.basename(r.path): r.metadata for r in records}
+    for line in health_lines(state) + describe_goodput(goodput(state, rows, kept)):
+        console.print(markup(line), soft_wrap=True)
     if os.path.exists(run.error_file):
         console.print(f"[red]error[/red]: {markup(run.error_file)}")
 
@@ -392,6 +397,9 @@ def status_data(run: RunDir) -> Dict[str, Any]:
             "attempts": len(state.get("attempts", [])), "failures": state.get("failures", 0),
             "restart_count": state.get("restart_count"), "requeues": state.get("requeues", 0),
             "stopped_because": state.get("stopped_because"), "jobs": jobs,
+            "health": health_lines(state), "gave_up": state.get("gave_up"),
+            "failures_by_cause": state.get("failures_by_cause") or {},
+            "bad_nodes": state.get("bad_nodes") or [],
             "iteration": live.iteration, "metrics": live.metrics,
             "elapsed_s": live.elapsed_s, "reports_per_s": live.rate,
             "last_report_s": live.last_report_s,

@@ -398,12 +398,33 @@ class FailureConfig:
       and the ranks exit cleanly. A loop that does not checkpoint by the deadline (about
       ``warning_time`` − 15 s after the warning) is stopped and resumes from its last
       committed checkpoint.
+      In a batch job whose end is known the supervisor also warns by itself earlier
+      when ``warning_time`` leaves the ranks less than twice the measured cost of the
+      last checkpoints to stop.
     * ``requeue``: after such a stop, continue in a new allocation (Slurm: ``scontrol
       requeue``; PBS: the job resubmits itself with ``-W depend=afterany``). False: the run
       ends as STOPPED, to be continued with ``Trainer.restore(path)``.
     * ``max_requeues`` (alias ``max_preemption_failures``, Ray v2's name): how many times
-      that may happen (-1 = unlimited), counted apart from ``max_failures``. Independently,
-      the chain stops after 3 allocations in a row that committed no new checkpoint.
+      that may happen (-1 = unlimited), counted apart from ``max_failures``.
+    * ``max_user_errors``, ``max_node_failures``, ``max_hangs`` (hpctrain's own): a
+      budget per cause of failure, each counted apart (-1, the default: only
+      ``max_failures`` bounds that cause). A failure counts toward ``max_failures`` and
+      toward its cause's budget: an exception raised by the training code (a user error),
+      a rank that ended without a Python traceback (killed, out of memory, a native crash,
+      a lost node or peer: a node failure), a hang. The run ends FAILED when either is
+      spent, with exit code 1, 77 (node failures) or 78 (hangs).
+    * ``max_attempts_without_progress`` (hpctrain's own, default 3): the run stops, exit
+      code 76, after this many attempts in a row (restarts and requeues) that committed
+      no new checkpoint, instead of restarting or requeueing forever (0: never).
+    * ``max_excluded_nodes`` (hpctrain's own, default 4): the node of a rank that failed
+      without a traceback or hung is recorded in ``state.json``'s ``bad_nodes`` and kept
+      out of the next allocation (Slurm: the continuation is submitted with
+      ``--exclude``), at most this many, and never so many that the job no longer fits
+      its partition (0: none).
+    * ``straggler_factor`` (hpctrain's own, default 2): each rank's step time is measured
+      from its progress beats (with the hang watchdog on); a rank this many times slower
+      than the others' median, over at least 5 steps, is named in a warning with its node
+      (0: no warning). The statistics are in ``hpctrain status`` and ``results``.
     * ``hang_timeout`` (hpctrain's own): how long a rank may make no progress (no report,
       no batch of a prepared data loader) before the attempt counts as hung: every rank's
       Python stack is written to the attempt's directory, the attempt ends and the run
@@ -434,6 +455,26 @@ class FailureConfig:
     hang_timeout: Union[str, int, None] = field(default=None, metadata=toml(
         "str", 'How long a rank may make no progress before the attempt counts as hung, '
         'e.g. "20m" (default: learned from the run\'s own pace; "off": no watchdog).'))
+    # the retry budget per cause (hpctrain's own: Ray has one max_failures); each failure
+    # counts toward max_failures too, and toward its cause's budget when one is given
+    max_user_errors: int = field(default=-1, metadata=toml(
+        "int", "Restarts after the training code raised an exception (-1: only "
+        "max_failures bounds them).", minimum=-1))
+    max_node_failures: int = field(default=-1, metadata=toml(
+        "int", "Restarts after a rank ended without a Python traceback: killed, out of "
+        "memory, a native crash, a lost node or peer (-1: only max_failures bounds them).",
+        minimum=-1))
+    max_hangs: int = field(default=-1, metadata=toml(
+        "int", "Restarts after a hang (-1: only max_failures bounds them).", minimum=-1))
+    max_attempts_without_progress: int = field(default=3, metadata=toml(
+        "int", "Stop (exit code 76) after this many attempts in a row, restarts and "
+        "requeues, that committed no new checkpoint (0: never).", minimum=0))
+    max_excluded_nodes: int = field(default=4, metadata=toml(
+        "int", "At most this many nodes blamed for a failure or a hang are kept out of "
+        "the next allocation (Slurm; 0: none).", minimum=0))
+    straggler_factor: Union[int, float] = field(default=2.0, metadata=toml(
+        "number", "Warn when a rank's step time is this many times the other ranks' "
+        "median (0: no warning).", minimum=0))
     #: Ray Train v2's name for ``max_requeues``: restarts after a preemption, counted
     #: apart from ``max_failures``. Here a preemption is the scheduler's warning (the time
     #: limit too) followed by a requeue; giving both with different values is an error.
@@ -443,6 +484,17 @@ class FailureConfig:
     def __post_init__(self) -> None:
         _check_int("failure.max_failures", self.max_failures, minimum=-1)
         _check_int("failure.max_requeues", self.max_requeues, minimum=-1)
+        for key in ("max_user_errors", "max_node_failures", "max_hangs"):
+            _check_int(f"failure.{key}", getattr(self, key), minimum=-1)
+        _check_int("failure.max_attempts_without_progress",
+                   self.max_attempts_without_progress, minimum=0)
+        _check_int("failure.max_excluded_nodes", self.max_excluded_nodes, minimum=0)
+        if isinstance(self.straggler_factor, bool) or not isinstance(
+                self.straggler_factor, (int, float)) or not (
+                self.straggler_factor == 0 or self.straggler_factor > 1):
+            raise ConfigError(f"failure.straggler_factor: expected a number > 1 (0: no "
+                              f"warning), got {self.straggler_factor!r}",
+                              hint="1.5 warns when a rank is 50 % slower than the others")
         if self.max_preemption_failures is not None:
             _check_int("failure.max_preemption_failures", self.max_preemption_failures,
                        minimum=-1)

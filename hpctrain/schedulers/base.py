@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from .._internal.base.log import get_logger
 from ..config import SchedulerConfig
 from ..errors import ConfigError
 from hpctrain._version import __version__
@@ -279,6 +280,21 @@ class Scheduler:
     def resubmit(self, script_path: str, *, after: str) -> str:
         """Submit ``script_path`` again, to start once job ``after`` has ended."""
         raise NotImplementedError(f"the {self.name!r} scheduler cannot resubmit a job")
+
+    def requeue_excluding(self, job_id: str, script_path: str,
+                          exclude: Sequence[str]) -> Optional[str]:
+        """:meth:`requeue`, keeping the nodes ``exclude`` out of the new allocation where
+        the scheduler can; here it cannot (a warning says so; the nodes stay recorded
+        in ``state.json``'s ``bad_nodes``)."""
+        if exclude:
+            get_logger(self.name).warning(
+                f"{self.name}: hpctrain cannot keep node(s) {', '.join(exclude)} out of the "
+                "next allocation; they are recorded in state.json's bad_nodes")
+        return self.requeue(job_id, script_path)
+
+    def partition_nodes(self) -> Optional[int]:
+        """How many nodes the partition or queue of this job has (None: unknown)."""
+        return None
 
 
 def _python_words(request: BatchRequest, spec: JobSpec) -> List[str]:

@@ -291,8 +291,27 @@ class SlurmScheduler(Scheduler):
                                     f"({p.stderr.strip()}); submitting the job again instead")
         return self.resubmit(script_path, after=job_id)
 
-    def resubmit(self, script_path: str, *, after: str) -> str:
+    def requeue_excluding(self, job_id: str, script_path: str,
+                          exclude: Sequence[str]) -> Optional[str]:
+        """A pending job's node list can be changed, a running one's cannot (``scontrol
+        update ExcNodeList`` refuses it, and the requeued job is this very one, ending
+        only when this process does): with nodes to exclude the run continues in a new
+        submission of its script, ``sbatch --exclude=… --dependency=afterany:<job>``."""
+        if exclude and os.path.exists(script_path):
+            return self.resubmit(script_path, after=job_id, exclude=exclude)
+        return super().requeue_excluding(job_id, script_path, exclude)
+
+    def partition_nodes(self) -> Optional[int]:
+        partition = os.environ.get("SLURM_JOB_PARTITION", "")
+        if not partition:
+            return None
+        p = run_controller(["scontrol", "-o", "show", "partition", partition], text=True)
+        m = re.search(r"\bTotalNodes=(\d+)", p.stdout or "")
+        return int(m.group(1)) if p.returncode == 0 and m else None
+
+    def resubmit(self, script_path: str, *, after: str, exclude: Sequence[str] = ()) -> str:
         p = run_controller(["sbatch", "--parsable", f"--dependency=afterany:{after}",
+                            *([f"--exclude={','.join(exclude)}"] if exclude else []),
                             script_path], raise_when_busy=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"sbatch refused the resubmission: {p.stderr.strip()}")

@@ -8,7 +8,8 @@ from typing import Any, Dict, Mapping, Optional
 
 import tomli_w
 
-from ..config import ContainerConfig, DataConfig, RunConfig, ScalingConfig, SchedulerConfig, SetupConfig
+from ..config import (ContainerConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
+                      SchedulerConfig, SetupConfig)
 from .._internal.base.tomlfile import show_value as _show
 from .entrypoint import EntryPoint
 from .sections import Ctx, check_table, check_value
@@ -93,7 +94,10 @@ class JobSpec:
                         "max_requeues": fl.max_requeues,
                         "mtbi": None if fl.mtbi is None else f"{fl.mtbi_s}s",
                         "hang_timeout": None if fl.hang_timeout is None else (
-                            "off" if fl.hang_timeout_s == 0 else f"{fl.hang_timeout_s}s")},
+                            "off" if fl.hang_timeout_s == 0 else f"{fl.hang_timeout_s}s"),
+                        # only when set: a spec.toml of an older run compares equal
+                        **{k: getattr(fl, k) for k in _BUDGET_KEYS
+                           if getattr(fl, k) != getattr(_FAILURE_DEFAULTS, k)}},
             "scheduler": {k: v for k, v in vars(self.scheduler).items()
                           if v not in (None, [], {}) and v != getattr(_SCHED_DEFAULTS, k, None)},
             "setup": {k: v for k, v in vars(self.setup).items() if v},
@@ -136,6 +140,9 @@ class JobSpec:
 _OMIT = object()
 #: The shared keys' defaults (a scheduler's own options default to None).
 _SCHED_DEFAULTS = SchedulerConfig()
+_FAILURE_DEFAULTS = FailureConfig()
+_BUDGET_KEYS = ("max_user_errors", "max_node_failures", "max_hangs",
+                "max_attempts_without_progress", "max_excluded_nodes", "straggler_factor")
 _CONTAINER_DEFAULTS = ContainerConfig()
 
 

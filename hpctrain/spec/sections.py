@@ -28,11 +28,12 @@ BACKENDS = _registry.BACKENDS
 # SECTIONS, the choices and the minima below are derived from both. hpctrain.schema
 # exports the same declarations as JSON Schema.
 #
-# Value kinds: "int" (not bool), "bool", "str", "numbers" (table of str -> int/float),
+# Value kinds: "int" (not bool), "number" (int or float, not bool), "bool", "str", "numbers" (table of str -> int/float),
 # "strlist" (array of strings), "directives" (table of option -> string/number/true),
 # "walltime" and "memory" (strings with units, see hpctrain.units).
 EXPECTED = {
     "int": "an integer",
+    "number": "a number",
     "bool": "true or false",
     "str": "a string",
     "numbers": "a table of numbers",
@@ -197,6 +198,8 @@ def _matches(kind: str, value: Any) -> bool:
         return isinstance(value, dict)
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind == "bool":
         return isinstance(value, bool)
     if kind == "str":

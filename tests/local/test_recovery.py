@@ -224,9 +224,14 @@ def _run_dir(tmp_path):
     (FailureConfig(max_requeues=2), True, [True, True, True], "STOPPED",
      "failure.max_requeues (2) is reached"),
     (FailureConfig(), True, [False] * MAX_IDLE_ALLOCATIONS, "STOPPED",
-     f"the last {MAX_IDLE_ALLOCATIONS} allocations committed no new checkpoint"),
+     f"no progress: the last {MAX_IDLE_ALLOCATIONS} attempts committed no new checkpoint "
+     f"(failure.max_attempts_without_progress = {MAX_IDLE_ALLOCATIONS})"),
+    (FailureConfig(max_attempts_without_progress=1), True, [True, False], "STOPPED",
+     "no progress: the last 1 attempts committed no new checkpoint"),
+    (FailureConfig(max_attempts_without_progress=0), True, [False] * 5, "REQUEUED", None),
     (FailureConfig(), True, [False, False, True, False, False], "REQUEUED", None),
-], ids=["requeue", "requeue-off", "local", "max-requeues", "no-progress", "progress-resets"])
+], ids=["requeue", "requeue-off", "local", "max-requeues", "no-progress", "no-progress-1",
+        "no-progress-off", "progress-resets"])
 def test_after_a_clean_stop_requeue_or_stop(tmp_path, config, can, progress, expected, why):
     run = _run_dir(tmp_path)
     for made in progress:
@@ -235,6 +240,10 @@ def test_after_a_clean_stop_requeue_or_stop(tmp_path, config, can, progress, exp
     assert status == expected == state["status"]
     if why:
         assert why in state["stopped_because"]
+    from hpctrain._internal.allocation.budgets import exit_code
+
+    # the batch job's exit code: 76 when it gave up for no progress
+    assert exit_code(state, 0) == (76 if why and "no progress" in why else 0)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -244,6 +253,10 @@ def test_after_a_clean_stop_requeue_or_stop(tmp_path, config, can, progress, exp
     ({"warning_time": "soon"}, "failure.warning_time"),
     ({"requeue": "yes"}, "failure.requeue: expected true or false"),
     ({"max_requeues": -2}, "failure.max_requeues: expected an integer ≥ -1"),
+    ({"max_hangs": -2}, "failure.max_hangs: expected an integer ≥ -1"),
+    ({"max_node_failures": "2"}, "failure.max_node_failures: expected an integer, got '2'"),
+    ({"max_attempts_without_progress": -1},
+     "failure.max_attempts_without_progress: expected an integer ≥ 0"),
 ])
 def test_failure_config_refuses_bad_values(kwargs, message):
     with pytest.raises(ConfigError) as info:

@@ -14,6 +14,7 @@ MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.pbsdsh", "hpctrain.lau
            "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm",
            "hpctrain._internal.nodezygote", "hpctrain.schema",
            "hpctrain._internal.allocation.supervisor", "hpctrain.config.scheduler",
+           "hpctrain._internal.allocation.badnodes", "hpctrain._internal.allocation.lead",
            "hpctrain.containers", "hpctrain.containers.base", "hpctrain.containers.apptainer",
            "hpctrain.containers.podman_hpc", "hpctrain.containers.shifter",
            "hpctrain.containers.pyxis", "hpctrain.containers.charliecloud"]

@@ -49,6 +49,11 @@ class Allocation:
     pending: PendingStop
     warning_s: int
     warn_at: Optional[float] = None
+    #: when the allocation ends (the job's start + its walltime; None: unknown)
+    ends_at: Optional[float] = None
+    #: the job's nodes, and FailureConfig.max_excluded_nodes (badnodes.py)
+    num_nodes: int = 1
+    max_excluded_nodes: int = 0
 
     @property
     def is_batch(self) -> bool:
@@ -61,7 +66,8 @@ class Allocation:
 
     def requeue(self, run: RunDir) -> Optional[str]:
         """Continue ``run`` in a new allocation (``state.json`` says REQUEUED)."""
-        return requeue(run, self.scheduler, self.job_id)
+        return requeue(run, self.scheduler, self.job_id, num_nodes=self.num_nodes,
+                       max_excluded=self.max_excluded_nodes)
 
 
 def allocation_from_env(spec: Any, pending: PendingStop,
@@ -77,7 +83,10 @@ def allocation_from_env(spec: Any, pending: PendingStop,
     warning_s = warning_seconds(spec, walltime_s=walltime_s)
     return Allocation(job_id=job_id, scheduler_name=name, scheduler=scheduler,
                       pending=pending, warning_s=warning_s,
-                      warn_at=warning_timer(name, walltime_s, warning_s, env))
+                      warn_at=warning_timer(name, walltime_s, warning_s, env),
+                      ends_at=allocation_end(walltime_s, env),
+                      num_nodes=spec.scaling.nodes,
+                      max_excluded_nodes=spec.run.failure_config.max_excluded_nodes)
 
 
 def job_walltime(scheduler: Optional[str], spec: Any, job_id: str) -> Optional[int]:
@@ -86,6 +95,15 @@ def job_walltime(scheduler: Optional[str], spec: Any, job_id: str) -> Optional[i
     if spec.scheduler.walltime_s is not None or scheduler is None:
         return spec.scheduler.walltime_s
     return get_scheduler(scheduler).job_walltime(job_id)
+
+
+def allocation_end(walltime_s: Optional[int], env: Mapping[str, str]) -> Optional[float]:
+    """When the allocation ends: the job's start (``HPCTRAIN_JOB_STARTED``, set first thing
+    by the script) + its walltime; None when either is unknown."""
+    started = env.get(ENV_JOB_STARTED, "")
+    if walltime_s is None or not started.isdigit():
+        return None
+    return float(int(started) + walltime_s)
 
 
 def warning_timer(scheduler: Optional[str], walltime_s: Optional[int], warning_s: int,

@@ -21,9 +21,13 @@ from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.base.trust import private_copy, read_trusted
 from hpctrain._internal.allocation.supervisor import REQUEUED, STOPPED, Supervisor
 from hpctrain._internal.base.log import progress_line
+from hpctrain._internal.allocation.badnodes import exclusion_limit, to_exclude
+from hpctrain._internal.allocation.budgets import (NO_PROGRESS, count_attempt_progress, give_up,
+                                                   no_progress)
 
-#: A chain of allocations ends after this many in a row that committed no new checkpoint
-#: (a loop that never reaches a checkpoint within one allocation would requeue forever).
+#: The default of ``FailureConfig.max_attempts_without_progress``: a chain of attempts
+#: ends after this many in a row that committed no new checkpoint (a loop that never
+#: reaches a checkpoint within one allocation would requeue forever).
 MAX_IDLE_ALLOCATIONS = 3
 
 
@@ -152,8 +156,9 @@ def after_stop(run: RunDir, sup: Supervisor, failure_config: Any, *, can_requeue
     """Record how a run continues after a clean stop: REQUEUED or STOPPED (with the
     reason in ``state.json``'s ``stopped_because``). Returns that status."""
     with run.update_state() as s:
-        idle = 0 if sup.made_progress() else s.get("idle_allocations", 0) + 1
-        s["idle_allocations"] = idle
+        progressed = sup.made_progress()
+        s["idle_allocations"] = 0 if progressed else s.get("idle_allocations", 0) + 1
+        count_attempt_progress(s, progressed)
         requeues = s.get("requeues", 0)
         why = None
         if not can_requeue:
@@ -162,9 +167,9 @@ def after_stop(run: RunDir, sup: Supervisor, failure_config: Any, *, can_requeue
             why = "failure.requeue is false"
         elif failure_config.max_requeues != -1 and requeues >= failure_config.max_requeues:
             why = f"failure.max_requeues ({failure_config.max_requeues}) is reached"
-        elif idle >= MAX_IDLE_ALLOCATIONS:
-            why = (f"the last {idle} allocations committed no new checkpoint (HINT: "
-                   "checkpoint more often, or ask for a longer scheduler.time)")
+        elif no_progress(s, failure_config):
+            why = no_progress(s, failure_config)
+            give_up(s, NO_PROGRESS, why)
         if why:
             s["status"] = STOPPED
             s["stopped_because"] = why
@@ -179,12 +184,17 @@ def after_stop(run: RunDir, sup: Supervisor, failure_config: Any, *, can_requeue
     return REQUEUED
 
 
-def requeue(run: RunDir, scheduler: Any, job_id: str) -> Optional[str]:
-    """Continue the run in a new allocation (state already says REQUEUED). Returns the
+def requeue(run: RunDir, scheduler: Any, job_id: str, *, num_nodes: int = 1,
+            max_excluded: int = 0) -> Optional[str]:
+    """Continue the run in a new allocation (state already says REQUEUED), without the
+    nodes blamed for its failures where the scheduler can (badnodes.py). Returns the
     new job id of a resubmission; after a Slurm requeue this process is usually killed
     by the scheduler before it returns."""
+    exclude = to_exclude(run.read_state(), exclusion_limit(
+        max_excluded, scheduler.partition_nodes() if max_excluded else 0, num_nodes))
     _log(f"requeueing: job {job_id} continues in a new allocation from its latest "
-         "committed checkpoint")
+         "committed checkpoint" + (f", without node(s) {', '.join(exclude)} (blamed for a "
+                                   "failure)" if exclude else ""))
     sys.stdout.flush()
     # the scheduler ends this instance now: leave quietly instead of as an interruption
     if threading.current_thread() is threading.main_thread():
@@ -196,10 +206,10 @@ def requeue(run: RunDir, scheduler: Any, job_id: str) -> Optional[str]:
         try:
             script = read_trusted(run.job_script, what="the job script to submit again")
         except FileNotFoundError:  # (Slurm requeues its own copy of the script)
-            new_id = scheduler.requeue(job_id, run.job_script)
+            new_id = scheduler.requeue_excluding(job_id, run.job_script, exclude)
         else:
             with private_copy(script, os.path.basename(run.job_script)) as path:
-                new_id = scheduler.requeue(job_id, path)
+                new_id = scheduler.requeue_excluding(job_id, path, exclude)
     except Exception as e:  # noqa: BLE001 - the run must end in a clear state
         with run.update_state() as s:
             s["status"] = STOPPED
@@ -212,6 +222,7 @@ def requeue(run: RunDir, scheduler: Any, job_id: str) -> Optional[str]:
         with run.update_state() as s:
             s.setdefault("submissions", []).append(
                 {"job_id": new_id, "scheduler": scheduler.name, "time": time.time(),
-                 "script": "job.sh", "after": job_id})
+                 "script": "job.sh", "after": job_id,
+                 **({"excluded_nodes": exclude} if exclude else {})})
         _log(f"submitted job {new_id} to continue after job {job_id}")
     return new_id

@@ -25,6 +25,11 @@ from typing import Callable, Dict, List, Optional
 
 from hpctrain.launchers.base import ExitRecord, Launcher, LineSink
 from hpctrain._internal.allocation.watchdog import Hang, Watchdog
+from hpctrain._internal.allocation.badnodes import blame, blamed_host
+from hpctrain._internal.allocation.stragglers import Pace
+from hpctrain._internal.allocation.lead import MARGIN, measured_lead_s
+from hpctrain._internal.allocation.budgets import (HANG, NODE, USER, count_failure, give_up,
+                                                   no_progress, spent)
 from hpctrain._internal.base.log import get_logger
 
 _logger = get_logger("supervisor")
@@ -72,6 +77,8 @@ class Failure:
     pid: int = 0
     #: the launcher could not start the ranks (its own message): never a consequence
     launcher: bool = False
+    #: what the failure counts toward (budgets.py): "user", "node" or "hang"
+    cause: str = NODE
 
 
 SETTLE_S = 1.0  # after a rank failed, how long its peers get to end (and record) on their own
@@ -111,6 +118,12 @@ def is_secondary(f: Failure) -> bool:
     return not f.launcher and any(s in f.summary or s in f.traceback for s in SECONDARY)
 
 
+@dataclass
+class _OnlyMaxFailures:
+    """The budgets of a Supervisor made without a FailureConfig: max_failures alone."""
+    max_failures: int
+
+
 class Supervisor:
     def __init__(self, run: RunDir, *, launcher: Launcher, num_workers: int, max_failures: int,
                  job_id: str, initial_checkpoint: Optional[str] = None,
@@ -119,7 +132,8 @@ class Supervisor:
                  extra_env: Optional[Dict[str, str]] = None, first_checkpoint_index: int = 0,
                  warning_s: float = 120.0, warning_signal: str = "USR1",
                  warn_at: Optional[float] = None, hang_timeout_s: Optional[float] = None,
-                 local_tier: bool = False):
+                 local_tier: bool = False,
+                 failure_config: Optional[object] = None, ends_at: Optional[float] = None):
         self.run = run
         self.launcher = _maybe_warm(launcher, python, extra_env)
         self.num_workers = num_workers
@@ -136,6 +150,16 @@ class Supervisor:
         self.warning_signal = warning_signal
         self.warn_at = warn_at          # epoch seconds: the supervisor's own timer (PBS)
         self.hang_timeout_s = hang_timeout_s  # None: learned; 0: no watchdog
+        # the budgets per cause and max_attempts_without_progress (budgets.py); without
+        # a FailureConfig only max_failures bounds the restarts
+        self.failure_config = failure_config
+        self.attempt_checkpoint: Optional[str] = None  # the newest one when it started
+        # when the allocation ends (epoch seconds; None: unknown), and the warning's lead
+        # time from the measured checkpoint cost (lead.py)
+        self.ends_at = ends_at
+        self.lead_s, self.checkpoint_cost = warning_s, None
+        self.stop_lead_s: Optional[float] = None  # the lead of a warning of our own
+        self.lead_checked = 0.0
         self.stop_reason: Optional[str] = None
         self.stop_time: Optional[float] = None
         self.checkpoint_at_start: Optional[str] = None
@@ -157,12 +181,21 @@ class Supervisor:
         checkpoint, early enough to requeue before the scheduler kills the job."""
         if self.stop_time is None:
             return None
-        return self.stop_time + max(self.warning_s * 0.5, self.warning_s - 15.0)
+        lead = self.stop_lead_s or self.warning_s
+        return self.stop_time + max(lead * 0.5, lead - 15.0)
 
     def _check_timer(self) -> None:
         if self.warn_at is not None and self.stop_time is None and time.time() >= self.warn_at:
             self.request_stop(f"{self.warning_s:.0f} s before the walltime ends "
                               "(the supervisor's timer)")
+        if self.ends_at is not None and self.stop_time is None \
+                and self.lead_s > self.warning_s and time.time() >= self.ends_at - self.lead_s:
+            self.stop_lead_s = self.lead_s
+            self.request_stop(
+                f"{self.lead_s:.0f} s before the walltime ends (the supervisor's timer: "
+                f"the ranks get {MARGIN:g} × the measured checkpoint cost of "
+                f"{self.checkpoint_cost:.1f} s to stop, more than failure.warning_time "
+                f"= {self.warning_s:.0f} s allows)")
 
     def run_to_end(self) -> str:
         """Run attempts until success or until failures exceed ``max_failures``.
@@ -179,11 +212,14 @@ class Supervisor:
                         a["outcome"] = LOST
                 s["status"] = RUNNING
                 s.pop("stopped_because", None)
+                if s.pop("gave_up", None):  # started again by hand: fresh attempts
+                    s["idle_attempts"] = 0
                 s["job_ids"] = s.get("job_ids", []) + (
                     [] if self.job_id in s.get("job_ids", []) else [self.job_id])
                 s["max_failures"] = self.max_failures
             latest = self.run.list_checkpoints()
             self.checkpoint_at_start = latest[-1].path if latest else None
+            self.lead_s, self.checkpoint_cost = measured_lead_s(latest, self.warning_s)
             try:
                 while True:
                     self._check_timer()
@@ -235,6 +271,10 @@ class Supervisor:
     def _one_attempt(self) -> Optional[str]:
         latest, skipped = self._resume_point()
         resume = latest.path if latest else self.initial_checkpoint
+        newest = self.run.list_checkpoints()
+        self.attempt_checkpoint = newest[-1].path if newest else None
+        self.lead_s, self.checkpoint_cost = measured_lead_s(newest, self.warning_s)
+        self.lead_checked = time.time()
         with self.run.update_state() as s:
             attempt = len(s["attempts"]) + 1
             s["attempts"].append({"attempt": attempt, "job_id": self.job_id,
@@ -268,7 +308,8 @@ class Supervisor:
             on_line=self.on_line)
         stop_written = at_deadline = False
         decision_file = os.path.join(self.run.attempt_dir(attempt), DECISION_FILE)
-        watchdog = self._watchdog(attempt)
+        pace = Pace(getattr(self.failure_config, "straggler_factor", 0) or 0)
+        watchdog = self._watchdog(attempt, pace)
         hang: Optional[Hang] = None
         try:
             exits = None
@@ -280,6 +321,11 @@ class Supervisor:
                 self._check_timer()
                 hang = watchdog.poll() if watchdog is not None and exits is None \
                     and not stop_written else None
+                self._pace_tick(attempt, pace)
+                if self.ends_at is not None and time.time() - self.lead_checked > 30:
+                    self.lead_checked = time.time()  # the checkpoints committed since
+                    self.lead_s, self.checkpoint_cost = measured_lead_s(
+                        self.run.list_checkpoints(), self.warning_s)
                 if hang is not None:
                     self._collect_stacks(attempt, hang)
                     group.terminate(self.kill_grace_s)
@@ -317,6 +363,7 @@ class Supervisor:
                 return outcome
         if watchdog is not None:
             self._learn(watchdog)
+        self._pace_tick(attempt, pace, final=True)
         failed = [e for e in exits if e.returncode != 0]
         if hang is not None:
             failed = failed or [ExitRecord(hang.rank, -15, time.time())]
@@ -353,30 +400,72 @@ class Supervisor:
                     "stacks": sorted(os.path.basename(p) for p in glob.glob(os.path.join(
                         self.run.attempt_dir(attempt), "stacks.rank-*.txt")))}
         self.on_tick()
+        cause = HANG if hang is not None else failure.cause
+        newest = self.run.list_checkpoints()
+        progressed = bool(newest) and newest[-1].path != self.attempt_checkpoint
+        budgets = self.failure_config or _OnlyMaxFailures(self.max_failures)
         with self.run.update_state() as s:
-            s["failures"] = s.get("failures", 0) + 1
+            s["attempts"][attempt - 1]["cause"] = cause
+            count_failure(s, cause, progressed)
+            if cause != USER:  # its node is kept out of the next allocation
+                blame(s, hang.host if hang is not None else blamed_host(
+                    self.run.attempt_dir(attempt), failure.rank, failure.host),
+                      cause, attempt, self.job_id)
             failures = s["failures"]
-        if self.max_failures == -1 or failures <= self.max_failures:
+            gave_up = spent(s, cause, budgets)
+            idle = no_progress(s, budgets) if gave_up is None else None
+            if idle:
+                gave_up = ("no_progress", idle)
+            if gave_up is not None:
+                give_up(s, *gave_up)
+        if gave_up is None:
             self.run.clean_incomplete()
             who = f"rank {failure.rank} failed" if failure.rank >= 0 else "the launcher failed"
             self._log(f"{who} ({failure.summary}); restarting the worker "
                       f"group from the latest checkpoint (failure {failures} of "
                       f"{'unlimited' if self.max_failures == -1 else self.max_failures})")
             return None
-        self._write_error(attempt, failure)
+        self._log(f"WARNING: not restarting: {gave_up[1]}")
+        self._write_error(attempt, failure, gave_up[1])
         with self.run.update_state() as s:
             s["status"] = FAILED
         return FAILED
 
     # -- hangs -------------------------------------------------------------------------
-    def _watchdog(self, attempt: int) -> Optional[Watchdog]:
+    def _watchdog(self, attempt: int, pace: Pace) -> Optional[Watchdog]:
         if self.hang_timeout_s == 0:
             return None
         state = self.run.read_state() or {}
         return Watchdog(self.run.attempt_dir(attempt), self.num_workers, started=time.time(),
                         timeout_s=self.hang_timeout_s,
                         learned_startup_s=float(state.get("learned_startup_s") or 0.0),
-                        check_s=min(1.0, (self.hang_timeout_s or 5.0) / 5))
+                        check_s=min(1.0, (self.hang_timeout_s or 5.0) / 5),
+                        on_record=pace.observe)
+
+    # -- stragglers --------------------------------------------------------------------
+    PACE_SAVE_S = 10.0  # how often a running attempt's step times reach state.json
+
+    def _pace_tick(self, attempt: int, pace: Pace, final: bool = False) -> None:
+        """Warn once about a straggler; keep the per-rank step times in the attempt's
+        record (every PACE_SAVE_S, and at its end)."""
+        warning = pace.warning()
+        if warning:
+            self._log(f"WARNING: {warning}")
+        now = time.time()
+        if not (final or warning or now - pace.saved >= self.PACE_SAVE_S):
+            return
+        pace.saved = now
+        summary, first = pace.summary(), pace.first_move()
+        if summary is None and first is None:
+            return
+        with self.run.update_state() as s:
+            rec = s["attempts"][attempt - 1]
+            if first is not None:  # the end of its start-up (goodput.py)
+                rec["first_progress"] = round(first, 3)
+            if summary is not None:
+                rec["pace"] = summary
+            if warning:
+                rec["straggler"] = warning
 
     def _learn(self, watchdog: Watchdog) -> None:
         """Keep the longest start-up seen for the next attempts' start-up limit."""
@@ -502,7 +591,7 @@ class Supervisor:
                 candidates.append(Failure(e["rank"], e["time"],
                                           last[-1] if last else e.get("type", "error"),
                                           e.get("traceback", ""), e.get("host", ""),
-                                          e.get("pid", 0)))
+                                          e.get("pid", 0), cause=USER))
         seen = {c.rank for c in candidates}
         if any(x.rank >= 0 for x in failed):  # the launcher named the ranks: drop the step
             failed = [x for x in failed if x.rank >= 0 or x.message]
@@ -521,7 +610,10 @@ class Supervisor:
         # WorkerGroupError.worker_failures)
         self.own_failures = sorted({c.rank for c in candidates
                                     if c.rank >= 0 and not is_secondary(c)})
-        return min(candidates, key=lambda c: (is_secondary(c), c.time))
+        first = min(candidates, key=lambda c: (is_secondary(c), c.time))
+        if is_secondary(first):  # only lost peers: their node or process went away
+            first.cause = NODE
+        return first
 
     def _end_attempt(self, attempt: int, outcome: str, failure: Optional[Failure],
                      failed_ranks: Optional[List[int]] = None) -> None:
@@ -536,7 +628,7 @@ class Supervisor:
             if restored:  # the node-local tier: where the ranks' checkpoint came from
                 rec["restored"] = restored
 
-    def _write_error(self, attempt: int, f: Failure) -> None:
+    def _write_error(self, attempt: int, f: Failure, why: str = "") -> None:
         where = f" on {f.host} (pid {f.pid})" if f.host else ""
         same = self._ranks_with_traceback(attempt, f.traceback)
         also = (f"; ranks {compact_ranks(same)} raised the same error (the traceback of each is "
@@ -544,7 +636,7 @@ class Supervisor:
         who = f"rank {f.rank}" if f.rank >= 0 else "the launcher"
         text = (f"Training failed: {who}{where}, attempt {attempt}, job "
                 f"{self.job_id}, at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(f.time))}"
-                f"{also}\n\n{f.traceback}")
+                f"{also}\n{'Not restarted: ' + why + chr(10) if why else ''}\n{f.traceback}")
         atomic_write_bytes(self.run.error_file, text.encode(), sync=False,
                            mode=self.run.file_mode)
 

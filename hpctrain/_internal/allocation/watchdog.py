@@ -24,7 +24,7 @@ import glob
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from hpctrain._internal.base.fsutil import read_json
 
@@ -63,7 +63,8 @@ class Watchdog:
     def __init__(self, attempt_dir: str, num_workers: int, *, started: float,
                  timeout_s: Optional[float] = None, floor_s: float = FLOOR_S,
                  startup_floor_s: float = STARTUP_FLOOR_S,
-                 learned_startup_s: float = 0.0, check_s: float = 1.0):
+                 learned_startup_s: float = 0.0, check_s: float = 1.0,
+                 on_record: Optional[Callable[[int, Dict], None]] = None):
         self.attempt_dir = attempt_dir
         self.num_workers = num_workers
         self.started = started
@@ -75,6 +76,7 @@ class Watchdog:
         self.max_startup_s = learned_startup_s
         self._last: Dict[int, Dict] = {}      # rank -> its latest heartbeat record
         self._checked = 0.0
+        self.on_record = on_record            # each rank's record as read (stragglers.py)
 
     def limits(self) -> tuple:
         """(training limit, start-up limit, learned?) in seconds."""
@@ -98,6 +100,8 @@ class Watchdog:
             elif prev is None and rec.get("phase") == "train":
                 self.max_startup_s = max(self.max_startup_s, rec["time"] - self.started)
             self._last[rank] = rec
+            if self.on_record is not None:
+                self.on_record(rank, rec)
 
     def startup_seen_s(self) -> float:
         return self.max_startup_s
