@@ -413,9 +413,12 @@ class FailureConfig:
       a rank that ended without a Python traceback (killed, out of memory, a native crash,
       a lost node or peer: a node failure), a hang. The run ends FAILED when either is
       spent, with exit code 1, 77 (node failures) or 78 (hangs).
-    * ``max_attempts_without_progress`` (hpctrain's own, default 3): the run stops, exit
-      code 76, after this many attempts in a row (restarts and requeues) that committed
-      no new checkpoint, instead of restarting or requeueing forever (0: never).
+    * ``max_attempts_without_progress`` (hpctrain's own): the run stops, exit code 76,
+      after this many attempts in a row (restarts and requeues) that committed no new
+      checkpoint, instead of restarting or requeueing forever (0: never). None (the
+      default): 3 allocations in a row are requeued without progress; restarts after a
+      failure are bounded by ``max_failures`` alone, as in Ray, unless it is -1
+      (unlimited): then 3 restarts in a row without progress stop the run too.
     * ``max_excluded_nodes`` (hpctrain's own, default 4): the node of a rank that failed
       without a traceback or hung is recorded in ``state.json``'s ``bad_nodes`` and kept
       out of the next allocation (Slurm: the continuation is submitted with
@@ -466,9 +469,10 @@ class FailureConfig:
         minimum=-1))
     max_hangs: int = field(default=-1, metadata=toml(
         "int", "Restarts after a hang (-1: only max_failures bounds them).", minimum=-1))
-    max_attempts_without_progress: int = field(default=3, metadata=toml(
+    max_attempts_without_progress: Optional[int] = field(default=None, metadata=toml(
         "int", "Stop (exit code 76) after this many attempts in a row, restarts and "
-        "requeues, that committed no new checkpoint (0: never).", minimum=0))
+        "requeues, that committed no new checkpoint (0: never; default: 3 requeues, and "
+        "3 restarts when max_failures is -1).", minimum=0))
     max_excluded_nodes: int = field(default=4, metadata=toml(
         "int", "At most this many nodes blamed for a failure or a hang are kept out of "
         "the next allocation (Slurm; 0: none).", minimum=0))
@@ -486,8 +490,9 @@ class FailureConfig:
         _check_int("failure.max_requeues", self.max_requeues, minimum=-1)
         for key in ("max_user_errors", "max_node_failures", "max_hangs"):
             _check_int(f"failure.{key}", getattr(self, key), minimum=-1)
-        _check_int("failure.max_attempts_without_progress",
-                   self.max_attempts_without_progress, minimum=0)
+        if self.max_attempts_without_progress is not None:
+            _check_int("failure.max_attempts_without_progress",
+                       self.max_attempts_without_progress, minimum=0)
         _check_int("failure.max_excluded_nodes", self.max_excluded_nodes, minimum=0)
         if isinstance(self.straggler_factor, bool) or not isinstance(
                 self.straggler_factor, (int, float)) or not (

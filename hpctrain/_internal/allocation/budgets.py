@@ -51,9 +51,21 @@ def count_attempt_progress(state: Dict[str, Any], progressed: bool) -> int:
     return state["idle_attempts"]
 
 
-def no_progress(state: Dict[str, Any], failure_config: Any) -> Optional[str]:
-    """Why the run gives up for making no progress, or None."""
-    limit = getattr(failure_config, "max_attempts_without_progress", 0)
+#: ``max_attempts_without_progress`` when it is not given (None): the requeues in a row
+#: without a new checkpoint, and the restarts after failures when ``max_failures`` is -1
+DEFAULT_IDLE_ATTEMPTS = 3
+
+
+def no_progress(state: Dict[str, Any], failure_config: Any, *,
+                failed: bool = False) -> Optional[str]:
+    """Why the run gives up for making no progress, or None. ``failed``: after a failure
+    (a restart in the allocation), where by default only an unlimited ``max_failures``
+    (-1) brings this limit in: a finite one keeps Ray's contract (it alone bounds the
+    restarts)."""
+    limit = getattr(failure_config, "max_attempts_without_progress", None)
+    if limit is None:
+        limit = (0 if failed and getattr(failure_config, "max_failures", -1) != -1
+                 else DEFAULT_IDLE_ATTEMPTS)
     idle = state.get("idle_attempts", 0)
     if limit and idle >= limit:
         return (f"no progress: the last {idle} attempts committed no new checkpoint "

@@ -22,13 +22,13 @@ from hpctrain._internal.base.trust import private_copy, read_trusted
 from hpctrain._internal.allocation.supervisor import REQUEUED, STOPPED, Supervisor
 from hpctrain._internal.base.log import progress_line
 from hpctrain._internal.allocation.badnodes import exclusion_limit, to_exclude
-from hpctrain._internal.allocation.budgets import (NO_PROGRESS, count_attempt_progress, give_up,
-                                                   no_progress)
+from hpctrain._internal.allocation.budgets import (DEFAULT_IDLE_ATTEMPTS, NO_PROGRESS,
+                                                   count_attempt_progress, give_up, no_progress)
 
-#: The default of ``FailureConfig.max_attempts_without_progress``: a chain of attempts
-#: ends after this many in a row that committed no new checkpoint (a loop that never
-#: reaches a checkpoint within one allocation would requeue forever).
-MAX_IDLE_ALLOCATIONS = 3
+#: A chain of allocations ends after this many in a row that committed no new checkpoint
+#: (a loop that never reaches a checkpoint within one allocation would requeue forever),
+#: unless ``FailureConfig.max_attempts_without_progress`` says otherwise.
+MAX_IDLE_ALLOCATIONS = DEFAULT_IDLE_ATTEMPTS
 
 
 def _log(msg: str) -> None:

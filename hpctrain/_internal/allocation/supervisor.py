@@ -413,7 +413,7 @@ class Supervisor:
                       cause, attempt, self.job_id)
             failures = s["failures"]
             gave_up = spent(s, cause, budgets)
-            idle = no_progress(s, budgets) if gave_up is None else None
+            idle = no_progress(s, budgets, failed=True) if gave_up is None else None
             if idle:
                 gave_up = ("no_progress", idle)
             if gave_up is not None:
