@@ -22,7 +22,8 @@ class Result:
     ``num_to_keep`` is None; by recency without a score attribute), with their metrics,
     ordered worst to best. The latest checkpoint, which retention always keeps (a restart
     resumes from it), is listed there only when it is one of the best. ``error``: a
-    :class:`TrainingFailedError` when the run failed. ``path``: the run directory."""
+    :class:`TrainingFailedError` when the run failed. ``path``: the run directory (for a run
+    on an object store: its URI, ``s3://bucket/prefix/name``)."""
 
     metrics: Optional[Dict[str, Any]]
     checkpoint: Optional[Checkpoint]
@@ -60,6 +61,18 @@ class Result:
                 f"{(self.metrics or {}).keys()}.")
         op = max if mode == "max" else min
         return op(valid, key=lambda pair: pair[1][metric])[0]
+
+    @property
+    def filesystem(self) -> Any:
+        """The ``pyarrow.fs`` filesystem holding the run (Ray's attribute):
+        ``LocalFileSystem`` for a run on a shared filesystem, ``S3FileSystem`` for a run
+        under ``s3://`` (whose :attr:`path` is then its URI)."""
+        import pyarrow.fs as pafs
+
+        storage = RunDir(self.path).storage
+        if storage.local:
+            return pafs.LocalFileSystem()
+        return storage.filesystem(self.path)
 
     @property
     def metrics_dataframe(self):
@@ -122,7 +135,7 @@ class Result:
             metrics=rows[-1] if rows else (dict(records[-1].metrics) if records else None),
             checkpoint=records[-1].checkpoint() if records else None,
             error=error,
-            path=run.path,
+            path=run.path if run.storage.local else run.location,
             best_checkpoints=[(r.checkpoint(), r.metrics) for r in _best(run, records)],
             status=state.get("status", "UNKNOWN"),
             _return_file=(os.path.join(run.attempt_dir(len(state["attempts"])),

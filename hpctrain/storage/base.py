@@ -36,7 +36,10 @@ same kind without being told.
 """
 from __future__ import annotations
 
-from typing import List, Optional
+import os
+from typing import Dict, List, Optional
+
+from hpctrain._internal.base.fsutil import walk_files
 
 
 class Storage:
@@ -88,6 +91,13 @@ class Storage:
         be transient: nothing is taken for damaged for it)."""
         raise NotImplementedError
 
+    def file_sizes(self, path: str) -> Dict[str, int]:
+        """``{relative path: size}`` of every file under ``path``."""
+        out = {}
+        for rel in walk_files(path):
+            out[rel] = os.path.getsize(os.path.join(path, rel))
+        return out
+
     # -- writing --------------------------------------------------------------------
     def makedirs(self, path: str, mode: int) -> None:
         """Create ``path`` and its parents with ``mode`` (object stores: nothing to do)."""
@@ -114,6 +124,11 @@ class Storage:
         longer listed); return what :meth:`delete` removes later, off the training thread,
         or None when it is already gone."""
         raise NotImplementedError
+
+    def retired(self, path: str) -> bool:
+        """True when ``path`` is a checkpoint :meth:`retire` took out of the listing
+        but a crash kept from :meth:`delete` (a kind whose retire is not one rename)."""
+        return False
 
     def set_aside(self, path: str, new_name: str) -> str:
         """Move the (damaged) checkpoint ``path`` to ``new_name`` beside it, kept; return

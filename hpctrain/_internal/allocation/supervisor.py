@@ -208,7 +208,7 @@ class Supervisor:
         keeps that many good ones, and the one resumed from is the latest."""
         skipped = []
         for record in reversed(self.run.list_checkpoints()):
-            problems = verify_checkpoint(record.path)
+            problems = verify_checkpoint(record.path, self.run.storage)
             if not problems:
                 return record, skipped
             name = os.path.basename(record.path)

@@ -38,6 +38,7 @@ from hpctrain.checkpoint import (COMMIT_FORMAT, FORMAT_KEY, INTERNAL_PREFIX, MET
                                  USER_METADATA_FILE, Checkpoint)
 from hpctrain.config import CheckpointConfig
 from hpctrain.errors import CheckpointError
+from hpctrain.storage.base import Storage
 from hpctrain._internal.base.fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, copy_file,
                                       disk_full, file_digest, fsync_path, json_bytes,
                                       json_default, read_json, walk_files)
@@ -384,10 +385,13 @@ def digest_shard(run: RunDir, iteration: int, rank: int, files: List[str],
 _DIGEST_RECORD = re.compile(re.escape(INTERNAL_PREFIX) + r"digest\.rank-(\d+)\.json")
 
 
-def verify_checkpoint(path: str) -> List[str]:
+def verify_checkpoint(path: str, storage: Optional[Storage] = None) -> List[str]:
     """Problems found in a committed checkpoint (empty list: it is intact): missing
-    files, wrong sizes, digests that do not match."""
-
+    files, wrong sizes, digests that do not match. On a storage kind whose data are not
+    local files (an object store): the commit record and every file's size, from one
+    listing (no download)."""
+    if storage is not None and not storage.local:
+        return _verify_remote(path, storage)
     try:
         meta, why = read_commit_record(os.path.join(path, METADATA_FILE))
     except OSError as e:
@@ -423,6 +427,23 @@ def verify_checkpoint(path: str) -> List[str]:
         digest = info.get("digest") or late.get(info.get("rank"), {}).get(rel)
         if digest and file_digest(p) != digest:
             problems.append(f"{rel}: content digest mismatch")
+    return problems
+
+
+def _verify_remote(path: str, storage: Storage) -> List[str]:
+    try:
+        meta, why = read_commit_record(storage.join(path, METADATA_FILE), storage.read_small)
+        sizes = storage.file_sizes(path)
+    except OSError as e:
+        return [f"{path}: its commit record could not be read: {e}"]
+    if meta is None:
+        return [f"{path}: not committed: {why}"]
+    problems = []
+    for rel, info in meta.get("files", {}).items():
+        if rel not in sizes:
+            problems.append(f"{rel}: missing")
+        elif sizes[rel] != info.get("size"):
+            problems.append(f"{rel}: size {sizes[rel]} != {info.get('size')}")
     return problems
 
 

@@ -350,8 +350,10 @@ class RunDir:
         if self.checkpoints_dir != self._p("checkpoints"):  # retention's leftovers there
             storage = self.storage
             for entry in storage.listdir(self.checkpoints_dir):
-                if entry.startswith(".deleting_"):
-                    storage.delete(storage.join(self.checkpoints_dir, entry))
+                path = storage.join(self.checkpoints_dir, entry)
+                if entry.startswith(".deleting_") or (CHECKPOINT_RE.match(entry) and
+                                                      storage.retired(path)):
+                    storage.delete(path)
                     removed.append(entry)
         self.set_aside_damaged()
         return removed
