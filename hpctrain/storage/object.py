@@ -43,8 +43,9 @@ from hpctrain.storage.base import Storage
 
 #: the environment variable naming the POSIX root of the control directories
 CONTROL_ROOT_ENV = "HPCTRAIN_CONTROL_ROOT"
-#: tests: the publishing process kills itself (SIGKILL) once this many objects of one
-#: checkpoint are uploaded — a crash in the middle of an upload, at a known point
+#: tests: ``checkpoint_000002:1``: the process uploading that checkpoint kills itself
+#: (SIGKILL) once that many of its objects are uploaded — a crash in the middle of an
+#: upload, at a known point
 KILL_AFTER_ENV = "HPCTRAIN_TEST_KILL_AFTER_OBJECTS"
 #: in a checkpoint retention retired (its record deleted): delete it, it is no damage
 RETIRED_MARKER = ".hpctrain_retired"
@@ -139,7 +140,9 @@ class ObjectStorage(Storage):
         """Every file of ``local_dir`` under ``path``, :data:`UPLOAD_THREADS` at once."""
         fs, base = self.fs_and_path(path)
         files = [rel for rel in walk_files(local_dir) if rel != skip]
-        limit = os.environ.get(KILL_AFTER_ENV)
+        name, _, limit = os.environ.get(KILL_AFTER_ENV, "").rpartition(":")
+        if name != base.rsplit("/", 1)[-1]:
+            limit = None
         done, lock = [0], threading.Lock()
         local = pafs.LocalFileSystem()
 

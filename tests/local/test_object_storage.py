@@ -56,3 +56,54 @@ def test_a_two_rank_run_stores_its_checkpoints_in_s3_and_resumes_from_there(s3_b
     assert not os.path.exists(d)  # the download is gone afterwards
     out = ckpt.to_directory(str(tmp_path / "copy"))
     assert sorted(os.listdir(out)) == ["rank0.bin", "rank1.bin", "step.txt"]
+
+
+def test_a_kill_9_in_the_middle_of_an_upload_leaves_nothing_restorable(s3_bucket, monkeypatch):
+    """Rank 0 dies (SIGKILL, the uploading process itself) after the first object of
+    checkpoint 2 is in the bucket: that checkpoint has no commit record, no restore picks
+    it, and the next attempt resumes from checkpoint 1, the last whole one."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv(s3_workloads.KILL_AFTER_ENV, "checkpoint_000002:1")
+    result = fit(s3_workloads.steps, f"{s3_bucket}/runs", name="killed", max_failures=1,
+                 config={"steps": 4, "size": 1 << 20})
+    assert result.error is None and result.metrics["i"] == 3
+    assert result.metrics["first"] == 2  # resumed from checkpoint 1 (step 1)
+    names = _objects(f"{s3_bucket}/runs/killed/checkpoints")
+    # the half-uploaded one: set aside, part of its objects, no commit record; its index
+    # never reused
+    aside = sorted({n.split("/")[0] for n in names if n.startswith(".damaged_")})
+    assert len(aside) == 1 and aside[0].startswith(".damaged_checkpoint_000002_")
+    assert [n for n in names if n.startswith(aside[0])] and not any(
+        n.startswith(aside[0]) and n.endswith(".hpctrain_checkpoint.json") for n in names)
+    half = [n for n in names if n.startswith(aside[0] + "/")]
+    whole = [n for n in names if n.startswith("checkpoint_000003/")]
+    assert 1 <= len(half) < len(whole) - 1, (half, whole)  # (some raced the kill)
+    # the resumed attempt went on from a new index: 3 and 4 hold steps 2 and 3
+    run = hpctrain.Result.from_path(f"{s3_bucket}/runs/killed")
+    assert [c.path.rsplit("/", 1)[1] for c, _ in run.best_checkpoints] == [
+        "checkpoint_000000", "checkpoint_000001", "checkpoint_000003", "checkpoint_000004"]
+    assert [m["i"] for _, m in run.best_checkpoints] == [0, 1, 2, 3]
+    attempts = run_state(run_dir_of(result)).get("attempts")
+    assert len(attempts) == 2 and "signal 9" in json.dumps(attempts[0]), attempts[0]
+
+
+def run_dir_of(result):
+    from hpctrain._internal.rundir.layout import RunDir
+
+    return RunDir(result.path).path
+
+
+def test_result_from_path_of_the_uri_in_another_process(s3_bucket, tmp_path):
+    pytest.importorskip("torch")
+    fit(s3_workloads.steps, f"{s3_bucket}/runs", name="other", config={"steps": 2})
+    code = (
+        "import sys, hpctrain\n"
+        "r = hpctrain.Result.from_path(sys.argv[1])\n"
+        "with r.checkpoint.as_directory() as d:\n"
+        "    step = open(d + '/step.txt').read()\n"
+        "print(r.path, r.metrics['i'], r.checkpoint.path.rsplit('/', 1)[1], step, r.status)\n")
+    p = subprocess.run([sys.executable, "-c", code, f"{s3_bucket}/runs/other"],
+                       capture_output=True, text=True, timeout=60, env=os.environ)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [f"{s3_bucket}/runs/other", "1", "checkpoint_000001", "1",
+                                "FINISHED"]
