@@ -19,7 +19,7 @@ import cloudpickle
 
 from hpctrain._internal.base.formats import COMMIT_FORMAT, FORMAT_KEY, read_commit_record
 from hpctrain._internal.base.fsutil import atomic_write_bytes
-from hpctrain._internal.base.registry import storage_for, uri_scheme
+from hpctrain._internal.base.registry import FILESYSTEM_SCHEME, storage_for, uri_scheme
 
 DICT_FILE = "dict_checkpoint.pkl"
 METADATA_FILE = ".hpctrain_checkpoint.json"
@@ -31,9 +31,6 @@ METADATA_FILE = ".hpctrain_checkpoint.json"
 USER_METADATA_FILE = ".metadata.json"
 # Files hpctrain writes inside a committed checkpoint; not part of the user's content.
 INTERNAL_PREFIX = ".hpctrain_"
-#: the path form of a checkpoint given as (path, filesystem object): ``pyarrowfs://path``
-#: (the scheme :mod:`hpctrain.storage.object` registers)
-FILESYSTEM_SCHEME = "pyarrowfs"
 
 
 class Checkpoint:
@@ -46,7 +43,9 @@ class Checkpoint:
         self.path = os.fspath(path)
         #: the filesystem object it was given (None: from the path's URI)
         self._fs = None
-        if filesystem is not None and not _is_local_fs(filesystem):
+        if filesystem is not None and uri_scheme(self.path) == FILESYSTEM_SCHEME:
+            self._fs = filesystem  # (hpctrain's own form: a record of such a run)
+        elif filesystem is not None and not _is_local_fs(filesystem):
             if uri_scheme(self.path) is not None:
                 raise ValueError(f"Checkpoint: with a filesystem, the path is a path inside "
                                  f"it (bucket/key), got the URI {self.path!r}")

@@ -137,6 +137,8 @@ class Run:
             path = storage_for(storage).run_location(storage, rc.name)
         self.run_dir = RunDir(path)
         """The run directory (its files and ``state.json``; its storage kind's)."""
+        if not self.options.path and spec.run.storage_filesystem is not None:
+            self.run_dir.storage.filesystem_object = spec.run.storage_filesystem
         self.path: str = self.run_dir.path
         """The run directory's absolute path (the control directory of a run whose
         storage kind is not posix)."""

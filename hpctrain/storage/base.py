@@ -54,6 +54,14 @@ class Storage:
     #: opened where it lies, with no copy out: posix, or a kind mounted locally)
     local: bool = True
 
+    # -- its own state (a filesystem object), kept in the run's control directory ------
+    def save(self, internal_dir: str) -> None:
+        """Keep what this kind needs beyond the location (a filesystem object) in the
+        run's ``.hpctrain/`` (posix: nothing), for the run's other processes."""
+
+    def restore(self, internal_dir: str) -> None:
+        """Read back what :meth:`save` kept (nothing kept: nothing to do)."""
+
     # -- where ----------------------------------------------------------------------
     def run_location(self, storage_path: str, name: str) -> str:
         """The location of run ``name`` under ``storage_path`` (a URI of this kind, which

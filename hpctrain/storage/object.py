@@ -33,11 +33,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Optional, Tuple
 from urllib.parse import urlsplit
 
+import cloudpickle
 import pyarrow.fs as pafs
 
-from hpctrain._internal.base.fsutil import walk_files
-from hpctrain._internal.base.registry import uri_scheme
-from hpctrain.checkpoint import FILESYSTEM_SCHEME, METADATA_FILE
+from hpctrain._internal.base.fsutil import atomic_write_bytes, walk_files
+from hpctrain._internal.base.trust import load_trusted_pickle
+from hpctrain._internal.base.registry import FILESYSTEM_SCHEME, uri_scheme
+from hpctrain.checkpoint import METADATA_FILE
 from hpctrain.config import default_storage_path
 from hpctrain.storage.base import Storage
 
@@ -47,6 +49,8 @@ CONTROL_ROOT_ENV = "HPCTRAIN_CONTROL_ROOT"
 #: (SIGKILL) once that many of its objects are uploaded — a crash in the middle of an
 #: upload, at a known point
 KILL_AFTER_ENV = "HPCTRAIN_TEST_KILL_AFTER_OBJECTS"
+#: in ``.hpctrain/`` of a run given ``storage_filesystem``: the filesystem object, pickled
+FILESYSTEM_FILE = "storage_filesystem.pkl"
 #: in a checkpoint retention retired (its record deleted): delete it, it is no damage
 RETIRED_MARKER = ".hpctrain_retired"
 #: uploads at once (pyarrow.fs.copy_files' own default is its I/O thread pool's size, 8)
@@ -83,6 +87,21 @@ class ObjectStorage(Storage):
     def __init__(self, filesystem: Any = None):
         #: the filesystem object of a ``pyarrowfs://`` run (None: from each URI)
         self.filesystem_object = filesystem
+
+    # -- a filesystem object, for the run's other processes ---------------------------
+    def save(self, internal_dir: str) -> None:
+        if self.filesystem_object is not None:  # 0600 whatever the run's share: it may
+            atomic_write_bytes(os.path.join(internal_dir, FILESYSTEM_FILE),  # hold keys
+                               cloudpickle.dumps(self.filesystem_object), mode=0o600)
+
+    def restore(self, internal_dir: str) -> None:
+        if self.filesystem_object is None:
+            try:
+                self.filesystem_object = load_trusted_pickle(
+                    os.path.join(internal_dir, FILESYSTEM_FILE),
+                    what="the run's storage filesystem")
+            except FileNotFoundError:
+                pass
 
     # -- addressing -----------------------------------------------------------------
     def fs_and_path(self, uri: str) -> Tuple[Any, str]:

@@ -107,3 +107,89 @@ def test_result_from_path_of_the_uri_in_another_process(s3_bucket, tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == [f"{s3_bucket}/runs/other", "1", "checkpoint_000001", "1",
                                 "FINISHED"]
+
+
+# --------------------------------------------------------------------------- Ray's docs
+# "Configuring Persistent Storage" (Ray Train's user guide), with `ray.train` → hpctrain
+def train_fn(config):
+    import tempfile
+
+    import hpctrain as train
+
+    for i in range(2):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "model.txt"), "w") as f:
+                f.write(f"weights {i}")
+            train.report({"loss": 1.0 / (i + 1)}, checkpoint=train.Checkpoint.from_directory(d))
+
+
+def test_ray_docs_custom_storage_filesystem(s3_bucket, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    import pyarrow.fs
+
+    from hpctrain import RunConfig, ScalingConfig
+    from hpctrain.torch import TorchTrainer
+
+    bucket = s3_bucket[len("s3://"):]
+    # Ray: fs = pyarrow.fs.S3FileSystem(endpoint_override=..., access_key=..., secret_key=...)
+    fs = pyarrow.fs.S3FileSystem(endpoint_override=os.environ["AWS_ENDPOINT_URL"],
+                                 access_key="testing", secret_key="testing",
+                                 region="us-east-1")
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(key)  # every process reaches the server through `fs` alone
+    trainer = TorchTrainer(
+        train_fn,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            storage_filesystem=fs,
+            storage_path=f"{bucket}/sub-path",
+            name="experiment_name",
+            verbose=0,
+        ),
+    )
+    result = trainer.fit()
+    # Ray: result.filesystem, result.checkpoint.filesystem are the pyarrow filesystem
+    assert result.filesystem is not None and result.filesystem.type_name == "s3"
+    checkpoint = result.checkpoint
+    assert checkpoint.filesystem.type_name == "s3"
+    with checkpoint.as_directory() as d:
+        assert open(os.path.join(d, "model.txt")).read() == "weights 1"
+    # the files are where Ray puts them: <bucket>/sub-path/experiment_name/…
+    infos = fs.get_file_info(pyarrow.fs.FileSelector(f"{bucket}/sub-path/experiment_name",
+                                                     recursive=True))
+    assert f"{bucket}/sub-path/experiment_name/checkpoints/checkpoint_000001/model.txt" in \
+        [i.path for i in infos]
+    # the filesystem object is kept for the run's other processes, private
+    control = tmp_path / "control" / "pyarrowfs" / bucket / "sub-path" / "experiment_name"
+    kept = control / ".hpctrain" / "storage_filesystem.pkl"
+    assert oct(kept.stat().st_mode & 0o777) == "0o600"
+    # read back from the location alone (the filesystem object from the control directory)
+    assert result.path == f"pyarrowfs://{bucket}/sub-path/experiment_name"
+    again = hpctrain.Result.from_path(result.path)
+    with again.checkpoint.as_directory() as d:
+        assert open(os.path.join(d, "model.txt")).read() == "weights 1"
+
+
+def test_ray_docs_cloud_storage_uri_and_checkpoint_filesystem(s3_bucket, tmp_path):
+    pytest.importorskip("torch")
+    from hpctrain import RunConfig, ScalingConfig
+    from hpctrain.torch import TorchTrainer
+
+    trainer = TorchTrainer(
+        train_fn,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=f"{s3_bucket}/sub-path/", name="experiment_name",
+                             verbose=0),
+    )
+    result = trainer.fit()
+    # "all files are uploaded to shared storage at s3://bucket-name/sub-path/experiment_name"
+    assert result.path == f"{s3_bucket}/sub-path/experiment_name"
+    assert result.filesystem.type_name == "s3"
+    # Checkpoint(URI) / from_directory(URI) read back through its filesystem
+    uri = f"{s3_bucket}/sub-path/experiment_name/checkpoints/checkpoint_000000"
+    checkpoint = Checkpoint.from_directory(uri)
+    assert checkpoint.filesystem.type_name == "s3"
+    path = checkpoint.to_directory(str(tmp_path / "local"))
+    assert open(os.path.join(path, "model.txt")).read() == "weights 0"
+    with pytest.raises(FileNotFoundError, match="nothing at"):
+        Checkpoint.from_directory(f"{s3_bucket}/sub-path/missing")

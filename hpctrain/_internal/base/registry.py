@@ -357,6 +357,11 @@ STORAGE_URI_HINT = ("use a directory on the shared filesystem every node mounts 
                     "works too")
 
 
+#: the storage path form of a run or checkpoint given a ``pyarrow.fs`` filesystem object
+#: (Ray's ``storage_filesystem``): ``pyarrowfs://<path inside it>``
+FILESYSTEM_SCHEME = "pyarrowfs"
+
+
 def register_storage(scheme: str, target: str) -> None:
     """Register the :class:`~hpctrain.storage.base.Storage` ``target`` (``"module:Class"``)
     for storage paths ``scheme://…``."""

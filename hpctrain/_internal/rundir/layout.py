@@ -93,6 +93,7 @@ class RunDir:
             self._given = storage_for(path)
             self.__dict__["_tier"] = (self._given, self._given.data_path(path))
             path = self._given.control_dir(path)
+            self._given.restore(os.path.join(path, ".hpctrain"))
         self.path = os.path.abspath(path)
 
     @functools.cached_property
@@ -112,7 +113,9 @@ class RunDir:
                                   '{"scheme": ..., "target": ..., "location": ...}') from None
         scheme, target = data.get("scheme"), data.get("target")
         cls = STORAGES.load(scheme) if scheme in STORAGES else load(target)
-        return cls(), data["location"]
+        kind = cls()
+        kind.restore(self._p(".hpctrain"))
+        return kind, data["location"]
 
     @property
     def storage(self) -> Storage:
@@ -173,6 +176,7 @@ class RunDir:
                               {"scheme": kind.scheme, "location": self.location,
                                "target": f"{kind.__module__}:{kind.__qualname__}"},
                               mode=self.file_mode)
+            self._given.save(self._p(".hpctrain"))
             self.storage.makedirs(self.checkpoints_dir, self.dir_mode)
 
     @functools.cached_property
@@ -263,7 +267,8 @@ class RunDir:
             except OSError:  # an I/O error: not listed this time, not taken for damaged
                 continue
             if meta is not None:
-                out.append(CheckpointRecord(index, path, meta))
+                out.append(CheckpointRecord(index, path, meta,
+                                            getattr(self.storage, "filesystem_object", None)))
         return out
 
     def _commit_record(self, path: str) -> tuple:
@@ -436,6 +441,8 @@ class CheckpointRecord:
     index: int
     path: str
     metadata: Dict[str, Any]
+    #: the run's filesystem object (a run given ``storage_filesystem``), else None
+    filesystem: Any = None
 
     @property
     def metrics(self) -> Dict[str, Any]:
@@ -446,7 +453,7 @@ class CheckpointRecord:
         return int(self.metadata.get("iteration", 0))
 
     def checkpoint(self) -> Checkpoint:
-        return Checkpoint(self.path)
+        return Checkpoint(self.path, self.filesystem)
 
 
 def _listdir(path: str) -> List[str]:
