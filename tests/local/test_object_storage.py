@@ -10,7 +10,7 @@ import pytest
 import hpctrain
 from hpctrain import Checkpoint, CheckpointConfig
 
-from helpers import fit, run_state
+from helpers import cli, fit, run_state, workload, write_job
 from s3 import s3_bucket, s3_server  # noqa: F401 - fixtures
 import s3_workloads
 
@@ -193,3 +193,26 @@ def test_ray_docs_cloud_storage_uri_and_checkpoint_filesystem(s3_bucket, tmp_pat
     assert open(os.path.join(path, "model.txt")).read() == "weights 0"
     with pytest.raises(FileNotFoundError, match="nothing at"):
         Checkpoint.from_directory(f"{s3_bucket}/sub-path/missing")
+
+
+# --------------------------------------------------------------------------- job file, CLI
+def test_the_job_file_and_set_take_a_uri_and_the_cli_reads_runs_there(s3_bucket, tmp_path):
+    """``hpctrain run`` of a job file whose storage_path is an s3:// URI (and ``--set``
+    giving another), then ``hpctrain list/results/status`` of the URIs."""
+    job = write_job(tmp_path, "fromjob", entrypoint=workload("s3_workloads:steps"),
+                    storage=f"{s3_bucket}/jobs", verbose=0, scaling={"num_workers": 1},
+                    config={"steps": 2})
+    cli("run", job)
+    cli("run", job, "--set", f"run.storage_path={s3_bucket}/other")
+    for where in ("jobs", "other"):
+        assert "fromjob/checkpoints/checkpoint_000001/step.txt" in _objects(
+            f"{s3_bucket}/{where}"), where
+    listed = cli("list", f"{s3_bucket}/jobs").stdout.splitlines()
+    assert len(listed) == 1 and listed[0].split("\t")[:4] == ["fromjob", "run", "FINISHED", "2"]
+    assert listed[0].split("\t")[-1] == f"{s3_bucket}/jobs/fromjob"
+    results = cli("results", f"{s3_bucket}/jobs/fromjob").stdout
+    assert results.startswith("fromjob  FINISHED  iterations 2  attempts 1"), results
+    status = cli("status", f"{s3_bucket}/other/fromjob").stdout
+    assert status.startswith("run fromjob: FINISHED"), status
+    assert (f"latest checkpoint: {s3_bucket}/other/fromjob/checkpoints/checkpoint_000001"
+            in status.splitlines()), status
