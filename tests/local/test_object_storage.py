@@ -214,5 +214,5 @@ def test_the_job_file_and_set_take_a_uri_and_the_cli_reads_runs_there(s3_bucket,
     assert results.startswith("fromjob  FINISHED  iterations 2  attempts 1"), results
     status = cli("status", f"{s3_bucket}/other/fromjob").stdout
     assert status.startswith("run fromjob: FINISHED"), status
-    assert (f"latest checkpoint: {s3_bucket}/other/fromjob/checkpoints/checkpoint_000001"
+    assert (f"  latest checkpoint: {s3_bucket}/other/fromjob/checkpoints/checkpoint_000001"
             in status.splitlines()), status
