@@ -216,3 +216,19 @@ def test_the_job_file_and_set_take_a_uri_and_the_cli_reads_runs_there(s3_bucket,
     assert status.startswith("run fromjob: FINISHED"), status
     assert (f"  latest checkpoint: {s3_bucket}/other/fromjob/checkpoints/checkpoint_000001"
             in status.splitlines()), status
+
+
+def test_trainer_restore_of_a_uri_continues_the_failed_run(s3_bucket):
+    pytest.importorskip("torch")
+    from hpctrain.torch import TorchTrainer
+
+    with pytest.raises(hpctrain.errors.WorkerGroupError) as failed:
+        fit(s3_workloads.steps, f"{s3_bucket}/runs", name="again", workers=1,
+            config={"steps": 3, "fail_after": 0})
+    uri = f"{s3_bucket}/runs/again"
+    assert failed.value.result.path == uri
+    assert failed.value.result.checkpoint.path == f"{uri}/checkpoints/checkpoint_000000"
+    assert TorchTrainer.can_restore(uri)
+    result = TorchTrainer.restore(uri).fit()
+    assert result.error is None and (result.metrics["i"], result.metrics["first"]) == (2, 1)
+    assert result.path == uri
