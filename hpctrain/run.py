@@ -44,7 +44,7 @@ from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.base.formats import versioned_spec
 from hpctrain._internal.base.log import get_logger
 from hpctrain._internal.base.registry import (backend_entry, describe, load, scheduler_names,
-                                         storage_for)
+                                         storage_for, uri_scheme)
 from hpctrain._internal.rundir.layout import RunDir, existing_run
 from hpctrain._internal.rundir.payload import WorkerPayload
 from hpctrain._internal.base.trust import (make_private_dir, read_trusted, share_of,
@@ -123,8 +123,9 @@ class Run:
         """The resolved :class:`~hpctrain.spec.JobSpec`."""
         self.options: RunOptions = options if options is not None else RunOptions()
         """The run's options."""
-        if self.options.path:
-            path = os.path.abspath(self.options.path)
+        if self.options.path:  # a directory, or a storage kind's location (s3://…)
+            path = self.options.path if uri_scheme(self.options.path) not in (None, "file") \
+                else os.path.abspath(self.options.path)
         else:
             rc = spec.run
             if rc.name is None:

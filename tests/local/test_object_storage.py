@@ -232,3 +232,33 @@ def test_trainer_restore_of_a_uri_continues_the_failed_run(s3_bucket):
     result = TorchTrainer.restore(uri).fit()
     assert result.error is None and (result.metrics["i"], result.metrics["first"]) == (2, 1)
     assert result.path == uri
+
+
+# --------------------------------------------------------------------------- a sweep
+def test_a_sweep_whose_trials_store_in_s3(s3_bucket, tmp_path):
+    pytest.importorskip("torch")
+    from hpctrain import RunConfig, ScalingConfig
+    from hpctrain.torch import TorchTrainer
+    from hpctrain.tune import TuneConfig, Tuner, grid_search
+
+    trainer = TorchTrainer(s3_workloads.steps, scaling_config=ScalingConfig(num_workers=1),
+                           train_loop_config={"steps": 2})
+    tuner = Tuner(trainer, param_space={"train_loop_config": {"size": grid_search([4, 8])}},
+                  tune_config=TuneConfig(metric="i", mode="max"),
+                  run_config=RunConfig(name="sweep", storage_path=f"{s3_bucket}/sweeps",
+                                       verbose=0))
+    grid = tuner.fit()
+    assert len(grid) == 2 and not grid.errors
+    uris = sorted(r.path for r in grid)
+    assert uris == [f"{s3_bucket}/sweeps/sweep/trial_00000",
+                    f"{s3_bucket}/sweeps/sweep/trial_00001"]
+    sizes = []
+    for r in sorted(grid, key=lambda r: r.path):  # each trial's checkpoint, from S3
+        with r.checkpoint.as_directory() as d:
+            sizes.append(len(open(os.path.join(d, "rank0.bin"), "rb").read()))
+    assert sizes == [4, 8]
+    assert {n.split("/")[0] for n in _objects(f"{s3_bucket}/sweeps/sweep")} == \
+        {"trial_00000", "trial_00001"}
+    # the sweep continues by its URI
+    again = Tuner.restore(f"{s3_bucket}/sweeps/sweep", trainer).fit()
+    assert sorted(r.path for r in again) == uris
