@@ -47,7 +47,8 @@ from hpctrain.storage.base import Storage
 CONTROL_ROOT_ENV = "HPCTRAIN_CONTROL_ROOT"
 #: tests: ``checkpoint_000002:1``: the process uploading that checkpoint kills itself
 #: (SIGKILL) once that many of its objects are uploaded — a crash in the middle of an
-#: upload, at a known point
+#: upload, at a known point (that checkpoint is uploaded one object at a time, so that no
+#: other upload finishes beside the one that fires it)
 KILL_AFTER_ENV = "HPCTRAIN_TEST_KILL_AFTER_OBJECTS"
 #: in ``.hpctrain/`` of a run given ``storage_filesystem``: the filesystem object, pickled
 FILESYSTEM_FILE = "storage_filesystem.pkl"
@@ -175,7 +176,8 @@ class ObjectStorage(Storage):
                     if done[0] >= int(limit):
                         os.kill(os.getpid(), signal.SIGKILL)
 
-        with ThreadPoolExecutor(min(UPLOAD_THREADS, max(1, len(files)))) as pool:
+        threads = 1 if limit is not None else min(UPLOAD_THREADS, max(1, len(files)))
+        with ThreadPoolExecutor(threads) as pool:
             list(pool.map(one, files))
 
     def publish(self, staged: str, final: str, record_name: str, record: bytes, *,
