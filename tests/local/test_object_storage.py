@@ -262,3 +262,15 @@ def test_a_sweep_whose_trials_store_in_s3(s3_bucket, tmp_path):
     # the sweep continues by its URI
     again = Tuner.restore(f"{s3_bucket}/sweeps/sweep", trainer).fit()
     assert sorted(r.path for r in again) == uris
+
+
+def test_reporting_a_checkpoint_that_is_in_storage_already_says_what_to_do(s3_bucket):
+    pytest.importorskip("torch")
+    fit(s3_workloads.steps, f"{s3_bucket}/runs", name="first", workers=1, config={"steps": 1})
+    uri = f"{s3_bucket}/runs/first/checkpoints/checkpoint_000000"
+    with pytest.raises(hpctrain.errors.WorkerGroupError) as e:
+        fit(s3_workloads.reports_a_stored_checkpoint, f"{s3_bucket}/runs", name="second",
+            workers=1, config={"uri": uri})
+    assert (f"rank 0: report(checkpoint=...) takes a local directory, got {uri!r}, which is "
+            "in storage already\nHINT: download it first: "
+            "Checkpoint.from_directory(checkpoint.to_directory())") in str(e.value)

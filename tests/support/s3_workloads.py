@@ -31,3 +31,8 @@ def steps(config):
             hpctrain.report({"i": i, "first": first}, checkpoint=Checkpoint.from_directory(d))
         if rank == 0 and start is None and config.get("fail_after") == i:
             raise RuntimeError(f"planned failure after step {i}")
+
+
+def reports_a_stored_checkpoint(config):
+    """Hands ``config["uri"]`` (a checkpoint already in S3) to report()."""
+    hpctrain.report({"i": 0}, checkpoint=Checkpoint(config["uri"]))

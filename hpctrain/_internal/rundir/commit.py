@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain._internal.base.formats import read_commit_record
+from hpctrain._internal.base.registry import uri_scheme
 from hpctrain.checkpoint import (COMMIT_FORMAT, FORMAT_KEY, INTERNAL_PREFIX, METADATA_FILE,
                                  USER_METADATA_FILE, Checkpoint)
 from hpctrain.config import CheckpointConfig
@@ -61,6 +62,11 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     names before copying; another rank writes no name on that list (``wait_for_rank0``:
     rank 0 is known to hand in a checkpoint at this report, so wait for the list). A name
     already there from another rank is written aside, for ``publish`` to sort out."""
+    if uri_scheme(checkpoint.path) not in (None, "file"):
+        raise CheckpointError(
+            f"rank {rank}: report(checkpoint=...) takes a local directory, got "
+            f"{checkpoint.path!r}, which is in storage already\nHINT: download it first: "
+            "Checkpoint.from_directory(checkpoint.to_directory())")
     src = os.path.abspath(checkpoint.path)
     if not os.path.isdir(src):
         raise CheckpointError(f"rank {rank}: checkpoint directory {src} does not exist")
