@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .checkpoint import Checkpoint
-from .errors import (ControllerError, TrainingStoppedError, WorkerGroupError,
-                     WorkerTraceback)
+from .errors import (ControllerError, RunNotFoundError, TrainingStoppedError,
+                     WorkerGroupError, WorkerTraceback)
 from hpctrain._internal.rundir.layout import (CheckpointRecord, RunDir, best_checkpoints,
                                               existing_run, read_results)
+from hpctrain._internal.base.registry import uri_scheme
 from hpctrain._internal.base.trust import MAX_CONTROL_BYTES, load_own_pickle, load_trusted_pickle
 
 
@@ -106,7 +107,13 @@ class Result:
 
         from ._internal.worker.entry import RETURN_FILE
 
-        run = existing_run(path, "Result.from_path")
+        try:
+            run = existing_run(path, "Result.from_path")
+        except RunNotFoundError:
+            found = _from_data_alone(os.fspath(path))
+            if found is None:
+                raise
+            return found
         rows = read_results(run.result_file)
         records = run.list_checkpoints()
         state = run.read_state()
@@ -150,6 +157,21 @@ class Result:
         shown = {k: v for k, v in (self.metrics or {}).items() if not k.startswith("_")}
         return (f"Result(metrics={shown}, path={self.path!r}, checkpoint={self.checkpoint!r}, "
                 f"status={self.status!r}{', error=' + repr(type(self.error).__name__) if self.error else ''})")
+
+
+def _from_data_alone(path: str) -> Optional[Result]:
+    """The Result of a run on an object store read where its control directory is not
+    (another machine): its committed checkpoints and their metrics, from the store alone
+    (status ``UNKNOWN``); None when ``path`` is no such location or holds none."""
+    if uri_scheme(path) in (None, "file"):
+        return None
+    run = RunDir(path)
+    records = [] if run.storage.local else run.list_checkpoints()
+    if not records:
+        return None
+    return Result(metrics=dict(records[-1].metrics), checkpoint=records[-1].checkpoint(),
+                  error=None, path=run.location,
+                  best_checkpoints=[(r.checkpoint(), r.metrics) for r in records])
 
 
 def _best(run: RunDir, records: List[CheckpointRecord]) -> List[CheckpointRecord]:

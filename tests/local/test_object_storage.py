@@ -107,6 +107,18 @@ def test_result_from_path_of_the_uri_in_another_process(s3_bucket, tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == [f"{s3_bucket}/runs/other", "1", "checkpoint_000001", "1",
                                 "FINISHED"]
+    # where the control directory is not (another machine): the checkpoints and their
+    # metrics from the store alone
+    elsewhere = {**os.environ, "HPCTRAIN_CONTROL_ROOT": str(tmp_path / "elsewhere")}
+    p = subprocess.run([sys.executable, "-c", code, f"{s3_bucket}/runs/other"],
+                       capture_output=True, text=True, timeout=60, env=elsewhere)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [f"{s3_bucket}/runs/other", "1", "checkpoint_000001", "1",
+                                "UNKNOWN"]
+    assert not os.path.exists(tmp_path / "elsewhere")  # nothing created there
+    p = subprocess.run([sys.executable, "-c", code, f"{s3_bucket}/runs/nothing"],
+                       capture_output=True, text=True, timeout=60, env=elsewhere)
+    assert p.returncode == 1 and "RunNotFoundError" in p.stderr, p.stderr
 
 
 # --------------------------------------------------------------------------- Ray's docs
