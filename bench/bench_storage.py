@@ -1,7 +1,7 @@
 """Object storage: uploading a checkpoint to S3 the way a run publishes it
-(:meth:`hpctrain.storage.object.ObjectStorage.publish`: the files, eight at a time, then the
-commit record last) against ``pyarrow.fs.copy_files`` of the same files to the same server
-(one call, pyarrow's own thread pool). Side by side, alternating, medians over repeats.
+(:meth:`hpctrain.storage.object.ObjectStorage.publish`: the files, then the commit record
+last, then the staging removed) against ``pyarrow.fs.copy_files`` of the same files to the
+same server (one call, pyarrow's own thread pool). Side by side, alternating, medians over repeats.
 Target: hpctrain's throughput ≥ 0.9× copy_files'.
 
 The server is moto's (``scripts/s3-server.sh start``, loopback; its objects live in its
