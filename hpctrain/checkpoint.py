@@ -20,7 +20,7 @@ import cloudpickle
 
 from hpctrain._internal.base.formats import COMMIT_FORMAT, FORMAT_KEY, read_commit_record
 from hpctrain._internal.base.fsutil import atomic_write_bytes
-from hpctrain._internal.base.registry import storage_for
+from hpctrain._internal.base.registry import FILESYSTEM_SCHEME, storage_for, uri_scheme
 
 DICT_FILE = "dict_checkpoint.pkl"
 METADATA_FILE = ".hpctrain_checkpoint.json"
@@ -37,14 +37,51 @@ INTERNAL_PREFIX = ".hpctrain_"
 class Checkpoint:
     """A reference to a directory holding checkpoint files."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, filesystem: Any = None):
+        """``path``: a local directory, or a URI of a storage kind (``s3://bucket/key``);
+        ``filesystem``: a ``pyarrow.fs`` filesystem that ``path`` is a path inside (Ray's
+        form; ``path`` becomes ``pyarrowfs://bucket/key``)."""
         self.path = os.fspath(path)
+        #: the filesystem object it was given (None: from the path's URI)
+        self._fs = None
+        if filesystem is not None and uri_scheme(self.path) == FILESYSTEM_SCHEME:
+            self._fs = filesystem  # (hpctrain's own form: a record of such a run)
+        elif filesystem is not None and not _is_local_fs(filesystem):
+            if uri_scheme(self.path) is not None:
+                raise ValueError(f"Checkpoint: with a filesystem, the path is a path inside "
+                                 f"it (bucket/key), got the URI {self.path!r}")
+            self.path, self._fs = f"{FILESYSTEM_SCHEME}://{self.path.lstrip('/')}", filesystem
         self._temporary = False
+
+    @property
+    def filesystem(self) -> Any:
+        """The ``pyarrow.fs`` filesystem that holds the checkpoint (Ray's attribute):
+        ``LocalFileSystem`` for a local directory, ``S3FileSystem`` for ``s3://``…"""
+        import pyarrow.fs as pafs
+
+        storage = self._storage()
+        if getattr(storage, "local", True):
+            return pafs.LocalFileSystem()
+        return storage.filesystem(self.path)
+
+    def _storage(self) -> Any:
+        storage = storage_for(self.path, "Checkpoint.path")
+        if self._fs is not None:
+            storage.filesystem_object = self._fs
+        return storage
+
+    @property
+    def _remote(self) -> bool:
+        return uri_scheme(self.path) not in (None, "file") and not self._storage().local
 
     # -- construction ------------------------------------------------------------
     @classmethod
     def from_directory(cls, path: str | os.PathLike) -> "Checkpoint":
         path = os.fspath(path)
+        if uri_scheme(path) not in (None, "file"):  # a storage kind's URI (s3://…)
+            if not storage_for(path, "Checkpoint.from_directory").isdir(path):
+                raise FileNotFoundError(f"Checkpoint.from_directory: nothing at {path!r}")
+            return cls(path)
         if not os.path.isdir(path):
             raise FileNotFoundError(f"Checkpoint.from_directory: {path!r} is not a directory")
         return cls(path)
@@ -64,6 +101,13 @@ class Checkpoint:
     # -- reading -----------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
         """The dict saved by :meth:`from_dict` (or by the seed-era ``save_checkpoint``)."""
+        if self._remote:
+            storage = self._storage()
+            try:
+                return cloudpickle.loads(storage.read_small(storage.join(self.path, DICT_FILE)))
+            except FileNotFoundError:
+                raise ValueError(f"checkpoint {self.path} holds no dict (no {DICT_FILE}); "
+                                 "use as_directory() to read its files") from None
         file = os.path.join(self.path, DICT_FILE)
         if not os.path.exists(file):
             raise ValueError(
@@ -75,14 +119,28 @@ class Checkpoint:
 
     @contextlib.contextmanager
     def as_directory(self) -> Iterator[str]:
-        """Yield a local directory with the checkpoint's files (the checkpoint itself:
-        on a shared filesystem nothing needs downloading). Do not modify it."""
-        yield self.path
+        """Yield a local directory with the checkpoint's files: the checkpoint itself on
+        a shared filesystem (nothing to download; do not modify it), a temporary download
+        of it for an object store (removed afterwards)."""
+        if not self._remote:
+            yield self.path
+            return
+        tmp = tempfile.mkdtemp(prefix="hpctrain-ckpt-")
+        try:
+            yield self._storage().copy_out(self.path, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def to_directory(self, path: Optional[str | os.PathLike] = None) -> str:
         """Copy the checkpoint's files (without hpctrain's metadata) to ``path``."""
         dest = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="hpctrain-ckpt-")
         os.makedirs(dest, exist_ok=True)
+        if self._remote:  # downloaded, then hpctrain's own files left out
+            self._storage().copy_out(self.path, dest)
+            for entry in os.listdir(dest):
+                if entry.startswith(INTERNAL_PREFIX):
+                    os.unlink(os.path.join(dest, entry))
+            return dest
         for entry in os.listdir(self.path):
             if entry.startswith(INTERNAL_PREFIX):
                 continue
@@ -98,7 +156,7 @@ class Checkpoint:
         """The metadata stored with the checkpoint (Ray 2's contract): what
         :meth:`set_metadata`/:meth:`update_metadata` wrote, merged at the commit over the
         trainer's ``metadata=`` (keys set on the checkpoint win). ``{}`` when none."""
-        storage = storage_for(self.path, "Checkpoint.path")
+        storage = self._storage()
         try:
             return json.loads(storage.read_small(storage.join(self.path, USER_METADATA_FILE)))
         except FileNotFoundError:
@@ -116,6 +174,10 @@ class Checkpoint:
         except (TypeError, ValueError) as e:
             raise TypeError(f"Checkpoint.set_metadata: the metadata must be "
                             f"JSON-serializable: {e}") from None
+        if self._remote:
+            storage = self._storage()
+            storage.write_atomic(storage.join(self.path, USER_METADATA_FILE), data.encode())
+            return
         atomic_write_bytes(os.path.join(self.path, USER_METADATA_FILE), data.encode(),
                            sync=False)
 
@@ -130,7 +192,7 @@ class Checkpoint:
         ranks, file sizes and checksum. ``{}`` for a directory that is not committed (no
         record, or one that cannot be read); a record written by a newer hpctrain raises
         a ConfigError that says so."""
-        storage = storage_for(self.path, "Checkpoint.path")
+        storage = self._storage()
         try:
             record, _why = read_commit_record(storage.join(self.path, METADATA_FILE),
                                               storage.read_small)
@@ -166,6 +228,10 @@ class ReportedCheckpointStatus(enum.Enum):
     COMMITTED = "COMMITTED"
     PENDING_VALIDATION = "PENDING_VALIDATION"
     VALIDATED = "VALIDATED"
+
+
+def _is_local_fs(filesystem: Any) -> bool:
+    return getattr(filesystem, "type_name", None) == "local"
 
 
 @dataclasses.dataclass

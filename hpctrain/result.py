@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .checkpoint import Checkpoint
-from .errors import (ControllerError, TrainingStoppedError, WorkerGroupError,
-                     WorkerTraceback)
+from .errors import (ControllerError, RunNotFoundError, TrainingStoppedError,
+                     WorkerGroupError, WorkerTraceback)
 from hpctrain._internal.rundir.layout import (CheckpointRecord, RunDir, best_checkpoints,
                                               existing_run, read_results)
+from hpctrain._internal.base.registry import uri_scheme
 from hpctrain._internal.base.trust import MAX_CONTROL_BYTES, load_own_pickle, load_trusted_pickle
 
 
@@ -22,7 +23,8 @@ class Result:
     ``num_to_keep`` is None; by recency without a score attribute), with their metrics,
     ordered worst to best. The latest checkpoint, which retention always keeps (a restart
     resumes from it), is listed there only when it is one of the best. ``error``: a
-    :class:`TrainingFailedError` when the run failed. ``path``: the run directory."""
+    :class:`TrainingFailedError` when the run failed. ``path``: the run directory (for a run
+    on an object store: its URI, ``s3://bucket/prefix/name``)."""
 
     metrics: Optional[Dict[str, Any]]
     checkpoint: Optional[Checkpoint]
@@ -62,6 +64,18 @@ class Result:
         return op(valid, key=lambda pair: pair[1][metric])[0]
 
     @property
+    def filesystem(self) -> Any:
+        """The ``pyarrow.fs`` filesystem holding the run (Ray's attribute):
+        ``LocalFileSystem`` for a run on a shared filesystem, ``S3FileSystem`` for a run
+        under ``s3://`` (whose :attr:`path` is then its URI)."""
+        import pyarrow.fs as pafs
+
+        storage = RunDir(self.path).storage
+        if storage.local:
+            return pafs.LocalFileSystem()
+        return storage.filesystem(self.path)
+
+    @property
     def metrics_dataframe(self):
         """Every report of rank 0 as a pandas DataFrame (one row per report)."""
         import pandas as pd
@@ -93,7 +107,13 @@ class Result:
 
         from ._internal.worker.entry import RETURN_FILE
 
-        run = existing_run(path, "Result.from_path")
+        try:
+            run = existing_run(path, "Result.from_path")
+        except RunNotFoundError:
+            found = _from_data_alone(os.fspath(path))
+            if found is None:
+                raise
+            return found
         rows = read_results(run.result_file)
         records = run.list_checkpoints()
         state = run.read_state()
@@ -122,7 +142,7 @@ class Result:
             metrics=rows[-1] if rows else (dict(records[-1].metrics) if records else None),
             checkpoint=records[-1].checkpoint() if records else None,
             error=error,
-            path=run.path,
+            path=run.path if run.storage.local else run.location,
             best_checkpoints=[(r.checkpoint(), r.metrics) for r in _best(run, records)],
             status=state.get("status", "UNKNOWN"),
             _return_file=(os.path.join(run.attempt_dir(len(state["attempts"])),
@@ -137,6 +157,21 @@ class Result:
         shown = {k: v for k, v in (self.metrics or {}).items() if not k.startswith("_")}
         return (f"Result(metrics={shown}, path={self.path!r}, checkpoint={self.checkpoint!r}, "
                 f"status={self.status!r}{', error=' + repr(type(self.error).__name__) if self.error else ''})")
+
+
+def _from_data_alone(path: str) -> Optional[Result]:
+    """The Result of a run on an object store read where its control directory is not
+    (another machine): its committed checkpoints and their metrics, from the store alone
+    (status ``UNKNOWN``); None when ``path`` is no such location or holds none."""
+    if uri_scheme(path) in (None, "file"):
+        return None
+    run = RunDir(path)
+    records = [] if run.storage.local else run.list_checkpoints()
+    if not records:
+        return None
+    return Result(metrics=dict(records[-1].metrics), checkpoint=records[-1].checkpoint(),
+                  error=None, path=run.location,
+                  best_checkpoints=[(r.checkpoint(), r.metrics) for r in records])
 
 
 def _best(run: RunDir, records: List[CheckpointRecord]) -> List[CheckpointRecord]:

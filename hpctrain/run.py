@@ -44,7 +44,7 @@ from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json
 from hpctrain._internal.base.formats import versioned_spec
 from hpctrain._internal.base.log import get_logger, progress_line
 from hpctrain._internal.base.registry import (backend_entry, describe, load, scheduler_names,
-                                         storage_for)
+                                         storage_for, uri_scheme)
 from hpctrain._internal.rundir.layout import RunDir, existing_run
 from hpctrain._internal.rundir.payload import WorkerPayload
 from hpctrain._internal.base.trust import (make_private_dir, read_trusted, share_of,
@@ -133,8 +133,9 @@ class Run:
         """The resolved :class:`~hpctrain.spec.JobSpec`."""
         self.options: RunOptions = options if options is not None else RunOptions()
         """The run's options."""
-        if self.options.path:
-            path = os.path.abspath(self.options.path)
+        if self.options.path:  # a directory, or a storage kind's location (s3://…)
+            path = self.options.path if uri_scheme(self.options.path) not in (None, "file") \
+                else os.path.abspath(self.options.path)
         else:
             rc = spec.run
             if rc.name is None:
@@ -147,6 +148,8 @@ class Run:
             path = storage_for(storage).run_location(storage, rc.name)
         self.run_dir = RunDir(path)
         """The run directory (its files and ``state.json``; its storage kind's)."""
+        if not self.options.path and spec.run.storage_filesystem is not None:
+            self.run_dir.storage.filesystem_object = spec.run.storage_filesystem
         self.path: str = self.run_dir.path
         """The run directory's absolute path (the control directory of a run whose
         storage kind is not posix)."""

@@ -30,6 +30,9 @@ else
     || echo "== the PBS server did not start (above): the real-server PBS tests are skipped"
 fi
 
+step "the S3 server of the object-storage tests (scripts/s3-server.sh: moto, loopback)"
+bash scripts/s3-server.sh start || echo "== the S3 server did not start (above): the S3 tests are skipped"
+
 step "the multi-user tests' users (scripts/test-users.sh: alice, bob in her group, eve)"
 bash scripts/test-users.sh
 

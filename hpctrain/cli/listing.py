@@ -49,7 +49,7 @@ def _run_entry(path: str) -> Entry:
     except (OSError, ValueError):
         status = "UNREADABLE"
     return Entry(run.name, "run", status, _last_iteration(run),
-                 os.path.getmtime(run.state_file), run.path)
+                 os.path.getmtime(run.state_file), run.path if run.storage.local else path)
 
 
 def _sweep_entry(path: str) -> Entry:
@@ -91,12 +91,16 @@ def list_storage(storage_path: str, trials: bool = False) -> List[Entry]:
     from hpctrain.tune.sweepdir import SweepDir
 
     storage = storage_for(storage_path, "hpctrain list")
-    if not storage.isdir(storage_path):
+    names = set(storage.listdir(storage_path))
+    if not storage.local:  # a run with no checkpoint yet: only its control directory
+        control = storage.control_dir(storage_path)
+        names |= set(os.listdir(control)) if os.path.isdir(control) else set()
+    if not names and not storage.isdir(storage_path):
         raise ConfigError(f"{storage_path}: no such directory",
                           hint="give a storage path (run.storage_path of your jobs); "
                                "`hpctrain sites` shows the default one")
     out: List[Entry] = []
-    for name in sorted(storage.listdir(storage_path)):
+    for name in sorted(names):
         path = storage.run_location(storage_path, name)
         if SweepDir.is_sweep(path):
             out.append(_sweep_entry(path))

@@ -372,7 +372,11 @@ def cmd_list(args) -> int:
     from hpctrain.cli.listing import print_listing
     from hpctrain.config import default_storage_path
 
-    storage = os.path.abspath(os.path.expanduser(args.storage or default_storage_path()))
+    from hpctrain._internal.base.registry import uri_scheme
+
+    storage = os.path.expanduser(args.storage or default_storage_path())
+    if uri_scheme(storage) is None:  # (a storage URI, s3://…, as it is)
+        storage = os.path.abspath(storage)
     if args.json:
         from hpctrain.cli.jsonout import print_json
         from hpctrain.cli.listing import listing_data

@@ -18,7 +18,7 @@ from .._internal.base.trust import SHARES
 from ..units import UnitError, parse_memory, parse_walltime
 from ..userconfig import storage_defaults
 from .keys import TomlKey, python_only, toml
-from .._internal.base.registry import STORAGE_URI_HINT, storage_for
+from .._internal.base.registry import FILESYSTEM_SCHEME, STORAGE_URI_HINT, storage_for
 
 DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 #: A GPU type (Slurm GRES type names: ``a100``, ``a100_3g.20gb``, ``h100-80gb``…).
@@ -662,6 +662,11 @@ class RunConfig:
         "expand; relative to the job file)."))
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig,
                                                 metadata=python_only("the [checkpoint] section"))
+    #: Ray's ``storage_filesystem``: a ``pyarrow.fs`` filesystem object (an
+    #: ``S3FileSystem(endpoint_override=…)``); ``storage_path`` is then a path inside it
+    #: (``bucket/prefix``, no scheme). See the storage guide.
+    storage_filesystem: Any = field(default=None, metadata=python_only(
+        "a storage_path URI (s3://bucket/prefix) in a job file"))
     failure_config: FailureConfig = field(default_factory=FailureConfig,
                                           metadata=python_only("the [failure] section"))
     verbose: int = field(default=1, metadata=toml(
@@ -683,6 +688,25 @@ class RunConfig:
         "str", "Who besides you reads the run directory: private (0700/0600) or group "
         "(the project group reads, 0750/0640; never writes).", choices=SHARES))
 
+    def _check_storage_filesystem(self) -> None:
+        fs, path = self.storage_filesystem, self.storage_path
+        if not callable(getattr(fs, "get_file_info", None)) or not hasattr(fs, "type_name"):
+            raise ConfigError(f"run.storage_filesystem: expected a pyarrow.fs.FileSystem, "
+                              f"got {type(fs).__name__}",
+                              hint="RunConfig(storage_filesystem=pyarrow.fs.S3FileSystem(...), "
+                                   "storage_path='bucket/prefix')")
+        if fs.type_name == "local":  # a local filesystem: storage_path is a path
+            self.storage_filesystem = None
+            return
+        if path and path.startswith(f"{FILESYSTEM_SCHEME}://"):
+            return  # checked already (a copy of this config)
+        if not path or _URI.match(path):
+            raise ConfigError(f"run.storage_path: with storage_filesystem, expected a path "
+                              f"inside that filesystem (bucket/prefix), got {path!r}",
+                              hint="give the URI's path without its scheme: s3://bucket/p "
+                                   "-> storage_path='bucket/p'")
+        self.storage_path = f"{FILESYSTEM_SCHEME}://{path.strip('/')}"
+
     def __post_init__(self) -> None:
         if self.sync_config is None:
             self.sync_config = SyncConfig()
@@ -697,6 +721,8 @@ class RunConfig:
                 raise ConfigError(f"run.storage_path: expected a path, got "
                                   f"{type(self.storage_path).__name__}")
             self.storage_path = local_storage_path(self.storage_path)
+        if self.storage_filesystem is not None:
+            self._check_storage_filesystem()
         if self.stop is not None:
             self.stop = check_stop(self.stop)
         if self.checkpoint_config is None:

@@ -36,7 +36,10 @@ same kind without being told.
 """
 from __future__ import annotations
 
-from typing import List, Optional
+import os
+from typing import Dict, List, Optional
+
+from hpctrain._internal.base.fsutil import walk_files
 
 
 class Storage:
@@ -50,6 +53,14 @@ class Storage:
     #: True when the data paths are POSIX paths on this machine (a checkpoint can be
     #: opened where it lies, with no copy out: posix, or a kind mounted locally)
     local: bool = True
+
+    # -- its own state (a filesystem object), kept in the run's control directory ------
+    def save(self, internal_dir: str) -> None:
+        """Keep what this kind needs beyond the location (a filesystem object) in the
+        run's ``.hpctrain/`` (posix: nothing), for the run's other processes."""
+
+    def restore(self, internal_dir: str) -> None:
+        """Read back what :meth:`save` kept (nothing kept: nothing to do)."""
 
     # -- where ----------------------------------------------------------------------
     def run_location(self, storage_path: str, name: str) -> str:
@@ -88,6 +99,13 @@ class Storage:
         be transient: nothing is taken for damaged for it)."""
         raise NotImplementedError
 
+    def file_sizes(self, path: str) -> Dict[str, int]:
+        """``{relative path: size}`` of every file under ``path``."""
+        out = {}
+        for rel in walk_files(path):
+            out[rel] = os.path.getsize(os.path.join(path, rel))
+        return out
+
     # -- writing --------------------------------------------------------------------
     def makedirs(self, path: str, mode: int) -> None:
         """Create ``path`` and its parents with ``mode`` (object stores: nothing to do)."""
@@ -114,6 +132,11 @@ class Storage:
         longer listed); return what :meth:`delete` removes later, off the training thread,
         or None when it is already gone."""
         raise NotImplementedError
+
+    def retired(self, path: str) -> bool:
+        """True when ``path`` is a checkpoint :meth:`retire` took out of the listing
+        but a crash kept from :meth:`delete` (a kind whose retire is not one rename)."""
+        return False
 
     def set_aside(self, path: str, new_name: str) -> str:
         """Move the (damaged) checkpoint ``path`` to ``new_name`` beside it, kept; return

@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import cloudpickle
 
+from .._internal.base.registry import storage_for, uri_scheme
 from ..config import RunConfig, ScalingConfig, default_storage_path
 from ..errors import ConfigError
 from ..run import Run, RunOptions, spec_of_trainer
@@ -104,8 +105,17 @@ class Tuner:
             f"{time.strftime('%Y-%m-%d_%H-%M-%S')}"
         storage = (run_config.storage_path if run_config and run_config.storage_path else
                    self._trainer.run_config.storage_path) or default_storage_path()
-        self._path = os.path.join(os.path.abspath(os.path.expandvars(os.path.expanduser(
-            storage))), name)
+        storage = os.path.expandvars(os.path.expanduser(storage))
+        kind = storage_for(storage)
+        #: the sweep's data location on a storage kind that is not posix (s3://…/name), whose
+        #: trials' checkpoints go there; the sweep directory (``_path``) is then its
+        #: control directory, which holds the trials' control directories
+        self._data: Optional[str] = None
+        if kind.local:
+            self._path = os.path.join(os.path.abspath(storage), name)
+        else:
+            self._data = kind.run_location(storage, name)
+            self._path = kind.control_dir(self._data)
 
     @property
     def experiment_path(self) -> str:
@@ -121,14 +131,24 @@ class Tuner:
                 resume_errored: bool = False) -> "Tuner":
         """Continue the sweep at ``path``: its trials keep their configs; ``fit()`` runs the
         ones that did not finish (and the errored ones with ``resume_errored``)."""
-        sweep = SweepDir(path)
+        path = os.fspath(path)
+        if uri_scheme(path) not in (None, "file"):  # its location: the control directory
+            parent, _, name = path.rstrip("/").rpartition("/")
+            return cls._restored_at(SweepDir(storage_for(path).control_dir(path)), trainable,
+                                    resume_errored, parent)
+        return cls._restored_at(SweepDir(path), trainable, resume_errored, None)
+
+    @classmethod
+    def _restored_at(cls, sweep: SweepDir, trainable: Any, resume_errored: bool,
+                     parent: Optional[str]) -> "Tuner":
         if not sweep.exists():
             raise not_a_sweep(sweep.path, "Tuner.restore")
         m = sweep.read()
         tuner = cls(trainable, param_space=None, tune_config=TuneConfig(
             metric=m.get("metric"), mode=m.get("mode"),
             max_concurrent_trials=m.get("max_concurrent_trials")),
-            run_config=RunConfig(name=sweep.name, storage_path=os.path.dirname(sweep.path)))
+            run_config=RunConfig(name=sweep.name,
+                                 storage_path=parent or os.path.dirname(sweep.path)))
         tuner._restored = True
         tuner._retry_failed = resume_errored
         return tuner
@@ -165,9 +185,13 @@ class Tuner:
         # or a tracking run (a pickle round trip, as a batch trial gets them)
         callbacks = cloudpickle.loads(cloudpickle.dumps(list(base.run_config.callbacks or [])))
         changes["run_config"] = replace(base.run_config, name=trial_id(index),
-                                        storage_path=sweep.path, verbose=0, callbacks=callbacks)
+                                        storage_path=self._data or sweep.path, verbose=0,
+                                        callbacks=callbacks)
+        # on an object store: the trial's location there, whose control directory is
+        # sweep.trial_path(index)
+        path = f"{self._data}/{trial_id(index)}" if self._data else sweep.trial_path(index)
         return Run.for_trainer(base.with_configs(**changes),
-                               replace(self._options, path=sweep.trial_path(index),
+                               replace(self._options, path=path,
                                        trial=trial_context(sweep, index)))
 
     def fit(self) -> ResultGrid:

@@ -105,12 +105,13 @@ def test_render_and_sites_work_without_any_framework_installed():
     assert p.stdout.startswith("#!/bin/bash\n") and "#SBATCH --nodes=2\n" in p.stdout
 
 
-@pytest.mark.parametrize("uri", ["s3://bucket/x", "gs://bucket/x", "hdfs://namenode:8020/x"])
-def test_a_storage_uri_is_refused_with_a_hint_and_nothing_is_created(tmp_path, uri):
-    """Was: a local ``./s3:/bucket/x`` directory, silently."""
+@pytest.mark.parametrize("uri", ["ftp://host/x", "sftp://host/x"])
+def test_an_unknown_storage_uri_is_refused_with_a_hint_and_nothing_is_created(tmp_path, uri):
+    """Was: a local ``./ftp:/host/x`` directory, silently."""
     before = sorted(os.listdir(tmp_path))
     p = hpctrain("run", QUICKSTART, "--set", f"run.storage_path={uri}", cwd=str(tmp_path))
     assert p.returncode == 2, p.stderr
-    assert f"run.storage_path: expected a path on a shared filesystem, got {uri!r}" in p.stderr
-    assert "is not supported yet\nHINT: use a directory on the shared filesystem" in p.stderr
+    assert ("run.storage_path: expected a path on a shared filesystem or a storage URI "
+            f"(s3://, gs://, gcs://, abfs://, abfss://, hdfs://), got {uri!r}") in p.stderr
+    assert "is not supported\nHINT: use a directory on the shared filesystem" in p.stderr
     assert sorted(os.listdir(tmp_path)) == before

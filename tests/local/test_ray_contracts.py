@@ -266,20 +266,20 @@ def test_a_sweep_path_that_is_no_sweep_is_a_value_error(tmp_path):
 
 # -- storage paths that are URIs -----------------------------------------------------------
 
-def test_a_storage_uri_is_refused_before_anything_is_created(tmp_path, monkeypatch):
-    """``RunConfig(storage_path="s3://…")`` (and ``$HPCTRAIN_STORAGE_PATH``) raise a
+def test_an_unknown_storage_uri_is_refused_before_anything_is_created(tmp_path, monkeypatch):
+    """``RunConfig(storage_path="ftp://…")`` (and ``$HPCTRAIN_STORAGE_PATH``) raise a
     ConfigError (a ValueError) with a HINT; nothing is written; ``file:///abs`` is its path."""
     from hpctrain import ConfigError, RunConfig, ScalingConfig
     from hpctrain.torch import TorchTrainer
 
     monkeypatch.chdir(tmp_path)
-    for uri in ("s3://bucket/x", "gs://bucket/x", "hdfs://namenode:8020/x", "abfs://c@a/x"):
+    for uri in ("ftp://host/x", "sftp://h/x"):
         with pytest.raises(ValueError, match=re.escape(
-                f"run.storage_path: expected a path on a shared filesystem, got {uri!r}: "
-                f"{uri.split(':')[0]}:// storage (object storage, remote filesystems) is not "
-                "supported yet\nHINT: use a directory on the shared filesystem")):
+                f"or a storage URI (s3://, gs://, gcs://, abfs://, abfss://, hdfs://), got "
+                f"{uri!r}: {uri.split(':')[0]}:// storage is not supported\nHINT: use a "
+                "directory on the shared filesystem")):
             RunConfig(storage_path=uri)
-    monkeypatch.setenv("HPCTRAIN_STORAGE_PATH", "s3://bucket/runs")
+    monkeypatch.setenv("HPCTRAIN_STORAGE_PATH", "ftp://host/runs")
     trainer = TorchTrainer(workloads.return_rank, scaling_config=ScalingConfig(num_workers=1),
                            run_config=RunConfig(name="r", verbose=0))
     with pytest.raises(ConfigError, match=re.escape(

@@ -208,10 +208,11 @@ BAD = [
      ["job.toml", "job.entrypoint: expected a string, got 3 (integer)"]),
     ("unset-env-var", MINIMAL + '[run]\nstorage_path = "$HPCTRAIN_SURELY_UNSET_X/r"\n',
      ["job.toml", "run.storage_path: environment variable $HPCTRAIN_SURELY_UNSET_X is not set"]),
-    ("storage-uri", MINIMAL + '[run]\nstorage_path = "s3://bucket/runs"\n',
-     ["job.toml", "run.storage_path: expected a path on a shared filesystem, got "
-                  "'s3://bucket/runs': s3:// storage (object storage, remote filesystems) "
-                  "is not supported yet\nHINT: use a directory on the shared filesystem"]),
+    ("storage-uri", MINIMAL + '[run]\nstorage_path = "ftp://host/runs"\n',
+     ["job.toml", "run.storage_path: expected a path on a shared filesystem or a storage URI "
+                  "(s3://, gs://, gcs://, abfs://, abfss://, hdfs://), got 'ftp://host/runs': "
+                  "ftp:// storage is not supported\nHINT: use a directory on the shared "
+                  "filesystem"]),
     ("storage-file-uri-with-host", MINIMAL + '[run]\nstorage_path = "file://host/runs"\n',
      ["job.toml", "run.storage_path: expected file:///absolute/path, got 'file://host/runs'"]),
 ]

@@ -253,7 +253,8 @@ class Supervisor:
         last = len(self.run.read_state().get("attempts") or [])
         damaged = set(damaged_checkpoints(self.run, last)) if self.local_tier and last else set()
         for record in reversed(self.run.list_checkpoints()):
-            problems = verify_checkpoint(record.path, contents=not self.local_tier or
+            problems = verify_checkpoint(record.path, self.run.storage,
+                                         contents=not self.local_tier or
                                          os.path.basename(record.path) in damaged)
             if not problems:
                 return record, skipped

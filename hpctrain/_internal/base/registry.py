@@ -353,8 +353,13 @@ def container_runtime(name: str) -> Any:
 STORAGES = _Index("hpctrain.storage", "storage scheme")
 
 STORAGE_URI_HINT = ("use a directory on the shared filesystem every node mounts (e.g. "
-                    "/lustre/$USER/runs or $SCRATCH/runs); a file:///absolute/path URI "
-                    "works too")
+                    "/lustre/$USER/runs or $SCRATCH/runs; a file:///absolute/path URI "
+                    "works too), or an object store's URI (s3://bucket/prefix)")
+
+
+#: the storage path form of a run or checkpoint given a ``pyarrow.fs`` filesystem object
+#: (Ray's ``storage_filesystem``): ``pyarrowfs://<path inside it>``
+FILESYSTEM_SCHEME = "pyarrowfs"
 
 
 def register_storage(scheme: str, target: str) -> None:
@@ -386,7 +391,8 @@ def storage_for(path: str, key: str = "run.storage_path") -> Any:
     registered."""
     scheme = uri_scheme(path) or "file"
     if scheme not in STORAGES:
-        raise ConfigError(f"{key}: expected a path on a shared filesystem, got {path!r}: "
-                          f"{scheme}:// storage (object storage, remote filesystems) is not "
-                          "supported yet", hint=STORAGE_URI_HINT)
+        known = ", ".join(f"{s}://" for s in STORAGES if s not in ("file", FILESYSTEM_SCHEME))
+        raise ConfigError(f"{key}: expected a path on a shared filesystem or a storage URI "
+                          f"({known}), got {path!r}: {scheme}:// storage is not supported",
+                          hint=STORAGE_URI_HINT)
     return STORAGES.load(scheme)()

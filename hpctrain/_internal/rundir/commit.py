@@ -34,10 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain._internal.base.formats import read_commit_record
+from hpctrain._internal.base.registry import uri_scheme
 from hpctrain.checkpoint import (COMMIT_FORMAT, FORMAT_KEY, INTERNAL_PREFIX, METADATA_FILE,
                                  USER_METADATA_FILE, Checkpoint)
 from hpctrain.config import CheckpointConfig
 from hpctrain.errors import CheckpointError
+from hpctrain.storage.base import Storage
 from hpctrain._internal.base.fsutil import (DIGEST_ALGO, FULL_DISK_HINT, atomic_write_json, copy_file,
                                       disk_full, file_digest, fsync_path, json_bytes,
                                       json_default, read_json, walk_files)
@@ -60,6 +62,11 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     names before copying; another rank writes no name on that list (``wait_for_rank0``:
     rank 0 is known to hand in a checkpoint at this report, so wait for the list). A name
     already there from another rank is written aside, for ``publish`` to sort out."""
+    if uri_scheme(checkpoint.path) not in (None, "file"):
+        raise CheckpointError(
+            f"rank {rank}: report(checkpoint=...) takes a local directory, got "
+            f"{checkpoint.path!r}, which is in storage already\nHINT: download it first: "
+            "Checkpoint.from_directory(checkpoint.to_directory())")
     src = os.path.abspath(checkpoint.path)
     if not os.path.isdir(src):
         raise CheckpointError(f"rank {rank}: checkpoint directory {src} does not exist")
@@ -390,10 +397,14 @@ def digest_shard(run: RunDir, iteration: int, rank: int, files: List[str],
 _DIGEST_RECORD = re.compile(re.escape(INTERNAL_PREFIX) + r"digest\.rank-(\d+)\.json")
 
 
-def verify_checkpoint(path: str, *, contents: bool = True) -> List[str]:
+def verify_checkpoint(path: str, storage: Optional[Storage] = None, *,
+                      contents: bool = True) -> List[str]:
     """Problems found in a committed checkpoint (empty list: it is intact): missing
-    files, wrong sizes, digests that do not match (``contents=False``: not read)."""
-
+    files, wrong sizes, digests that do not match (``contents=False``: not read). On a
+    storage kind whose data are not local files (an object store): the commit record and
+    every file's size, from one listing (no download)."""
+    if storage is not None and not storage.local:
+        return _verify_remote(path, storage)
     try:
         meta, why = read_commit_record(os.path.join(path, METADATA_FILE))
     except OSError as e:
@@ -429,6 +440,23 @@ def verify_checkpoint(path: str, *, contents: bool = True) -> List[str]:
         digest = info.get("digest") or late.get(info.get("rank"), {}).get(rel)
         if contents and digest and file_digest(p) != digest:
             problems.append(f"{rel}: content digest mismatch")
+    return problems
+
+
+def _verify_remote(path: str, storage: Storage) -> List[str]:
+    try:
+        meta, why = read_commit_record(storage.join(path, METADATA_FILE), storage.read_small)
+        sizes = storage.file_sizes(path)
+    except OSError as e:
+        return [f"{path}: its commit record could not be read: {e}"]
+    if meta is None:
+        return [f"{path}: not committed: {why}"]
+    problems = []
+    for rel, info in meta.get("files", {}).items():
+        if rel not in sizes:
+            problems.append(f"{rel}: missing")
+        elif sizes[rel] != info.get("size"):
+            problems.append(f"{rel}: size {sizes[rel]} != {info.get('size')}")
     return problems
 
 

@@ -93,6 +93,7 @@ class RunDir:
             self._given = storage_for(path)
             self.__dict__["_tier"] = (self._given, self._given.data_path(path))
             path = self._given.control_dir(path)
+            self._given.restore(os.path.join(path, ".hpctrain"))
         self.path = os.path.abspath(path)
 
     @functools.cached_property
@@ -112,7 +113,9 @@ class RunDir:
                                   '{"scheme": ..., "target": ..., "location": ...}') from None
         scheme, target = data.get("scheme"), data.get("target")
         cls = STORAGES.load(scheme) if scheme in STORAGES else load(target)
-        return cls(), data["location"]
+        kind = cls()
+        kind.restore(self._p(".hpctrain"))
+        return kind, data["location"]
 
     @property
     def storage(self) -> Storage:
@@ -173,6 +176,7 @@ class RunDir:
                               {"scheme": kind.scheme, "location": self.location,
                                "target": f"{kind.__module__}:{kind.__qualname__}"},
                               mode=self.file_mode)
+            self._given.save(self._p(".hpctrain"))
             self.storage.makedirs(self.checkpoints_dir, self.dir_mode)
 
     @functools.cached_property
@@ -263,7 +267,8 @@ class RunDir:
             except OSError:  # an I/O error: not listed this time, not taken for damaged
                 continue
             if meta is not None:
-                rec = CheckpointRecord(index, path, meta)
+                rec = CheckpointRecord(index, path, meta,
+                                       getattr(self.storage, "filesystem_object", None))
                 if meta.get("validation") is not None:  # asked: its result, its launch
                     rec.validation = read_json(self.validation_file(rec.name)) or None
                     rec.launch = read_json(self.validation_file(rec.name, "launch")) or None
@@ -354,8 +359,10 @@ class RunDir:
         if self.checkpoints_dir != self._p("checkpoints"):  # retention's leftovers there
             storage = self.storage
             for entry in storage.listdir(self.checkpoints_dir):
-                if entry.startswith(".deleting_"):
-                    storage.delete(storage.join(self.checkpoints_dir, entry))
+                path = storage.join(self.checkpoints_dir, entry)
+                if entry.startswith(".deleting_") or (CHECKPOINT_RE.match(entry) and
+                                                      storage.retired(path)):
+                    storage.delete(path)
                     removed.append(entry)
         self.set_aside_damaged()
         return removed
@@ -444,6 +451,8 @@ class CheckpointRecord:
     index: int
     path: str
     metadata: Dict[str, Any]
+    #: the run's filesystem object (a run given ``storage_filesystem``), else None
+    filesystem: Any = None
     #: the validation's result ({"metrics": …} or {"error": …}), when one was asked
     validation: Optional[Dict[str, Any]] = None
     #: where that validation runs ({"kind": "local", "pid", "host"} or a job's id)
@@ -503,7 +512,7 @@ class CheckpointRecord:
         return int(self.metadata.get("iteration", 0))
 
     def checkpoint(self) -> Checkpoint:
-        return Checkpoint(self.path)
+        return Checkpoint(self.path, self.filesystem)
 
 
 def _listdir(path: str) -> List[str]:
