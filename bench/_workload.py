@@ -43,6 +43,27 @@ def proc_start_time() -> float:
         return float("nan")
 
 
+def thread_cpu() -> Dict[str, float]:
+    """CPU seconds of each thread of this process so far, by thread name (Linux /proc;
+    {} elsewhere): which threads the per-step CPU time goes to."""
+    out: Dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+            name = head.split("(", 1)[1]
+            fields = rest.split()
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def make_model() -> nn.Module:
     return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
 
@@ -108,6 +129,7 @@ def train_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
     for epoch in range(cfg["epochs"]):
         if epoch == cfg["warmup_epochs"]:
             t_timed, cpu_timed = time.perf_counter(), time.process_time()
+            threads_before = thread_cpu()
         loader.set_epoch(epoch)
         total, correct, loss_sum = 0, 0, 0.0
         for x, y in loader:
@@ -127,6 +149,10 @@ def train_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
             rec["t_first_report"] = time.time()
     elapsed = time.perf_counter() - t_timed
     cpu = time.process_time() - cpu_timed
+    threads = thread_cpu()
+    rec["train_thread_cpu_ms_per_step"] = {
+        name: round((v - threads_before.get(name, 0.0)) / timed_steps * 1e3, 4)
+        for name, v in sorted(threads.items())}
     rec["train"] = {"steps": timed_steps, "seconds": elapsed,
                     "steps_per_s": timed_steps / elapsed,
                     "cpu_ms_per_step": cpu / timed_steps * 1e3,
