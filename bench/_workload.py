@@ -11,6 +11,8 @@ Phases (``cfg["mode"]``):
 * ``train``: 3 epochs of DDP training (MLP 784→256→10, batch 64, SGD), one report per
   epoch; records the wall time of rank 0's first report and steps/s after the warm-up
   epoch. Then ``report_n`` back-to-back reports without checkpoint, timed on rank 0.
+  Then ``empty_passes`` passes through a prepared loader with an empty step (the
+  launcher's per-batch overhead, alone).
 * ``ckpt``: ``ckpt_files`` × ``ckpt_file_mib`` MiB of checkpoint files committed from an
   ordinary directory (page cache warm) and from a directory written in place (staged).
 """
@@ -188,6 +190,27 @@ def report_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
                      "paced_p50_us": pct(paced, 50) / 1e3, "paced_p99_us": pct(paced, 99) / 1e3}
 
 
+def empty_step_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
+    """The loop of ``train`` with an empty step: what one pass through the launcher's
+    prepared loader costs per batch (rank 0's CPU and wall time), so that per-step
+    overhead of the launcher shows as a number apart from the model's step."""
+    loader = ad.prepare_loader(make_dataset(cfg["samples"], cfg["seed"]), cfg["batch_size"],
+                               cfg["seed"])
+    ad.barrier()
+    for _ in loader:  # warm-up pass
+        pass
+    batches = 0
+    t, cpu = time.perf_counter(), time.process_time()
+    for epoch in range(1, 1 + cfg["empty_passes"]):
+        loader.set_epoch(epoch)
+        for _ in loader:
+            batches += 1
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+    ad.barrier()
+    rec["empty_step"] = {"batches": batches, "cpu_us_per_batch": cpu / batches * 1e6,
+                         "wall_us_per_batch": wall / batches * 1e6}
+
+
 def write_files(directory: str, files: int, file_mib: int, *, sync: bool) -> List[str]:
     os.makedirs(directory, exist_ok=True)
     chunk = os.urandom(_WRITE_CHUNK)
@@ -268,6 +291,7 @@ def run(ad: Adapter, cfg: Dict[str, Any]) -> None:
     if cfg["mode"] == "train":
         train_phase(ad, cfg, rec)
         report_phase(ad, cfg, rec)
+        empty_step_phase(ad, cfg, rec)
     elif cfg["mode"] == "ckpt":
         ckpt_phase(ad, cfg, rec)
     else:
