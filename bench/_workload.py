@@ -11,6 +11,8 @@ Phases (``cfg["mode"]``):
 * ``train``: 3 epochs of DDP training (MLP 784→256→10, batch 64, SGD), one report per
   epoch; records the wall time of rank 0's first report and steps/s after the warm-up
   epoch. Then ``report_n`` back-to-back reports without checkpoint, timed on rank 0.
+  Then ``empty_passes`` passes through a prepared loader with an empty step (the
+  launcher's per-batch overhead, alone).
 * ``ckpt``: ``ckpt_files`` × ``ckpt_file_mib`` MiB of checkpoint files committed from an
   ordinary directory (page cache warm) and from a directory written in place (staged).
 """
@@ -41,6 +43,27 @@ def proc_start_time() -> float:
         return time.time() - (uptime - started)
     except (OSError, ValueError, IndexError):
         return float("nan")
+
+
+def thread_cpu() -> Dict[str, float]:
+    """CPU seconds of each thread of this process so far, by thread name (Linux /proc;
+    {} elsewhere): which threads the per-step CPU time goes to."""
+    out: Dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+            name = head.split("(", 1)[1]
+            fields = rest.split()
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
 
 
 def make_model() -> nn.Module:
@@ -108,6 +131,7 @@ def train_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
     for epoch in range(cfg["epochs"]):
         if epoch == cfg["warmup_epochs"]:
             t_timed, cpu_timed = time.perf_counter(), time.process_time()
+            threads_before = thread_cpu()
         loader.set_epoch(epoch)
         total, correct, loss_sum = 0, 0, 0.0
         for x, y in loader:
@@ -127,6 +151,10 @@ def train_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
             rec["t_first_report"] = time.time()
     elapsed = time.perf_counter() - t_timed
     cpu = time.process_time() - cpu_timed
+    threads = thread_cpu()
+    rec["train_thread_cpu_ms_per_step"] = {
+        name: round((v - threads_before.get(name, 0.0)) / timed_steps * 1e3, 4)
+        for name, v in sorted(threads.items())}
     rec["train"] = {"steps": timed_steps, "seconds": elapsed,
                     "steps_per_s": timed_steps / elapsed,
                     "cpu_ms_per_step": cpu / timed_steps * 1e3,
@@ -160,6 +188,27 @@ def report_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
     rec["report"] = {"n": n, "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3,
                      "mean_us": sum(lat) / len(lat) / 1e3, "max_us": lat[-1] / 1e3,
                      "paced_p50_us": pct(paced, 50) / 1e3, "paced_p99_us": pct(paced, 99) / 1e3}
+
+
+def empty_step_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
+    """The loop of ``train`` with an empty step: what one pass through the launcher's
+    prepared loader costs per batch (rank 0's CPU and wall time), so that per-step
+    overhead of the launcher shows as a number apart from the model's step."""
+    loader = ad.prepare_loader(make_dataset(cfg["samples"], cfg["seed"]), cfg["batch_size"],
+                               cfg["seed"])
+    ad.barrier()
+    for _ in loader:  # warm-up pass
+        pass
+    batches = 0
+    t, cpu = time.perf_counter(), time.process_time()
+    for epoch in range(1, 1 + cfg["empty_passes"]):
+        loader.set_epoch(epoch)
+        for _ in loader:
+            batches += 1
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+    ad.barrier()
+    rec["empty_step"] = {"batches": batches, "cpu_us_per_batch": cpu / batches * 1e6,
+                         "wall_us_per_batch": wall / batches * 1e6}
 
 
 def write_files(directory: str, files: int, file_mib: int, *, sync: bool) -> List[str]:
@@ -242,6 +291,7 @@ def run(ad: Adapter, cfg: Dict[str, Any]) -> None:
     if cfg["mode"] == "train":
         train_phase(ad, cfg, rec)
         report_phase(ad, cfg, rec)
+        empty_step_phase(ad, cfg, rec)
     elif cfg["mode"] == "ckpt":
         ckpt_phase(ad, cfg, rec)
     else:

@@ -170,6 +170,8 @@ def per_run_figures(train: Dict[str, Any], ck_sync: Optional[Dict[str, Any]],
         "report_paced_p50_us": train["report"].get("paced_p50_us"),
         "report_paced_p99_us": train["report"].get("paced_p99_us"),
         "steps_per_s": train["train"]["steps_per_s"],
+        "empty_step_cpu_us": train.get("empty_step", {}).get("cpu_us_per_batch"),
+        "empty_step_wall_us": train.get("empty_step", {}).get("wall_us_per_batch"),
         "cpu_ms_per_step": train["train"]["cpu_ms_per_step"],
         "launcher_cpu_s": train.get("launcher_cpu_s"),
         "peak_pss_mib": train.get("peak_pss_mib"),
@@ -229,6 +231,11 @@ def figure_rows(med: Dict[str, Dict[str, Optional[float]]], mib: int) -> List[Di
     row("4. training throughput", "steps/s", "steps_per_s",
         target="≥ 0.97× floor", kind="ratio_ge", limit=0.97, fmt="{:.1f}")
     row("   rank-0 CPU time per step", "ms", "cpu_ms_per_step", fmt="{:.2f}")
+    row("   empty step through the prepared loader, rank-0 CPU per batch ⁷", "µs",
+        "empty_step_cpu_us", target="≤ 1.03× floor", kind="ratio_le", limit=1.03,
+        fmt="{:.1f}")
+    row("   empty step through the prepared loader, wall time per batch", "µs",
+        "empty_step_wall_us", fmt="{:.1f}")
     row("   launcher process CPU (agent / driver)", "s", "launcher_cpu_s", fmt="{:.2f}")
     row("5. peak PSS of the process tree", "MiB", "peak_pss_mib",
         target="≤ 1.2× floor", kind="ratio_le", limit=1.2, fmt="{:.0f}")
@@ -244,6 +251,7 @@ NOTES = """¹ floor: shutil.copytree + fsync of each file; hpctrain: report(chec
 ⁴ floor: files written in place, then fsync of each + rename of the directory + fsync of its parent (what a durable in-place save costs)
 ⁵ the floor deletes its previous copy outside the timed section; hpctrain's report() applies num_to_keep=1 inside it (3a–3d include it)
 ⁶ CPU-seconds per second used on this machine by processes other than the bench's own runs, during the train runs (≈ 0 for clean numbers)
+⁷ the train loop with nothing in the step: the launcher's own per-batch cost (floor: DataLoader + DistributedSampler; hpctrain: prepare_data_loader)
 ratio = hpctrain / floor (for throughput higher is better); medians over fresh runs; every number per run is in --json."""
 
 

@@ -162,11 +162,23 @@ class _PreparedLoader:
             # epoch (one rank keeps the loader's own RandomSampler) ignores it, as Ray's does
             self._loader.sampler.set_epoch(epoch)
         self._current = epoch
+        it = iter(self._loader)
+        # the hang watchdog's sign of life: torch's iterator counts its batches itself,
+        # which the heartbeat thread reads; nothing more per batch here
+        counted = isinstance(getattr(it, "_num_yielded", None), int)
+        progress.reading(it)
         try:
-            for batch in self._loader:
-                progress.beat()  # the hang watchdog's sign of life (a stalled loader stops it)
-                yield _to_device(batch, self._device) if self._move else batch
+            if self._move:
+                for batch in it:
+                    yield _to_device(batch, self._device)
+            elif counted:
+                yield from it
+            else:
+                for batch in it:
+                    progress.beat()
+                    yield batch
         finally:
+            progress.done_reading(it)
             if self._current == epoch:
                 self._current = None
 

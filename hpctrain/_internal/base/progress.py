@@ -1,25 +1,53 @@
-"""This rank's progress count, moved by the training thread and read by the rank's
-heartbeat thread (``_internal/worker/heartbeat.py``) for the supervisor's hang watchdog.
+"""This rank's progress, moved by the training thread and read by the rank's heartbeat
+thread (``_internal/worker/heartbeat.py``) for the supervisor's hang watchdog.
 
-:func:`beat` is called by ``report()`` and by each batch of a prepared data loader: one
-integer increment and one clock read, cheap enough for every step.
+Nothing here costs the training thread a call per batch. ``report()`` calls
+:func:`beat` (one increment). A prepared data loader registers the
+iterator of each pass with :func:`reading` (once per pass) and the heartbeat thread reads
+the batch count that torch's own DataLoader iterator keeps (``_num_yielded``); when the
+pass ends, :func:`done_reading` adds its batches to :data:`count`. :func:`moves` is the
+total the heartbeat writes: reports and batches so far, the same on every rank of a
+data-parallel loop at the same step.
 """
 from __future__ import annotations
 
-import time
+from typing import Any, Dict
 
-count = 0          # moves made so far
-at = time.time()   # when the count last moved
+count = 0  # reports, and batches of the passes that ended
+_reading: Dict[int, Any] = {}  # id -> iterator of a pass being read (torch counts its batches)
 #: seconds this rank spent inside report() so far (Ray's
 #: train_report_total_blocked_time_s; the supervisor's metrics file shows it)
 report_blocked_s = 0.0
 
 
 def beat() -> None:
-    """This rank made progress (a report, a batch)."""
-    global count, at
+    """This rank made progress (a report; a loader without a batch count of its own)."""
+    global count
     count += 1
-    at = time.time()
+
+
+def reading(iterator: Any) -> None:
+    """A pass of a prepared loader begins: its iterator counts its batches itself."""
+    _reading[id(iterator)] = iterator
+
+
+def done_reading(iterator: Any) -> None:
+    """The pass ended (or was abandoned): its batches join :data:`count`."""
+    global count
+    if _reading.pop(id(iterator), None) is not None:
+        count += batches(iterator)
+
+
+def batches(iterator: Any) -> int:
+    n = getattr(iterator, "_num_yielded", 0)
+    return n if isinstance(n, int) else 0
+
+
+def moves() -> int:
+    """Reports and batches so far (read from another thread: a pass ending at the same
+    moment may be counted twice for one look, never lost)."""
+    live = list(_reading.values())
+    return count + sum(batches(it) for it in live)
 
 
 def blocked(seconds: float) -> None:

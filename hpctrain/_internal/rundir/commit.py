@@ -6,8 +6,9 @@ that every rank finished staging):
 
 1. rank 0 first lists the names it hands in (``.hpctrain_claims.rank-0.json``); each rank
    then copies — or, from the staging area on the same filesystem, renames — its files
-   into ``checkpoints/.tmp_checkpoint_i<i>/``, fsyncs them, and writes its manifest
-   ``.hpctrain_shard.rank-R.json`` (file sizes) last. A name rank 0 listed is not
+   into ``checkpoints/.tmp_checkpoint_i<i>/``, writes its manifest
+   ``.hpctrain_shard.rank-R.json`` (file sizes) last, and (``sync_to_disk``) fsyncs
+   them all at once, then the directories (rank 0's ``tmp`` with the commit record). A name rank 0 listed is not
    written again by another rank (DDP replicas that all save ``model.pt``: one write);
    a name another rank already wrote goes aside, to ``.hpctrain_rank-R/``;
 2. rank 0 merges the manifests into ``.hpctrain_checkpoint.json`` — each name once, from
@@ -119,14 +120,23 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
                 os.unlink(s)
             if sync:
                 flushes.append(_flusher().submit(fsync_path, d))
-        for f in flushes:
-            f.result()
         if move:
             shutil.rmtree(src, ignore_errors=True)
+        # the manifest is read only after every rank returned from here (the agreement's
+        # proof), and a staging directory left by a crash is removed, never published: so
+        # its fsync joins the files' batch, and one directory fsync follows them all
+        atomic_write_json(manifest_path, manifest, sync=False, mode=run.file_mode)
         if sync:
-            for d in {os.path.dirname(p) for p in written} | {tmp}:
+            flushes.append(_flusher().submit(fsync_path, manifest_path))
+            for f in flushes:
+                f.result()
+            dirs = {os.path.dirname(p) for p in written} | {tmp}
+            if rank == 0:
+                # rank 0 publishes: publish() fsyncs this directory after writing the
+                # commit record, before the rename that makes the checkpoint visible
+                dirs.discard(tmp)
+            for d in dirs:
                 fsync_path(d)
-        atomic_write_json(manifest_path, manifest, sync=sync, mode=run.file_mode)
     except OSError as e:
         if disk_full(e) and not move:
             # this rank's copies are useless now: free their room (for the error record,
@@ -301,8 +311,11 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     storage = run.storage
     try:
         if user:
-            atomic_write_json(os.path.join(tmp, USER_METADATA_FILE), user,
-                              sync=config.sync_to_disk, mode=run.file_mode)
+            # its directory entry is made durable with the commit record's (publish)
+            path = os.path.join(tmp, USER_METADATA_FILE)
+            atomic_write_json(path, user, sync=False, mode=run.file_mode)
+            if config.sync_to_disk:
+                fsync_path(path)
         # the commit record last, then the one step that makes the checkpoint visible
         # (posix: a rename; a kind without rename: the files, then the record)
         storage.publish(tmp, storage.join(run.checkpoints_dir, name), METADATA_FILE,

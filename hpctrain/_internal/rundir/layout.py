@@ -604,25 +604,32 @@ class ResultWriter:
         for fd in (self._json, self._csv_fd):
             fix_mode(fd, run.file_mode)
         self._fields = _read_csv_header(run.progress_file)
+        # the files' lengths, kept here (this process is their only writer while it
+        # runs): a failed write is taken back to them without a stat per report
+        self._sizes = [os.fstat(fd).st_size for fd in (self._json, self._csv_fd)]
+        self._buf = io.StringIO()
+        self._csv = csv.writer(self._buf, lineterminator="\n")
 
     def write(self, row: Dict[str, Any]) -> None:
         flat = flatten(row)
         header = self._fields is None
         fields = list(flat) if header else self._fields
-        buf = io.StringIO()
-        out = csv.DictWriter(buf, fields, extrasaction="ignore", lineterminator="\n")
+        buf = self._buf
+        buf.seek(0)
+        buf.truncate()
         if header:
-            out.writeheader()
-        out.writerow({k: (json.dumps(v, default=json_default)
-                          if isinstance(v, (list, dict)) else v) for k, v in flat.items()})
+            self._csv.writerow(fields)
+        self._csv.writerow([_csv_cell(flat.get(k, "")) for k in fields])
         lines = ((self._json, json.dumps(row, default=json_default) + "\n"),
                  (self._csv_fd, buf.getvalue()))
-        sizes = [os.fstat(fd).st_size for fd, _ in lines]
+        sizes = self._sizes
+        written = []
         try:
             for fd, data in lines:
                 raw = data.encode()
                 if os.write(fd, raw) != len(raw):  # cut short: the disk is full
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written.append(len(raw))
         except OSError as e:
             for (fd, _), size in zip(lines, sizes):  # both files, or neither
                 with contextlib.suppress(OSError):
@@ -632,11 +639,17 @@ class ResultWriter:
                 f"failed: {e.strerror or e}. Its metrics are not recorded; committed "
                 f"checkpoints are untouched.{FULL_DISK_HINT if disk_full(e) else ''}") from e
         self._fields = fields
+        self._sizes = [size + n for size, n in zip(sizes, written)]
 
     def close(self) -> None:
         for fd in (self._json, self._csv_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _csv_cell(v: Any) -> Any:
+    """A progress.csv cell: lists and dicts as JSON."""
+    return json.dumps(v, default=json_default) if isinstance(v, (list, dict)) else v
 
 
 def _read_csv_header(path: str) -> Optional[List[str]]:

@@ -1,9 +1,9 @@
 """Each rank's progress, for the supervisor's hang watchdog (``allocation/watchdog.py``).
 
-The training thread only counts (``_internal/base/progress.beat``: from ``report()`` and
-from each batch of a prepared data loader). A daemon thread of the rank looks at the
-count every ``interval`` seconds and, when it moved, rewrites
-``<attempt>/heartbeat.rank-R.json`` with the count and the time it saw it move. A rank
+The training thread only counts (``_internal/base/progress``: ``report()`` moves a count,
+a prepared data loader's batches are counted by torch's own iterator). A daemon thread of
+the rank looks at the total every ``interval`` seconds and, when it moved, rewrites
+``<attempt>/heartbeat.rank-R.json`` with the total and the time it saw it move. A rank
 stuck anywhere (a collective whose peer is gone, a data loader that sleeps, a deadlock, a
 process group that never forms) stops moving its count; its file goes stale, and the
 supervisor, which reads every rank's file, can tell which rank stopped first.
@@ -77,12 +77,14 @@ class Heartbeat:
         """Write the record now (the training function ended: its last figures)."""
         self._write()
 
-    def _write(self) -> None:
-        phase = "train" if progress.count else self.stage
+    def _write(self, moves: Optional[int] = None) -> None:
+        if moves is None:
+            moves = progress.moves()
+        phase = "train" if moves else self.stage
         record = {"rank": self.rank, "host": self.host, "pid": os.getpid(),
-                  "progress": progress.count,
-                  "time": progress.at if progress.count else time.time(),
-                  "phase": phase, "ready_at": self.ready_at,
+                  "progress": moves,
+                  # when this thread saw the count move (a batch leaves no time stamp)
+                  "time": time.time(), "phase": phase, "ready_at": self.ready_at,
                   "report_blocked_s": round(progress.report_blocked_s, 6)}
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
@@ -94,13 +96,13 @@ class Heartbeat:
             pass  # a full or vanished filesystem: the watchdog sees a stale file
 
     def _loop(self) -> None:
-        self._seen = progress.count
+        self._seen = progress.moves()
         while True:
             time.sleep(self.interval)
-            count = progress.count
-            if count != self._seen:
-                self._seen = count
-                self._write()
+            moves = progress.moves()
+            if moves != self._seen:
+                self._seen = moves
+                self._write(moves)
             if not self._dumped and os.path.exists(
                     os.path.join(self.attempt_dir, STACKS_REQUEST)):
                 self._dumped = True
@@ -112,7 +114,7 @@ class Heartbeat:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(f"rank {self.rank} on {self.host} (pid {os.getpid()}), "
-                        f"{time.strftime('%Y-%m-%d %H:%M:%S')}, progress count {progress.count}\n\n")
+                        f"{time.strftime('%Y-%m-%d %H:%M:%S')}, progress count {progress.moves()}\n\n")
                 f.flush()
                 faulthandler.dump_traceback(file=f, all_threads=True)
         except OSError:
