@@ -24,7 +24,6 @@ import ast
 import glob
 import html
 import importlib
-import json
 import os
 import re
 import shutil
@@ -32,53 +31,15 @@ import subprocess
 import sys
 
 import pytest
+from docs_snippets import DOCS, PAGES, RUN_PAGES, blocks, fresh_venv_pages, run_blocks
+from docs_snippets import includes as _includes
+from docs_snippets import runnable as _runnable
 from helpers import ROOT
 
 try:
     import tomllib
 except ImportError:  # Python < 3.11
     import tomli as tomllib
-
-DOCS = os.path.join(ROOT, "docs")
-PAGES = sorted([os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(DOCS, "**", "*.md"),
-                                                             recursive=True)] + ["README.md"])
-
-_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)[^\n]*$")
-_MARK = re.compile(r"^\s*<!--\s*test:\s*(?P<what>skip|run|file)\b\s*(?P<arg>.*?)\s*-->\s*$")
-_INCLUDE = re.compile(r'^\s*-{1,2}8<-{1,2}\s*"([^"]+)"\s*$')
-
-
-def blocks(page: str):
-    """The fenced blocks of ``page``: dicts with lang, code, line (1-based, of the fence),
-    mark ('skip' | 'run' | 'file' | None) and arg (the mark's reason or file name)."""
-    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    out, i, mark = [], 0, (None, "")
-    while i < len(lines):
-        m = _MARK.match(lines[i])
-        if m:
-            mark = (m.group("what"), m.group("arg"))
-            i += 1
-            continue
-        f = _FENCE.match(lines[i])
-        if f:
-            indent, fence, lang = f.group("indent"), f.group("fence"), f.group("lang").lower()
-            start, body = i, []
-            i += 1
-            while i < len(lines) and not lines[i].strip().startswith(fence):
-                body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i])
-                i += 1
-            out.append({"lang": lang, "code": "\n".join(body) + "\n", "line": start + 1,
-                        "mark": mark[0], "arg": mark[1], "page": page})
-            mark = (None, "")
-        elif lines[i].strip():
-            mark = (None, "")  # a marker applies to the block right below it
-        i += 1
-    return out
-
-
-def _includes(block):
-    return [m.group(1) for m in map(_INCLUDE.match, block["code"].split("\n")) if m]
 
 
 def _has_ellipsis(tree: ast.AST) -> bool:
@@ -127,45 +88,12 @@ def check_well_formed(page):
             assert b["lang"] in ("bash", "sh", "console"), f"{_where(b)}: `run` marks shell blocks"
 
 
-_RUNNER = r'''
-import json, os, subprocess, sys
-for b in json.load(open(sys.argv[1])):
-    where = "%s:%d" % (b["page"], b["line"])
-    print("== " + where, flush=True)
-    if b["kind"] == "file":
-        os.makedirs(os.path.dirname(os.path.abspath(b["arg"])), exist_ok=True)
-        with open(b["arg"], "w") as f:
-            f.write(b["code"])
-    elif b["kind"] == "python":
-        exec(compile(b["code"], where, "exec"), globals())
-    else:
-        r = subprocess.run(["bash", "-euo", "pipefail", "-c", b["code"]])
-        if r.returncode:
-            sys.exit("%s: the shell block exited %d" % (where, r.returncode))
-'''
-
-
-def _runnable(page):
-    out = []
-    for b in blocks(page):
-        if _includes(b) or b["mark"] == "skip":
-            continue
-        if b["mark"] == "file":
-            out.append({**b, "kind": "file"})
-        elif b["lang"] in ("python", "py"):
-            out.append({**b, "kind": "python"})
-        elif b["mark"] == "run":
-            out.append({**b, "kind": "bash"})
-    return out
-
-
-RUN_PAGES = [p for p in PAGES if any(b["kind"] != "file" for b in _runnable(p))]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("page", RUN_PAGES)
+@pytest.mark.parametrize("page", [p for p in RUN_PAGES if p not in fresh_venv_pages()])
 def test_snippets_run(page, tmp_path):
-    """The page's snippets, run as a reader would: in order, in a fresh process."""
+    """The page's snippets, run as a reader would: in order, in a fresh process. (The pages
+    whose install is plain hpctrain or hpctrain[torch] run in a fresh venv with only that
+    install instead: tests/local/test_docs_fresh_venv.py.)"""
     p = run_snippets(_runnable(page), tmp_path)
     assert p.returncode == 0, (f"a snippet of {page} failed (exit {p.returncode}); the last "
                                f"'== page:line' names it:\n{p.stdout[-6000:]}\n{p.stderr[-6000:]}")
@@ -173,17 +101,12 @@ def test_snippets_run(page, tmp_path):
 
 def run_snippets(runnable, tmp_path):
     work = tmp_path / "work"
-    work.mkdir()
-    os.symlink(os.path.join(ROOT, "examples"), work / "examples")
-    (work / "blocks.json").write_text(json.dumps(runnable))
-    (work / "run_blocks.py").write_text(_RUNNER)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                HPCTRAIN_STORAGE_PATH=str(work / "runs"),  # "runs" in the snippets
                XDG_CONFIG_HOME=str(tmp_path / "xdg"), OMP_NUM_THREADS="1",
                HPCTRAIN_DOCS_TEST="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop("HPCTRAIN_SITE", None)
-    return subprocess.run([sys.executable, "run_blocks.py", "blocks.json"], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=280)
+    return run_blocks(runnable, str(work), env)
 
 
 BROKEN_PAGE = "docs/getting-started/local.md"

@@ -27,8 +27,7 @@ from hpctrain.errors import ConfigError  # noqa: E402
 from hpctrain.schema import json_schema, key_schema  # noqa: E402
 from hpctrain.spec import CLASS_SECTIONS, EXPECTED, KEYS, SECTIONS, load_job_spec  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_docs import PAGES, blocks  # noqa: E402
+from docs_snippets import PAGES, blocks  # noqa: E402
 
 #: Doc blocks that show a job file hpctrain refuses, on purpose.
 MEANT_BAD = {("docs/guide/job-spec.md", "bad.toml")}

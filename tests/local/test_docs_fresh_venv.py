@@ -1,0 +1,82 @@
+"""The docs run as written: each page's snippets, in a fresh venv holding only the install
+the page names (``docs_snippets.page_install``), twice in a row, each time in a fresh empty
+working directory, with one home directory for both runs (a user running the page twice:
+the default storage path ``~/hpctrain_results`` keeps the first run).
+
+One venv per distinct install among the pages covered here (``python3 -m venv``, no system
+site packages; ``pip install '<checkout>[extras]'``, the pip cache kept between CI runs);
+``torch`` is pinned to ``$HPCTRAIN_TEST_TORCH`` (``torch==2.13.0``, the CPU build this
+machine has on disk) so that pip takes no CUDA build. Pages whose install is another extra
+run in the development environment instead (tests/unit/test_docs.py), as do the pages of
+``MAIN_ENV_ONLY``."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from docs_snippets import (FRESH_INSTALLS, fresh_venv_pages, failed_block, install_extras,
+                           page_install, read_page, run_blocks, runnable)
+from helpers import ROOT
+
+pytestmark = pytest.mark.slow
+
+TORCH = os.environ.get("HPCTRAIN_TEST_TORCH", "torch==2.13.0")
+PIP_CACHE = os.environ.get("PIP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                             "pip")
+
+
+@pytest.fixture(scope="module")
+def venvs(tmp_path_factory):
+    """install -> the python of a fresh venv holding it (made on first use)."""
+    made = {}
+
+    def python_for(install):
+        if install not in made:
+            where = str(tmp_path_factory.mktemp("venv-" + install.replace("[", "-")
+                                                .replace("]", "").replace(",", "-")))
+            began = time.monotonic()
+            subprocess.run([sys.executable, "-m", "venv", where], check=True)
+            python = os.path.join(where, "bin", "python")
+            extras = install_extras(install)
+            target = ROOT + (f"[{','.join(extras)}]" if extras else "")
+            pins = [TORCH] if "torch" in extras else []
+            p = subprocess.run([python, "-m", "pip", "install", "-q", "--cache-dir", PIP_CACHE,
+                                "--disable-pip-version-check", target, *pins],
+                               capture_output=True, text=True, timeout=600,
+                               env={k: v for k, v in os.environ.items()
+                                    if k not in ("PYTHONPATH", "PIP_REQUIRE_VIRTUALENV")})
+            assert p.returncode == 0, f"pip install {install} failed:\n{p.stdout}\n{p.stderr}"
+            print(f"venv with {install}: {time.monotonic() - began:.0f} s")
+            made[install] = python
+        return made[install]
+
+    return python_for
+
+
+def _env(python, home):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "HPCTRAIN_STORAGE_PATH", "HPCTRAIN_SITE",
+                        "XDG_CONFIG_HOME", "VIRTUAL_ENV", "PYTHONHOME")}
+    bindir = os.path.dirname(python)
+    env.update(HOME=home, VIRTUAL_ENV=os.path.dirname(bindir), OMP_NUM_THREADS="1",
+               PATH=bindir + os.pathsep + env.get("PATH", ""), PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+@pytest.mark.parametrize("page", fresh_venv_pages())
+def test_page_runs_twice_in_a_fresh_venv(page, venvs, tmp_path):
+    install = page_install(read_page(page), page)
+    assert install in FRESH_INSTALLS
+    python = venvs(install)
+    home = tmp_path / "home"
+    home.mkdir()
+    for attempt in ("first", "second"):
+        p = run_blocks(runnable(page), str(tmp_path / attempt), _env(python, str(home)),
+                       python=python)
+        assert p.returncode == 0, (
+            f"{failed_block(p.stdout)} failed on the {attempt} run of {page}'s snippets in a "
+            f"fresh venv with only {install} (exit {p.returncode}):\n"
+            f"{p.stdout[-4000:]}\n{p.stderr[-6000:]}")
