@@ -9,7 +9,6 @@ import inspect
 import json
 import os
 import re
-import sys
 
 import pytest
 from helpers import ROOT
