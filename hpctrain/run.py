@@ -214,9 +214,11 @@ class Run:
                               "\"file.py:function\", got nothing", file=spec.source)
         spec.entrypoint.check()
         entry = backend_entry(spec.backend)
-        from .data import as_datasets  # (numpy: only a spec with datasets needs it)
+        datasets: Dict[str, Any] = {}
+        if spec.datasets:  # hpctrain.data needs numpy: only a spec with datasets imports it
+            from .data import as_datasets
 
-        datasets = as_datasets(spec.datasets) if spec.datasets else {}
+            datasets = as_datasets(spec.datasets)
         spec.data_config.check_names(list(datasets),
                                      file=spec.where("data.datasets_to_split"))
         rc = spec.run

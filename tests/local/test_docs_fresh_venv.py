@@ -4,7 +4,8 @@ working directory, with one home directory for both runs (a user running the pag
 the default storage path ``~/hpctrain_results`` keeps the first run).
 
 One venv per distinct install among the pages covered here (``python3 -m venv``, no system
-site packages; ``pip install '<checkout>[extras]'``, the pip cache kept between CI runs);
+site packages; ``pip install --no-compile '<checkout>[extras]'``: a module is compiled when
+first imported, not all of torch at install; the pip cache is kept between CI runs);
 ``torch`` is pinned to ``$HPCTRAIN_TEST_TORCH`` (``torch==2.13.0``, the CPU build this
 machine has on disk) so that pip takes no CUDA build. Pages whose install is another extra
 run in the development environment instead (tests/unit/test_docs.py), as do the pages of
@@ -44,7 +45,7 @@ def venvs(tmp_path_factory):
             target = ROOT + (f"[{','.join(extras)}]" if extras else "")
             pins = [TORCH] if "torch" in extras else []
             p = subprocess.run([python, "-m", "pip", "install", "-q", "--cache-dir", PIP_CACHE,
-                                "--disable-pip-version-check", target, *pins],
+                                "--disable-pip-version-check", "--no-compile", target, *pins],
                                capture_output=True, text=True, timeout=600,
                                env={k: v for k, v in os.environ.items()
                                     if k not in ("PYTHONPATH", "PIP_REQUIRE_VIRTUALENV")})
@@ -62,21 +63,46 @@ def _env(python, home):
                         "XDG_CONFIG_HOME", "VIRTUAL_ENV", "PYTHONHOME")}
     bindir = os.path.dirname(python)
     env.update(HOME=home, VIRTUAL_ENV=os.path.dirname(bindir), OMP_NUM_THREADS="1",
-               PATH=bindir + os.pathsep + env.get("PATH", ""), PYTHONDONTWRITEBYTECODE="1")
+               PATH=bindir + os.pathsep + env.get("PATH", ""))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # the venv's modules compile once, when imported
     return env
+
+
+def run_twice(page, python, tmp_path):
+    """Runs ``page``'s snippets twice with ``python``; None, or what failed (page:line, which
+    run, the output)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for attempt in ("first", "second"):
+        p = run_blocks(runnable(page), str(tmp_path / attempt), _env(python, str(home)),
+                       python=python)
+        if p.returncode:
+            return (f"{failed_block(p.stdout)} failed on the {attempt} run of {page}'s snippets "
+                    f"in a fresh venv with only {page_install(read_page(page), page)} (exit "
+                    f"{p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-6000:]}")
+    return None
 
 
 @pytest.mark.parametrize("page", fresh_venv_pages())
 def test_page_runs_twice_in_a_fresh_venv(page, venvs, tmp_path):
     install = page_install(read_page(page), page)
     assert install in FRESH_INSTALLS
-    python = venvs(install)
-    home = tmp_path / "home"
-    home.mkdir()
-    for attempt in ("first", "second"):
-        p = run_blocks(runnable(page), str(tmp_path / attempt), _env(python, str(home)),
-                       python=python)
-        assert p.returncode == 0, (
-            f"{failed_block(p.stdout)} failed on the {attempt} run of {page}'s snippets in a "
-            f"fresh venv with only {install} (exit {p.returncode}):\n"
-            f"{p.stdout[-4000:]}\n{p.stderr[-6000:]}")
+    failure = run_twice(page, venvs(install), tmp_path)
+    assert failure is None, failure
+
+
+def test_a_fixed_run_name_fails_the_second_run_and_is_named(venvs, tmp_path):
+    """What the test above catches, on the README's snippet as it was: a fixed run name in
+    the default storage path is refused the second time, and the failure names the block."""
+    text = read_page("README.md")
+    assert "RunConfig(verbose=0)" in text
+    page = tmp_path / "README-fixed-name.md"
+    page.write_text(text.replace("RunConfig(verbose=0)", 'RunConfig(name="readme", verbose=0)'),
+                    encoding="utf-8")
+    line = next(b["line"] for b in runnable(str(page)) if b["kind"] == "python")
+    failure = run_twice(str(page), venvs("hpctrain[torch]"), tmp_path)
+    assert failure is not None
+    first_line = failure.split("\n")[0]
+    assert first_line.startswith(f"{page}:{line} failed on the second run of {page}'s snippets "
+                                 f"in a fresh venv with only hpctrain[torch]"), first_line
+    assert "a finished run named 'readme' already exists" in failure

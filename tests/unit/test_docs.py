@@ -31,7 +31,8 @@ import subprocess
 import sys
 
 import pytest
-from docs_snippets import DOCS, PAGES, RUN_PAGES, blocks, fresh_venv_pages, run_blocks
+from docs_snippets import (DOCS, PAGES, RUN_PAGES, blocks, fresh_venv_pages, page_install,
+                           run_blocks)
 from docs_snippets import includes as _includes
 from docs_snippets import runnable as _runnable
 from helpers import ROOT
@@ -273,3 +274,26 @@ def test_the_trainer_page_check_fails_on_a_kwargs_signature():
             + "".join(f'<h3 id="hpctrain.torch.TorchTrainer.{n}"></h3>' for n in TRAINER_METHODS))
     with pytest.raises(AssertionError, match="lacks .*scaling_config"):
         _check_trainer_page(page, "hpctrain.torch", "TorchTrainer")
+
+
+@pytest.mark.parametrize("text, install", [
+    ("```bash\npip install -e '.[torch]'   # a checkout\npip install -e '.[torch,data]'\n```",
+     "hpctrain[torch]"),                                     # the first one the page shows
+    ("Needs `pip install '.[tracking]'` (tensorboardX, ...).", "hpctrain[tracking]"),
+    ("pip install hpctrain[torch,data]", "hpctrain[data,torch]"),
+    ('pip install "hpctrain[ data ]"', "hpctrain[data]"),
+    ("pip install -e .\npip install shtab", "hpctrain"),
+    ("pip install shtab; pip install dist/hpctrain-0.1.0-py3-none-any.whl", "hpctrain"),
+    ("no install shown", "hpctrain"),
+    ("<!-- install: hpctrain[torch] -->\nNeeds `pip install '.[plot]'` for one command",
+     "hpctrain[torch]"),                                     # the marker wins
+    ("<!-- install: hpctrain -->", "hpctrain"),
+])
+def test_page_install_is_the_install_the_page_names(text, install):
+    assert page_install(text) == install
+
+
+def test_a_bad_install_marker_names_the_page_and_what_is_expected():
+    with pytest.raises(ValueError, match=r"docs/x.md: `<!-- install: torch -->`: expected "
+                                         r"hpctrain or hpctrain\[extra,...\]"):
+        page_install("<!-- install: torch -->", "docs/x.md")
