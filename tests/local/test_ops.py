@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from helpers import cli
+from helpers import ROOT, cli
 
 
 TRAIN = textwrap.dedent('''
@@ -151,6 +151,17 @@ def test_a_job_with_datasets_without_numpy_exits_2(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert "hpctrain.data needs NumPy" in p.stderr
     assert f"HINT: {sys.executable} -m pip install numpy h5py" in p.stderr
+
+
+def test_a_job_without_datasets_renders_without_numpy():
+    """`hpctrain render` of a job file with no datasets (the Slurm getting-started page's
+    examples/slurm_job.toml) under plain `pip install hpctrain`: NumPy is not needed."""
+    code = ("import sys\nsys.modules['numpy'] = None\n"
+            "from hpctrain.cli.main import main\n"
+            f"main(['render', {os.path.join(ROOT, 'examples', 'slurm_job.toml')!r}])\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0 and "NumPy" not in p.stderr, p.stderr
+    assert "#SBATCH --nodes=2" in p.stdout
 
 
 # --------------------------------------------------------------------------- b. user defaults

@@ -22,7 +22,7 @@ _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*
 _MARK = re.compile(r"^\s*<!--\s*test:\s*(?P<what>skip|run|file)\b\s*(?P<arg>.*?)\s*-->\s*$")
 _INCLUDE = re.compile(r'^\s*-{1,2}8<-{1,2}\s*"([^"]+)"\s*$')
 # `<!-- install: hpctrain[torch] -->`: the install of a page that shows no `pip install`
-_INSTALL_MARK = re.compile(r"<!--\s*install:\s*(?P<what>[^\s>]+)\s*-->")
+_INSTALL_MARK = re.compile(r"^\s*<!--\s*install:\s*(?P<what>[^\s>]+)\s*-->\s*$", re.M)
 # `pip install -e '.[torch]'`, `pip install '.[a,b]'`, `pip install hpctrain[torch]`, `pip install .`
 _PIP_INSTALL = re.compile(
     r"""pip\s+install\s+(?:-e\s+)?(?P<q>['"]?)(?P<what>\.|hpctrain)(?:\[(?P<extras>[\w,\s-]*)\])?(?P=q)(?![\w./-])""")
