@@ -4,7 +4,7 @@ working directory, with one home directory for both runs (a user running the pag
 the default storage path ``~/hpctrain_results`` keeps the first run).
 
 One venv per distinct install among the pages covered here (``python3 -m venv``, no system
-site packages; ``pip install --no-compile '<checkout>[extras]'``: a module is compiled when
+site packages; ``pip install --no-compile '<a copy of the checkout>[extras]'``: a module is compiled when
 first imported, not all of torch at install; the pip cache is kept between CI runs);
 ``torch`` is pinned to ``$HPCTRAIN_TEST_TORCH`` (``torch==2.13.0``, the CPU build this
 machine has on disk) so that pip takes no CUDA build. Pages whose install is another extra
@@ -13,6 +13,7 @@ run in the development environment instead (tests/unit/test_docs.py), as do the 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -22,7 +23,8 @@ from docs_snippets import (FRESH_INSTALLS, fresh_venv_pages, failed_block, insta
                            page_install, read_page, run_blocks, runnable)
 from helpers import ROOT
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs them all: one venv per install, built once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docs-fresh-venv")]
 
 TORCH = os.environ.get("HPCTRAIN_TEST_TORCH", "torch==2.13.0")
 PIP_CACHE = os.environ.get("PIP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
@@ -30,7 +32,19 @@ PIP_CACHE = os.environ.get("PIP_CACHE_DIR") or os.path.join(os.path.expanduser("
 
 
 @pytest.fixture(scope="module")
-def venvs(tmp_path_factory):
+def source(tmp_path_factory):
+    """A copy of what the package is built from: pip builds in its source tree (build/,
+    *.egg-info), which must neither be the checkout nor hold a stale earlier build."""
+    where = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), where / name)
+    shutil.copytree(os.path.join(ROOT, "hpctrain"), where / "hpctrain",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return str(where)
+
+
+@pytest.fixture(scope="module")
+def venvs(tmp_path_factory, source):
     """install -> the python of a fresh venv holding it (made on first use)."""
     made = {}
 
@@ -42,7 +56,7 @@ def venvs(tmp_path_factory):
             subprocess.run([sys.executable, "-m", "venv", where], check=True)
             python = os.path.join(where, "bin", "python")
             extras = install_extras(install)
-            target = ROOT + (f"[{','.join(extras)}]" if extras else "")
+            target = source + (f"[{','.join(extras)}]" if extras else "")
             pins = [TORCH] if "torch" in extras else []
             p = subprocess.run([python, "-m", "pip", "install", "-q", "--cache-dir", PIP_CACHE,
                                 "--disable-pip-version-check", "--no-compile", target, *pins],
