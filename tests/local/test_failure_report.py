@@ -12,7 +12,7 @@ import pytest
 from helpers import ROOT
 
 SCRIPT = textwrap.dedent('''
-    import sys
+    import sys, torch.distributed as dist
     from hpctrain import RunConfig, ScalingConfig
     from hpctrain.torch import TorchTrainer
 
@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent('''
         return {"a": 1}[key]
 
     def train_func(config):
-        lookup("b")
+        dist.barrier(); lookup("b")  # every rank raises (none is still starting)
 
     TorchTrainer(train_func, scaling_config=ScalingConfig(num_workers=4),
                  run_config=RunConfig(name="fails", storage_path=sys.argv[1])).fit()
