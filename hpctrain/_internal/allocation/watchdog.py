@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 from hpctrain._internal.base.fsutil import read_json
+from hpctrain._internal.worker.heartbeat import interval_s as heartbeat_interval_s
 
 STAGES = ("start", "loaded", "ready", "train")  # a rank's phases, in order (heartbeat.py)
 FACTOR = 3.0
@@ -126,6 +127,13 @@ class Watchdog:
                 stalled.append(rank)
         if not stalled:
             return None
+        # a rank's heartbeat records its moves every heartbeat interval (not each move):
+        # ranks that stopped together differ by up to that much, so once one is past its
+        # limit, every rank within that much of its own limit counts as stalled too
+        slack = heartbeat_interval_s() + self.check_s
+        stalled = [r for r in range(self.num_workers)
+                   if now - last[r] > (train_limit if phases[r] == "train" else start_limit)
+                   - slack]
         # the rank that stopped first, among all ranks (a rank waiting for a missing peer
         # goes past its limit first): the earliest start-up stage (a rank still importing
         # while its peers wait to form the process group), then the fewest moves (a rank

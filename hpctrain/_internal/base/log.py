@@ -42,6 +42,23 @@ class _ProgressHandler(logging.Handler):
             self.handleError(record)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler on ``sys.stderr`` as it is when each record comes, not as it was
+    when configured (a later redirect or a test's capture applies; a closed one is not
+    kept)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass  # always sys.stderr
+
+
 _progress = logging.getLogger(PROGRESS)
 if not any(isinstance(h, _ProgressHandler) for h in _progress.handlers):
     _progress.addHandler(_ProgressHandler())
@@ -69,7 +86,7 @@ def configure(level: int = logging.INFO, stream: Optional[TextIO] = None) -> Non
         if getattr(h, _HANDLER_MARK, False):
             h.setLevel(level)
             return
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler = (logging.StreamHandler(stream) if stream is not None else _StderrHandler())
     handler.setFormatter(logging.Formatter("[hpctrain] %(message)s"))
     handler.setLevel(level)
     setattr(handler, _HANDLER_MARK, True)
