@@ -4,6 +4,7 @@ shared copy's payload was overwritten after the drain, and the restored state is
 right), a damaged local copy falls back to the shared copy, and bad settings."""
 import glob
 import json
+import logging
 import os
 import stat
 
@@ -118,6 +119,8 @@ def test_an_unusable_local_dir_warns_and_writes_to_the_run_directory_only(
         tmp_path, monkeypatch, caplog):
     from hpctrain._internal.rundir.local_tier import LocalTier
 
+    # caplog sees the hpctrain logger's records whatever an earlier test configured
+    monkeypatch.setattr(logging.getLogger("hpctrain"), "propagate", True)
     monkeypatch.delenv("HPCTRAIN_TEST_UNSET", raising=False)
     run = _run(tmp_path)
     for setting, why in [("$HPCTRAIN_TEST_UNSET/x", "an environment variable in it is not "
@@ -131,7 +134,8 @@ def test_an_unusable_local_dir_warns_and_writes_to_the_run_directory_only(
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a directory another "
                                              "user's")
-def test_a_local_tier_directory_of_another_user_is_refused(tmp_path, caplog):
+def test_a_local_tier_directory_of_another_user_is_refused(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(logging.getLogger("hpctrain"), "propagate", True)
     from hpctrain._internal.rundir.local_tier import LocalTier
 
     run = _run(tmp_path)
