@@ -171,6 +171,18 @@ def sample_once(root: int) -> float:
     return sum(pss_kib(p) for p in tree(root)) / 1024.0
 
 
+def process_started() -> float:
+    """When this process started (``time.time()`` scale, ~10 ms), from /proc; 0.0
+    elsewhere."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
 if __name__ == "__main__":  # pragma: no cover - manual check
     import sys
 

@@ -25,6 +25,8 @@ import time
 import hpctrain
 from hpctrain import Checkpoint
 
+from _procmem import process_started as _process_started  # noqa: F401 - _restart_loop too
+
 
 def loop(config):
     import torch
@@ -84,15 +86,3 @@ def loop(config):
                 shutil.rmtree(ckpt.path, ignore_errors=True)
         if trace:
             trace.write(f"post {attempt} {step} {time.time():.6f}\n")
-
-
-def _process_started() -> float:
-    """When this process started (``time.time()`` scale, ~10 ms), from /proc; 0.0
-    elsewhere."""
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
-        return time.time() - age
-    except (OSError, ValueError, IndexError, AttributeError):
-        return 0.0
