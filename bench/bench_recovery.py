@@ -295,7 +295,7 @@ BARE_STAGES = ("process", "imported", "group", "loaded", "reported")
 def anchor_checkpoint(work: str, run_dir: Optional[str]) -> str:
     """The ``state.pt`` the anchor loads: the newest checkpoint the on-demand run committed
     (the very file its resumed attempts loaded), else one saved here of the same shape."""
-    found = sorted(glob.glob(os.path.join(run_dir, "checkpoint_*", "state.pt"))) \
+    found = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "checkpoint_*", "state.pt"))) \
         if run_dir else []
     if found:
         return found[-1]
