@@ -13,7 +13,7 @@ one training step with the loop's idle time; then rank 0 appends one JSON line t
 Each task prints one line, ``time.time()`` of each stage::
 
     bare <rank> <process started> <torch imported> <process group up>
-         <DDP built, checkpoint loaded> <first step reported>
+         <DDP built, checkpoint loaded> <first step reported> <CPU seconds used by then>
 
 and ends with ``os._exit(0)``, as hpctrain's ranks do (no interpreter teardown).
 """
@@ -72,7 +72,7 @@ def main() -> None:
             f.flush()
     reported = time.time()
     print(f"bare {rank} {started:.6f} {imported:.6f} {group:.6f} {loaded:.6f} "
-          f"{reported:.6f}", flush=True)
+          f"{reported:.6f} {time.process_time():.6f}", flush=True)
     os._exit(0)
 
 

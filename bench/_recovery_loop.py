@@ -14,6 +14,8 @@ Rank 0 appends one line per event to ``config["trace"]`` (``time.time()``, since
     warned <attempt> <step> <time>     should_checkpoint() turned True (first time)
     pre    <attempt> <step> <time>     the step is trained; report() is called
     post   <attempt> <step> <time>     report() returned
+    cpu    <attempt> <step> <time> <s> after the attempt's first report: the CPU time (user
+                                       + system) this process used since it started
 """
 from __future__ import annotations
 
@@ -86,3 +88,5 @@ def loop(config):
                 shutil.rmtree(ckpt.path, ignore_errors=True)
         if trace:
             trace.write(f"post {attempt} {step} {time.time():.6f}\n")
+            if step == start:  # this process's CPU (user + system) until its first report
+                trace.write(f"cpu {attempt} {step} {time.time():.6f} {time.process_time():.6f}\n")

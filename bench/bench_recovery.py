@@ -289,7 +289,7 @@ def foreign_cores(since: Optional[Tuple[float, float]]) -> Optional[float]:
 # -- the anchor: a bare job doing the same set-up -----------------------------------------
 BARE = os.path.join(HERE, "_recovery_bare.py")
 #: the stages each task of the bare job prints (bench/_recovery_bare.py), in order
-BARE_STAGES = ("process", "imported", "group", "loaded", "reported")
+BARE_STAGES = ("process", "imported", "group", "loaded", "reported", "cpu")
 
 
 def anchor_checkpoint(work: str, run_dir: Optional[str]) -> str:
@@ -356,7 +356,8 @@ srun {py} {shlex.quote(BARE)} {shlex.quote(state_pt)} {out_dir}/results-$SLURM_J
     log = os.path.join(out_dir, f"bare-{job_id}.out")
     text = open(log).read() if os.path.exists(log) else ""
     tasks = {int(m[0]): [float(v) for v in m[1:]]
-             for m in re.findall(r"^bare (\d+) (\S+) (\S+) (\S+) (\S+) (\S+)$", text, re.M)}
+             for m in re.findall(r"^bare (\d+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+)$", text,
+                                re.M)}
     batch = re.findall(r"^batch (\S+)", text, re.M)
     if state != "COMPLETED" or len(tasks) != NODES * PER_NODE:
         raise BenchError(f"bare job {job_id} ended {state} with {len(tasks)} of "
@@ -569,6 +570,12 @@ class HpJob:
         ev["last_step"] = max(e[2] for e in pres)
         ev["resume_step"] = start[2]
         ev["resumed_start"] = start[3]
+        cpu_deadline = time.time() + 5.0  # written just after the first report
+        while self.trace.first("cpu", attempt + 1) is None and time.time() < cpu_deadline:
+            time.sleep(self.poll)
+            self.trace.poll()
+        cpu = self.trace.first("cpu", attempt + 1)
+        ev["resumed_cpu"] = float(cpu[4][0]) if cpu else None
         enter = self.trace.first("enter", attempt + 1)
         ev["resumed_entered"] = enter[3] if enter else None
         ev["resumed_process"] = float(enter[4][0]) if enter and float(enter[4][0]) else None
@@ -759,6 +766,9 @@ def build_rows(bare: List[Dict], fast: List[Dict], hold: List[Dict],
         for label, event, base, bevent, bbase in RESTART_VS_ANCHOR:
             ratio(label, med(durations(fast, event, base)),
                   med(durations(bare, bevent, bbase)), f"ratio_{base}_to_{event}")
+        ratio("rank 0's CPU time, process start → first report (load-independent)",
+              med([c.get("resumed_cpu") for c in fast]), med([b.get("cpu") for b in bare]),
+              "ratio_rank0_cpu")
         ratio("warning → resumed report (hold released) / sbatch → first step (bare)",
               fast_total, bare_start, "ratio_released_vs_bare")
     if hold and bare:
