@@ -1,10 +1,16 @@
 """Ray's own example scripts, ported mechanically (tests/support/ray_port.py) and run as
-a user runs them: ``python example.py --smoke-test``. The pinned copies are named in
-tests/support/ray_examples/MANIFEST.json; without them the test is skipped."""
+a user runs them: ``python example.py --smoke-test``. Each script is read straight out of
+Ray's released wheel, which scripts/test.sh downloads once into .cache/ray-wheel/ (pinned
+in tests/support/ray_examples/MANIFEST.json with each file's sha256); nothing of Ray is
+installed or committed. Without the wheel the tests fail and say so, unless
+HPCTRAIN_SKIP_RAY_EXAMPLES=1."""
+import glob
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -12,21 +18,28 @@ import pytest
 import ray_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PINNED = os.environ.get("HPCTRAIN_RAY_EXAMPLES") or os.path.join(
-    HERE, "..", "support", "ray_examples")
-MANIFEST = json.load(open(os.path.join(HERE, "..", "support", "ray_examples",
-                                       "MANIFEST.json")))["examples"]
 ROOT = os.path.dirname(os.path.dirname(HERE))
+MANIFEST = json.load(open(os.path.join(ROOT, "tests", "support", "ray_examples",
+                                       "MANIFEST.json")))
 
 
-def _pinned(name):
-    path = os.path.join(PINNED, name)
-    if not os.path.exists(path):
-        pytest.skip(f"the pinned copy of Ray's {MANIFEST[name]['source']} (commit "
-                    f"{MANIFEST[name]['commit'][:10]}) is not in {PINNED}")
-    text = open(path).read()
-    assert len(text) == MANIFEST[name]["chars"], f"{path} is not the pinned version"
-    return text
+def _example(path):
+    """The text of ``path`` (as inside Ray's wheel), checked against the manifest."""
+    if os.environ.get("HPCTRAIN_SKIP_RAY_EXAMPLES") == "1":
+        pytest.skip("HPCTRAIN_SKIP_RAY_EXAMPLES=1")
+    wheel = MANIFEST["wheel"]
+    pattern = os.path.join(ROOT, wheel["folder"], f"ray-{wheel['version']}-*.whl")
+    found = sorted(glob.glob(pattern))
+    if not found:
+        pytest.fail(f"Ray {wheel['version']}'s wheel is not in {wheel['folder']}/: run "
+                    f"`bash scripts/test.sh` (it downloads it once), or set "
+                    f"HPCTRAIN_SKIP_RAY_EXAMPLES=1 to skip these tests", pytrace=False)
+    with zipfile.ZipFile(found[0]) as whl:
+        data = whl.read(path)
+    digest = hashlib.sha256(data).hexdigest()
+    assert digest == MANIFEST["examples"][path], (
+        f"{path} in {os.path.basename(found[0])} is not the pinned version (sha256 {digest})")
+    return data.decode()
 
 
 def _run(script, tmp_path, *args):
@@ -47,7 +60,7 @@ def test_the_ray_data_torch_regression_example_runs(tmp_path):
     frame = pd.DataFrame({f"x{i:03d}": x[:, i] for i in range(100)})
     frame["y"] = x.sum(axis=1)
     frame.to_csv(tmp_path / "regression.csv", index=False)
-    source = ray_port.port(_pinned("torch_regression_example.py"), {
+    source = ray_port.port(_example("ray/train/examples/pytorch/torch_regression_example.py"), {
         '"s3://anonymous@air-example-data/regression.csv"': repr(str(tmp_path / "regression.csv"))})
     script = tmp_path / "torch_regression_example.py"
     script.write_text(source)
