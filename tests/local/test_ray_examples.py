@@ -73,3 +73,29 @@ def test_the_ray_data_torch_regression_example_runs(tmp_path):
     assert len(result.metrics_dataframe) == 3                # 3 epochs, 3 reports
     assert result.metrics["loss"] > 0                        # rank 0's validation loss
     assert os.path.exists(os.path.join(result.checkpoint.path, "model.pt"))
+
+
+@pytest.mark.slow
+def test_the_tensorflow_mnist_example_runs_with_legacy_keras(tmp_path):
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("tf_keras")
+    # mnist.load_data()'s shapes: (N, 28, 28) uint8 images, (N,) uint8 labels
+    source = ray_port.port(_example("ray/train/examples/tf/tensorflow_mnist_example.py"), {
+        "(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()":
+            "rng = np.random.default_rng(0)\n"
+            "        (x_train, y_train), _ = (rng.integers(0, 256, (6000, 28, 28), dtype=np.uint8),"
+            " rng.integers(0, 10, 6000, dtype=np.uint8)), None"})
+    script = tmp_path / "tensorflow_mnist_example.py"
+    script.write_text(source)
+    proc = _run(script, tmp_path, "--smoke-test")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    from hpctrain import Result
+
+    (run,) = [os.path.join(tmp_path / "results", d) for d in os.listdir(tmp_path / "results")]
+    result = Result.from_path(run)
+    frame = result.metrics_dataframe
+    assert len(frame) == 4                                   # 4 epochs (the smoke test's)
+    # Keras 3 under MultiWorkerMirroredStrategy reported accuracies above 1 (issue 29)
+    assert ((frame["accuracy"] >= 0) & (frame["accuracy"] <= 1)).all(), frame["accuracy"]
+    assert (frame["loss"] > 0).all()
+    assert os.path.exists(os.path.join(result.checkpoint.path, "model.keras"))

@@ -1,13 +1,14 @@
 """The mechanical port of a Ray script to hpctrain: the import rewrite a user makes
 (``ray.train`` → ``hpctrain.train``, ``ray.tune`` → ``hpctrain.tune``, ``ray.data`` →
-``hpctrain.data``, ``import ray`` → ``import hpctrain``), ``ray.init(...)`` removed, and
-each data download replaced by a local file of the same shape."""
+``hpctrain.data``, ``ray.air`` → ``hpctrain.air``, ``import ray`` → ``import hpctrain``),
+``ray.init(...)`` removed, and each data download replaced by a local file (or synthetic
+data) of the same shape."""
 import re
 from typing import Dict
 
 RULES = [
     (re.compile(r"^(\s*)ray\.init\(.*\)\s*$", re.M), r"\1pass  # (init removed)"),
-    (re.compile(r"\bray\.(train|tune|data)\b"), r"hpctrain.\1"),
+    (re.compile(r"\bray\.(train|tune|data|air)\b"), r"hpctrain.\1"),
     (re.compile(r"^(\s*)import ray\s*$", re.M), r"\1import hpctrain"),
     (re.compile(r"^(\s*)from ray import ", re.M), r"\1from hpctrain import "),
 ]
