@@ -48,6 +48,9 @@ class TuneConfig:
     scheduler: Any = None
     #: a search algorithm (:class:`hpctrain.tune.search.optuna.OptunaSearch`)
     search_alg: Any = None
+    #: Ray's actor reuse between trials: accepted and without effect (each trial is its own
+    #: worker processes, or its own array task on a cluster; there is no actor to reuse)
+    reuse_actors: Optional[bool] = None
 
     def __post_init__(self) -> None:
         self.scheduler = check_scheduler(self.scheduler)
@@ -57,6 +60,9 @@ class TuneConfig:
                 raise ConfigError(f"tune_config.search_alg: expected a search algorithm "
                                   f"(OptunaSearch), got {type(self.search_alg).__name__}",
                                   hint="from hpctrain.tune.search.optuna import OptunaSearch")
+        if self.reuse_actors is not None and not isinstance(self.reuse_actors, bool):
+            raise ConfigError(f"tune_config.reuse_actors: expected True, False or None, got "
+                              f"{self.reuse_actors!r}")
         if self.mode is not None and self.mode not in ("min", "max"):
             raise ConfigError(f'tune_config.mode: expected "min" or "max", got {self.mode!r}')
         if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) \

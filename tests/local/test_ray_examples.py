@@ -44,7 +44,8 @@ def _example(path):
 
 def _run(script, tmp_path, *args):
     env = dict(os.environ, HPCTRAIN_STORAGE_PATH=str(tmp_path / "results"),
-               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path),
+                                           os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -99,3 +100,49 @@ def test_the_tensorflow_mnist_example_runs_with_legacy_keras(tmp_path):
     assert ((frame["accuracy"] >= 0) & (frame["accuracy"] <= 1)).all(), frame["accuracy"]
     assert (frame["loss"] > 0).all()
     assert os.path.exists(os.path.join(result.checkpoint.path, "model.keras"))
+
+
+#: MNIST's shapes for the ported ``ray.tune.examples.mnist_pytorch``: normalized
+#: (n, 1, 28, 28) images and labels 0-9, as tensors (what torchvision's transforms made)
+SYNTHETIC_MNIST = """
+def _synthetic_mnist(n):  # (the port's: no download, no torchvision)
+    g = torch.Generator().manual_seed(n)
+    return torch.utils.data.TensorDataset(torch.randn(n, 1, 28, 28, generator=g),
+                                          torch.randint(0, 10, (n,), generator=g))
+"""
+
+
+@pytest.mark.slow
+def test_the_tune_pbt_convnet_function_example_runs(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("pandas")
+    helper = ray_port.port(_example("ray/tune/examples/mnist_pytorch.py"), {
+        "from torchvision import datasets, transforms\n": SYNTHETIC_MNIST,
+        """    mnist_transforms = transforms.Compose(
+        [transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))]
+    )""": "",
+        """datasets.MNIST(
+                "~/data", train=True, download=True, transform=mnist_transforms
+            )""": "_synthetic_mnist(1024)",
+        """datasets.MNIST(
+                "~/data", train=False, download=True, transform=mnist_transforms
+            )""": "_synthetic_mnist(512)"})
+    (tmp_path / "tune_examples").mkdir()
+    (tmp_path / "tune_examples" / "__init__.py").write_text("")
+    (tmp_path / "tune_examples" / "mnist_pytorch.py").write_text(helper)
+    source = ray_port.port(_example("ray/tune/examples/pbt_convnet_function_example.py"), {})
+    script = tmp_path / "pbt_convnet_function_example.py"
+    script.write_text(source)
+    proc = _run(script, tmp_path, "--smoke-test")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "best model accuracy: " in proc.stdout
+    from hpctrain.tune import ResultGrid
+
+    grid = ResultGrid.from_path(tmp_path / "results" / "pbt_test")
+    assert len(grid) == 4 and not grid.errors                # num_samples=4
+    for trial in grid:
+        # the smoke test's CustomStopper: 5 iterations each, a checkpoint at step 0
+        assert trial.metrics["_training_iteration"] == 5     # (hpctrain's name)
+        assert len(trial.metrics_dataframe) == 5
+        assert 0 <= trial.metrics["mean_accuracy"] <= 1
+        assert os.path.exists(os.path.join(trial.checkpoint.path, "checkpoint.pt"))

@@ -7,6 +7,12 @@ import re
 from typing import Dict
 
 RULES = [
+    # Ray's example helper modules (``ray.tune.examples.mnist_pytorch``) are ported too and
+    # put beside the script as the package ``tune_examples`` (``train_examples``); the import
+    # also binds the package, as ``import ray`` did for ``ray.tune.examples.X.f(...)``
+    (re.compile(r"^(\s*)from ray\.(train|tune)\.examples\.(\w+) import (.*)$", re.M),
+     r"\1import \2_examples.\3\n\1from \2_examples.\3 import \4"),
+    (re.compile(r"\bray\.(train|tune)\.examples\b"), r"\1_examples"),
     (re.compile(r"^(\s*)ray\.init\(.*\)\s*$", re.M), r"\1pass  # (init removed)"),
     (re.compile(r"\bray\.(train|tune|data|air)\b"), r"hpctrain.\1"),
     (re.compile(r"^(\s*)import ray\s*$", re.M), r"\1import hpctrain"),
