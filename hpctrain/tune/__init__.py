@@ -34,13 +34,14 @@ from .search import choice, grid_search, loguniform, randint, uniform
 from .tuner import Tuner
 from .tune_config import TuneConfig  # (ray.tune.tune_config)
 from .stopper import Stopper  # (ray.tune.stopper)
+from .resources import with_resources
 
 __all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "grid_search", "choice",
            "uniform", "loguniform", "randint", "run", "report", "ExperimentAnalysis",
            "LegacyTrainable", "TuneError", "SyncConfig", "Stopper"]
 # Ray Tune 2.x: the run's configs, checkpoints and results under ray.tune as well
 __all__ += ["RunConfig", "CheckpointConfig", "FailureConfig", "Checkpoint", "Result",
-            "get_checkpoint", "get_context"]
+            "get_checkpoint", "get_context", "with_resources"]
 
 
 def report(metrics: Optional[Dict[str, Any]] = None, *, checkpoint: Any = None,

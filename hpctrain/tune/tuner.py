@@ -24,6 +24,7 @@ from ..trainer import DataParallelTrainer
 from ._control import TrialControl, ensure_trial_config, open_sweep, searching, tell_pending
 from ._sweep import (at_a_time, local_concurrency, prepare_batch_trial, removed_on_failure,
                      run_local, submit_arrays, trial_context, worker_cpus)
+from .resources import scaling_of
 from .result_grid import ResultGrid, not_a_sweep
 from .schedulers import check_scheduler
 from .search.optuna import Searcher
@@ -322,7 +323,8 @@ def _as_trainer(trainable: Any, param_space: Dict[str, Any]) -> Tuple[Any, str, 
     if isinstance(trainable, LegacyTrainable):
         return trainable.trainer(), "flat", trainable.run_options()
     if callable(trainable):
-        return TorchTrainer(trainable, scaling_config=ScalingConfig(num_workers=1),
+        return TorchTrainer(trainable,
+                            scaling_config=scaling_of(trainable) or ScalingConfig(num_workers=1),
                             run_config=RunConfig()), "flat", RunOptions()
     raise ConfigError(f"trainable: expected a trainer (e.g. TorchTrainer(...)), a training "
                       f"function or Trainer.to_tune_trainable(...), got "

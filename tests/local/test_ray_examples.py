@@ -146,3 +146,36 @@ def test_the_tune_pbt_convnet_function_example_runs(tmp_path):
         assert len(trial.metrics_dataframe) == 5
         assert 0 <= trial.metrics["mean_accuracy"] <= 1
         assert os.path.exists(os.path.join(trial.checkpoint.path, "checkpoint.pt"))
+
+
+@pytest.mark.slow
+def test_the_tune_keras_mnist_example_runs(tmp_path):
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("pandas")
+    source = ray_port.port(_example("ray/tune/examples/tune_mnist_keras.py"), {
+        # mnist.load_data()'s shapes: (N, 28, 28) uint8 images, (N,) uint8 labels
+        "(x_train, y_train), (x_test, y_test) = mnist.load_data()":
+            "import numpy as np\n"
+            "        rng = np.random.default_rng(0)\n"
+            "        (x_train, y_train), (x_test, y_test) = ("
+            "(rng.integers(0, 256, (2000, 28, 28), dtype=np.uint8),"
+            " rng.integers(0, 10, 2000, dtype=np.uint8)),"
+            " (rng.integers(0, 256, (500, 28, 28), dtype=np.uint8),"
+            " rng.integers(0, 10, 500, dtype=np.uint8)))"}, fixes={
+        # Keras ≥ 2.11's optimizers have no `lr` (Ray's example fails there under Ray too)
+        'tf.keras.optimizers.SGD(lr=config["lr"]': 'tf.keras.optimizers.SGD(learning_rate=config["lr"]'})
+    script = tmp_path / "tune_mnist_keras.py"
+    script.write_text(source)
+    proc = _run(script, tmp_path, "--smoke-test")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Best hyperparameters found were: " in proc.stdout
+    from hpctrain.tune import ResultGrid
+
+    grid = ResultGrid.from_path(tmp_path / "results" / "exp")
+    assert len(grid) == 10 and not grid.errors               # num_samples=10
+    for trial in grid:
+        frame = trial.metrics_dataframe                      # stopped at iteration 2
+        assert list(frame["_training_iteration"]) == [1, 2]
+        assert ((frame["mean_accuracy"] >= 0) & (frame["mean_accuracy"] <= 1)).all()
+        assert 32 <= trial.config["hidden"] < 512
+        assert trial.checkpoint is None                      # checkpoint_on=[]
