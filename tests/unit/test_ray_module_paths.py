@@ -78,3 +78,35 @@ def test_a_stoppers_stop_all_ends_the_trial_that_consults_it():
     from hpctrain import RunConfig
 
     assert RunConfig(stop=stopper).stop is stopper          # a valid RunConfig(stop=...)
+
+
+def test_with_resources_gives_a_function_trial_its_cores_and_gpus():
+    from hpctrain import ScalingConfig
+    from hpctrain.tune import Tuner, with_resources
+
+    def train_fn(config):
+        return config
+
+    trial = with_resources(train_fn, resources={"cpu": 2, "gpu": 0})
+    assert trial.__name__ == "train_fn" and trial({"a": 1}) == {"a": 1}
+    scaling = Tuner(trial)._trainer.scaling_config
+    assert (scaling.num_workers, scaling.resources_per_worker, scaling.use_gpu) == \
+        (1, {"CPU": 2}, False)
+    gpu = Tuner(with_resources(train_fn, {"CPU": 1, "GPU": 1}))._trainer.scaling_config
+    assert gpu.use_gpu and gpu.resources_per_worker == {"CPU": 1, "GPU": 1}
+    mine = ScalingConfig(num_workers=2)
+    assert Tuner(with_resources(train_fn, mine))._trainer.scaling_config is mine
+    with pytest.raises(ConfigError, match=r"with_resources\(resources=\.\.\.\): unknown key "
+                                          r"'memory'; expected 'cpu' and/or 'gpu'"):
+        with_resources(train_fn, {"cpu": 1, "memory": 10})
+    with pytest.raises(ConfigError, match=r"'cpu': expected a number ≥ 0, got -1"):
+        with_resources(train_fn, {"cpu": -1})
+
+
+def test_the_tune_keras_callback_path_imports_no_tensorflow_until_used():
+    code = ("import sys, hpctrain.tune.integration.keras as k\n"
+            "assert 'tensorflow' not in sys.modules\n"
+            "print(k.__all__)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['TuneReportCheckpointCallback']"
