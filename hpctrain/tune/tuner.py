@@ -29,7 +29,9 @@ from .result_grid import ResultGrid, not_a_sweep
 from .schedulers import check_scheduler
 from .search.optuna import Searcher
 from .sweepdir import SweepDir, follow, to_run, train_loop_config, trial_id
-from hpctrain._internal.base.log import progress_line
+from hpctrain._internal.base.log import get_logger, progress_line
+
+_log = get_logger("tune")
 
 
 @dataclass
@@ -96,7 +98,9 @@ class Tuner:
 
     def __init__(self, trainable: Any = None, *, param_space: Optional[Dict[str, Any]] = None,
                  tune_config: Optional[TuneConfig] = None,
-                 run_config: Optional[RunConfig] = None):
+                 run_config: Optional[RunConfig] = None,
+                 _tuner_kwargs: Optional[Dict[str, Any]] = None):
+        check_tuner_kwargs(_tuner_kwargs)
         self.tune_config = tune_config or TuneConfig()
         if not isinstance(self.tune_config, TuneConfig):
             raise ConfigError(f"tune_config: expected a TuneConfig, got "
@@ -272,6 +276,19 @@ class Tuner:
 
 #: the space into the trainer's arguments of that name).
 TUNABLE = ("train_loop_config", "scaling_config")
+
+
+def check_tuner_kwargs(kwargs: Optional[Dict[str, Any]]) -> None:
+    """Ray's private ``Tuner(_tuner_kwargs=...)``: only ``fail_fast``, which is not
+    supported (every trial runs to its end; ``ResultGrid.errors`` lists the failures): a
+    true value is said, once, in a warning."""
+    extra = sorted(set(kwargs or {}) - {"fail_fast"})
+    if extra:
+        raise ConfigError(f"Tuner(_tuner_kwargs=...): {', '.join(repr(k) for k in extra)} "
+                          f"not supported; expected only 'fail_fast'")
+    if (kwargs or {}).get("fail_fast"):
+        _log.warning("Tuner(_tuner_kwargs={'fail_fast': ...}): not supported here; a failed "
+                     "trial does not stop the others (ResultGrid.errors lists the failures)")
 
 
 def scaling_space(value: Any) -> Dict[str, Any]:

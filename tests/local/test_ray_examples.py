@@ -179,3 +179,25 @@ def test_the_tune_keras_mnist_example_runs(tmp_path):
         assert ((frame["mean_accuracy"] >= 0) & (frame["mean_accuracy"] <= 1)).all()
         assert 32 <= trial.config["hidden"] < 512
         assert trial.checkpoint is None                      # checkpoint_on=[]
+
+
+@pytest.mark.slow
+def test_the_horovod_tune_example_runs(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("horovod.torch")
+    pytest.importorskip("pandas")
+    source = ray_port.port(_example("ray/train/examples/horovod/horovod_tune_example.py"), {})
+    script = tmp_path / "horovod_tune_example.py"
+    script.write_text(source)
+    proc = _run(script, tmp_path, "--smoke-test")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Best hyperparameters found were: " in proc.stdout
+    assert "'fail_fast': ...}): not supported here" in proc.stderr
+    from hpctrain.tune import ResultGrid
+
+    (sweep,) = os.listdir(tmp_path / "results")
+    grid = ResultGrid.from_path(tmp_path / "results" / sweep)
+    assert len(grid) == 2 and not grid.errors                # num_samples=2
+    for trial in grid:
+        assert len(trial.metrics_dataframe) == 5             # num_steps=5 reports
+        assert 0.1 <= trial.config["train_loop_config"]["lr"] <= 1
