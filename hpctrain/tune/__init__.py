@@ -38,10 +38,9 @@ from .resources import with_resources
 
 __all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "grid_search", "choice",
            "uniform", "loguniform", "randint", "run", "report", "ExperimentAnalysis",
-           "LegacyTrainable", "TuneError", "SyncConfig", "Stopper"]
-# Ray Tune 2.x: the run's configs, checkpoints and results under ray.tune as well
-__all__ += ["RunConfig", "CheckpointConfig", "FailureConfig", "Checkpoint", "Result",
-            "get_checkpoint", "get_context", "with_resources"]
+           "LegacyTrainable", "TuneError", "SyncConfig", "Stopper", "with_resources"]
+# (also importable here, as from ray.tune, and documented as hpctrain's: RunConfig,
+# CheckpointConfig, FailureConfig, Checkpoint, Result, get_checkpoint, get_context)
 
 
 def report(metrics: Optional[Dict[str, Any]] = None, *, checkpoint: Any = None,
