@@ -135,7 +135,7 @@ def get_dataset_shard(name: str) -> "DatasetShard":
 
 #: subpackages reachable as attributes after ``import hpctrain``, imported on first use,
 #: as ``ray.data``, ``ray.train`` and ``ray.tune`` are after ``import ray``
-_LAZY_SUBPACKAGES = ("data", "train", "tune")
+_LAZY_SUBPACKAGES = ("data", "train", "tune", "air")
 
 
 def __getattr__(name: str) -> Any:

@@ -56,6 +56,16 @@ get_accelerator().create_op_builder('ShareMemCommBuilder').load()" >/dev/null \
 step "Horovod for torch 2.x (scripts/install-horovod.sh: a wheel built once, then cached)"
 bash scripts/install-horovod.sh
 
+# Ray's released wheel, for tests/local/test_ray_examples.py: it ports Ray's example scripts
+# read out of the wheel (not installed). Downloaded once, at the version the manifest pins.
+ray_manifest=tests/support/ray_examples/MANIFEST.json
+ray_version=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['wheel']['version'])" "$ray_manifest")
+if ! ls .cache/ray-wheel/ray-"$ray_version"-*.whl >/dev/null 2>&1; then
+  step "Ray $ray_version's wheel for the example-port test (into .cache/ray-wheel/, not installed)"
+  python3 -m pip download -q "ray==$ray_version" --no-deps --only-binary=:all: -d .cache/ray-wheel \
+    || echo "== Ray's wheel did not download (above): the Ray example tests will fail and say why"
+fi
+
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 step "running the test suite"
 set +e

@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from .. import report as _report
-from ..config import SyncConfig
+from .. import Checkpoint, Result, get_checkpoint, get_context  # (ray.tune's names too)
+from ..config import CheckpointConfig, FailureConfig, RunConfig, SyncConfig
 from ..train import LegacyTrainable
 from .legacy import ExperimentAnalysis, TuneError, run
 from .result_grid import ResultGrid, TrialResult
@@ -32,10 +33,14 @@ from . import schedulers
 from .search import choice, grid_search, loguniform, randint, uniform
 from .tuner import Tuner
 from .tune_config import TuneConfig  # (ray.tune.tune_config)
+from .stopper import Stopper  # (ray.tune.stopper)
+from .resources import with_resources
 
 __all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "grid_search", "choice",
            "uniform", "loguniform", "randint", "run", "report", "ExperimentAnalysis",
-           "LegacyTrainable", "TuneError", "SyncConfig"]
+           "LegacyTrainable", "TuneError", "SyncConfig", "Stopper", "with_resources"]
+# (also importable here, as from ray.tune, and documented as hpctrain's: RunConfig,
+# CheckpointConfig, FailureConfig, Checkpoint, Result, get_checkpoint, get_context)
 
 
 def report(metrics: Optional[Dict[str, Any]] = None, *, checkpoint: Any = None,

@@ -36,6 +36,7 @@ from ..checkpoint import METADATA_FILE
 from ..config import check_stop  # noqa: F401 (the tune side's name for it)
 from .._internal.worker.trial import CONTROL_FILE
 from .schedulers import EXPLOIT, STOP, result_value
+from .stopper import Stopper
 from .sweepdir import FAILED, FINISHED, SweepDir, open_manifest, trial_id, trial_index
 from .sweepdir import train_loop_config as merged_config
 
@@ -89,6 +90,8 @@ def stop_met(stop: Any, trial_id: str, result: Dict[str, Any]) -> Optional[str]:
         return None
     if stop(trial_id, result):
         return f"stop criterion {getattr(stop, '__name__', type(stop).__name__)}"
+    if isinstance(stop, Stopper) and stop.stop_all():
+        return f"stop criterion {type(stop).__name__}.stop_all()"
     return None
 
 

@@ -24,11 +24,14 @@ from ..trainer import DataParallelTrainer
 from ._control import TrialControl, ensure_trial_config, open_sweep, searching, tell_pending
 from ._sweep import (at_a_time, local_concurrency, prepare_batch_trial, removed_on_failure,
                      run_local, submit_arrays, trial_context, worker_cpus)
+from .resources import scaling_of
 from .result_grid import ResultGrid, not_a_sweep
 from .schedulers import check_scheduler
 from .search.optuna import Searcher
 from .sweepdir import SweepDir, follow, to_run, train_loop_config, trial_id
-from hpctrain._internal.base.log import progress_line
+from hpctrain._internal.base.log import get_logger, progress_line
+
+_log = get_logger("tune")
 
 
 @dataclass
@@ -48,6 +51,9 @@ class TuneConfig:
     scheduler: Any = None
     #: a search algorithm (:class:`hpctrain.tune.search.optuna.OptunaSearch`)
     search_alg: Any = None
+    #: Ray's actor reuse between trials: accepted and without effect (each trial is its own
+    #: worker processes, or its own array task on a cluster; there is no actor to reuse)
+    reuse_actors: Optional[bool] = None
 
     def __post_init__(self) -> None:
         self.scheduler = check_scheduler(self.scheduler)
@@ -57,6 +63,9 @@ class TuneConfig:
                 raise ConfigError(f"tune_config.search_alg: expected a search algorithm "
                                   f"(OptunaSearch), got {type(self.search_alg).__name__}",
                                   hint="from hpctrain.tune.search.optuna import OptunaSearch")
+        if self.reuse_actors is not None and not isinstance(self.reuse_actors, bool):
+            raise ConfigError(f"tune_config.reuse_actors: expected True, False or None, got "
+                              f"{self.reuse_actors!r}")
         if self.mode is not None and self.mode not in ("min", "max"):
             raise ConfigError(f'tune_config.mode: expected "min" or "max", got {self.mode!r}')
         if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) \
@@ -89,7 +98,9 @@ class Tuner:
 
     def __init__(self, trainable: Any = None, *, param_space: Optional[Dict[str, Any]] = None,
                  tune_config: Optional[TuneConfig] = None,
-                 run_config: Optional[RunConfig] = None):
+                 run_config: Optional[RunConfig] = None,
+                 _tuner_kwargs: Optional[Dict[str, Any]] = None):
+        check_tuner_kwargs(_tuner_kwargs)
         self.tune_config = tune_config or TuneConfig()
         if not isinstance(self.tune_config, TuneConfig):
             raise ConfigError(f"tune_config: expected a TuneConfig, got "
@@ -267,6 +278,19 @@ class Tuner:
 TUNABLE = ("train_loop_config", "scaling_config")
 
 
+def check_tuner_kwargs(kwargs: Optional[Dict[str, Any]]) -> None:
+    """Ray's private ``Tuner(_tuner_kwargs=...)``: only ``fail_fast``, which is not
+    supported (every trial runs to its end; ``ResultGrid.errors`` lists the failures): a
+    true value is said, once, in a warning."""
+    extra = sorted(set(kwargs or {}) - {"fail_fast"})
+    if extra:
+        raise ConfigError(f"Tuner(_tuner_kwargs=...): {', '.join(repr(k) for k in extra)} "
+                          f"not supported; expected only 'fail_fast'")
+    if (kwargs or {}).get("fail_fast"):
+        _log.warning("Tuner(_tuner_kwargs={'fail_fast': ...}): not supported here; a failed "
+                     "trial does not stop the others (ResultGrid.errors lists the failures)")
+
+
 def scaling_space(value: Any) -> Dict[str, Any]:
     """``param_space["scaling_config"]`` as a table of ScalingConfig fields (what
     sweep.json records): a ScalingConfig (its fields that differ from the defaults,
@@ -316,7 +340,8 @@ def _as_trainer(trainable: Any, param_space: Dict[str, Any]) -> Tuple[Any, str, 
     if isinstance(trainable, LegacyTrainable):
         return trainable.trainer(), "flat", trainable.run_options()
     if callable(trainable):
-        return TorchTrainer(trainable, scaling_config=ScalingConfig(num_workers=1),
+        return TorchTrainer(trainable,
+                            scaling_config=scaling_of(trainable) or ScalingConfig(num_workers=1),
                             run_config=RunConfig()), "flat", RunOptions()
     raise ConfigError(f"trainable: expected a trainer (e.g. TorchTrainer(...)), a training "
                       f"function or Trainer.to_tune_trainable(...), got "

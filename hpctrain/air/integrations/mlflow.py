@@ -1,0 +1,4 @@
+"""``ray.air.integrations.mlflow``: :class:`hpctrain.callbacks.MLflowLoggerCallback`."""
+from ...callbacks import MLflowLoggerCallback
+
+__all__ = ["MLflowLoggerCallback"]

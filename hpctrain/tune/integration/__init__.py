@@ -1,0 +1,1 @@
+"""``ray.tune.integration``: ``keras`` (importing TensorFlow only when its class is used)."""
