@@ -10,10 +10,12 @@ costliest of the last committed ones (``commit_seconds``, handed over by the sup
 
 Rank 0 decides at each agreement (its clock) and the decision travels with the agreement,
 so every rank skips the same checkpoint: ``should_checkpoint()`` answers False, and a
-checkpoint handed in anyway is not staged (a warning names the deadline and the cost). A
-stop that is agreed when its checkpoint would be late ends the training at once, without a
-checkpoint: the next attempt resumes from the last committed one, and the allocation's
-remaining time is not burned on a checkpoint that would be killed half-written.
+checkpoint handed in anyway is not staged (a warning names the deadline and the cost). The
+stop's checkpoint takes precedence: once a stop is agreed ``should_checkpoint()`` says True;
+handed in too late, it is not started and the training ends at once, without it: the next
+attempt resumes from the last committed one, and the allocation's remaining time is not
+burned on a checkpoint that would be killed half-written. (A loop that hands in no
+checkpoint after the warning is stopped at the deadline, as before.)
 """
 from __future__ import annotations
 

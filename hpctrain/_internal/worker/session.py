@@ -382,14 +382,15 @@ class Session:
                                       if self.info.world_size > 1 else local)
         in_flight = -neg_in_flight
         self._late_now, self._late_next = bool(late_now), bool(late_next)
+        # a stop's checkpoint handed in too late to be committed: the training ends at
+        # once, without it (a loop that hands in none is stopped at the deadline)
+        self._stop_now = bool(late_now and ckpt_now) and (bool(stop) or self.stop_agreed)
         if late_now:
             # this report's checkpoints are not started (report() skips them): the
             # agreement goes on as if none was handed in
             ckpt_now = rank0_now = async_now = sync_now = 0
             if in_flight == iteration:
                 in_flight = NOTHING_IN_FLIGHT
-        # a stop whose checkpoint would be late, now or at the next report: end at once
-        self._stop_now = bool(late_now or late_next) and (bool(stop) or self.stop_agreed)
         any_inflight = in_flight != NOTHING_IN_FLIGHT
         self.stop_agreed = self.stop_agreed or bool(stop)
         # a checkpoint of this very report: stopping after it loses no iteration
@@ -666,11 +667,14 @@ class Session:
 
     def should_checkpoint(self) -> bool:
         """The agreed decision: the same on every rank after the same report. False when
-        the next checkpoint would not be committed before the deadline (deadline.py)."""
+        the next checkpoint would not be committed before the deadline (deadline.py),
+        unless a stop was agreed: its checkpoint takes precedence (handed in too late, it
+        is not started and the training ends at once)."""
+        if self.stop_agreed:
+            return True
         if self._late_next:
             return False
-        return self.stop_agreed or self._due_at == self.iteration or (
-            self._frequency.due_by_count(self.iteration))
+        return self._due_at == self.iteration or self._frequency.due_by_count(self.iteration)
 
     def checkpoint_wanted(self) -> bool:
         """For report callbacks that checkpoint at every event (Lightning's epoch end):
