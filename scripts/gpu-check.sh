@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hpctrain on a GPU: NCCL process groups, per-rank device binding, DDP with a crash and a
 # resume, FSDP with a DCP checkpoint, DeepSpeed ZeRO-2 fp16, an asynchronous checkpoint of
-# CUDA tensors, and bench/bench_core.py against torchrun on the GPU; one table at the end
+# CUDA tensors, a hang inside a collective (detected by the watchdog, stacks written, the
+# run resumed), and bench/bench_core.py against torchrun on the GPU; one table at the end
 # (the checks themselves: scripts/gpu_check.py). At most 8 minutes.
 #
 #   bash scripts/gpu-check.sh                 # on a machine with a GPU

@@ -427,14 +427,117 @@ def check_frameworks(device: str, storage: str) -> Tuple[str, str]:
     return "ok", detail + ", ".join(done) + ", each exit 0"
 
 
-def check_hang(device: str, storage: str) -> Tuple[str, str]:
+HANG_LIMIT_S = 15  # FailureConfig(hang_timeout=...): above a healthy start-up's imports
+HANG_EPOCHS, HANG_AT = 4, 2
+
+
+def _spin_gpu_forever() -> None:
+    """Queue GPU kernels that spin for minutes, then wait for them: the host thread is
+    blocked in ``synchronize()`` as in a collective whose peer never comes."""
     import torch
 
-    if device == "cuda" and torch.cuda.device_count() < 2:
-        return "skip", (f"{torch.cuda.device_count()} GPU here: a hang inside an NCCL "
-                        "collective needs 2 ranks on 2 GPUs (the watchdog itself: "
-                        "tests/local/test_hangs.py)")
-    return "skip", "not written yet for 2 GPUs"
+    for _ in range(200):
+        torch.cuda._sleep(1_000_000_000)  # about half a second each, in GPU clock cycles
+    torch.cuda.synchronize()
+
+
+def _hang_train(config):
+    """``epochs`` epochs, each an all_reduce and a checkpoint of the running total (rank 0);
+    in the first attempt, at epoch ``stall_at``: with 2 ranks the last never joins the
+    all_reduce (rank 0 waits inside it), with 1 rank its GPU stream never finishes."""
+    import tempfile
+
+    import torch
+    import torch.distributed as dist
+
+    import hpctrain
+    from hpctrain.torch import get_device
+
+    ctx = hpctrain.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    dev = get_device()
+    start, total = 0, 0.0
+    ckpt = hpctrain.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            with open(os.path.join(d, "state.json")) as f:
+                saved = json.load(f)
+        start, total = saved["epoch"] + 1, saved["total"]
+    for epoch in range(start, config["epochs"]):
+        time.sleep(0.3)  # a step
+        stall = ctx.get_attempt() == 1 and epoch == config["stall_at"]
+        if stall and world > 1 and rank == world - 1:
+            time.sleep(3600)  # never joins the all_reduce below
+        if stall and world == 1:
+            _spin_gpu_forever()
+        t = torch.full((4,), float(epoch + 1), device=dev)
+        dist.all_reduce(t)
+        total += t[0].item()  # the host waits for the collective's result
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"epoch": epoch, "total": total}, f)
+            hpctrain.report({"epoch": epoch, "total": total},
+                            checkpoint=hpctrain.Checkpoint.from_directory(d) if rank == 0
+                            else None)
+
+
+def check_hang(device: str, storage: str) -> Tuple[str, str]:
+    """A hang inside a collective: detected by the watchdog within its limit, every rank's
+    stack written, the run restarted from its last checkpoint and finished with the total
+    of an uninterrupted run. 2 ranks where 2 GPUs (or the CPU dry run's Gloo ranks) are; on
+    1 GPU, 1 rank whose GPU stream never finishes."""
+    import re
+
+    import torch
+
+    from hpctrain import FailureConfig
+    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.torch import TorchTrainer
+
+    world = 2 if device == "cpu" or torch.cuda.device_count() >= 2 else 1
+    result = TorchTrainer(
+        _hang_train, train_loop_config={"epochs": HANG_EPOCHS, "stall_at": HANG_AT},
+        scaling_config=_scaling(device, world),
+        run_config=_run_config("hang", storage, failure_config=FailureConfig(
+            max_failures=1, hang_timeout=HANG_LIMIT_S))).fit()
+    state = RunDir(result.path).read_state()
+    attempts = state.get("attempts", [])
+    problems: List[str] = []
+    if [a.get("outcome") for a in attempts] != ["FAILED", "FINISHED"]:
+        return "FAIL", f"attempts {[a.get('outcome') for a in attempts]}, expected FAILED " \
+                       f"(the hang) then FINISHED: {attempts[0].get('error') if attempts else ''}"
+    first, second = attempts
+    hang = first.get("hang") or {}
+    error = first.get("error") or ""
+    idle = re.search(r"made no progress for (\d+) s", error)
+    if not hang or not idle:
+        return "FAIL", f"the first attempt failed, but not as a hang: {error}"
+    if int(idle.group(1)) > HANG_LIMIT_S + 10:
+        problems.append(f"detected after {idle.group(1)} s idle, limit {HANG_LIMIT_S} s")
+    want_stacks = [f"stacks.rank-{r}.txt" for r in range(world)]
+    if hang.get("stacks") != want_stacks:
+        problems.append(f"stacks {hang.get('stacks')}, expected {want_stacks}")
+    else:
+        adir = RunDir(result.path).attempt_dir(1)
+        where = "_spin_gpu_forever" if world == 1 else "_hang_train"
+        for r, name in enumerate(want_stacks):  # the stalled rank, and the one waiting on it
+            with open(os.path.join(adir, name)) as f:
+                if where not in f.read():
+                    problems.append(f"rank {r}'s stack does not name {where}")
+    if not str(second.get("resumed_from") or "").endswith(f"checkpoint_{HANG_AT - 1:06d}"):
+        problems.append(f"attempt 2 resumed from {second.get('resumed_from')}, expected the "
+                        f"checkpoint of epoch {HANG_AT - 1}")
+    want_total = float(world * sum(e + 1 for e in range(HANG_EPOCHS)))
+    if result.metrics.get("total") != want_total:
+        problems.append(f"final total {result.metrics.get('total')}, expected {want_total}")
+    how = (f"{world} ranks ({'NCCL' if device == 'cuda' else 'Gloo'}), rank {world - 1} never "
+           "joins an all_reduce" if world > 1
+           else "1 rank, its GPU stream spins (torch.cuda._sleep) and the host waits in "
+                "synchronize()")
+    detail = (f"{how}: {error}; stacks of ranks 0–{world - 1} written; attempt 2 resumed "
+              f"from {os.path.basename(str(second.get('resumed_from')))} and finished, "
+              f"total {result.metrics.get('total'):g} as uninterrupted")
+    return ("FAIL", "; ".join(problems) + f" ({detail})") if problems else ("ok", detail)
 
 
 def check_bench(device: str, storage: str) -> Tuple[str, str]:
@@ -473,7 +576,8 @@ CHECKS: List[Tuple[str, str, Callable[[str, str], Tuple[str, str]], float]] = [
     ("async-ckpt", "asynchronous checkpoint of CUDA tensors", check_async, 90),
     ("frameworks", "Lightning, Accelerate, Transformers examples on the GPU", check_frameworks,
      240),
-    ("hang-nccl", "a hang inside an NCCL collective detected", check_hang, 10),
+    ("hang-nccl", "a hang inside an NCCL collective: detected, stacks, resumed", check_hang,
+     150),
     ("bench-core", "bench/bench_core.py against torchrun on the GPU", check_bench, 300),
 ]
 

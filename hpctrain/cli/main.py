@@ -146,11 +146,16 @@ def _parser() -> argparse.ArgumentParser:
     plo = sub.add_parser("plot", parents=[common], help="draw metric curves of one or more runs",
                          description="Draw the curves of one or more metrics (one panel "
                                      "each), with every given run on the same axes, into "
-                                     "a PNG (or .svg/.pdf). Needs matplotlib.")
+                                     "a PNG (or .svg/.pdf); or, with --goodput, where each "
+                                     "attempt's wall time went. Needs matplotlib.")
     plo.add_argument("runs", nargs="+", metavar="RUN",
                      help="run directories, or run names under $HPCTRAIN_STORAGE_PATH")
-    plo.add_argument("--metric", "-m", action="append", required=True,
+    plo.add_argument("--metric", "-m", action="append",
                      help="a reported metric (repeatable; nested ones as a/b)")
+    plo.add_argument("--goodput", action="store_true",
+                     help="instead of metrics: a stacked bar per attempt (queue, start-up, "
+                          "checkpoint stall, hangs, lost work, stragglers, productive), one "
+                          "panel per run (default output: goodput.png)")
     plo.add_argument("-o", "--output", default=None,
                      help="the image to write (default: <metric>.png here)")
     plo.add_argument("--x", choices=("iteration", "time"), default="iteration",
@@ -729,10 +734,21 @@ def cmd_results(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from hpctrain.cli.views import plot_runs
+    from hpctrain.cli.views import plot_goodput, plot_runs
 
-    output = args.output or f"{args.metric[0].replace('/', '_')}.png"
+    if bool(args.goodput) == bool(args.metric):
+        raise ConfigError("hpctrain plot: expected --metric M (curves) or --goodput (the "
+                          "goodput breakdown), " + ("not both" if args.goodput else "got neither"),
+                          hint="hpctrain plot RUN --metric loss; hpctrain plot RUN --goodput")
     args.runs = _runs_of(args.runs)
+    if args.goodput:
+        output = args.output or "goodput.png"
+        for name, attempts in plot_goodput(args.runs, output).items():
+            walls = ", ".join(f"{sum(parts.values()):.1f} s" for parts in attempts.values())
+            print(plain(f"goodput: {name} ({len(attempts)} attempts: {walls})"))
+        print(f"wrote {output}")
+        return 0
+    output = args.output or f"{args.metric[0].replace('/', '_')}.png"
     drawn = plot_runs(args.runs, args.metric, output, x=args.x)
     for metric, runs in drawn.items():
         print(plain(f"{metric}: {', '.join(runs)}"))

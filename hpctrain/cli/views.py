@@ -283,17 +283,7 @@ def plot_runs(names: Sequence[str], metrics: Sequence[str], output: str,
         have = sorted({k for d in data.values() for k in d})
         raise ConfigError(f"--metric {missing[0]}: no run reported it",
                           hint="metrics these runs reported: " + (", ".join(have) or "none"))
-    ext = os.path.splitext(output)[1].lower()
-    if ext not in (".png", ".svg", ".pdf"):
-        raise ConfigError(f"-o {output}: expected a .png, .svg or .pdf file name")
-    try:
-        import matplotlib
-    except ImportError:
-        raise HpctrainError("hpctrain plot needs matplotlib.\nHINT: "
-                            + pip_install("matplotlib")) from None
-    matplotlib.use("Agg")  # no display on a login node
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot(output)
     names_short = _labels([r.path for r in runs])
     fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 3.2 * len(metrics) + 0.8),
                              squeeze=False)
@@ -326,6 +316,91 @@ def plot_runs(names: Sequence[str], metrics: Sequence[str], output: str,
     fig.savefig(output, dpi=100)
     plt.close(fig)
     return drawn
+
+
+#: The goodput breakdown's parts as plotted (goodput.PARTS), bottom to top.
+GOODPUT_LABELS = {"queue": "queue", "startup": "start-up (incl. restore)",
+                  "checkpoint": "checkpoint stall", "hang": "hangs", "lost": "lost work",
+                  "straggler": "stragglers", "productive": "productive"}
+
+
+def run_goodput(run: RunDir) -> Optional[Dict[str, Any]]:
+    """A run's measured goodput breakdown (goodput.py), from its own records."""
+    kept = {os.path.basename(r.path): r.metadata for r in run.list_checkpoints()}
+    return goodput(run.read_state(), read_results(run.result_file), kept)
+
+
+def plot_goodput(names: Sequence[str], output: str) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """One panel per run: a stacked bar per attempt (its parts in seconds, bottom to top
+    in the order of ``GOODPUT_LABELS``), its wall time written above it; written to
+    ``output`` (PNG, SVG or PDF). Returns the numbers the bars were drawn with, read back
+    from the figure: ``{run name: {"attempt N": {part: seconds}}}``."""
+    runs = [_require_run(n) for n in names]
+    reports = {run.path: run_goodput(run) for run in runs}
+    empty = [run.path for run in runs if not reports[run.path]]
+    if empty:
+        raise ConfigError(f"{empty[0]}: no attempt of this run has ended yet: no goodput "
+                          "to plot", hint="plot it once an attempt ended (hpctrain status)")
+    plt = _pyplot(output)
+    names_short = _labels([r.path for r in runs])
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 3.6 * len(runs) + 0.6),
+                             squeeze=False)
+    drawn: Dict[str, Dict[str, Dict[str, float]]] = {}
+    colours = plt.get_cmap("tab10").colors
+    for ax, run in zip(axes[:, 0], runs):
+        attempts = reports[run.path]["attempts"]
+        xs = [f"attempt {a['attempt']}" for a in attempts]
+        bottom = [0.0] * len(attempts)
+        for i, (part, label) in enumerate(GOODPUT_LABELS.items()):
+            heights = [float(a[part]) for a in attempts]
+            ax.bar(xs, heights, bottom=bottom, label=label, color=colours[i % len(colours)])
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        for x, a, top in zip(xs, attempts, bottom):
+            ax.annotate(f"{a['wall']:.1f} s", (x, top), ha="center", va="bottom",
+                        fontsize="small")
+        ax.set_ylabel("seconds")
+        g = reports[run.path]["goodput"]
+        ax.set_title(f"{names_short[run.path]}: goodput {g:.1%} of "
+                     f"{reports[run.path]['total']['wall']:.1f} s" if g is not None
+                     else names_short[run.path])
+        ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+        drawn[run.name] = _bars_drawn(ax)
+    fig.tight_layout()
+    _save(plt, fig, output)
+    return drawn
+
+
+def _bars_drawn(ax: Any) -> Dict[str, Dict[str, float]]:
+    """The heights of an axes' stacked bars, by x tick label and the bar set's label."""
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    parts = {v: k for k, v in GOODPUT_LABELS.items()}
+    out: Dict[str, Dict[str, float]] = {t: {} for t in ticks}
+    for container in ax.containers:
+        for tick, patch in zip(ticks, container.patches):
+            out[tick][parts[container.get_label()]] = float(patch.get_height())
+    return out
+
+
+def _pyplot(output: str) -> Any:
+    """matplotlib's pyplot without a display, once ``output``'s kind is checked."""
+    ext = os.path.splitext(output)[1].lower()
+    if ext not in (".png", ".svg", ".pdf"):
+        raise ConfigError(f"-o {output}: expected a .png, .svg or .pdf file name")
+    try:
+        import matplotlib
+    except ImportError:
+        raise HpctrainError("hpctrain plot needs matplotlib.\nHINT: "
+                            + pip_install("matplotlib")) from None
+    matplotlib.use("Agg")  # no display on a login node
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt: Any, fig: Any, output: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    fig.savefig(output, dpi=100, bbox_inches="tight")
+    plt.close(fig)
 
 
 def _labels(paths: List[str]) -> Dict[str, str]:

@@ -41,3 +41,19 @@ def test_the_checks_dry_run_on_cpu_ranks_and_print_one_table(tmp_path):
     assert "backend gloo" in rows["nccl-1"]
     with open(tmp_path / "gpu-check.md") as f:
         assert f.read().strip() == p.stdout.strip()
+
+
+@pytest.mark.slow
+def test_the_hang_check_dry_runs_on_cpu_ranks(tmp_path):
+    """``hang-nccl`` with Gloo ranks: rank 1 never joins an all_reduce; the watchdog
+    (FailureConfig(hang_timeout=15)) ends the attempt within its limit, both ranks' stacks
+    are written, and the run resumes from the last checkpoint with the right total."""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_check.py"), "--cpu",
+                        "--only", "hang-nccl", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=240, env=_cpu_only_env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    row = next(line for line in p.stdout.splitlines() if line.startswith("| hang-nccl |"))
+    assert "| ok |" in row, row
+    assert "2 ranks (Gloo), rank 1 never joins an all_reduce: hang: rank " in row
+    assert "over the configured limit of 15 s; stacks of ranks 0–1 written; attempt 2 " \
+           "resumed from checkpoint_000001 and finished, total 20 as uninterrupted" in row

@@ -31,6 +31,7 @@ from hpctrain._internal.allocation.lead import MARGIN, measured_lead_s
 from hpctrain._internal.allocation.budgets import (HANG, NODE, USER, count_failure, give_up,
                                                    no_progress, spent)
 from hpctrain._internal.base.log import get_logger
+from hpctrain._internal.base.deadline import ENV_COST, ENV_ENDS_AT
 
 _logger = get_logger("supervisor")
 from hpctrain._internal.rundir.commit import verify_checkpoint
@@ -297,6 +298,11 @@ class Supervisor:
             ENV_START_ITER: str(latest.iteration if latest else 0),
             ENV_WARNING_SIGNAL: self.warning_signal,
         })
+        # a checkpoint that cannot be committed before the deadline is not started
+        # (deadline.py): the ranks learn the allocation's end and the measured cost
+        cost = measured_lead_s(self.run.list_checkpoints(), self.warning_s)[1]
+        env.update({ENV_ENDS_AT: f"{self.ends_at:.3f}" if self.ends_at else "",
+                    ENV_COST: f"{cost:.3f}" if cost else ""})
         if self.hang_timeout_s and ENV_HEARTBEAT not in env:  # a short fixed limit: beat often
             env[ENV_HEARTBEAT] = f"{min(DEFAULT_HEARTBEAT_S, max(0.2, self.hang_timeout_s / 5)):g}"
         for d in (self.run.logs_dir(self.job_id), self.run.attempt_dir(attempt)):
@@ -577,6 +583,10 @@ class Supervisor:
         if at_deadline:
             self._log("stopped at the deadline; the next attempt resumes from the last "
                       "committed checkpoint")
+        elif checkpoint is None:
+            self._log(f"every rank stopped after report {iterations[-1] if iterations else '?'}"
+                      " without a checkpoint (it would not have been committed by the "
+                      "deadline); the next attempt resumes from the last committed one")
         else:
             self._log(f"every rank stopped after report {iterations[-1] if iterations else '?'}"
                       f" with checkpoint {checkpoint} committed")

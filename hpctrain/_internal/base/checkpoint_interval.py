@@ -41,11 +41,13 @@ handed in before the previous drain ended waits for it. So the interval is
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
 from hpctrain.errors import ConfigError
+from hpctrain._internal.base.deadline import ENV_COST, env_seconds
 
 #: failure.mtbi when neither the job nor its site sets one: one interruption a day.
 DEFAULT_MTBI_S = 24 * 3600.0
@@ -152,13 +154,15 @@ class FrequencyPolicy:
     """One session's checkpoint schedule (rank 0 decides ``"auto"``)."""
 
     def __init__(self, frequency: Any = None, *, mtbi_s: float = DEFAULT_MTBI_S,
-                 clock=time.monotonic, history_cost_s: Optional[float] = None):
+                 clock=time.monotonic, history_cost_s: Optional[float] = None,
+                 history_commit_s: Optional[float] = None):
         self.frequency = frequency_value(frequency)
         self.mtbi_s = float(mtbi_s)
         self.clock = clock
         self.costs: List[float] = []
         self.drains: List[float] = []  # background commits (the local tier's drain)
         self._history_cost = history_cost_s
+        self._history_commit = history_commit_s  # a committed checkpoint's whole cost
         self.last = clock()  # the start, or the last checkpoint
 
     @classmethod
@@ -172,7 +176,8 @@ class FrequencyPolicy:
             except (OSError, ValueError):
                 attempts = []
             mtbi = observed_mtbi(attempts, site)
-        return cls(freq, mtbi_s=mtbi)
+        return cls(freq, mtbi_s=mtbi,
+                   history_commit_s=env_seconds(os.environ, ENV_COST))
 
     # -- measurements -----------------------------------------------------------------
     def observe_cost(self, seconds: float) -> None:
@@ -192,6 +197,21 @@ class FrequencyPolicy:
         if self.costs:
             return statistics.median(self.costs)
         return self._history_cost if self._history_cost is not None else DEFAULT_COST_S
+
+    def commit_cost_s(self) -> Optional[float]:
+        """What a checkpoint costs until it is committed (deadline.py): the costliest of
+        the last ones measured here (blocked + the costliest drain), else the committed
+        checkpoints' cost the supervisor handed over; None: unknown.
+
+        >>> p = FrequencyPolicy(history_commit_s=4.0)
+        >>> p.commit_cost_s()
+        4.0
+        >>> p.observe_cost(1.0); p.observe_cost(2.0); p.observe_drain(0.5); p.commit_cost_s()
+        2.5
+        """
+        if self.costs:
+            return max(self.costs) + (max(self.drains) if self.drains else 0.0)
+        return self._history_commit
 
     def interval_s(self) -> Optional[float]:
         """The chosen interval in seconds (``"auto"`` only)."""

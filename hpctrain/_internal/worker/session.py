@@ -41,6 +41,8 @@ import cloudpickle
 # re-exported: the worker and the tests reach the session's state through this module too
 from hpctrain._internal.base import progress
 from hpctrain._internal.base.checkpoint_interval import FrequencyPolicy
+from hpctrain._internal.base.deadline import (ENV_ENDS_AT, checkpoint_deadline, env_seconds,
+                                             skipped_message, too_late)
 from hpctrain._internal.base.context import (  # noqa: F401
     Coordinator, SingleProcessCoordinator, current_session, get_session, request_stop,
     set_session, stop_pending)
@@ -157,6 +159,12 @@ class Session:
         self._published_through = -1
 
         self._frequency = FrequencyPolicy.for_session(self)
+        # a checkpoint that cannot be committed before the deadline is not started
+        # (deadline.py): the allocation's end, rank 0's stop deadline, and the decisions
+        # of the last agreement (this report's checkpoint is late; the next one would be)
+        self._ends_at = env_seconds(os.environ, ENV_ENDS_AT)
+        self._stop_deadline: Optional[float] = None
+        self._late_now = self._late_next = self._stop_now = False
         self._reports_since_agreement: Dict[int, Tuple[Dict[str, Any], float,
                                                        Optional[Dict[str, Any]]]] = {}
         self.last_metrics: Dict[str, Any] = {}
@@ -208,11 +216,17 @@ class Session:
         if self._inflight is not None and (checkpoint is not None or self._inflight.done()):
             self._harvest()
         agreed = iteration >= self._next_agreement
+        if checkpoint is not None and not agreed and self._late_next:
+            checkpoint = self._skip_late(iteration, checkpoint)  # the last agreement said so
+            use_async = False
         # at an agreement report the ranks agree before staging (who hands in a
         # checkpoint now, rank 0 among them?) and prove it staged after
         ckpt_now, rank0_now = (self._agree_before_staging(iteration, checkpoint is not None,
                                                           async_here=use_async)
                                if agreed else (False, False))
+        if agreed and checkpoint is not None and self._late_now:
+            checkpoint = self._skip_late(iteration, checkpoint)
+            use_async = False
         if agreed and self.stop_agreed:
             # the training stops after this report's checkpoint: everything synchronous
             use_async = False
@@ -300,6 +314,24 @@ class Session:
             # every rank is here at the same report: the checkpoint handed in since the
             # stop was agreed is committed, so the training can end now and resume later
             raise StopTraining(iteration, name)
+        if agreed and self.stop_agreed and self._stop_now:
+            # the stop's checkpoint would not be committed before the deadline: end now,
+            # the next attempt resumes from the last committed checkpoint
+            raise StopTraining(iteration, name)
+
+    def _skip_late(self, iteration: int, checkpoint: Checkpoint) -> None:
+        """A checkpoint handed in that would not be committed before the deadline: not
+        staged (every rank decides the same, from the agreement); rank 0 warns."""
+        if self.info.world_rank == 0:
+            now = time.time()
+            deadline = checkpoint_deadline(self._ends_at, self._stop_deadline)
+            message = skipped_message(iteration, deadline if deadline is not None else now,
+                                      now, self._frequency.commit_cost_s() or 0.0,
+                                      self.stop_agreed)
+            _log.warning("%s", message)
+        if getattr(checkpoint, "_temporary", False):
+            _delete_handed_in(checkpoint)
+        return None
 
     def _end_for_decision(self, decision: Dict[str, Any]) -> None:
         """Rank 0, a sweep's scheduler decided (hpctrain.tune._control): commit what a lone
@@ -330,23 +362,35 @@ class Session:
         checkpoint is due (``checkpoint_frequency="auto"``: rank 0's decision). Returns
         (a checkpoint is handed in now, rank 0 hands one in now)."""
         gap = 0
-        due_here = 0
+        due_here = late_now = late_next = 0
         if self.info.world_rank == 0 and not final:
             now = time.perf_counter()
             pace = (now - self._agreed_at) / max(1, iteration - self._agreed_iteration)
             gap = MAX_GAP if pace <= 0 else max(1, min(MAX_GAP, int(AGREE_BUDGET_S / pace)))
             due_here = int(self._frequency.due_by_time())
+            late_now, late_next = self._lateness(pace)
         rank0_here = int(ckpt_here and self.info.world_rank == 0)
         local = [int(self._staged_since_agreement), int(self._stop_requested.is_set()), gap,
                  int(ckpt_here), rank0_here,
                  # the lowest iteration in flight anywhere (a max of negated values)
                  -(self._inflight.iteration if self._inflight is not None
                    else iteration if ckpt_here and async_here else NOTHING_IN_FLIGHT),
-                 int(ckpt_here and async_here), int(ckpt_here and not async_here), due_here]
+                 int(ckpt_here and async_here), int(ckpt_here and not async_here), due_here,
+                 late_now, late_next]
         (any_ckpt, stop, gap, ckpt_now, rank0_now, neg_in_flight, async_now, sync_now,
-         due) = (self.coordinator.allreduce_max(local) if self.info.world_size > 1
-                 else local)
+         due, late_now, late_next) = (self.coordinator.allreduce_max(local)
+                                      if self.info.world_size > 1 else local)
         in_flight = -neg_in_flight
+        self._late_now, self._late_next = bool(late_now), bool(late_next)
+        # a stop's checkpoint handed in too late to be committed: the training ends at
+        # once, without it (a loop that hands in none is stopped at the deadline)
+        self._stop_now = bool(late_now and ckpt_now) and (bool(stop) or self.stop_agreed)
+        if late_now:
+            # this report's checkpoints are not started (report() skips them): the
+            # agreement goes on as if none was handed in
+            ckpt_now = rank0_now = async_now = sync_now = 0
+            if in_flight == iteration:
+                in_flight = NOTHING_IN_FLIGHT
         any_inflight = in_flight != NOTHING_IN_FLIGHT
         self.stop_agreed = self.stop_agreed or bool(stop)
         # a checkpoint of this very report: stopping after it loses no iteration
@@ -376,6 +420,22 @@ class Session:
         self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
         self._staged_since_agreement = False
         return bool(ckpt_now), bool(rank0_now)
+
+    def _lateness(self, pace: float) -> Tuple[int, int]:
+        """Rank 0: would a checkpoint handed in at this report, or at the next one (a
+        report later), end after the deadline? (deadline.py)"""
+        cost = self._frequency.commit_cost_s()
+        if cost is None:
+            return 0, 0
+        if self._stop_requested.is_set() and self._stop_deadline is None:
+            stop = read_json(os.path.join(self.run.attempt_dir(self.attempt), STOP_FILE),
+                             default={}) or {}
+            deadline = stop.get("deadline") if isinstance(stop, dict) else None
+            if isinstance(deadline, (int, float)):
+                self._stop_deadline = float(deadline)
+        deadline = checkpoint_deadline(self._ends_at, self._stop_deadline)
+        now = time.time()
+        return int(too_late(now, cost, deadline)), int(too_late(now + pace, cost, deadline))
 
     def _publish_agreed(self, iteration: int) -> Dict[int, str]:
         """After the agreement and this report's staging: when a rank staged at this
@@ -606,9 +666,15 @@ class Session:
         return self._preemption
 
     def should_checkpoint(self) -> bool:
-        """The agreed decision: the same on every rank after the same report."""
-        return self.stop_agreed or self._due_at == self.iteration or (
-            self._frequency.due_by_count(self.iteration))
+        """The agreed decision: the same on every rank after the same report. False when
+        the next checkpoint would not be committed before the deadline (deadline.py),
+        unless a stop was agreed: its checkpoint takes precedence (handed in too late, it
+        is not started and the training ends at once)."""
+        if self.stop_agreed:
+            return True
+        if self._late_next:
+            return False
+        return self._due_at == self.iteration or self._frequency.due_by_count(self.iteration)
 
     def checkpoint_wanted(self) -> bool:
         """For report callbacks that checkpoint at every event (Lightning's epoch end):
