@@ -42,7 +42,7 @@ import cloudpickle
 from hpctrain._internal.base import progress
 from hpctrain._internal.base.checkpoint_interval import FrequencyPolicy
 from hpctrain._internal.base.context import (  # noqa: F401
-    Coordinator, SingleProcessCoordinator, current_session, get_session, request_stop,
+    Coordinator, Posted, SingleProcessCoordinator, current_session, get_session, request_stop,
     set_session, stop_pending)
 from hpctrain.checkpoint import (Checkpoint, METADATA_FILE, ReportedCheckpoint,
                                  ReportedCheckpointStatus)
@@ -147,6 +147,10 @@ class Session:
         self._next_agreement = start_iteration + 1
         self._agreed_at, self._agreed_iteration = time.perf_counter(), start_iteration
         self._staged_since_agreement = False
+        #: the next agreement report posts its round without waiting (an agreed decision)
+        self._posting = False
+        self._posted: Optional[Posted] = None  # the round posted at the last such report
+        self._posted_gap = 1  # the gap to the next agreement that round's poster used
         self._publish_due = False
         self._need_proof = False
         self._publish_below = NOTHING_IN_FLIGHT  # publish staged reports before this one
@@ -208,6 +212,8 @@ class Session:
         if self._inflight is not None and (checkpoint is not None or self._inflight.done()):
             self._harvest()
         agreed = iteration >= self._next_agreement
+        if agreed and self._posting and self._post_agreement(iteration):
+            agreed = False  # posted: the rest is a report between agreements
         # at an agreement report the ranks agree before staging (who hands in a
         # checkpoint now, rank 0 among them?) and prove it staged after
         ckpt_now, rank0_now = (self._agree_before_staging(iteration, checkpoint is not None,
@@ -319,6 +325,56 @@ class Session:
         sys.stderr.flush()
         os._exit(0)
 
+    def _local_values(self, iteration: int, ckpt_here: bool, *, final: bool = False,
+                      async_here: bool = False) -> List[int]:
+        """This rank's values for an agreement at ``iteration`` (see
+        :meth:`_agree_before_staging`); rank 0 adds the gap to the next agreement, chosen
+        from the pace of the reports since the previous one."""
+        gap = 0
+        due_here = 0
+        if self.info.world_rank == 0 and not final:
+            now = time.perf_counter()
+            pace = (now - self._agreed_at) / max(1, iteration - self._agreed_iteration)
+            gap = MAX_GAP if pace <= 0 else max(1, min(MAX_GAP, int(AGREE_BUDGET_S / pace)))
+            due_here = int(self._frequency.due_by_time())
+        rank0_here = int(ckpt_here and self.info.world_rank == 0)
+        return [int(self._staged_since_agreement), int(self._stop_requested.is_set()), gap,
+                int(ckpt_here), rank0_here,
+                # the lowest iteration in flight anywhere (a max of negated values)
+                -(self._inflight.iteration if self._inflight is not None
+                  else iteration if ckpt_here and async_here else NOTHING_IN_FLIGHT),
+                int(ckpt_here and async_here), int(ckpt_here and not async_here), due_here]
+
+    def _post_agreement(self, iteration: int) -> bool:
+        """An agreement report while reports come fast and nothing is to commit: apply
+        the round posted at the previous agreement report (every rank waits for that same
+        round here, long after the other ranks posted it) and, if it saw nothing to act
+        on, post this report's round without waiting; the report then goes on like one
+        between agreements (a checkpoint handed in now is committed at a later,
+        synchronous agreement). Returns False when this report must agree synchronously
+        instead: the posted round saw a checkpoint staged, a commit in flight, a stop
+        asked, a checkpoint due, or reports slower than ``AGREE_BUDGET_S`` apart — the
+        same decision on every rank, since every rank got the same values."""
+        gap = self._posted_gap
+        if self._posted is not None:
+            (any_ckpt, stop, gap, _, _, neg_in_flight, _, _,
+             due) = self._settle_posted()
+            if any_ckpt or stop or gap <= 1 or due or -neg_in_flight != NOTHING_IN_FLIGHT:
+                self._posting = False
+                return False
+        self._posted = self.coordinator.allreduce_max_async(
+            self._local_values(iteration, False))
+        self._posted_gap = gap
+        self._next_agreement = iteration + gap
+        self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
+        return True
+
+    def _settle_posted(self) -> List[int]:
+        """Wait for the round posted at the last agreement report (before any other
+        collective of the coordinator); its values, or [] when none is posted."""
+        posted, self._posted = self._posted, None
+        return posted.wait() if posted is not None else []
+
     def _agree_before_staging(self, iteration: int, ckpt_here: bool, *,
                               final: bool = False, async_here: bool = False
                               ) -> Tuple[bool, bool]:
@@ -329,20 +385,8 @@ class Session:
         now (then nothing is published yet, see :mod:`.async_commit`), and whether a
         checkpoint is due (``checkpoint_frequency="auto"``: rank 0's decision). Returns
         (a checkpoint is handed in now, rank 0 hands one in now)."""
-        gap = 0
-        due_here = 0
-        if self.info.world_rank == 0 and not final:
-            now = time.perf_counter()
-            pace = (now - self._agreed_at) / max(1, iteration - self._agreed_iteration)
-            gap = MAX_GAP if pace <= 0 else max(1, min(MAX_GAP, int(AGREE_BUDGET_S / pace)))
-            due_here = int(self._frequency.due_by_time())
-        rank0_here = int(ckpt_here and self.info.world_rank == 0)
-        local = [int(self._staged_since_agreement), int(self._stop_requested.is_set()), gap,
-                 int(ckpt_here), rank0_here,
-                 # the lowest iteration in flight anywhere (a max of negated values)
-                 -(self._inflight.iteration if self._inflight is not None
-                   else iteration if ckpt_here and async_here else NOTHING_IN_FLIGHT),
-                 int(ckpt_here and async_here), int(ckpt_here and not async_here), due_here]
+        self._settle_posted()  # a synchronous agreement covers what that round saw
+        local = self._local_values(iteration, ckpt_here, final=final, async_here=async_here)
         (any_ckpt, stop, gap, ckpt_now, rank0_now, neg_in_flight, async_now, sync_now,
          due) = (self.coordinator.allreduce_max(local) if self.info.world_size > 1
                  else local)
@@ -375,6 +419,12 @@ class Session:
             or self._publish_due else max(1, gap))
         self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
         self._staged_since_agreement = False
+        # nothing to commit, no stop, reports faster than the budget: the next agreement
+        # reports post their rounds instead of waiting for them (see _post_agreement)
+        self._posting = (self.info.world_size > 1 and gap > 1 and not (
+            final or self.stop_agreed or any_ckpt or ckpt_now or any_inflight or due
+            or self._publish_due))
+        self._posted_gap = gap
         return bool(ckpt_now), bool(rank0_now)
 
     def _publish_agreed(self, iteration: int) -> Dict[int, str]:
@@ -431,6 +481,8 @@ class Session:
     def barrier(self) -> None:
         """Return once every rank has called it (over the session's coordinator)."""
         if self.info.world_size > 1:
+            if self._posted is not None:  # done before the next collective, kept
+                self._posted.wait()
             self.coordinator.barrier()
 
     def broadcast_from_rank_zero(self, data: Any) -> Any:
@@ -450,6 +502,8 @@ class Session:
                 _log.warning("broadcast_from_rank_zero: the data is %d bytes pickled; it is "
                              "meant for small values (< %d bytes)", len(payload),
                              WARN_BROADCAST_BYTES)
+        if self._posted is not None:  # done before the next collective, kept
+            self._posted.wait()
         return cloudpickle.loads(self.coordinator.broadcast_bytes(payload))
 
     def reported_checkpoints(self) -> List[Any]:
