@@ -1,0 +1,45 @@
+"""A metrics-only report does not wait for the other ranks: while reports come fast,
+the agreement of one agreement report is posted without waiting and applied at the next
+one (every rank the same round at the same report), so a rank that arrives late at a
+report costs rank 0 nothing there; a stop asked by one rank still stops every rank at
+the same report, after a checkpoint."""
+import json
+import os
+import subprocess
+import sys
+
+from hpctrain._internal.rundir.commit import verify_checkpoint
+from helpers import run_state, workload, write_job
+
+STEPS, WARN_AT = 4000, 2000
+
+
+def test_a_late_rank_does_not_block_rank_0s_reports_and_a_stop_stops_both_together(
+        tmp_path, storage):
+    job = write_job(tmp_path, "late", entrypoint=workload("workloads:late_rank"),
+                    storage=storage, verbose=0, scaling={"num_workers": 2},
+                    config={"steps": STEPS, "warn_at": WARN_AT, "late": 0.0002})
+    p = subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", job],
+                       capture_output=True, text=True, timeout=120)
+    run = os.path.join(storage, "late")
+    assert p.returncode == 75, p.stderr  # stopped by the warning, to be resumed
+    seen = []
+    for rank in (0, 1):
+        with open(os.path.join(run, "test-out", f"agreement-rank-{rank}.json")) as f:
+            seen.append(json.load(f))
+    zero, one = seen
+    # every rank saw the warning at the same step and stopped at the same report, soon
+    assert zero["warned"] == one["warned"] is not None and zero["stopped"] == one["stopped"]
+    assert WARN_AT < zero["warned"] < zero["stopped"] <= WARN_AT + 40
+    state = run_state(run)
+    assert state["status"] == "STOPPED"
+    name = state["attempts"][0]["stop_checkpoint"]
+    with open(os.path.join(run, "checkpoints", name, "step.txt")) as f:
+        assert int(f.read()) == zero["stopped"] - 1  # the stop report's checkpoint
+    assert verify_checkpoint(os.path.join(run, "checkpoints", name)) == []
+    # before the warning rank 0 waited for rank 1 at the first reports and where the
+    # machine stalled the loop (reports then slower than the agreement budget, each
+    # agreed at once), not at every agreement report: with steps of about 0.3 ms, an
+    # agreement is due at least every 20 reports (100 waits in 2000 reports)
+    before = [it for it in zero["waited"] if it <= WARN_AT]
+    assert len(before) <= 40, f"rank 0 waited at reports {before}"
