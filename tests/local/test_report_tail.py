@@ -43,3 +43,45 @@ def test_a_late_rank_does_not_block_rank_0s_reports_and_a_stop_stops_both_togeth
     # agreement is due at least every 20 reports (100 waits in 2000 reports)
     before = [it for it in zero["waited"] if it <= WARN_AT]
     assert len(before) <= 40, f"rank 0 waited at reports {before}"
+
+
+def test_the_lines_a_report_writes_are_those_of_json_and_csv_whatever_the_values(tmp_path):
+    """The writer's fast path (a row of plain scalars) and its general one (nested dicts,
+    lists, numpy and torch scalars, columns missing or added later) give the lines that
+    json.dumps and the csv module give for the flattened row."""
+    import csv
+    import io
+
+    import numpy as np
+    import torch
+
+    from hpctrain._internal.base.fsutil import json_default
+    from hpctrain._internal.base.metrics import flatten
+    from hpctrain._internal.rundir.layout import ResultWriter, RunDir
+
+    class Sub(dict):
+        pass
+
+    rows = [{"loss": 0.1 + 0.2, "name": 'a,"b"\nc', "ok": True, "none": None, "i": 1},
+            {"loss": np.float32(0.5), "nested": {"a": 1, "b": {"c": [1, 2]}}, "i": 2},
+            {"i": 3, "t": torch.tensor(2.5), "l": [1, {"x": "y"}], "sub": Sub(k=1)},
+            {"loss": float("nan"), "big": 10 ** 20, "i": 4}]
+    run = RunDir(str(tmp_path / "run"))
+    run.create()
+    writer = ResultWriter(run)
+    for row in rows:
+        writer.write(row)
+    writer.close()
+    json_lines = "".join(json.dumps(r, default=json_default) + "\n" for r in rows)
+    out = io.StringIO()
+    table = csv.writer(out, lineterminator="\n")
+    fields = list(rows[0])
+    table.writerow(fields)
+    for row in rows:
+        flat = flatten(row)
+        table.writerow([json.dumps(v, default=json_default) if isinstance(v, (list, dict))
+                        else v for v in (flat.get(k, "") for k in fields)])
+    with open(run.result_file) as f:
+        assert f.read() == json_lines
+    with open(run.progress_file) as f:
+        assert f.read() == out.getvalue()
