@@ -14,6 +14,13 @@ integers over the job's own communicator), and only at *agreement reports*:
   the report after one that carried a checkpoint is an agreement report again);
 * and once more when the training function returns.
 
+While reports come fast and the last agreement saw nothing to act on, an agreement
+report *posts* its values (:meth:`Coordinator.allreduce_max_async`) instead of waiting,
+and the next agreement report takes that round's result: every rank posted it at the
+same report and reads it at the same later one, so decisions stay the same on every
+rank. A result with anything to act on (a checkpoint staged, a commit in flight, a stop,
+a checkpoint due, slow reports) makes that report a waiting agreement, as above.
+
 A rank stages the checkpoint files of earlier reports before it can enter the
 collective, so a completed agreement proves those shards complete. When a rank hands in a
 checkpoint at the agreement report itself, the agreement says so (and whether rank 0 is
