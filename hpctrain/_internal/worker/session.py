@@ -16,9 +16,9 @@ integers over the job's own communicator), and only at *agreement reports*:
 
 While reports come fast and the last agreement saw nothing to act on, an agreement
 report *posts* its values (:meth:`Coordinator.allreduce_max_async`) instead of waiting,
-and the next agreement report takes that round's result: every rank posted it at the
-same report and reads it at the same later one, so decisions stay the same on every
-rank. A result with anything to act on (a checkpoint staged, a commit in flight, a stop,
+and the agreement report ``POSTED_DEPTH`` agreement reports later takes that round's
+result: every rank posted it at the same report and reads it at the same later one, so
+decisions stay the same on every rank. A result with anything to act on (a checkpoint staged, a commit in flight, a stop,
 a checkpoint due, slow reports) makes that report a waiting agreement, as above.
 
 A rank stages the checkpoint files of earlier reports before it can enter the
@@ -30,6 +30,7 @@ report order), each by one rename. Every rank learns a stop decision at the same
 """
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import json
@@ -41,7 +42,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import cloudpickle
 
@@ -71,6 +72,10 @@ _log = get_logger("session")
 DETAILED_ENV = "HPCTRAIN_RESULT_ENABLE_DETAILED_AUTOFILLED_METRICS"
 AGREE_BUDGET_S = 0.005   # agree about this often, at most, when reports come faster
 MAX_GAP = 64             # and at least every MAX_GAP reports
+#: a posted agreement is applied this many agreement reports after it was posted (while
+#: reports come fast: see _post_agreement), so a rank or a collective's thread that the
+#: machine holds back for a few milliseconds does not make the others wait
+POSTED_DEPTH = 4
 NOTHING_IN_FLIGHT = 2**31 - 1  # "no background commit" in the agreement (any int type)
 #: broadcast_from_rank_zero: Ray's limit (a warning beyond it), and hpctrain's (an error)
 WARN_BROADCAST_BYTES = 1000
@@ -156,7 +161,8 @@ class Session:
         self._staged_since_agreement = False
         #: the next agreement report posts its round without waiting (an agreed decision)
         self._posting = False
-        self._posted: Optional[Posted] = None  # the round posted at the last such report
+        #: the rounds posted at the last such reports, oldest first (at most POSTED_DEPTH)
+        self._posted: Deque[Posted] = collections.deque()
         self._posted_gap = 1  # the gap to the next agreement that round's poster used
         self._publish_due = False
         self._need_proof = False
@@ -353,34 +359,34 @@ class Session:
                 int(ckpt_here and async_here), int(ckpt_here and not async_here), due_here]
 
     def _post_agreement(self, iteration: int) -> bool:
-        """An agreement report while reports come fast and nothing is to commit: apply
-        the round posted at the previous agreement report (every rank waits for that same
-        round here, long after the other ranks posted it) and, if it saw nothing to act
-        on, post this report's round without waiting; the report then goes on like one
-        between agreements (a checkpoint handed in now is committed at a later,
-        synchronous agreement). Returns False when this report must agree synchronously
-        instead: the posted round saw a checkpoint staged, a commit in flight, a stop
-        asked, a checkpoint due, or reports slower than ``AGREE_BUDGET_S`` apart — the
-        same decision on every rank, since every rank got the same values."""
+        """An agreement report while reports come fast and nothing is to commit: post
+        this report's round without waiting, and apply the round posted ``POSTED_DEPTH``
+        agreement reports ago (every rank waits for that same round here, long after
+        every rank posted it); the report then goes on like one between agreements (a
+        checkpoint handed in now is committed at a later, synchronous agreement). Returns
+        False when this report must agree synchronously instead: the applied round saw a
+        checkpoint staged, a commit in flight, a stop asked, a checkpoint due, or reports
+        slower than ``AGREE_BUDGET_S`` apart — the same decision on every rank, since
+        every rank got the same values."""
         gap = self._posted_gap
-        if self._posted is not None:
+        if len(self._posted) >= POSTED_DEPTH:
             (any_ckpt, stop, gap, _, _, neg_in_flight, _, _,
-             due) = self._settle_posted()
+             due) = self._posted.popleft().wait()
             if any_ckpt or stop or gap <= 1 or due or -neg_in_flight != NOTHING_IN_FLIGHT:
                 self._posting = False
                 return False
-        self._posted = self.coordinator.allreduce_max_async(
-            self._local_values(iteration, False))
+        self._posted.append(self.coordinator.allreduce_max_async(
+            self._local_values(iteration, False)))
         self._posted_gap = gap
         self._next_agreement = iteration + gap
         self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
         return True
 
-    def _settle_posted(self) -> List[int]:
-        """Wait for the round posted at the last agreement report (before any other
-        collective of the coordinator); its values, or [] when none is posted."""
-        posted, self._posted = self._posted, None
-        return posted.wait() if posted is not None else []
+    def _settle_posted(self) -> None:
+        """Wait for the rounds posted at the last agreement reports (before any blocking
+        collective of the coordinator); a synchronous agreement covers what they saw."""
+        while self._posted:
+            self._posted.popleft().wait()
 
     def _agree_before_staging(self, iteration: int, ckpt_here: bool, *,
                               final: bool = False, async_here: bool = False
@@ -392,7 +398,7 @@ class Session:
         now (then nothing is published yet, see :mod:`.async_commit`), and whether a
         checkpoint is due (``checkpoint_frequency="auto"``: rank 0's decision). Returns
         (a checkpoint is handed in now, rank 0 hands one in now)."""
-        self._settle_posted()  # a synchronous agreement covers what that round saw
+        self._settle_posted()
         local = self._local_values(iteration, ckpt_here, final=final, async_here=async_here)
         (any_ckpt, stop, gap, ckpt_now, rank0_now, neg_in_flight, async_now, sync_now,
          due) = (self.coordinator.allreduce_max(local) if self.info.world_size > 1
@@ -488,8 +494,8 @@ class Session:
     def barrier(self) -> None:
         """Return once every rank has called it (over the session's coordinator)."""
         if self.info.world_size > 1:
-            if self._posted is not None:  # done before the next collective, kept
-                self._posted.wait()
+            for posted in self._posted:  # done before the next collective, kept
+                posted.wait()
             self.coordinator.barrier()
 
     def broadcast_from_rank_zero(self, data: Any) -> Any:
@@ -509,8 +515,8 @@ class Session:
                 _log.warning("broadcast_from_rank_zero: the data is %d bytes pickled; it is "
                              "meant for small values (< %d bytes)", len(payload),
                              WARN_BROADCAST_BYTES)
-        if self._posted is not None:  # done before the next collective, kept
-            self._posted.wait()
+        for posted in self._posted:  # done before the next collective, kept
+            posted.wait()
         return cloudpickle.loads(self.coordinator.broadcast_bytes(payload))
 
     def reported_checkpoints(self) -> List[Any]:
