@@ -621,7 +621,7 @@ class ResultWriter:
             self._csv.writerow(fields)
         cells = [flat.get(k, "") for k in fields]
         self._csv.writerow(cells if plain else [_csv_cell(v) for v in cells])
-        line, cells_line = (_ENCODE(row) + "\n").encode(), "".join(out).encode()
+        line, cells_line = (_encode(row) + "\n").encode(), "".join(out).encode()
         json_size, csv_size = self._sizes
         try:
             if (os.write(self._json, line) != len(line)
@@ -646,6 +646,32 @@ class ResultWriter:
 
 #: json.dumps(row, default=json_default) without making an encoder per report
 _ENCODE = json.JSONEncoder(default=json_default).encode
+
+
+def _c_encoder() -> Any:
+    """The C encoder json.dumps makes per call, made once (same separators, NaN and
+    non-ASCII handling; no circular-reference bookkeeping: see :func:`_encode`), or None
+    where this Python lacks it."""
+    try:
+        return json.encoder.c_make_encoder(  # type: ignore[misc]
+            None, json_default, json.encoder.encode_basestring_ascii, None, ": ", ", ",
+            False, False, True)
+    except TypeError:  # no C speedups (None), or another signature
+        return None
+
+
+_C_ENCODE = _c_encoder()
+
+
+def _encode(row: Dict[str, Any]) -> str:
+    """``json.dumps(row, default=json_default)``; a row that contains itself is the
+    same ValueError."""
+    if _C_ENCODE is not None:
+        try:
+            return "".join(_C_ENCODE(row, 0))
+        except RecursionError:
+            pass  # a circular reference (or a row too deep): json.dumps says which
+    return _ENCODE(row)
 #: values written as they are in both files (a row of only these needs no conversion)
 _SCALARS = frozenset({int, float, str, bool, type(None)})
 
