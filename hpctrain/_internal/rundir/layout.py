@@ -619,8 +619,11 @@ class ResultWriter:
         out.clear()
         if header:
             self._csv.writerow(fields)
-        cells = [flat.get(k, "") for k in fields]
-        self._csv.writerow(cells if plain else [_csv_cell(v) for v in cells])
+        # (a missing column is None: the csv module writes it as an empty cell)
+        if plain:
+            self._csv.writerow(row.values() if list(row) == fields else map(row.get, fields))
+        else:
+            self._csv.writerow([_csv_cell(v) for v in map(flat.get, fields)])
         line, cells_line = (_encode(row) + "\n").encode(), "".join(out).encode()
         json_size, csv_size = self._sizes
         try:
@@ -747,8 +750,9 @@ class ResultTail(LineTail):
         return out
 
 
-def autofilled(iteration: int, this_iter_s: float, total_s: float, detailed: bool) -> Dict[str, Any]:
-    now = time.time()
+def autofilled(iteration: int, this_iter_s: float, now: float, total_s: float,
+               detailed: bool) -> Dict[str, Any]:
+    """Ray's automatic columns of a report made at ``now`` (``time.time()``)."""
     row: Dict[str, Any] = {
         "_timestamp": int(now),
         "_time_this_iter_s": this_iter_s,

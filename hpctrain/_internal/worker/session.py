@@ -189,7 +189,7 @@ class Session:
                checkpoint_upload_mode: Any = None,
                delete_local_checkpoint_after_upload: Optional[bool] = None,
                checkpoint_upload_fn: Any = None, validation: Any = False) -> None:
-        task = task_config_of(validation)
+        task = None if validation is False else task_config_of(validation)
         if task is not None:
             self._ask_validation(task, checkpoint)
         if checkpoint_upload_fn is not None:
@@ -292,7 +292,7 @@ class Session:
                                     aside)
         now = time.perf_counter()
         row = dict(metrics)
-        row.update(autofilled(iteration, now - self._last, time.time() - self._started,
+        row.update(autofilled(iteration, now - self._last, started, started - self._started,
                               self._detailed))
         row["checkpoint_dir_name"] = name
         if self._writer is not None and self._frequency.frequency == "auto":
