@@ -1,7 +1,7 @@
 """A metrics-only report does not wait for the other ranks: while reports come fast,
-the agreement of one agreement report is posted without waiting and applied at the next
-one (every rank the same round at the same report), so a rank that arrives late at a
-report costs rank 0 nothing there; a stop asked by one rank still stops every rank at
+the agreement of one agreement report is posted without waiting and applied a few
+agreement reports later (every rank the same round at the same report), so a rank that
+arrives late at a report costs rank 0 nothing there; a stop asked by one rank still stops every rank at
 the same report, after a checkpoint."""
 import json
 import os
