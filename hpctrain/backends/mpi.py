@@ -13,7 +13,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import List, Sequence
 
-from hpctrain._internal.base.context import Coordinator
+from hpctrain._internal.base.context import Coordinator, Posted
 from ..cluster_env import WorkerInfo
 from ..config import toml
 from ..errors import ConfigError
@@ -45,6 +45,18 @@ class MPICoordinator(Coordinator):
         recv = array("q", send)
         self._comm.Allreduce(send, recv, op=self._max)
         return list(recv)
+
+    def allreduce_max_async(self, values: Sequence[int]) -> Posted:
+        """MPI's non-blocking Iallreduce (the buffers live until it is waited for)."""
+        send = array("q", [int(v) for v in values])
+        recv = array("q", send)
+        request = self._comm.Iallreduce(send, recv, op=self._max)
+        buffers = (send, recv)  # alive until the request is complete
+
+        def finish() -> List[int]:
+            request.Wait()
+            return list(buffers[1])
+        return Posted(finish)
 
 
 class MPIBackend(Backend):

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
-from hpctrain._internal.base.context import Coordinator, current_session
+from hpctrain._internal.base.context import Coordinator, Posted, current_session
 from ..cluster_env import WorkerInfo
 from ..config import toml
 from ..errors import ConfigError
@@ -58,6 +58,18 @@ class TorchCoordinator(Coordinator):
         buf = self._torch.tensor(list(values), dtype=self._torch.int64)
         self._dist.all_reduce(buf, op=self._dist.ReduceOp.MAX, group=self._group)
         return buf.tolist()
+
+    def allreduce_max_async(self, values: Sequence[int]) -> Posted:
+        """Gloo's own non-blocking all_reduce (its worker threads run it, in the order
+        the collectives of this group were issued)."""
+        buf = self._torch.tensor(list(values), dtype=self._torch.int64)
+        work = self._dist.all_reduce(buf, op=self._dist.ReduceOp.MAX, group=self._group,
+                                     async_op=True)
+
+        def finish() -> List[int]:
+            work.wait()
+            return buf.tolist()
+        return Posted(finish)
 
 
 class TorchBackend(Backend):

@@ -92,6 +92,27 @@ def test_allgather_and_allreduce_max_in_rank_order():
         g.close()
 
 
+def test_a_posted_allreduce_max_returns_at_once_and_its_result_later():
+    """report()'s posted agreement over this group: rank 0 posts and goes on while rank 1
+    has not posted yet; each later gets the max, then a blocking operation follows in
+    order; a rank that left makes the posted one's wait raise."""
+    groups, errors, threads = start_group(2, free_port())
+    for t in threads:
+        t.join(30)
+    assert not errors
+    started = time.monotonic()
+    posted0 = groups[0].allreduce_max_async([1, 7])
+    assert time.monotonic() - started < 0.5  # rank 1 has not posted: rank 0 did not wait
+    posted1 = groups[1].allreduce_max_async([3, 2])
+    assert posted0.wait() == [3, 7] and posted1.wait() == [3, 7] and posted0.wait() == [3, 7]
+    out = run_all(groups, lambda g: g.allreduce_max([g.rank]))
+    assert out == {0: [1], 1: [1]}
+    groups[1].close()
+    with pytest.raises(ConnectionError, match="rank 1 left the group"):
+        groups[0].allreduce_max_async([0]).wait()
+    groups[0].close()
+
+
 def test_a_rank_that_dies_is_an_error_at_the_next_operation_not_a_hang():
     groups, errors, threads = start_group(2, free_port())
     for t in threads:

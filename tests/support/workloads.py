@@ -335,6 +335,53 @@ def on_demand(config):
         torch.save(model.module.state_dict(), _out("final.pt"))
 
 
+def late_rank(config):
+    """Fast reports behind a step that every rank takes together (an all_reduce, as DDP
+    does), rank 1 ``late`` seconds late at every report; at step ``warn_at`` rank 1
+    sends itself the warning signal. Rank 0 checkpoints when ``should_checkpoint()``.
+    Each rank writes ``agreement-rank-R.json``: the reports at which its agreement
+    waited for the other ranks (a blocking collective), the step at which it saw the
+    warning, and the report at which it stopped."""
+    import json
+    import time
+
+    import torch.distributed as dist
+
+    from hpctrain._internal.base.context import get_session
+
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    session = get_session()
+    coordinator, waited = session.coordinator, []
+    blocking = coordinator.allreduce_max
+
+    def counted(values):
+        waited.append(session.iteration + 1)  # the report in progress
+        return blocking(values)
+
+    coordinator.allreduce_max = counted
+    step_sync, warned = torch.ones(1), None
+    try:
+        for step in range(config["steps"]):
+            dist.all_reduce(step_sync)
+            if rank == 1:
+                time.sleep(config["late"])
+                if step == config["warn_at"]:
+                    os.kill(os.getpid(), signal.SIGUSR1)
+            ckpt = None
+            if ctx.should_checkpoint():
+                warned = step if warned is None else warned
+                if rank == 0:
+                    d = tempfile.mkdtemp()
+                    with open(os.path.join(d, "step.txt"), "w") as f:
+                        f.write(str(step))
+                    ckpt = Checkpoint.from_directory(d)
+            hpctrain.report({"step": step}, checkpoint=ckpt)
+    finally:
+        with open(_out(f"agreement-rank-{rank}.json"), "w") as f:
+            json.dump({"waited": waited, "warned": warned, "stopped": session.iteration}, f)
+
+
 #: A file only the container test's image holds (scripts/container-image.sh).
 IMAGE_MARKER = "/etc/hpctrain-test-image"
 

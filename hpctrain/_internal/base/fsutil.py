@@ -5,6 +5,7 @@ import contextlib
 import errno
 import json
 import os
+import queue
 import shutil
 import threading
 import time
@@ -174,8 +175,6 @@ class Background:
     training thread; ``submit`` costs a queue put, ``drain`` waits for the rest."""
 
     def __init__(self, name: str = "hpctrain-background"):
-        import queue
-
         self._q: "queue.Queue" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._name = name

@@ -24,7 +24,6 @@ import contextlib
 import csv
 import errno
 import functools
-import io
 import json
 import math
 import os
@@ -606,45 +605,84 @@ class ResultWriter:
         self._fields = _read_csv_header(run.progress_file)
         # the files' lengths, kept here (this process is their only writer while it
         # runs): a failed write is taken back to them without a stat per report
-        self._sizes = [os.fstat(fd).st_size for fd in (self._json, self._csv_fd)]
-        self._buf = io.StringIO()
-        self._csv = csv.writer(self._buf, lineterminator="\n")
+        self._sizes = tuple(os.fstat(fd).st_size for fd in (self._json, self._csv_fd))
+        self._out = _Lines()  # what the CSV writer wrote for this report
+        self._csv = csv.writer(self._out, lineterminator="\n")
 
     def write(self, row: Dict[str, Any]) -> None:
-        flat = flatten(row)
+        # the usual row holds only plain scalars: no flattened copy, no cell to convert
+        plain = _SCALARS.issuperset(map(type, row.values()))
+        flat = row if plain else flatten(row)
         header = self._fields is None
         fields = list(flat) if header else self._fields
-        buf = self._buf
-        buf.seek(0)
-        buf.truncate()
+        out = self._out
+        out.clear()
         if header:
             self._csv.writerow(fields)
-        self._csv.writerow([_csv_cell(flat.get(k, "")) for k in fields])
-        lines = ((self._json, json.dumps(row, default=json_default) + "\n"),
-                 (self._csv_fd, buf.getvalue()))
-        sizes = self._sizes
-        written = []
+        # (a missing column is None: the csv module writes it as an empty cell)
+        if plain:
+            self._csv.writerow(row.values() if list(row) == fields else map(row.get, fields))
+        else:
+            self._csv.writerow([_csv_cell(v) for v in map(flat.get, fields)])
+        line, cells_line = (_encode(row) + "\n").encode(), "".join(out).encode()
+        json_size, csv_size = self._sizes
         try:
-            for fd, data in lines:
-                raw = data.encode()
-                if os.write(fd, raw) != len(raw):  # cut short: the disk is full
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                written.append(len(raw))
+            if (os.write(self._json, line) != len(line)
+                    or os.write(self._csv_fd, cells_line) != len(cells_line)):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # the disk is full
         except OSError as e:
-            for (fd, _), size in zip(lines, sizes):  # both files, or neither
-                with contextlib.suppress(OSError):
+            for fd, size in ((self._json, json_size), (self._csv_fd, csv_size)):
+                with contextlib.suppress(OSError):  # both files, or neither
                     os.ftruncate(fd, size)
             raise CheckpointError(
                 f"recording report {row.get('_training_iteration')} in {self._paths[0]} "
                 f"failed: {e.strerror or e}. Its metrics are not recorded; committed "
                 f"checkpoints are untouched.{FULL_DISK_HINT if disk_full(e) else ''}") from e
         self._fields = fields
-        self._sizes = [size + n for size, n in zip(sizes, written)]
+        self._sizes = (json_size + len(line), csv_size + len(cells_line))
 
     def close(self) -> None:
         for fd in (self._json, self._csv_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+#: json.dumps(row, default=json_default) without making an encoder per report
+_ENCODE = json.JSONEncoder(default=json_default).encode
+
+
+def _c_encoder() -> Any:
+    """The C encoder json.dumps makes per call, made once (same separators, NaN and
+    non-ASCII handling; no circular-reference bookkeeping: see :func:`_encode`), or None
+    where this Python lacks it."""
+    try:
+        return json.encoder.c_make_encoder(  # type: ignore[misc]
+            None, json_default, json.encoder.encode_basestring_ascii, None, ": ", ", ",
+            False, False, True)
+    except TypeError:  # no C speedups (None), or another signature
+        return None
+
+
+_C_ENCODE = _c_encoder()
+
+
+def _encode(row: Dict[str, Any]) -> str:
+    """``json.dumps(row, default=json_default)``; a row that contains itself is the
+    same ValueError."""
+    if _C_ENCODE is not None:
+        try:
+            return "".join(_C_ENCODE(row, 0))
+        except RecursionError:
+            pass  # a circular reference (or a row too deep): json.dumps says which
+    return _ENCODE(row)
+#: values written as they are in both files (a row of only these needs no conversion)
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+class _Lines(list):
+    """The csv writer's file: the lines it writes, kept for one ``os.write``."""
+
+    write = list.append
 
 
 def _csv_cell(v: Any) -> Any:
@@ -712,8 +750,9 @@ class ResultTail(LineTail):
         return out
 
 
-def autofilled(iteration: int, this_iter_s: float, total_s: float, detailed: bool) -> Dict[str, Any]:
-    now = time.time()
+def autofilled(iteration: int, this_iter_s: float, now: float, total_s: float,
+               detailed: bool) -> Dict[str, Any]:
+    """Ray's automatic columns of a report made at ``now`` (``time.time()``)."""
     row: Dict[str, Any] = {
         "_timestamp": int(now),
         "_time_this_iter_s": this_iter_s,

@@ -14,6 +14,13 @@ integers over the job's own communicator), and only at *agreement reports*:
   the report after one that carried a checkpoint is an agreement report again);
 * and once more when the training function returns.
 
+While reports come fast and the last agreement saw nothing to act on, an agreement
+report *posts* its values (:meth:`Coordinator.allreduce_max_async`) instead of waiting,
+and the agreement report ``POSTED_DEPTH`` agreement reports later takes that round's
+result: every rank posted it at the same report and reads it at the same later one, so
+decisions stay the same on every rank. A result with anything to act on (a checkpoint staged, a commit in flight, a stop,
+a checkpoint due, slow reports) makes that report a waiting agreement, as above.
+
 A rank stages the checkpoint files of earlier reports before it can enter the
 collective, so a completed agreement proves those shards complete. When a rank hands in a
 checkpoint at the agreement report itself, the agreement says so (and whether rank 0 is
@@ -23,6 +30,7 @@ report order), each by one rename. Every rank learns a stop decision at the same
 """
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import json
@@ -34,7 +42,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import cloudpickle
 
@@ -44,7 +52,7 @@ from hpctrain._internal.base.checkpoint_interval import FrequencyPolicy
 from hpctrain._internal.base.deadline import (ENV_ENDS_AT, checkpoint_deadline, env_seconds,
                                              skipped_message, too_late)
 from hpctrain._internal.base.context import (  # noqa: F401
-    Coordinator, SingleProcessCoordinator, current_session, get_session, request_stop,
+    Coordinator, Posted, SingleProcessCoordinator, current_session, get_session, request_stop,
     set_session, stop_pending)
 from hpctrain.checkpoint import (Checkpoint, METADATA_FILE, ReportedCheckpoint,
                                  ReportedCheckpointStatus)
@@ -66,6 +74,10 @@ _log = get_logger("session")
 DETAILED_ENV = "HPCTRAIN_RESULT_ENABLE_DETAILED_AUTOFILLED_METRICS"
 AGREE_BUDGET_S = 0.005   # agree about this often, at most, when reports come faster
 MAX_GAP = 64             # and at least every MAX_GAP reports
+#: a posted agreement is applied this many agreement reports after it was posted (while
+#: reports come fast: see _post_agreement), so a rank or a collective's thread that the
+#: machine holds back for a few milliseconds does not make the others wait
+POSTED_DEPTH = 4
 NOTHING_IN_FLIGHT = 2**31 - 1  # "no background commit" in the agreement (any int type)
 #: broadcast_from_rank_zero: Ray's limit (a warning beyond it), and hpctrain's (an error)
 WARN_BROADCAST_BYTES = 1000
@@ -149,6 +161,11 @@ class Session:
         self._next_agreement = start_iteration + 1
         self._agreed_at, self._agreed_iteration = time.perf_counter(), start_iteration
         self._staged_since_agreement = False
+        #: the next agreement report posts its round without waiting (an agreed decision)
+        self._posting = False
+        #: the rounds posted at the last such reports, oldest first (at most POSTED_DEPTH)
+        self._posted: Deque[Posted] = collections.deque()
+        self._posted_gap = 1  # the gap to the next agreement that round's poster used
         self._publish_due = False
         self._need_proof = False
         self._publish_below = NOTHING_IN_FLIGHT  # publish staged reports before this one
@@ -180,7 +197,7 @@ class Session:
                checkpoint_upload_mode: Any = None,
                delete_local_checkpoint_after_upload: Optional[bool] = None,
                checkpoint_upload_fn: Any = None, validation: Any = False) -> None:
-        task = task_config_of(validation)
+        task = None if validation is False else task_config_of(validation)
         if task is not None:
             self._ask_validation(task, checkpoint)
         if checkpoint_upload_fn is not None:
@@ -216,6 +233,8 @@ class Session:
         if self._inflight is not None and (checkpoint is not None or self._inflight.done()):
             self._harvest()
         agreed = iteration >= self._next_agreement
+        if agreed and self._posting and self._post_agreement(iteration):
+            agreed = False  # posted: the rest is a report between agreements
         if checkpoint is not None and not agreed and self._late_next:
             checkpoint = self._skip_late(iteration, checkpoint)  # the last agreement said so
             use_async = False
@@ -287,7 +306,7 @@ class Session:
                                     aside)
         now = time.perf_counter()
         row = dict(metrics)
-        row.update(autofilled(iteration, now - self._last, time.time() - self._started,
+        row.update(autofilled(iteration, now - self._last, started, started - self._started,
                               self._detailed))
         row["checkpoint_dir_name"] = name
         if self._writer is not None and self._frequency.frequency == "auto":
@@ -351,6 +370,61 @@ class Session:
         sys.stderr.flush()
         os._exit(0)
 
+    def _local_values(self, iteration: int, ckpt_here: bool, *, final: bool = False,
+                      async_here: bool = False) -> List[int]:
+        """This rank's values for an agreement at ``iteration`` (see
+        :meth:`_agree_before_staging`); rank 0 adds the gap to the next agreement, chosen
+        from the pace of the reports since the previous one."""
+        gap = 0
+        due_here = late_now = late_next = 0
+        if self.info.world_rank == 0 and not final:
+            now = time.perf_counter()
+            pace = (now - self._agreed_at) / max(1, iteration - self._agreed_iteration)
+            gap = MAX_GAP if pace <= 0 else max(1, min(MAX_GAP, int(AGREE_BUDGET_S / pace)))
+            due_here = int(self._frequency.due_by_time())
+            late_now, late_next = self._lateness(pace)
+        rank0_here = int(ckpt_here and self.info.world_rank == 0)
+        return [int(self._staged_since_agreement), int(self._stop_requested.is_set()), gap,
+                int(ckpt_here), rank0_here,
+                # the lowest iteration in flight anywhere (a max of negated values)
+                -(self._inflight.iteration if self._inflight is not None
+                  else iteration if ckpt_here and async_here else NOTHING_IN_FLIGHT),
+                int(ckpt_here and async_here), int(ckpt_here and not async_here), due_here,
+                late_now, late_next]
+
+    def _post_agreement(self, iteration: int) -> bool:
+        """An agreement report while reports come fast and nothing is to commit: post
+        this report's round without waiting, and apply the round posted ``POSTED_DEPTH``
+        agreement reports ago (every rank waits for that same round here, long after
+        every rank posted it); the report then goes on like one between agreements (a
+        checkpoint handed in now is committed at a later, synchronous agreement). Returns
+        False when this report must agree synchronously instead: the applied round saw a
+        checkpoint staged, a commit in flight, a stop asked, a checkpoint due, or reports
+        slower than ``AGREE_BUDGET_S`` apart — the same decision on every rank, since
+        every rank got the same values."""
+        gap = self._posted_gap
+        if len(self._posted) >= POSTED_DEPTH:
+            (any_ckpt, stop, gap, _, _, neg_in_flight, _, _,
+             due, late_now, late_next) = self._posted.popleft().wait()
+            # (a checkpoint that would end after the deadline: the waiting agreement
+            # decides afresh which are skipped)
+            if any_ckpt or stop or gap <= 1 or due or late_now or late_next \
+                    or -neg_in_flight != NOTHING_IN_FLIGHT:
+                self._posting = False
+                return False
+        self._posted.append(self.coordinator.allreduce_max_async(
+            self._local_values(iteration, False)))
+        self._posted_gap = gap
+        self._next_agreement = iteration + gap
+        self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
+        return True
+
+    def _settle_posted(self) -> None:
+        """Wait for the rounds posted at the last agreement reports (before any blocking
+        collective of the coordinator); a synchronous agreement covers what they saw."""
+        while self._posted:
+            self._posted.popleft().wait()
+
     def _agree_before_staging(self, iteration: int, ckpt_here: bool, *,
                               final: bool = False, async_here: bool = False
                               ) -> Tuple[bool, bool]:
@@ -361,22 +435,8 @@ class Session:
         now (then nothing is published yet, see :mod:`.async_commit`), and whether a
         checkpoint is due (``checkpoint_frequency="auto"``: rank 0's decision). Returns
         (a checkpoint is handed in now, rank 0 hands one in now)."""
-        gap = 0
-        due_here = late_now = late_next = 0
-        if self.info.world_rank == 0 and not final:
-            now = time.perf_counter()
-            pace = (now - self._agreed_at) / max(1, iteration - self._agreed_iteration)
-            gap = MAX_GAP if pace <= 0 else max(1, min(MAX_GAP, int(AGREE_BUDGET_S / pace)))
-            due_here = int(self._frequency.due_by_time())
-            late_now, late_next = self._lateness(pace)
-        rank0_here = int(ckpt_here and self.info.world_rank == 0)
-        local = [int(self._staged_since_agreement), int(self._stop_requested.is_set()), gap,
-                 int(ckpt_here), rank0_here,
-                 # the lowest iteration in flight anywhere (a max of negated values)
-                 -(self._inflight.iteration if self._inflight is not None
-                   else iteration if ckpt_here and async_here else NOTHING_IN_FLIGHT),
-                 int(ckpt_here and async_here), int(ckpt_here and not async_here), due_here,
-                 late_now, late_next]
+        self._settle_posted()
+        local = self._local_values(iteration, ckpt_here, final=final, async_here=async_here)
         (any_ckpt, stop, gap, ckpt_now, rank0_now, neg_in_flight, async_now, sync_now,
          due, late_now, late_next) = (self.coordinator.allreduce_max(local)
                                       if self.info.world_size > 1 else local)
@@ -419,6 +479,12 @@ class Session:
             or self._publish_due else max(1, gap))
         self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
         self._staged_since_agreement = False
+        # nothing to commit, no stop, reports faster than the budget: the next agreement
+        # reports post their rounds instead of waiting for them (see _post_agreement)
+        self._posting = (self.info.world_size > 1 and gap > 1 and not (
+            final or self.stop_agreed or any_ckpt or ckpt_now or any_inflight or due
+            or self._publish_due or late_now or late_next))
+        self._posted_gap = gap
         return bool(ckpt_now), bool(rank0_now)
 
     def _lateness(self, pace: float) -> Tuple[int, int]:
@@ -491,6 +557,8 @@ class Session:
     def barrier(self) -> None:
         """Return once every rank has called it (over the session's coordinator)."""
         if self.info.world_size > 1:
+            for posted in self._posted:  # done before the next collective, kept
+                posted.wait()
             self.coordinator.barrier()
 
     def broadcast_from_rank_zero(self, data: Any) -> Any:
@@ -510,6 +578,8 @@ class Session:
                 _log.warning("broadcast_from_rank_zero: the data is %d bytes pickled; it is "
                              "meant for small values (< %d bytes)", len(payload),
                              WARN_BROADCAST_BYTES)
+        for posted in self._posted:  # done before the next collective, kept
+            posted.wait()
         return cloudpickle.loads(self.coordinator.broadcast_bytes(payload))
 
     def reported_checkpoints(self) -> List[Any]:
