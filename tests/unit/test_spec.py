@@ -452,7 +452,8 @@ def test_jobspec_checks_backend_in_python() -> None:
         JobSpec(backend="jax")
     with pytest.raises(ConfigError, match="torch.nccl_debug: unknown key"):
         JobSpec(backend_options={"nccl_debug": True})
-    assert set(BACKENDS) == {"torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm"}
+    assert set(BACKENDS) == {"torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm",
+                             "function"}
 
 
 def test_every_bad_override_and_every_bad_section_is_reported_at_once(tmp_path):
