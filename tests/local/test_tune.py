@@ -115,10 +115,23 @@ def test_a_training_function_runs_with_no_framework_and_no_process_group(storage
                       param_space={"a": tune.grid_search([1, 2])},
                       run_config=RunConfig(name="plain", storage_path=storage,
                                            verbose=0)).fit()
-    assert [(r.metrics["score"], r.metrics["loaded"]) for r in grid] == [(1, "none"),
-                                                                          (2, "none")]
+    assert [(r.metrics["score"], r.metrics["loaded"]) for r in grid] == [(2, "none"),
+                                                                          (3, "none")]
     for r in grid:  # the trial's resolved spec names the backend
         assert '[job]\nbackend = "function"\n' in open(os.path.join(r.path, "spec.toml")).read()
+
+
+def test_a_training_function_given_two_workers_runs_them_without_a_framework_too(storage):
+    """``with_resources(f, ScalingConfig(num_workers=2))``: both ranks run the function and
+    agree on each report over hpctrain's TCP group (no process group: a function that
+    wants DDP is given to a TorchTrainer)."""
+    fn = tune.with_resources(tune_workloads.frameworks_loaded, ScalingConfig(num_workers=2))
+    grid = tune.Tuner(fn, param_space={"a": 1},
+                      run_config=RunConfig(name="two", storage_path=storage, verbose=0)).fit()
+    assert not grid.errors, grid.errors
+    (r,) = grid
+    assert (r.metrics["world_size"], r.metrics["loaded"], r.metrics["_training_iteration"]) \
+        == (2, "none", 2)
 
 
 def test_a_training_function_that_uses_torch_prepares_its_model_and_loader_alone(storage):
