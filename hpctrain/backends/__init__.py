@@ -19,6 +19,7 @@ backend         set-up                                 report()'s agreement     
 ``mpi``         mpi4py ``COMM_WORLD``                  a duplicate of COMM_WORLD an MPI one
 ``xgboost``     a RabitTracker on rank 0 + collective  hpctrain's TCP group      any
 ``lightgbm``    ``machines``/ports for LightGBM        hpctrain's TCP group      any
+``function``    nothing (a Tune function trainable)    hpctrain's TCP group      any
 =============== ====================================== ========================= ==========
 """
 from __future__ import annotations
@@ -66,6 +67,11 @@ register_backend("lightgbm", backend="hpctrain.backends.lightgbm:LightGBMBackend
                  config="hpctrain.backends.lightgbm:LightGBMConfig",
                  trainer="hpctrain.lightgbm:LightGBMTrainer", config_keyword="lightgbm_config",
                  requires=("lightgbm",), install=pip_install("lightgbm pandas"))
+# no framework: a Tune function trainable (Tuner(train_fn)), as Ray runs it in a plain actor
+register_backend("function", backend="hpctrain.backends.function:FunctionBackend",
+                 config="hpctrain.backends.function:FunctionConfig",
+                 trainer="hpctrain.function_trainer:FunctionTrainer",
+                 config_keyword="function_config")
 
 
 def check_installed(name: str) -> None:

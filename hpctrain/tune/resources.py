@@ -1,7 +1,8 @@
 """``tune.with_resources``: what one trial of a function trainable gets.
 
 Ray's ``tune.with_resources(train_fn, resources={"cpu": 2, "gpu": 0})`` reserves those
-resources for each trial. Here a function trainable runs as a 1-worker trainer, so the
+resources for each trial. Here a function trainable runs as a 1-worker trainer (the
+framework-free ``function`` backend: :mod:`hpctrain.function_trainer`), so the
 resources become that worker's :class:`~hpctrain.ScalingConfig`: ``{"cpu": 2}`` is
 ``resources_per_worker={"CPU": 2}`` (trials side by side on one machine count it; on a
 cluster it is the array task's cores) and ``"gpu"`` > 0 is ``use_gpu=True`` with that many

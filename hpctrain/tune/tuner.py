@@ -17,8 +17,8 @@ import cloudpickle
 from .._internal.base.registry import storage_for, uri_scheme
 from ..config import RunConfig, ScalingConfig, default_storage_path
 from ..errors import ConfigError
+from ..function_trainer import FunctionTrainer
 from ..run import Run, RunOptions, spec_of_trainer
-from ..torch import TorchTrainer
 from ..train import LegacyTrainable
 from ..trainer import DataParallelTrainer
 from ._control import TrialControl, ensure_trial_config, open_sweep, searching, tell_pending
@@ -90,7 +90,8 @@ class Tuner:
 
     ``trainable``: a trainer (``TorchTrainer(...)``; ``param_space={"train_loop_config":
     {...}}`` is merged over its ``train_loop_config``), a training function (run as a
-    1-worker ``TorchTrainer``; the space is its config), or the seed-era
+    1-worker :class:`~hpctrain.function_trainer.FunctionTrainer`: no framework is set up;
+    the space is its config), or the seed-era
     ``Trainer.to_tune_trainable(train_func)``. ``run_config``: the sweep's name and
     storage path (default: the trainer's); trials go to ``<storage>/<name>/trial_NNNNN``.
     Running a sweep again with the same name continues it: finished trials are kept,
@@ -340,9 +341,10 @@ def _as_trainer(trainable: Any, param_space: Dict[str, Any]) -> Tuple[Any, str, 
     if isinstance(trainable, LegacyTrainable):
         return trainable.trainer(), "flat", trainable.run_options()
     if callable(trainable):
-        return TorchTrainer(trainable,
-                            scaling_config=scaling_of(trainable) or ScalingConfig(num_workers=1),
-                            run_config=RunConfig()), "flat", RunOptions()
+        # no framework, no process group: Ray runs a function trainable in a plain actor
+        return FunctionTrainer(trainable,
+                               scaling_config=scaling_of(trainable) or ScalingConfig(num_workers=1),
+                               run_config=RunConfig()), "flat", RunOptions()
     raise ConfigError(f"trainable: expected a trainer (e.g. TorchTrainer(...)), a training "
                       f"function or Trainer.to_tune_trainable(...), got "
                       f"{type(trainable).__name__}")

@@ -402,3 +402,25 @@ input = {grid_search = [1, 2, 3]}
     assert [r.status for r in grid] == ["FINISHED"] * 3
     assert grid.get_best_result().config == {"train_loop_config": {"input": 3}}
     assert_no_pbs_output_in(os.getcwd())
+
+
+def test_a_function_backend_sweep_as_a_pbs_job_array(tmp_path, storage, pbs):
+    """`job.backend = "function"` (what a Tune function trainable runs as): each subjob's
+    rank imports no framework."""
+    from hpctrain import tune
+
+    path = pbs_sweep(tmp_path, storage, "pbsplain", "tune_workloads.py:frameworks_loaded", """
+[sweep]
+metric = "score"
+mode = "max"
+[sweep.param_space]
+a = {grid_search = [1, 2]}
+""")
+    text = open(path).read()
+    open(path, "w").write(text.replace("[job]\n", '[job]\nbackend = "function"\n'))
+    out = cli("sweep", path, "--follow", timeout=JOB_TIMEOUT)
+    assert "submitted pbs job array" in out.stdout
+    grid = tune.ResultGrid.from_path(os.path.join(storage, "pbsplain"))
+    assert [(r.status, r.metrics["score"], r.metrics["loaded"]) for r in grid] == [
+        ("FINISHED", 2, "none"), ("FINISHED", 3, "none")]
+    assert_no_pbs_output_in(os.getcwd())

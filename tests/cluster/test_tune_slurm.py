@@ -142,3 +142,33 @@ input = {{grid_search = [1, 2, 3]}}
     grid = tune.ResultGrid.from_path(sweep)
     assert grid.get_best_result().config == {"train_loop_config": {"input": 3}}
     assert [r.metrics["output"] for r in grid] == [1, 2, 3]
+
+
+def test_a_function_backend_sweep_runs_its_trials_with_no_framework_as_an_array(
+        tmp_path, storage):
+    """`job.backend = "function"` (what a Tune function trainable runs as) as a Slurm job
+    array: each task's rank imports no framework and reports as usual."""
+    job = tmp_path / "plain.toml"
+    job.write_text(f"""site = "test-cluster"
+[job]
+entrypoint = "{WORKLOADS}:frameworks_loaded"
+backend = "function"
+[run]
+name = "plain"
+storage_path = "{storage}"
+[scaling]
+num_workers = 1
+[sweep]
+metric = "score"
+mode = "max"
+[sweep.param_space]
+a = {{grid_search = [1, 2]}}
+""")
+    out = cli("sweep", str(job), "--follow").stdout
+    assert "best: trial_00001" in out, out
+    grid = tune.ResultGrid.from_path(os.path.join(storage, "plain"))
+    assert [(r.metrics["score"], r.metrics["loaded"], r.metrics["world_size"]) for r in grid] \
+        == [(2, "none", 1), (3, "none", 1)]
+    for r in grid:
+        assert state(r.path)["status"] == "FINISHED"
+        assert '\nbackend = "function"\n' in open(os.path.join(r.path, "spec.toml")).read()

@@ -107,6 +107,47 @@ def test_a_training_function_is_a_trainable_too(storage):
     assert grid.get_best_result(mode="min", scope="all").metrics["score"] == 15
 
 
+def test_a_training_function_runs_with_no_framework_and_no_process_group(storage):
+    """Ray runs a function trainable in a plain actor: here its worker is the framework-free
+    ``function`` backend's (it used to be a 1-worker TorchTrainer's: torch imported and a
+    Gloo group formed for every trial)."""
+    grid = tune.Tuner(tune_workloads.frameworks_loaded,
+                      param_space={"a": tune.grid_search([1, 2])},
+                      run_config=RunConfig(name="plain", storage_path=storage,
+                                           verbose=0)).fit()
+    assert [(r.metrics["score"], r.metrics["loaded"]) for r in grid] == [(2, "none"),
+                                                                          (3, "none")]
+    for r in grid:  # the trial's resolved spec names the backend
+        assert '[job]\nbackend = "function"\n' in open(os.path.join(r.path, "spec.toml")).read()
+
+
+def test_a_training_function_given_two_workers_runs_them_without_a_framework_too(storage):
+    """``with_resources(f, ScalingConfig(num_workers=2))``: both ranks run the function and
+    agree on each report over hpctrain's TCP group (no process group: a function that
+    wants DDP is given to a TorchTrainer)."""
+    fn = tune.with_resources(tune_workloads.frameworks_loaded, ScalingConfig(num_workers=2))
+    grid = tune.Tuner(fn, param_space={"a": 1},
+                      run_config=RunConfig(name="two", storage_path=storage, verbose=0)).fit()
+    assert not grid.errors, grid.errors
+    (r,) = grid
+    assert (r.metrics["world_size"], r.metrics["loaded"], r.metrics["_training_iteration"]) \
+        == (2, "none", 2)
+
+
+def test_a_training_function_that_uses_torch_prepares_its_model_and_loader_alone(storage):
+    grid = tune.Tuner(tune_workloads.torch_regression,
+                      param_space={"lr": tune.grid_search([0.1]), "epochs": 30},
+                      run_config=RunConfig(name="torchfn", storage_path=storage,
+                                           verbose=0)).fit()
+    assert not grid.errors, grid.errors
+    (r,) = grid
+    # one rank: the model is not wrapped in DDP, the loader keeps its own sampler (all
+    # 4 batches of 16), and no process group was formed
+    assert (r.metrics["model"], r.metrics["process_group"], r.metrics["batches"]) == \
+        ("Linear", False, 4)
+    assert r.metrics["loss"] < 0.05
+
+
 def sweep_file(tmp_path, storage, name, *, function="docs_example", extra_config="",
                sweep="", site=None, scheduler=""):
     path = tmp_path / f"{name}.toml"

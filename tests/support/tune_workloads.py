@@ -53,6 +53,48 @@ def tune_function(config):
     tune.report(score=config["a"] * 10 + config["b"])
 
 
+def frameworks_loaded(config):
+    """A function trainable reporting which frameworks its worker process has imported."""
+    import sys
+
+    from hpctrain import tune
+
+    import hpctrain
+
+    for step in range(2):  # (two reports: with two ranks, two agreements)
+        tune.report({"score": config["a"] + step,
+                     "world_size": hpctrain.get_context().get_world_size(),
+                     "loaded": ",".join(m for m in ("torch", "tensorflow")
+                                        if m in sys.modules) or "none"})
+
+
+def torch_regression(config):
+    """A function trainable that uses torch itself, through hpctrain.torch's helpers
+    (one rank): a line fitted for a few epochs; reports the loss, whether the model was
+    wrapped and whether a process group exists."""
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import hpctrain.torch
+    from hpctrain import tune
+
+    torch.manual_seed(0)
+    x = torch.linspace(-1, 1, 64).unsqueeze(1)
+    loader = hpctrain.torch.prepare_data_loader(
+        DataLoader(TensorDataset(x, 3 * x + 1), batch_size=16, shuffle=True))
+    model = hpctrain.torch.prepare_model(torch.nn.Linear(1, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    for _ in range(config["epochs"]):
+        for xb, yb in loader:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            loss.backward()
+            opt.step()
+    tune.report({"loss": float(loss), "model": type(model).__name__,
+                 "process_group": dist.is_initialized(), "batches": len(loader)})
+
+
 def mpi_size(config):
     """The docs example under the mpi backend, also reporting the MPI world's size."""
     from mpi4py import MPI

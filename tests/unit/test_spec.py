@@ -12,6 +12,7 @@ import pytest
 import hpctrain.spec as spec_module
 from hpctrain.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from hpctrain.errors import ConfigError
+from hpctrain.function_trainer import FunctionConfig, FunctionTrainer
 from hpctrain.spec import (
     BACKENDS,
     EntryPoint,
@@ -452,7 +453,8 @@ def test_jobspec_checks_backend_in_python() -> None:
         JobSpec(backend="jax")
     with pytest.raises(ConfigError, match="torch.nccl_debug: unknown key"):
         JobSpec(backend_options={"nccl_debug": True})
-    assert set(BACKENDS) == {"torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm"}
+    assert set(BACKENDS) == {"torch", "tensorflow", "horovod", "mpi", "xgboost", "lightgbm",
+                             "function"}
 
 
 def test_every_bad_override_and_every_bad_section_is_reported_at_once(tmp_path):
@@ -471,3 +473,20 @@ def test_every_bad_override_and_every_bad_section_is_reported_at_once(tmp_path):
         "scaling", "runn", "failure.max_failures", "failure.fail_fsat", "checkpoint.num_to_kep"]
     assert str(e.value).splitlines()[0] == f"{job}: 5 problems:"
     assert e.value.errors[1].hint == "did you mean 'run'?"
+
+
+def test_the_function_backends_section_and_config_are_checked() -> None:
+    """``job.backend = "function"`` (a Tune function trainable's): its ``[function]`` table
+    and ``FunctionTrainer(function_config=)`` refuse bad values, naming the key."""
+    spec = spec_from_dict({"job": {"entrypoint": "m:f", "backend": "function"},
+                           "function": {"timeout_s": 5}})
+    assert (spec.backend, spec.backend_options) == ("function", {"timeout_s": 5})
+    with pytest.raises(ConfigError, match=r"^job.toml: function.timeout_s: expected an "
+                                          r"integer ≥ 1, got 0$"):
+        spec_from_dict({"job": {"backend": "function"}, "function": {"timeout_s": 0}},
+                       file="job.toml")
+    with pytest.raises(ConfigError, match="^function_config: expected a FunctionConfig, "
+                                          "got dict$"):
+        FunctionTrainer(lambda config: None, function_config={"timeout_s": 5})
+    with pytest.raises(ConfigError, match="function.timeout_s: expected a positive integer"):
+        FunctionConfig(timeout_s=True)
