@@ -26,7 +26,7 @@ MANIFEST = json.load(open(os.path.join(ROOT, "tests", "support", "ray_examples",
 def _example(path):
     """The text of ``path`` (as inside Ray's wheel), checked against the manifest."""
     if os.environ.get("HPCTRAIN_SKIP_RAY_EXAMPLES") == "1":
-        pytest.skip("HPCTRAIN_SKIP_RAY_EXAMPLES=1")
+        pytest.skip(reason="HPCTRAIN_SKIP_RAY_EXAMPLES=1")
     wheel = MANIFEST["wheel"]
     pattern = os.path.join(ROOT, wheel["folder"], f"ray-{wheel['version']}-*.whl")
     found = sorted(glob.glob(pattern))

@@ -206,7 +206,7 @@ def test_a_pbt_population_of_fractional_cpu_trainers_runs_side_by_side_and_explo
     from hpctrain.trainer import DataParallelTrainer
 
     if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs 2 cores")
+        pytest.skip(reason="needs 2 cores")
     log = str(tmp_path / "times.jsonl")
     trainer = DataParallelTrainer(
         w.climb_ranks, scaling_config=ScalingConfig(num_workers=2,
