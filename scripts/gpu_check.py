@@ -534,7 +534,8 @@ def check_hang(device: str, storage: str) -> Tuple[str, str]:
            "joins an all_reduce" if world > 1
            else "1 rank, its GPU stream spins (torch.cuda._sleep) and the host waits in "
                 "synchronize()")
-    detail = (f"{how}: {error}; stacks of ranks 0–{world - 1} written; attempt 2 resumed "
+    stacks = "the stack of rank 0" if world == 1 else f"the stacks of ranks 0–{world - 1}"
+    detail = (f"{how}: {error}; {stacks} written; attempt 2 resumed "
               f"from {os.path.basename(str(second.get('resumed_from')))} and finished, "
               f"total {result.metrics.get('total'):g} as uninterrupted")
     return ("FAIL", "; ".join(problems) + f" ({detail})") if problems else ("ok", detail)

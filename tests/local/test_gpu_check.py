@@ -55,5 +55,5 @@ def test_the_hang_check_dry_runs_on_cpu_ranks(tmp_path):
     row = next(line for line in p.stdout.splitlines() if line.startswith("| hang-nccl |"))
     assert "| ok |" in row, row
     assert "2 ranks (Gloo), rank 1 never joins an all_reduce: hang: rank " in row
-    assert "over the configured limit of 15 s; stacks of ranks 0–1 written; attempt 2 " \
+    assert "over the configured limit of 15 s; the stacks of ranks 0–1 written; attempt 2 " \
            "resumed from checkpoint_000001 and finished, total 20 as uninterrupted" in row
