@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -41,6 +40,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from _stats import paired_ratio  # noqa: E402
 
 
 def per_beat_ns(n: int = 1_000_000) -> float:
@@ -88,29 +89,6 @@ def end_to_end(storage: str, watchdog: bool, reports: int, step_ms: float) -> tu
         run_config=RunConfig(storage_path=storage, verbose=0, failure_config=FailureConfig(
             hang_timeout=None if watchdog else "off"))).fit()
     return float(result.return_value), time.process_time() - cpu
-
-
-#: Student's t, two-sided 95 %, by degrees of freedom (beyond 30: the normal's 1.96)
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
-        16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074,
-        23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045,
-        30: 2.042}
-
-
-def paired_ratio(on: list, off: list) -> tuple:
-    """(geometric mean of on/off, low, high): the 95 % confidence interval of the pairs'
-    mean log ratio (Student's t), back on the ratio scale.
-
-    >>> [round(x, 4) for x in paired_ratio([2.0, 2.2, 2.1], [2.0, 2.0, 2.1])]
-    [1.0323, 0.9004, 1.1835]
-    """
-    logs = [math.log(a / b) for a, b in zip(on, off)]
-    mean = statistics.fmean(logs)
-    if len(logs) < 2:
-        return math.exp(mean), float("nan"), float("nan")
-    half = T975.get(len(logs) - 1, 1.96) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def pairs(storage: str, n: int, first: bool, second: bool, reports: int, step_ms: float):
