@@ -66,6 +66,28 @@ def thread_cpu() -> Dict[str, float]:
     return out
 
 
+def thread_switches() -> Dict[str, List[int]]:
+    """Context switches of each thread of this process so far, by thread name: [voluntary
+    (the thread waited: a wake-up per message or lock), involuntary (preempted)] (Linux
+    /proc; {} elsewhere)."""
+    out: Dict[str, List[int]] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            name = fields["Name"].strip()
+            counts = out.setdefault(name, [0, 0])
+            counts[0] += int(fields["voluntary_ctxt_switches"])
+            counts[1] += int(fields["nonvoluntary_ctxt_switches"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
 def make_model() -> nn.Module:
     return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
 
@@ -131,7 +153,7 @@ def train_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
     for epoch in range(cfg["epochs"]):
         if epoch == cfg["warmup_epochs"]:
             t_timed, cpu_timed = time.perf_counter(), time.process_time()
-            threads_before = thread_cpu()
+            threads_before, switches_before = thread_cpu(), thread_switches()
         loader.set_epoch(epoch)
         total, correct, loss_sum = 0, 0, 0.0
         for x, y in loader:
@@ -151,7 +173,10 @@ def train_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
             rec["t_first_report"] = time.time()
     elapsed = time.perf_counter() - t_timed
     cpu = time.process_time() - cpu_timed
-    threads = thread_cpu()
+    threads, switches = thread_cpu(), thread_switches()
+    rec["train_thread_switches_per_step"] = {
+        name: [round((v[i] - switches_before.get(name, [0, 0])[i]) / timed_steps, 2)
+               for i in (0, 1)] for name, v in sorted(switches.items())}
     rec["train_thread_cpu_ms_per_step"] = {
         name: round((v - threads_before.get(name, 0.0)) / timed_steps * 1e3, 4)
         for name, v in sorted(threads.items())}

@@ -4,6 +4,8 @@
     python bench/bench_core.py                  # full: 3 fresh runs of each, medians
     python bench/bench_core.py --quick          # 1 run each, smaller sizes (~1 min)
     python bench/bench_core.py --json out.json  # also write every number as JSON
+    python bench/bench_core.py --train-only --repeats 12   # the per-step figures, paired
+    python bench/bench_core.py --train-only --repeats 12 --control  # their noise floor
 
 Workload (DESIGN.md, "Performance, measured against the anchors"): MLP 784→256→10,
 2 Gloo workers, 3 epochs of synthetic data, OMP_NUM_THREADS=1. Each repeat starts every
@@ -407,6 +409,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "most the GPUs here)")
     p.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
     p.add_argument("--no-ray", action="store_true", help="skip Ray Train even if installed")
+    p.add_argument("--control", action="store_true",
+                   help="the noise floor: the floor's runs in both columns (the hpctrain "
+                        "column runs torchrun again), so the paired ratios show what two "
+                        "identical launchers differ by on this machine")
     p.add_argument("--train-only", action="store_true",
                    help="only the train runs (figures 1, 2, 4, 5; no checkpoint runs): many "
                         "repeats of the per-step figures in less time, e.g. --repeats 12")
@@ -424,6 +430,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     sizes = SIZES[size]
     launchers = [FLOOR, HP]
+    if args.control:
+        LABELS[HP] = "torchrun (again)"
+        args.no_ray = True
     with_ray = importlib.util.find_spec("ray") is not None and not args.no_ray
     if with_ray:
         launchers.append(RAY)
@@ -453,7 +462,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     tag = f"r{rep}-{launcher}-{mode}" + ("" if mode == "train" else
                                                           ("-sync" if sync else "-nosync"))
                     t = time.time()
-                    rec = run_once(launcher, mode, size=size, sync=sync, workers=args.workers,
+                    rec = run_once(FLOOR if args.control else launcher, mode, size=size,
+                                   sync=sync, workers=args.workers,
                                    root=root, tag=tag, timeout=args.timeout,
                                    sample_memory=(mode == "train"), keep=args.keep,
                                    wait_idle=args.wait_idle, device=args.device)
