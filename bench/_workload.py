@@ -18,6 +18,7 @@ Phases (``cfg["mode"]``):
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -88,6 +89,29 @@ def thread_switches() -> Dict[str, List[int]]:
     return out
 
 
+class GcClock:
+    """The time Python's garbage collector takes in this process while it is on, and its
+    collections by generation (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds, self.collections = 0.0, [0, 0, 0]
+        self._t = 0.0
+
+    def __enter__(self) -> "GcClock":
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: Dict[str, int]) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._t
+            self.collections[info["generation"]] += 1
+
+
 def make_model() -> nn.Module:
     return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
 
@@ -154,6 +178,7 @@ def train_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
         if epoch == cfg["warmup_epochs"]:
             t_timed, cpu_timed = time.perf_counter(), time.process_time()
             threads_before, switches_before = thread_cpu(), thread_switches()
+            gc_clock = GcClock().__enter__()
         loader.set_epoch(epoch)
         total, correct, loss_sum = 0, 0, 0.0
         for x, y in loader:
@@ -173,7 +198,10 @@ def train_phase(ad: Adapter, cfg: Dict[str, Any], rec: Dict[str, Any]) -> None:
             rec["t_first_report"] = time.time()
     elapsed = time.perf_counter() - t_timed
     cpu = time.process_time() - cpu_timed
+    gc_clock.__exit__()
     threads, switches = thread_cpu(), thread_switches()
+    rec["train_gc"] = {"ms_per_step": gc_clock.seconds / timed_steps * 1e3,
+                       "collections": gc_clock.collections}
     rec["train_thread_switches_per_step"] = {
         name: [round((v[i] - switches_before.get(name, [0, 0])[i]) / timed_steps, 2)
                for i in (0, 1)] for name, v in sorted(switches.items())}
