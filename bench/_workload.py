@@ -22,7 +22,7 @@ import gc
 import json
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 from torch import nn
@@ -46,23 +46,33 @@ def proc_start_time() -> float:
         return float("nan")
 
 
+def _per_thread(name: str) -> Iterator[str]:
+    """The text of ``/proc/self/task/<tid>/<name>`` for each thread of this process (none
+    where /proc is missing or a thread ended meanwhile)."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/{name}") as f:
+                yield f.read()
+        except OSError:
+            continue
+
+
 def thread_cpu() -> Dict[str, float]:
     """CPU seconds of each thread of this process so far, by thread name (Linux /proc;
     {} elsewhere): which threads the per-step CPU time goes to."""
     out: Dict[str, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return out
-    for tid in tids:
+    for text in _per_thread("stat"):
         try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                head, rest = f.read().rsplit(")", 1)
+            head, rest = text.rsplit(")", 1)
             name = head.split("(", 1)[1]
             fields = rest.split()
             out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, ValueError, IndexError):
+        except (ValueError, IndexError):
             continue
     return out
 
@@ -72,19 +82,13 @@ def thread_switches() -> Dict[str, List[int]]:
     (the thread waited: a wake-up per message or lock), involuntary (preempted)] (Linux
     /proc; {} elsewhere)."""
     out: Dict[str, List[int]] = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return out
-    for tid in tids:
+    for text in _per_thread("status"):
         try:
-            with open(f"/proc/self/task/{tid}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-            name = fields["Name"].strip()
-            counts = out.setdefault(name, [0, 0])
+            fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+            counts = out.setdefault(fields["Name"].strip(), [0, 0])
             counts[0] += int(fields["voluntary_ctxt_switches"])
             counts[1] += int(fields["nonvoluntary_ctxt_switches"])
-        except (OSError, ValueError, KeyError):
+        except (ValueError, KeyError):
             continue
     return out
 
