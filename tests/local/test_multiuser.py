@@ -276,6 +276,19 @@ def test_a_fifo_planted_as_a_workers_exception_does_not_hang_the_driver(machine)
     assert time.monotonic() - began < 60
 
 
+def _first_line(proc: subprocess.Popen) -> str:
+    """The process's first line of output, read from the pipe byte by byte: a buffered
+    readline() can take the next line along too (on a loaded machine it is often there
+    already), and communicate(timeout=...), which reads the pipe itself, would miss it."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(proc.stdout.fileno(), 1)
+        if not byte:
+            break
+        line += byte
+    return line.decode()
+
+
 ALICE_GROUP = """
 import os, sys, json
 from hpctrain._internal.rendezvous import TcpGroup
@@ -334,7 +347,7 @@ def test_an_outsider_on_the_node_can_neither_join_alices_group_nor_stall_it(mach
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     hub = alice(0)
-    pid = hub.stdout.readline().split()[1]
+    pid = _first_line(hub).split()[1]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # until rank 0 listens
         try:
@@ -358,7 +371,7 @@ def test_an_outsider_on_the_node_can_neither_join_alices_group_nor_stall_it(mach
         assert "JOINED\n" not in seen and seen.count("REFUSED: GroupAuthError\n") + \
             seen.count("REFUSED: TimeoutError\n") == 2, seen
         rank1 = alice(1)  # while eve's silent connection is still open
-        rank1.stdout.readline()  # its PID line: imports done, it joins now
+        _first_line(rank1)  # its PID line: imports done, it joins now
         began = time.monotonic()
         out1, _ = rank1.communicate(timeout=60)
         out0, _ = hub.communicate(timeout=60)

@@ -2,8 +2,8 @@
 rank is persistently slower than the rest.
 
 The supervisor already reads every rank's heartbeat record (``heartbeat.rank-R.json``:
-its progress count and the exact time of its latest move, a report or a batch of a
-prepared data loader, and its node) for the hang watchdog; :class:`Pace` keeps the
+its progress count, the exact time of its latest move when that was a report, else the
+time its heartbeat saw the count move (a batch of a prepared data loader), and its node) for the hang watchdog; :class:`Pace` keeps the
 (count, time) pairs it sees per rank in the training phase. Two cases:
 
 * ranks that are **not in lock step** move at their own pace: a rank's step time is the
@@ -48,7 +48,9 @@ class Pace:
         if rec.get("phase") != "train":
             return
         seen = self._seen.setdefault(rank, [])
-        point = (int(rec.get("progress", 0)), float(rec["time"]))
+        # the moment of the move where the rank knows it (a report), else when its
+        # heartbeat saw the count move (up to a heartbeat interval later)
+        point = (int(rec.get("progress", 0)), float(rec.get("moved_at") or rec["time"]))
         if seen and seen[-1][0] == point[0]:
             return
         seen.append(point)

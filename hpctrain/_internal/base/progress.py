@@ -20,6 +20,19 @@ _reading: Dict[int, Any] = {}  # id -> iterator of a pass being read (torch coun
 report_blocked_s = 0.0
 
 
+#: the wall-clock time of this rank's latest report, and the count it left (report() sets
+#: them: the straggler statistics want the moment a rank arrived, which a heartbeat
+#: written seconds later cannot tell)
+reported_at = 0.0
+reported_count = -1
+
+
+def reported(at: float) -> None:
+    """A report began at ``at`` (epoch seconds), after its :func:`beat`."""
+    global reported_at, reported_count
+    reported_at, reported_count = at, count
+
+
 def beat() -> None:
     """This rank made progress (a report; a loader without a batch count of its own)."""
     global count

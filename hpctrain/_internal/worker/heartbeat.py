@@ -85,6 +85,10 @@ class Heartbeat:
                   "progress": moves,
                   # when this thread saw the count move (a batch leaves no time stamp)
                   "time": time.time(), "phase": phase, "ready_at": self.ready_at,
+                  # when the latest move happened, where it is known: a report, with no
+                  # batch of a prepared loader since (the straggler statistics)
+                  "moved_at": progress.reported_at if moves == progress.reported_count
+                  else None,
                   "report_blocked_s": round(progress.report_blocked_s, 6)}
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:

@@ -226,6 +226,7 @@ class Session:
                             f"{type(checkpoint).__name__}")
         progress.beat()
         started = time.time()
+        progress.reported(started)
         blocked_from = time.perf_counter()
         iteration = self.iteration + 1
         rank = self.info.world_rank
