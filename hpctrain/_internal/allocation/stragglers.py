@@ -3,8 +3,9 @@ rank is persistently slower than the rest.
 
 The supervisor already reads every rank's heartbeat record (``heartbeat.rank-R.json``:
 its progress count, the exact time of its latest move when that was a report, else the
-time its heartbeat saw the count move (a batch of a prepared data loader), and its node) for the hang watchdog; :class:`Pace` keeps the
-(count, time) pairs it sees per rank in the training phase. Two cases:
+time its heartbeat saw the count move (a batch of a prepared data loader), and its node)
+for the hang watchdog; :class:`Pace` keeps the (count, time) pairs it sees per rank in
+the training phase. Two cases:
 
 * ranks that are **not in lock step** move at their own pace: a rank's step time is the
   slope of its time over its count;
