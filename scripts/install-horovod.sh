@@ -11,14 +11,23 @@
 # $HPCTRAIN_WHEEL_CACHE (default ~/.cache/hpctrain/wheels), named by the Horovod, torch and
 # Python versions, so later runs (CI, a second venv) install it in seconds.
 #
+# CPU or GPU: a CPU build (Gloo and MPI controllers, CPU tensors) unless HOROVOD_GPU_OPERATIONS
+# (Horovod's own variable, e.g. NCCL) asks for GPU operations. A CPU build works with a CUDA
+# torch too (PyPI's default wheel): Horovod would otherwise compile its CUDA parts whenever torch
+# has CUDA and a CUDA compiler is on PATH, and stop where the toolkit is incomplete (no
+# cuda_runtime.h or libcudart); the script tells its CMake files to leave CUDA out. A GPU build
+# checks the toolkit first and stops with the missing piece named.
+#
 # Needs: torch installed, cmake, a C++17 compiler, and for the MPI controller an MPI with
 # headers (Debian: openmpi-bin libopenmpi-dev, installed by scripts/slurm-cluster.sh).
 # TensorFlow support is not built: Horovod is broken with TensorFlow >= 2.16 (upstream
 # issues #4290, #4302); hpctrain's HorovodTrainer runs PyTorch training functions.
-set -euo pipefail
+set -Eeuo pipefail
 version=0.28.1
 py="${PYTHON:-python3}"
 say() { echo "[install-horovod] $*"; }
+die() { say "error: $*" >&2; exit 1; }
+trap 'say "error: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 if "$py" - <<EOF 2>/dev/null
 import horovod, horovod.torch  # noqa: F401
@@ -29,9 +38,24 @@ then
   say "horovod $version (torch) is already installed"; exit 0
 fi
 
-torch_version="$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')"
+command -v cmake >/dev/null || die "no cmake on PATH (Debian: apt-get install cmake)"
+torch_version="$("$py" -c 'import torch; print(torch.__version__)')" \
+  || die "torch does not import in $py: install torch first"
 py_tag="$("$py" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
-cache="${HPCTRAIN_WHEEL_CACHE:-$HOME/.cache/hpctrain/wheels}/horovod-$version-torch$torch_version-$py_tag"
+if [ -n "${HOROVOD_GPU_OPERATIONS:-}" ]; then
+  flavour=gpu
+  # what Horovod's CMake needs of a CUDA toolkit (find_package(CUDAToolkit REQUIRED))
+  cuda_home="$("$py" -c 'from torch.utils.cpp_extension import CUDA_HOME; print(CUDA_HOME or "")')"
+  [ -n "$cuda_home" ] || die "HOROVOD_GPU_OPERATIONS=$HOROVOD_GPU_OPERATIONS but torch $torch_version finds no CUDA toolkit (set CUDA_HOME)"
+  [ -f "$cuda_home/include/cuda_runtime.h" ] \
+    || die "the CUDA toolkit at $cuda_home is incomplete: no include/cuda_runtime.h (a GPU build needs the whole toolkit; unset HOROVOD_GPU_OPERATIONS for a CPU build)"
+  ls "$cuda_home"/lib64/libcudart.so* "$cuda_home"/lib/libcudart.so* >/dev/null 2>&1 \
+    || die "the CUDA toolkit at $cuda_home is incomplete: no libcudart.so (a GPU build needs the whole toolkit; unset HOROVOD_GPU_OPERATIONS for a CPU build)"
+else
+  flavour=cpu
+fi
+# one wheel per Horovod, torch build (its local label: +cpu, +cu130), Python and flavour
+cache="${HPCTRAIN_WHEEL_CACHE:-$HOME/.cache/hpctrain/wheels}/horovod-$version-torch${torch_version//+/-}-$py_tag-$flavour"
 mkdir -p "$cache"
 
 if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
@@ -45,8 +69,19 @@ if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
   sed -i -E 's/set\(CMAKE_CXX_STANDARD 1[14]\)/set(CMAKE_CXX_STANDARD 17)/' \
     "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
   grep -q 'CMAKE_CXX_STANDARD 17' "$src/CMakeLists.txt" \
-    || { say "could not set C++17 in $src/CMakeLists.txt"; exit 1; }
-  say "building a wheel against torch $torch_version (about 8 minutes on 2 cores)"
+    || die "could not set C++17 in $src/CMakeLists.txt"
+  if [ "$flavour" = cpu ]; then
+    # no CUDA language even if nvcc is on PATH, and torch's CUDA not followed into the build
+    # (FindPytorch sets Pytorch_CUDA when torch has CUDA and a CUDA_HOME exists)
+    sed -i -E 's/^if\(CMAKE_CUDA_COMPILER\)$/if(FALSE)  # a CPU build (install-horovod.sh)/' \
+      "$src/CMakeLists.txt"
+    sed -i -E 's/^(string\(TOUPPER "\$\{Pytorch_CUDA\}" Pytorch_CUDA\))$/\1\nset(Pytorch_CUDA FALSE)  # a CPU build (install-horovod.sh)/' \
+      "$src/cmake/Modules/FindPytorch.cmake"
+    grep -q '^if(FALSE)  # a CPU build' "$src/CMakeLists.txt" \
+      && grep -q '^set(Pytorch_CUDA FALSE)' "$src/cmake/Modules/FindPytorch.cmake" \
+      || die "could not leave CUDA out of Horovod $version's CMake files (their text changed?)"
+  fi
+  say "building a $flavour wheel against torch $torch_version (about 8 minutes on 2 cores)"
   (cd "$src" && HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
      HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
      MAKEFLAGS="-j$(nproc)" "$py" -m pip wheel -q --no-build-isolation --no-deps -w "$cache" .)

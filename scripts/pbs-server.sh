@@ -32,7 +32,7 @@
 # from MoM's pbs_environment), as /etc/profile.d/pbs.sh does on a PBS site.
 # No /etc/pbs.conf is written (the tests take it to mean "this is a PBS host").
 # Facts behind each step: shared/notes/pbs-facts.md, shared/notes/pbs-live-findings.md.
-set -euo pipefail
+set -Eeuo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 version=23.06.06
 tarball="${HPCTRAIN_OPENPBS_TARBALL:-$here/../../shared/vendor/openpbs/openpbs-$version.tar.gz}"
@@ -48,6 +48,8 @@ log="$state/logs"
 
 say() { echo "[pbs-server] $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
+# no step fails without a word: the failing line and command
+trap 'say "error: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 # ------------------------------------------------------------------------------ build
 # What OpenPBS's configure and make need (its INSTALL file), no GUI extras.

@@ -12,11 +12,13 @@
 # Port: $HPCTRAIN_S3_PORT (default 17481). State (pid, log): $HPCTRAIN_S3_DIR
 # (default /var/tmp/hpctrain-s3). Without moto_server it says so and exits 0: the tests
 # that need it are skipped, saying why.
-set -euo pipefail
+set -Eeuo pipefail
 port="${HPCTRAIN_S3_PORT:-17481}"
 dir="${HPCTRAIN_S3_DIR:-/var/tmp/hpctrain-s3}"
 url="http://127.0.0.1:$port"
 say() { echo "[s3-server] $*"; }
+# no step fails without a word: the failing line and command
+trap 'say "error: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 answers() { python3 - "$url" <<'PY'
 import sys, urllib.request
@@ -30,8 +32,8 @@ PY
 cmd_start() {
   if answers; then say "already answering at $url"; return; fi
   if ! python3 -c "import moto.server, flask" 2>/dev/null; then
-    say "no moto_server (pip install 'moto[server]'): the S3 tests will be skipped"
-    return
+    say "error: moto's server does not import in $(command -v python3) (pip install 'moto[server]'; scripts/test.sh's environment has it)" >&2
+    exit 1
   fi
   mkdir -p "$dir"
   cd "$(dirname "$0")/.."

@@ -9,7 +9,7 @@
 #
 # Needs root (apt-get, /etc/slurm, /etc/hosts). State lives in $HPCTRAIN_SLURM_DIR
 # (default /var/tmp/hpctrain-slurm). Facts behind each step: shared/notes/slurm-on-one-machine.md.
-set -euo pipefail
+set -Eeuo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 dir="${HPCTRAIN_SLURM_DIR:-/var/tmp/hpctrain-slurm}"
 conf=/etc/slurm/slurm.conf
@@ -19,6 +19,8 @@ ctld_port=16817
 base_port=17001
 
 say() { echo "[slurm-cluster] $*"; }
+# no step fails without a word: the failing line and command
+trap 'say "error: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 install() {
   if command -v sbatch >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \

@@ -108,6 +108,12 @@ def center(tmp_path_factory):
         venv = os.path.join(base, "opt", "hpctrain", "0.1.0")
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv],
                        check=True)
+        if sys.prefix != sys.base_prefix:
+            # the suite runs in a venv of its own (scripts/test_env.py): it stands for the
+            # center's module Python, whose site-packages (torch, hpctrain's dependencies) a
+            # venv made from a venv does not see; one .pth line adds them as a site directory
+            with open(os.path.join(venv, SITE_PACKAGES, "center-python.pth"), "w") as f:
+                f.write(f"import site; site.addsitedir({sysconfig.get_path('purelib')!r})\n")
         subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "--no-deps",
                         "--no-index", wheel], check=True)
         etc = os.path.join(base, "etc", "hpctrain")
@@ -186,8 +192,9 @@ def test_the_center_install_as_a_user_gets_it(center):
 
 def test_a_users_venv_over_the_modules_venv(center):
     """docs/sites.md's recipe: ``python -m venv --system-site-packages`` from the module's
-    Python, one ``.pth`` line naming the module's site-packages (a venv made from a venv
-    sees the *base* Python's packages, not the module's), then the user's own packages;
+    Python, one ``.pth`` line adding the module's site-packages as a site directory (a venv
+    made from a venv sees the *base* Python's packages, not the module's; a site directory's
+    own ``.pth`` files count too), then the user's own packages;
     ``python -m hpctrain submit`` from that venv runs the ranks with it."""
     machine, venv, loaded = center
     pkg = os.path.join(machine.home(ALICE), "alice-tools")
@@ -206,7 +213,8 @@ def test_a_users_venv_over_the_modules_venv(center):
         set -e
         python -m venv --system-site-packages --without-pip ~/venvs/mywork
         purelib='import sysconfig; print(sysconfig.get_path("purelib"))'
-        python -c "$purelib" > "$(~/venvs/mywork/bin/python -c "$purelib")/hpctrain-module.pth"
+        echo "import site; site.addsitedir('$(python -c "$purelib")')" \\
+            > "$(~/venvs/mywork/bin/python -c "$purelib")/hpctrain-module.pth"
         ~/venvs/mywork/bin/python -m pip install -q --no-deps --no-index \\
             --no-build-isolation ./alice-tools
         """)
