@@ -67,7 +67,7 @@ apt_deps() {
   [ -z "$missing" ] && return 0
   say "apt-get install$missing"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null || die "apt-get update failed (above)"
   # shellcheck disable=SC2086
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends $missing \
     >"$log/apt.log" 2>&1 || die "apt-get install failed: $log/apt.log"

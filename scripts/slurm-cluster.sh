@@ -29,8 +29,11 @@ install() {
   fi
   say "installing slurm-wlm, munge and Open MPI (apt-get)"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq slurm-wlm munge openmpi-bin libopenmpi-dev >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq \
+    || { say "error: apt-get update failed (above)" >&2; exit 1; }
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq slurm-wlm munge openmpi-bin \
+    libopenmpi-dev >/dev/null \
+    || { say "error: apt-get install slurm-wlm munge openmpi-bin libopenmpi-dev failed (above)" >&2; exit 1; }
 }
 
 start_munge() {

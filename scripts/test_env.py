@@ -45,6 +45,10 @@ EXTRAS = "torch,tensorflow,mpi,lightning,huggingface,deepspeed,lightgbm,dev"
 # NCCL, ~300 MB, that CPU tests do not use); what Horovod imports at run time (its own
 # requirements minus the frameworks: Horovod itself is built by scripts/install-horovod.sh)
 MORE = ["xgboost-cpu", "cloudpickle", "psutil", "pyyaml", "packaging"]
+#: Releases a new resolution must not take, and why (`lock` holds them back and says so).
+HELD = {"pytest": ("<9.2", "pytest 9.2.0 breaks pytest-xdist 3.8's --dist loadgroup (every test "
+                   "its own group: the\n# cluster tests ran on both workers at once); "
+                   "tests/unit/test_setup_scripts.py checks it")}
 STAMP = ".hpctrain-test-env"
 HEADER = """\
 # The versions the test suite runs with (scripts/test_env.py builds its venv from them).
@@ -222,10 +226,15 @@ def lock(base: str) -> None:
             torch = "torch==" + pins(f.read()).get("torch", "")
     with tempfile.TemporaryDirectory(prefix="hpctrain-lock-") as tmp:
         python = make_venv(os.path.join(tmp, "venv"), base)
-        pip_install(python, "-e", f".[{EXTRAS}]", *MORE, *([torch] if torch != "torch==" else []))
+        held = os.path.join(tmp, "held.txt")
+        with open(held, "w") as f:
+            f.write("".join(f"{name}{spec}\n" for name, (spec, _) in HELD.items()))
+        pip_install(python, "-c", held, "-e", f".[{EXTRAS}]", *MORE,
+                    *([torch] if torch != "torch==" else []))
         have = installed(python)
     have.pop("hpctrain", None)
-    lines = [f"{n}=={v.split('+', 1)[0]}" for n, v in sorted(have.items())]
+    lines = [(f"# {HELD[n][1]}\n" if n in HELD else "") + f"{n}=={v.split('+', 1)[0]}"
+             for n, v in sorted(have.items())]
     machine = " ".join(os.uname()[i] for i in (0, 4))
     with open(CONSTRAINTS, "w") as f:
         f.write(HEADER.format(when=time.strftime("%Y-%m-%d"), python=sys.version.split()[0],

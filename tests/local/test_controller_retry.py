@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from helpers import hpctrain_log_to
+
 from hpctrain.errors import ConfigError
 from hpctrain.schedulers import get_scheduler
 from hpctrain.schedulers.controller import (ControllerBusyError, retry_budget,
@@ -41,8 +43,7 @@ def bin_dir(tmp_path, monkeypatch):
 
 def test_a_busy_controller_is_asked_again_with_backoff_and_each_retry_logged(bin_dir, caplog,
                                                                             monkeypatch):
-    # (the CLI's handler, set up by an earlier test in this process, stops propagation)
-    monkeypatch.setattr(logging.getLogger("hpctrain"), "propagate", True)
+    hpctrain_log_to(caplog, monkeypatch)
     calls = flaky(bin_dir, "sbatch", failures=2, message=BUSY)
     start = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="hpctrain"):

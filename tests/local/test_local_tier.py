@@ -4,7 +4,6 @@ shared copy's payload was overwritten after the drain, and the restored state is
 right), a damaged local copy falls back to the shared copy, and bad settings."""
 import glob
 import json
-import logging
 import os
 import stat
 
@@ -12,6 +11,7 @@ import pytest
 
 import tier_workloads
 from helpers import fit, run_state
+from helpers import hpctrain_log_to
 from hpctrain import CheckpointConfig
 from hpctrain.errors import ConfigError
 
@@ -120,7 +120,7 @@ def test_an_unusable_local_dir_warns_and_writes_to_the_run_directory_only(
     from hpctrain._internal.rundir.local_tier import LocalTier
 
     # caplog sees the hpctrain logger's records whatever an earlier test configured
-    monkeypatch.setattr(logging.getLogger("hpctrain"), "propagate", True)
+    hpctrain_log_to(caplog, monkeypatch)
     monkeypatch.delenv("HPCTRAIN_TEST_UNSET", raising=False)
     run = _run(tmp_path)
     for setting, why in [("$HPCTRAIN_TEST_UNSET/x", "an environment variable in it is not "
@@ -135,7 +135,7 @@ def test_an_unusable_local_dir_warns_and_writes_to_the_run_directory_only(
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a directory another "
                                              "user's")
 def test_a_local_tier_directory_of_another_user_is_refused(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(logging.getLogger("hpctrain"), "propagate", True)
+    hpctrain_log_to(caplog, monkeypatch)
     from hpctrain._internal.rundir.local_tier import LocalTier
 
     run = _run(tmp_path)

@@ -13,6 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers import hpctrain_log_to
+
 from hpctrain._internal import rendezvous
 from hpctrain._internal.rendezvous import TcpGroup, group_token, reserve_port
 
@@ -21,13 +23,13 @@ SECRET = "5f0c2a9e4b7d61a38c2e90f1d4b6a7c3"  # what the supervisor would hand th
 
 
 @pytest.fixture(autouse=True)
-def attempt_secret(monkeypatch):
+def attempt_secret(monkeypatch, caplog):
     """The ranks of these tests are threads of one process: they share the attempt's
     secret through the environment, as the ranks a supervisor starts do."""
     monkeypatch.setenv(SECRET_VAR, SECRET)
-    # (caplog listens at the root logger: another test of this process may have let
-    # hpctrain's CLI configure its logger, which then stops propagating)
-    monkeypatch.setattr(logging.getLogger("hpctrain"), "propagate", True)
+    # (another test of this process may have let hpctrain's CLI configure its logger,
+    # which then stops propagating)
+    hpctrain_log_to(caplog, monkeypatch)
 
 
 def free_port():

@@ -248,3 +248,14 @@ def host_python_binds():
 
     code = os.path.dirname(os.path.dirname(os.path.abspath(hpctrain.__file__)))
     return sorted({sys.base_prefix, sys.prefix, code, ROOT})
+
+
+def hpctrain_log_to(caplog, monkeypatch):
+    """The ``hpctrain`` logger's records reach ``caplog`` once. The CLI's set-up (an earlier
+    test in this process) makes that logger stop propagating; pytest 9 and later attach
+    caplog's handler to such loggers (a second copy of each record if the logger propagated
+    too), earlier ones to the root logger only."""
+    import logging
+
+    logger = logging.getLogger("hpctrain")
+    monkeypatch.setattr(logger, "propagate", caplog.handler not in logger.handlers)

@@ -103,3 +103,28 @@ def test_hpctrain_test_torch_replaces_the_torch_pin(monkeypatch):
     monkeypatch.setenv("HPCTRAIN_TEST_TORCH", "torch>=2")
     with pytest.raises(SystemExit):
         test_env.constraints_text()
+
+
+def test_xdist_keeps_a_group_on_one_worker(tmp_path):
+    """scripts/test.sh's ``-n 2 --dist loadgroup`` runs the tests of one cluster one after
+    another on one worker (tests/conftest.py marks them with their group). pytest 9.2.0 with
+    pytest-xdist 3.8 lost the groups: a pin that brings that back fails here."""
+    pytest.importorskip("xdist")
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_collection_modifyitems(config, items):\n"
+        "    for item in items:\n"
+        "        item.add_marker(pytest.mark.xdist_group('cluster'))\n")
+    (tmp_path / "test_group.py").write_text(
+        "import os, pytest\n"
+        "@pytest.mark.parametrize('i', range(8))\n"
+        "def test_one(i):\n"
+        "    with open(os.path.join(os.path.dirname(__file__), 'workers'), 'a') as f:\n"
+        "        f.write(os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                        "--dist", "loadgroup", str(tmp_path)], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    workers = (tmp_path / "workers").read_text().split()
+    assert len(workers) == 8 and len(set(workers)) == 1, workers

@@ -17,6 +17,7 @@ import cloudpickle
 
 from hpctrain.config import CheckpointConfig, ScalingConfig
 from hpctrain._internal.base.fsutil import atomic_write_bytes
+from hpctrain._internal.base.source_files import restore_source_files
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.base.trust import MAX_PAYLOAD_BYTES, read_trusted
 
@@ -70,4 +71,8 @@ class WorkerPayload:
             return first
         if before_user is not None:
             before_user(first["backend"], first["backend_config"])
-        return cloudpickle.load(stream)
+        payload: WorkerPayload = cloudpickle.load(stream)
+        # the user's frames name their file in a rank's traceback (cloudpickle >= 3.1 writes
+        # "<dynamic-code>" for a function of the user's script)
+        restore_source_files(payload.train_func, payload.validation)
+        return payload
