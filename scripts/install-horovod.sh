@@ -4,9 +4,9 @@
 #   scripts/install-horovod.sh          build once (about 8 minutes on 2 cores), then install
 #
 # Why a script: Horovod's last release (0.28.1, PyPI sdist) forces C++14 in its CMake files
-# and torch 2.x headers need C++17 (upstream issues #3996, #4014; fixed on Horovod's main
-# branch, never released), so `pip install horovod` fails against torch 2.x. This script
-# takes the same sdist, sets CMAKE_CXX_STANDARD to 17 in the two CMakeLists.txt that pin it,
+# and torch 2.x headers need C++17, 2.14 and later C++20 (upstream issues #3996, #4014; fixed
+# on Horovod's main branch, never released), so `pip install horovod` fails against torch 2.x.
+# This script takes the same sdist, sets CMAKE_CXX_STANDARD in the two CMakeLists.txt that pin it,
 # and builds a wheel against the torch that is installed. The wheel is kept in
 # $HPCTRAIN_WHEEL_CACHE (default ~/.cache/hpctrain/wheels), named by the Horovod, torch and
 # Python versions, so later runs (CI, a second venv) install it in seconds.
@@ -65,11 +65,13 @@ if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
   "$py" -m pip download -q --no-deps --no-binary :all: -d "$work" "horovod==$version"
   tar -xzf "$work"/horovod-"$version".tar.gz -C "$work"
   src="$work/horovod-$version"
-  # C++17, as torch 2.x needs (the sdist says 14 in these two files)
-  sed -i -E 's/set\(CMAKE_CXX_STANDARD 1[14]\)/set(CMAKE_CXX_STANDARD 17)/' \
+  # the C++ standard torch's headers need (the sdist says 14 in these two files): C++17 for
+  # torch 2.0-2.13, C++20 from 2.14 on ("C++20 or later compatible compiler is required")
+  std="$("$py" -c 'import torch; v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); print(20 if v >= (2, 14) else 17)')"
+  sed -i -E "s/set\(CMAKE_CXX_STANDARD 1[14]\)/set(CMAKE_CXX_STANDARD $std)/" \
     "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
-  grep -q 'CMAKE_CXX_STANDARD 17' "$src/CMakeLists.txt" \
-    || die "could not set C++17 in $src/CMakeLists.txt"
+  grep -q "CMAKE_CXX_STANDARD $std" "$src/CMakeLists.txt" \
+    || die "could not set C++$std in $src/CMakeLists.txt"
   if [ "$flavour" = cpu ]; then
     # no CUDA language even if nvcc is on PATH, and torch's CUDA not followed into the build
     # (FindPytorch sets Pytorch_CUDA when torch has CUDA and a CUDA_HOME exists)
