@@ -37,10 +37,10 @@ venv="$(need "$base_python" scripts/test_env.py ensure)"
 # test environment's
 export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 unset PYTHONHOME
-# the torch the test environment holds: the docs' fresh venvs pin the same
-export HPCTRAIN_TEST_TORCH="${HPCTRAIN_TEST_TORCH:-torch==$(python3 -c \
-  'import torch; print(torch.__version__.split("+")[0])')}"
-echo "   $(python3 -c 'import sys, torch; print(sys.executable, "· torch", torch.__version__)')"
+# the torch the test environment holds (one import): the docs' fresh venvs pin the same
+torch_version="$(python3 -c 'import torch; print(torch.__version__)')"
+export HPCTRAIN_TEST_TORCH="${HPCTRAIN_TEST_TORCH:-torch==${torch_version%%+*}}"
+echo "   $venv/bin/python3 · torch $torch_version"
 
 # The real PBS server for tests/cluster/test_pbs_server.py: OpenPBS built from its source tarball
 # once (cached), a server + 2 MoMs in network namespaces. Without the tarball (or with
