@@ -253,6 +253,14 @@ def slow_forever(config):
         time.sleep(0.05)
 
 
+def slow_forever_deaf(config):
+    """slow_forever in a rank that ignores SIGTERM (only SIGKILL ends it)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    slow_forever(config)
+
+
 #: What Ray's TorchTrainer sets in every worker's environment.
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
 

@@ -351,10 +351,14 @@ class Supervisor:
                     group.terminate(min(self.kill_grace_s, max(1.0, left / 2)))
                     exits = group.exits()
         except BaseException:  # Ctrl-C or the driver dying: never leave ranks behind
-            group.terminate(self.kill_grace_s)
-            self._end_attempt(attempt, INTERRUPTED, None)
-            with self.run.update_state() as s:
-                s["status"] = INTERRUPTED
+            # the state first: the scheduler's SIGKILL may follow its SIGTERM sooner than
+            # the ranks end (Slurm's KillWait; 5 s on the test cluster, kill_grace_s is 10)
+            try:
+                self._end_attempt(attempt, INTERRUPTED, None)
+                with self.run.update_state() as s:
+                    s["status"] = INTERRUPTED
+            finally:
+                group.terminate(self.kill_grace_s)
             raise
         decision = read_json(decision_file)
         if decision:
