@@ -427,7 +427,8 @@ class Run:
             warning_s=warning_s, warning_signal=fc.warning_signal, warn_at=warn_at,
             hang_timeout_s=fc.hang_timeout_s,
             local_tier=bool(spec.run.checkpoint_config.local_dir),
-            failure_config=fc, ends_at=None if allocation is None else allocation.ends_at)
+            failure_config=fc, ends_at=None if allocation is None else allocation.ends_at,
+            checkpoint_config=spec.run.checkpoint_config)
         try:
             if allocation is None:
                 # nothing here can requeue a local run: a clean stop ends it STOPPED

@@ -467,3 +467,39 @@ def fail_with(config):
             raise KeyError("no such column: 'label'")
         raise HoldsALock("the lock was held")
     hpctrain.report({"ok": 2})
+
+
+def handed_in_then_end(config):
+    """Ray's persistence-test pattern: ``rounds`` times a metrics-only report, then a report
+    with a checkpoint from rank 0 (its file ``i`` holds the round); then the training ends
+    as ``config["end"]`` says: "raise" (every rank), "kill" (rank 1 SIGKILLs itself),
+    "hang" (every rank sleeps). A resumed attempt (``get_checkpoint()``) records the round
+    it resumed from in test-out/resumed and returns."""
+    import signal
+    import tempfile
+    import time
+
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    ckpt = hpctrain.get_checkpoint()
+    if ckpt is not None:
+        if rank == 0:
+            with open(_out("resumed"), "w") as f:
+                f.write(open(os.path.join(ckpt.path, "i")).read())
+        return
+    for i in range(config.get("rounds", 5)):
+        hpctrain.report({"i": i, "kind": "metrics"})
+        with tempfile.TemporaryDirectory() as d:
+            if rank == 0:
+                with open(os.path.join(d, "i"), "w") as f:
+                    f.write(str(i))
+            hpctrain.report({"i": i, "kind": "checkpoint"},
+                            checkpoint=hpctrain.Checkpoint.from_directory(d) if rank == 0
+                            else None)
+    end = config["end"]
+    if end == "raise":
+        raise RuntimeError("the training function raised after its last report")
+    if end == "kill" and rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if end == "hang":
+        time.sleep(3600)

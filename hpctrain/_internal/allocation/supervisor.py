@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
+from hpctrain.config import CheckpointConfig
 from hpctrain.launchers.base import ExitRecord, Launcher, LineSink
 from hpctrain._internal.allocation.watchdog import Hang, Watchdog
 from hpctrain._internal.allocation.badnodes import blame, blamed_host
@@ -35,6 +36,7 @@ from hpctrain._internal.base.deadline import ENV_COST, ENV_ENDS_AT
 
 _logger = get_logger("supervisor")
 from hpctrain._internal.rundir.commit import verify_checkpoint
+from hpctrain._internal.rundir.handed_in import finish_handed_in
 from hpctrain._internal.rundir.local_tier import damaged_checkpoints, restore_summary
 from hpctrain._internal.base.fsutil import read_json
 from hpctrain._internal.rundir.layout import DECISION_FILE, RunDir
@@ -134,7 +136,8 @@ class Supervisor:
                  warning_s: float = 120.0, warning_signal: str = "USR1",
                  warn_at: Optional[float] = None, hang_timeout_s: Optional[float] = None,
                  local_tier: bool = False,
-                 failure_config: Optional[object] = None, ends_at: Optional[float] = None):
+                 failure_config: Optional[object] = None, ends_at: Optional[float] = None,
+                 checkpoint_config: Optional[CheckpointConfig] = None):
         self.run = run
         self.launcher = _maybe_warm(launcher, python, extra_env)
         self.num_workers = num_workers
@@ -168,6 +171,9 @@ class Supervisor:
         # CheckpointConfig(local_dir=...): a restart reads the ranks' local copies, so the
         # shared copy is checked by sizes here and by content only where a rank reads it
         self.local_tier = local_tier
+        #: how a checkpoint the ranks handed in but did not publish is committed after
+        #: their end (handed_in.py); None: the defaults
+        self.checkpoint_config = checkpoint_config or CheckpointConfig()
 
     # -- the warning ---------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -202,7 +208,8 @@ class Supervisor:
         """Run attempts until success or until failures exceed ``max_failures``.
         Returns the final status (FINISHED or FAILED)."""
         with self.run.exclusive():
-            self.run.clean_incomplete()
+            # the previous allocation's last attempt (its supervisor may have died with it)
+            self._settle_staged(len((self.run.read_state() or {}).get("attempts") or []))
             with self.run.update_state() as s:
                 s.setdefault("created", time.time())
                 s.setdefault("name", self.run.name)
@@ -359,6 +366,7 @@ class Supervisor:
                     s["status"] = INTERRUPTED
             finally:
                 group.terminate(self.kill_grace_s)
+            self._settle_staged(attempt, clean=False)  # the next allocation cleans
             raise
         decision = read_json(decision_file)
         if decision:
@@ -396,9 +404,9 @@ class Supervisor:
         # killed by a signal is recorded by its own waiter thread, which on a busy node
         # can run after a peer's "connection closed" exit (the peer would be blamed)
         failed = [e for e in group.exits() if e.returncode != 0] or failed
-        # first free what the failed attempt left half-written (a full disk needs the room
-        # for state.json and error.txt)
-        self.run.clean_incomplete()
+        # commit what every rank handed in, then free what the failed attempt left
+        # half-written (a full disk needs the room for state.json and error.txt)
+        self._settle_staged(attempt)
         failure = self._hang_failure(attempt, hang) if hang is not None \
             else self._root_cause(attempt, failed)
         self._end_attempt(attempt, FAILED, failure,
@@ -536,7 +544,7 @@ class Supervisor:
         newest checkpoint and the config were replaced) starts the next attempt, not
         counted as a failure."""
         group.terminate(self.kill_grace_s)
-        self.run.clean_incomplete()
+        self._settle_staged(attempt)
         self.on_tick()
         reason = decision.get("reason", "")
         if decision.get("action") == "restart":
@@ -575,7 +583,7 @@ class Supervisor:
             return None  # every rank returned: the training finished
         if failed and not at_deadline and not stopped:
             return None  # a real failure during the grace period
-        self.run.clean_incomplete()
+        self._settle_staged(attempt)
         iterations = sorted({st.get("iteration") for st in stopped})
         checkpoint = next((st.get("checkpoint") for st in stopped if st.get("checkpoint")),
                           None)
@@ -629,6 +637,21 @@ class Supervisor:
         if is_secondary(first):  # only lost peers: their node or process went away
             first.cause = NODE
         return first
+
+    def _settle_staged(self, attempt: int, *, clean: bool = True) -> None:
+        """No rank runs: commit the checkpoints every rank of ``attempt`` handed in that
+        were not published yet (handed_in.py), then (``clean``) remove what is left
+        half-written."""
+        if attempt > 0:
+            try:
+                finish_handed_in(self.run, attempt, self.checkpoint_config,
+                                 first_index=self.first_checkpoint_index)
+            except Exception as e:  # noqa: BLE001 - the commit is a bonus; the run goes on
+                self._log(f"WARNING: could not commit the checkpoints the ranks handed in at "
+                          f"their last reports ({e}); the run continues from the last "
+                          "committed one")
+        if clean:
+            self.run.clean_incomplete()
 
     def _end_attempt(self, attempt: int, outcome: str, failure: Optional[Failure],
                      failed_ranks: Optional[List[int]] = None) -> None:

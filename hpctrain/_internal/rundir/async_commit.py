@@ -153,7 +153,7 @@ class BackgroundCommit:
     def __init__(self, run: RunDir, iteration: int, rank: int, snapshot_dir: str, *,
                  sync: bool, announce: bool, wait_for_rank0: bool,
                  complete: Optional[Callable[[], Any]] = None,
-                 keep_snapshot: bool = False):
+                 keep_snapshot: bool = False, report: Optional[Dict[str, Any]] = None):
         self.run, self.iteration, self.rank = run, iteration, rank
         self.snapshot_dir = snapshot_dir
         self.started = time.perf_counter()
@@ -162,6 +162,7 @@ class BackgroundCommit:
         self._error: Optional[BaseException] = None
         self._complete = complete
         self._keep_snapshot = keep_snapshot  # the local tier's copy: kept for restarts
+        self._report = report  # rank 0's report record, for its manifest
         self._thread = threading.Thread(
             target=self._run, args=(sync, announce, wait_for_rank0),
             name=f"hpctrain-commit-{iteration}", daemon=True)
@@ -173,7 +174,8 @@ class BackgroundCommit:
                 self._complete()  # write the files (torch state copied to host memory)
             self._manifest = stage_shard(self.run, self.iteration, self.rank,
                                          Checkpoint(self.snapshot_dir), sync=sync,
-                                         announce=announce, wait_for_rank0=wait_for_rank0)
+                                         announce=announce, wait_for_rank0=wait_for_rank0,
+                                         report=self._report)
         except BaseException as e:  # noqa: BLE001 - handed to the training thread
             self._error = e
         finally:

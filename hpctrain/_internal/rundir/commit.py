@@ -49,12 +49,15 @@ from hpctrain._internal.rundir.layout import (SHARD_MANIFEST, TMP_PREFIX, RunDir
 
 
 CLAIMS_FILE = f"{INTERNAL_PREFIX}claims.rank-0.json"
+#: rank 0's report record in its shard manifest (``handed_in.py`` publishes with it)
+REPORT_KEY = "report"
 ASIDE_DIR = INTERNAL_PREFIX + "rank-{rank}"
 
 
 def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
                 *, sync: bool, announce: bool = False,
-                wait_for_rank0: bool = False) -> Dict[str, Any]:
+                wait_for_rank0: bool = False,
+                report: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Put this rank's checkpoint files into the temporary directory of the checkpoint
     handed in at report ``iteration``; return the manifest written for them.
 
@@ -62,7 +65,8 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     the checkpoint keeps one copy, the lowest rank's. Rank 0 (``announce``) lists its
     names before copying; another rank writes no name on that list (``wait_for_rank0``:
     rank 0 is known to hand in a checkpoint at this report, so wait for the list). A name
-    already there from another rank is written aside, for ``publish`` to sort out."""
+    already there from another rank is written aside, for ``publish`` to sort out.
+    ``report``: rank 0's report record, kept in its manifest (``handed_in.py``)."""
     if uri_scheme(checkpoint.path) not in (None, "file"):
         raise CheckpointError(
             f"rank {rank}: report(checkpoint=...) takes a local directory, got "
@@ -80,6 +84,8 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     flushes = []  # fsyncs run beside the copies, several at once: the disk merges them
     manifest = {"rank": rank, "moved": move, "algo": DIGEST_ALGO, "files": files,
                 "duplicates": duplicates, "metadata": _user_metadata(src, rank)}
+    if report is not None:
+        manifest[REPORT_KEY] = report
     manifest_path = os.path.join(tmp, SHARD_MANIFEST.format(rank=rank))
     aside = os.path.join(tmp, ASIDE_DIR.format(rank=rank))
     try:

@@ -62,6 +62,8 @@ from hpctrain.config import CheckpointConfig, CheckpointUploadMode, upload_mode
 from hpctrain._internal.rundir.async_commit import BackgroundCommit, snapshot
 from hpctrain._internal.rundir.local_tier import LocalTier, restore as restore_local
 from hpctrain._internal.rundir.commit import digest_shard, new_staging_dir, publish, stage_shard, staged_iterations
+# NOTHING_IN_FLIGHT: "no background commit", in the agreement and in the mark alike
+from hpctrain._internal.rundir.handed_in import NOTHING_IN_FLIGHT, ReportMark, report_record
 from hpctrain._internal.base.log import get_logger
 from hpctrain._internal.base.fsutil import Background, atomic_write_json, json_default, read_json
 from hpctrain._internal.rundir.layout import (DECISION_FILE, STOP_FILE, ResultWriter, RunDir,
@@ -85,7 +87,6 @@ MAX_GAP = 256
 #: machine holds back for a few milliseconds does not make the others wait: 2 rounds of
 #: at most 5 ms each
 POSTED_DEPTH = 2
-NOTHING_IN_FLIGHT = 2**31 - 1  # "no background commit" in the agreement (any int type)
 #: broadcast_from_rank_zero: Ray's limit (a warning beyond it), and hpctrain's (an error)
 WARN_BROADCAST_BYTES = 1000
 MAX_BROADCAST_BYTES = 16 << 20
@@ -179,6 +180,9 @@ class Session:
         self._inflight: Optional[Any] = None  # this rank's BackgroundCommit
         self._due_at = -1  # the report after which checkpoint_frequency="auto" said so
         self.committed: List[Tuple[int, str]] = []  # (iteration, name) published here
+        #: how far this rank staged, for the supervisor after a crash (handed_in.py)
+        self._mark = _open_mark(run, attempt, info.world_rank, info.world_size,
+                                start_iteration)
         #: rank 0 publishes, at the latest agreement, what is staged up to this report
         self._published_through = -1
 
@@ -260,6 +264,15 @@ class Session:
             if self._inflight is not None:
                 self._harvest()
         complete = getattr(checkpoint, "_complete", None)  # hpctrain.torch.checkpoints
+        request = None if task is None else {
+            "fn_kwargs": self.validation.kwargs_for(task),
+            "timeout_s": task.timeout_s if task.timeout_s is not None
+            else self.validation.task_config.timeout_s}
+        epochs = self.data_epochs() if rank == 0 else None
+        # what rank 0 would publish this report's checkpoint with: in its shard's manifest,
+        # for the supervisor to publish it should the attempt end before an agreement
+        record = report_record(metrics, started, epochs, request, self.metadata) \
+            if rank == 0 and checkpoint is not None else None
         if checkpoint is not None and use_async and self._local is not None:
             # the node-local tier: the files go there now, the drain runs in the background
             local = self._local.fresh(iteration)
@@ -273,7 +286,7 @@ class Session:
                 announce=self.info.world_size > 1, wait_for_rank0=rank0_now and rank != 0,
                 complete=functools.partial(_seal_local, self._local, iteration, self.attempt,
                                            complete and (complete, take)),
-                keep_snapshot=True)
+                keep_snapshot=True, report=record)
             self._background.submit(self._local.prune, self.run, self.attempt)
             if complete is None and (getattr(checkpoint, "_temporary", False) or delete_local):
                 _delete_handed_in(checkpoint)
@@ -283,7 +296,7 @@ class Session:
             self._inflight = BackgroundCommit(
                 self.run, iteration, rank, snap, sync=self.checkpoint_config.sync_to_disk,
                 announce=self.info.world_size > 1, wait_for_rank0=rank0_now and rank != 0,
-                complete=complete)
+                complete=complete, report=record)
             if getattr(checkpoint, "_temporary", False) or delete_local:
                 _delete_handed_in(checkpoint)
         elif checkpoint is not None:
@@ -292,21 +305,20 @@ class Session:
             manifest = stage_shard(self.run, iteration, rank, checkpoint,
                                    sync=self.checkpoint_config.sync_to_disk,
                                    announce=self.info.world_size > 1,
-                                   wait_for_rank0=rank0_now and rank != 0)
+                                   wait_for_rank0=rank0_now and rank != 0, report=record)
             files = list(manifest["files"])
             aside = [rel for rel, info in manifest["files"].items() if info.get("aside")]
             if getattr(checkpoint, "_temporary", False) or delete_local:
                 _delete_handed_in(checkpoint)
             if not agreed:
                 self._staged_since_agreement = True
+        if self._mark is not None:  # this report's shard is staged (or in flight)
+            self._mark.set(iteration, self._inflight.iteration if self._inflight is not None
+                           else NOTHING_IN_FLIGHT)
         if rank == 0:
-            self._reports_since_agreement[iteration] = (dict(metrics), started,
-                                                        self.data_epochs())
-            if task is not None:
-                self._validation_requests[iteration] = {
-                    "fn_kwargs": self.validation.kwargs_for(task),
-                    "timeout_s": task.timeout_s if task.timeout_s is not None
-                    else self.validation.task_config.timeout_s}
+            self._reports_since_agreement[iteration] = (dict(metrics), started, epochs)
+            if request is not None:
+                self._validation_requests[iteration] = request
         published = self._publish_agreed(iteration) if agreed else {}
         name = published.get(iteration)
         if files:  # after the commit, so that hashing never competes with it
@@ -792,6 +804,21 @@ class Session:
             self._writer.close()
         if self._rank_results is not None:
             self._rank_results.close()
+
+
+def _open_mark(run: RunDir, attempt: int, rank: int, world_size: int, start_iteration: int
+               ) -> Optional[ReportMark]:
+    """This rank's mark in its attempt's directory; None where it cannot be made (the
+    supervisor then publishes nothing after a crash, as before the marks)."""
+    try:
+        adir = run.attempt_dir(attempt)
+        run.makedirs(adir)
+        return ReportMark(adir, rank, world_size=world_size, start_iteration=start_iteration,
+                          mode=run.file_mode)
+    except (OSError, ValueError) as e:
+        _log.warning("rank %d: no report mark in %s (%s): a checkpoint handed in right "
+                     "before a crash may not be committed", rank, run.attempt_dir(attempt), e)
+        return None
 
 
 def _seal_local(tier: LocalTier, iteration: int, attempt: int, pending: Any) -> None:
