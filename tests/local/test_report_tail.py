@@ -89,3 +89,26 @@ def test_the_lines_a_report_writes_are_those_of_json_and_csv_whatever_the_values
         assert f.read() == json_lines
     with open(run.progress_file) as f:
         assert f.read() == out.getvalue()
+
+
+def test_the_stop_checkpoint_comes_after_every_rank_was_told(tmp_path, storage):
+    """The warning reaches the agreement at a report that carries a checkpoint anyway: the
+    stop does not take that one (no training function knew yet), but the next, handed in
+    after should_checkpoint() and get_preemption_info() said so on every rank."""
+    job = write_job(tmp_path, "told", entrypoint=workload("workloads:warned_while_checkpointing"),
+                    storage=storage, verbose=0, scaling={"num_workers": 2},
+                    config={"steps": 200, "warn_at": 20, "pause": 0.01})
+    p = subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", job],
+                       capture_output=True, text=True, timeout=120)
+    run = os.path.join(storage, "told")
+    assert p.returncode == 75, p.stderr
+    seen = [json.load(open(os.path.join(run, "test-out", f"told-rank-{r}.json")))
+            for r in (0, 1)]
+    state = run_state(run)
+    name = state["attempts"][0]["stop_checkpoint"]
+    with open(os.path.join(run, "checkpoints", name, "step.txt")) as f:
+        stop_step = int(f.read())
+    for rank, s in enumerate(seen):
+        assert s["told"] == s["informed"] == [stop_step], (rank, s)
+        assert s["stopped"] == stop_step + 1, (rank, s)  # reports count from 1
+    assert stop_step > 20

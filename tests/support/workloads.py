@@ -503,3 +503,38 @@ def handed_in_then_end(config):
         os.kill(os.getpid(), signal.SIGKILL)
     if end == "hang":
         time.sleep(3600)
+
+
+def warned_while_checkpointing(config):
+    """Rank 0 hands in a checkpoint at every report; rank 1 sends itself the warning
+    signal at step ``warn_at``. Each rank writes ``told-rank-R.json``: the steps before
+    whose report ``should_checkpoint()`` and ``get_preemption_info()`` said so, and the
+    report it stopped at."""
+    import json
+    import time
+
+    from hpctrain._internal.base.context import get_session
+
+    ctx = hpctrain.get_context()
+    rank = ctx.get_world_rank()
+    told, informed = [], []
+    try:
+        for step in range(config["steps"]):
+            if rank == 1 and step == config["warn_at"]:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            if ctx.should_checkpoint():
+                told.append(step)
+            if hpctrain.get_preemption_info() is not None:
+                informed.append(step)
+            ckpt = None
+            if rank == 0:
+                d = tempfile.mkdtemp()
+                with open(os.path.join(d, "step.txt"), "w") as f:
+                    f.write(str(step))
+                ckpt = Checkpoint.from_directory(d)
+            hpctrain.report({"step": step}, checkpoint=ckpt)
+            time.sleep(config.get("pause", 0.0))
+    finally:
+        with open(_out(f"told-rank-{rank}.json"), "w") as f:
+            json.dump({"told": told, "informed": informed,
+                       "stopped": get_session().iteration}, f)

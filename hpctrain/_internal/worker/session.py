@@ -69,6 +69,7 @@ from hpctrain._internal.base.fsutil import Background, atomic_write_json, json_d
 from hpctrain._internal.rundir.layout import (DECISION_FILE, STOP_FILE, ResultWriter, RunDir,
                                               autofilled)
 from hpctrain.preemption import PreemptionInfo, allocation_ranks
+from hpctrain._internal.worker.agreement import Vote
 from hpctrain._internal.worker.trial import trial_control
 from hpctrain.errors import ConfigError
 
@@ -391,26 +392,26 @@ class Session:
         os._exit(0)
 
     def _local_values(self, iteration: int, ckpt_here: bool, *, final: bool = False,
-                      async_here: bool = False) -> List[int]:
+                      async_here: bool = False) -> Vote:
         """This rank's values for an agreement at ``iteration`` (see
         :meth:`_agree_before_staging`); rank 0 adds the gap to the next agreement, chosen
         from the pace of the reports since the previous one."""
         gap = 0
-        due_here = late_now = late_next = 0
+        due_here = False
+        late = (False, False, False)
         if self.info.world_rank == 0 and not final:
             now = time.perf_counter()
             pace = (now - self._agreed_at) / max(1, iteration - self._agreed_iteration)
             gap = MAX_GAP if pace <= 0 else max(1, min(MAX_GAP, int(AGREE_BUDGET_S / pace)))
-            due_here = int(self._frequency.due_by_time())
-            late_now, late_next = self._lateness(pace)
-        rank0_here = int(ckpt_here and self.info.world_rank == 0)
-        return [int(self._staged_since_agreement), int(self._stop_requested.is_set()), gap,
-                int(ckpt_here), rank0_here,
-                # the lowest iteration in flight anywhere (a max of negated values)
-                -(self._inflight.iteration if self._inflight is not None
-                  else iteration if ckpt_here and async_here else NOTHING_IN_FLIGHT),
-                int(ckpt_here and async_here), int(ckpt_here and not async_here), due_here,
-                late_now, late_next]
+            due_here = self._frequency.due_by_time()
+            late = self._lateness(pace)
+        return Vote(
+            staged_since=self._staged_since_agreement, stop=self._stop_requested.is_set(),
+            gap=gap, ckpt_now=ckpt_here, rank0_now=ckpt_here and self.info.world_rank == 0,
+            in_flight=(self._inflight.iteration if self._inflight is not None
+                       else iteration if ckpt_here and async_here else NOTHING_IN_FLIGHT),
+            async_now=ckpt_here and async_here, sync_now=ckpt_here and not async_here,
+            due=due_here, late_now=late[0], late_next=late[1], late_after=late[2])
 
     def _post_agreement(self, iteration: int) -> bool:
         """An agreement report while reports come fast and nothing is to commit: post
@@ -424,16 +425,16 @@ class Session:
         every rank got the same values."""
         gap = self._posted_gap
         if len(self._posted) >= POSTED_DEPTH:
-            (any_ckpt, stop, gap, _, _, neg_in_flight, _, _,
-             due, late_now, late_next) = self._posted.popleft().wait()
+            v = Vote.from_wire(self._posted.popleft().wait())
+            gap = v.gap
             # (a checkpoint that would end after the deadline: the waiting agreement
             # decides afresh which are skipped)
-            if any_ckpt or stop or gap <= 1 or due or late_now or late_next \
-                    or -neg_in_flight != NOTHING_IN_FLIGHT:
+            if v.staged_since or v.stop or v.gap <= 1 or v.due or v.late_now or v.late_next \
+                    or v.in_flight != NOTHING_IN_FLIGHT:
                 self._posting = False
                 return False
         self._posted.append(self.coordinator.allreduce_max_async(
-            self._local_values(iteration, False)))
+            self._local_values(iteration, False).to_wire()))
         self._posted_gap = gap
         self._next_agreement = iteration + gap
         self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
@@ -456,11 +457,14 @@ class Session:
         checkpoint is due (``checkpoint_frequency="auto"``: rank 0's decision). Returns
         (a checkpoint is handed in now, rank 0 hands one in now)."""
         self._settle_posted()
-        local = self._local_values(iteration, ckpt_here, final=final, async_here=async_here)
-        (any_ckpt, stop, gap, ckpt_now, rank0_now, neg_in_flight, async_now, sync_now,
-         due, late_now, late_next) = (self.coordinator.allreduce_max(local)
-                                      if self.info.world_size > 1 else local)
-        in_flight = -neg_in_flight
+        local = self._local_values(iteration, ckpt_here, final=final,
+                                   async_here=async_here).to_wire()
+        v = Vote.from_wire(self.coordinator.allreduce_max(local)
+                           if self.info.world_size > 1 else local)
+        any_ckpt, stop, gap, ckpt_now, rank0_now = (v.staged_since, v.stop, v.gap, v.ckpt_now,
+                                                    v.rank0_now)
+        in_flight, sync_now, due, late_now, late_next = (v.in_flight, v.sync_now, v.due,
+                                                         v.late_now, v.late_next)
         self._late_now, self._late_next = bool(late_now), bool(late_next)
         # a stop's checkpoint handed in too late to be committed: the training ends at
         # once, without it (a loop that hands in none is stopped at the deadline)
@@ -468,13 +472,17 @@ class Session:
         if late_now:
             # this report's checkpoints are not started (report() skips them): the
             # agreement goes on as if none was handed in
-            ckpt_now = rank0_now = async_now = sync_now = 0
+            ckpt_now = rank0_now = sync_now = False
             if in_flight == iteration:
                 in_flight = NOTHING_IN_FLIGHT
         any_inflight = in_flight != NOTHING_IN_FLIGHT
+        newly_stopped = bool(stop) and not self.stop_agreed
         self.stop_agreed = self.stop_agreed or bool(stop)
-        # a checkpoint of this very report: stopping after it loses no iteration
-        self._agreed_checkpoint = bool(ckpt_now)
+        # a checkpoint of this very report: stopping after it loses no iteration. Not the
+        # report that agrees the stop: no training function was told yet (should_checkpoint,
+        # get_preemption_info say so from this report on), so the stop takes the next one;
+        # unless that one would end after the deadline: then this one, the last in time
+        self._agreed_checkpoint = bool(ckpt_now) and (not newly_stopped or v.late_after)
         if final or self.stop_agreed:
             # every rank waits for its commit in flight and stages synchronously; one
             # more collective proves it, then rank 0 publishes everything staged
@@ -507,12 +515,13 @@ class Session:
         self._posted_gap = gap
         return bool(ckpt_now), bool(rank0_now)
 
-    def _lateness(self, pace: float) -> Tuple[int, int]:
-        """Rank 0: would a checkpoint handed in at this report, or at the next one (a
-        report later), end after the deadline? (deadline.py)"""
+    def _lateness(self, pace: float) -> Tuple[bool, bool, bool]:
+        """Rank 0: would a checkpoint handed in at this report, at the next one (a report
+        later), or at the next one after this report's own commit, end after the
+        deadline? (deadline.py)"""
         cost = self._frequency.commit_cost_s()
         if cost is None:
-            return 0, 0
+            return False, False, False
         if self._stop_requested.is_set() and self._stop_deadline is None:
             stop = read_json(os.path.join(self.run.attempt_dir(self.attempt), STOP_FILE),
                              default={}) or {}
@@ -521,7 +530,8 @@ class Session:
                 self._stop_deadline = float(deadline)
         deadline = checkpoint_deadline(self._ends_at, self._stop_deadline)
         now = time.time()
-        return int(too_late(now, cost, deadline)), int(too_late(now + pace, cost, deadline))
+        return (too_late(now, cost, deadline), too_late(now + pace, cost, deadline),
+                too_late(now + cost + pace, cost, deadline))
 
     def _publish_agreed(self, iteration: int) -> Dict[int, str]:
         """After the agreement and this report's staging: when a rank staged at this
