@@ -169,7 +169,7 @@ class DataParallelTrainer:
     def fit(self) -> Result:
         """Run the training to the end and return its Result. Raises
         :class:`TrainingFailedError` (with ``.result``) when it failed for good.
-        (``Run(trainer).fit()``: see :class:`hpctrain.run.Run`.) With no site nor
+        (``Run.for_trainer(trainer).fit()``: see :class:`hpctrain.run.Run`.) With no site nor
         scheduler on a machine with a batch system, outside an allocation, warns once
         (a :class:`~hpctrain.errors.LoginNodeWarning`): it would train on a login node."""
         run = Run.for_trainer(self)

@@ -2,7 +2,8 @@
 they are kept (``run.storage_path``).
 
 One :class:`Storage` subclass per kind, one module each (:mod:`.posix`: a filesystem
-every node mounts, today's only kind), chosen from the storage path by
+every node mounts; :mod:`.object`: object stores and the other ``pyarrow.fs``
+filesystems), chosen from the storage path by
 :func:`storage_for`: a plain path or ``file://`` → ``posix``; ``scheme://…`` → the kind
 registered for ``scheme`` (:func:`~hpctrain._internal.base.registry.register_storage`); an
 unknown scheme → a ConfigError naming the key, as before.

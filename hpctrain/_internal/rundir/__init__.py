@@ -1,4 +1,4 @@
-"""The run directory on the shared filesystem (layout in DESIGN.md).
+"""The run directory on the shared filesystem (its layout: docs/architecture.md and the docstring of :mod:`.layout`).
 
 * :mod:`.layout` — paths, ``state.json``, ``result.json``, attempts (``RunDir``).
 * :mod:`.commit` — atomic checkpoint commits, sharded or not.

@@ -1,4 +1,4 @@
-"""The run directory on the shared filesystem (layout in DESIGN.md).
+"""The run directory on the shared filesystem (the layout below; docs/architecture.md places it among the layers).
 
 ```
 <storage_path>/<name>/
