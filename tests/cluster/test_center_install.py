@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, copy_checkout
 from multiuser import NEEDS_USERS, Machine, have_users
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm"),
@@ -94,13 +94,7 @@ def center(tmp_path_factory):
         # the wheel, built from a copy of the checkout's files that git does not ignore (no
         # build/ left in the checkout)
         src, wheels = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheels")
-        files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                                "--exclude-standard"], cwd=ROOT, capture_output=True,
-                               check=True).stdout.decode().split("\0")
-        for f in filter(None, files):
-            if os.path.isfile(os.path.join(ROOT, f)):
-                os.makedirs(os.path.join(src, os.path.dirname(f)), exist_ok=True)
-                shutil.copy2(os.path.join(ROOT, f), os.path.join(src, f))
+        copy_checkout(src)
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                         "--no-build-isolation", "-q", "-w", str(wheels), str(src)], check=True)
         wheel, = [os.path.join(wheels, w) for w in os.listdir(wheels) if w.endswith(".whl")]

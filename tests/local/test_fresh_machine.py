@@ -9,12 +9,11 @@ default torch (the issue's 5.5 GB CUDA build); that run is in the issue's closin
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, copy_checkout
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docs-fresh-venv")]
 
@@ -30,14 +29,7 @@ def in_test_env():
 def source(tmp_path):
     """A copy of what git tracks (and what it does not ignore): an editable install writes
     its metadata into the source tree, which must not be the checkout the suite runs from."""
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
-    where = tmp_path / "checkout"
-    for f in filter(None, files):
-        if os.path.isfile(os.path.join(ROOT, f)):
-            os.makedirs(where / os.path.dirname(f), exist_ok=True)
-            shutil.copy2(os.path.join(ROOT, f), where / f)
-    return where
+    return copy_checkout(tmp_path / "checkout")
 
 
 @pytest.mark.skipif(not in_test_env(), reason="runs in the test environment that "

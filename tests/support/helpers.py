@@ -259,3 +259,16 @@ def hpctrain_log_to(caplog, monkeypatch):
 
     logger = logging.getLogger("hpctrain")
     monkeypatch.setattr(logger, "propagate", caplog.handler not in logger.handlers)
+
+
+def copy_checkout(where):
+    """A copy of the checkout's files that git tracks or does not ignore (no build output,
+    no egg-info), at ``where``: for a test that installs it (an editable install writes
+    into its source tree, a wheel build leaves ``build/``). Returns ``where``."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for f in filter(None, files):
+        if os.path.isfile(os.path.join(ROOT, f)):
+            os.makedirs(os.path.join(where, os.path.dirname(f)), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, f), os.path.join(where, f))
+    return where
