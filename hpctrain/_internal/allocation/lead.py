@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional, Tuple
 
+from hpctrain._internal.base.deadline import SLACK_S
+
 MARGIN = 2.0     # the stop's checkpoint may cost twice the costliest one seen
-SLACK_S = 15.0   # kept for the requeue (Supervisor.stop_deadline)
 RECENT = 5       # the checkpoints that count: the last ones
 
 
@@ -38,5 +39,5 @@ def measured_lead_s(records: Iterable[Any], warning_s: float) -> Tuple[float, Op
     if not costs:
         return warning_s, None
     cost = max(costs)
-    need = MARGIN * cost  # what the ranks should get: lead/2 or lead − SLACK_S of it
+    need = MARGIN * cost  # what the ranks should get: deadline.stop_window_s(lead)
     return max(warning_s, min(2 * need, need + SLACK_S)), cost

@@ -32,7 +32,7 @@ from hpctrain._internal.allocation.lead import MARGIN, measured_lead_s
 from hpctrain._internal.allocation.budgets import (HANG, NODE, USER, count_failure, give_up,
                                                    no_progress, spent)
 from hpctrain._internal.base.log import get_logger
-from hpctrain._internal.base.deadline import ENV_COST, ENV_ENDS_AT
+from hpctrain._internal.base.deadline import ENV_COST, ENV_ENDS_AT, stop_window_s
 
 _logger = get_logger("supervisor")
 from hpctrain._internal.rundir.commit import verify_checkpoint
@@ -189,7 +189,7 @@ class Supervisor:
         if self.stop_time is None:
             return None
         lead = self.stop_lead_s or self.warning_s
-        return self.stop_time + max(lead * 0.5, lead - 15.0)
+        return self.stop_time + stop_window_s(lead)
 
     def _check_timer(self) -> None:
         if self.warn_at is not None and self.stop_time is None and time.time() >= self.warn_at:

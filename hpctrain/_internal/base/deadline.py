@@ -29,6 +29,17 @@ ENV_COST = "HPCTRAIN_CHECKPOINT_COST_S"
 SLACK_S = 15.0
 
 
+def stop_window_s(lead_s: float) -> float:
+    """The seconds the ranks get to stop after a warning ``lead_s`` before the end: the
+    rest (``SLACK_S``, or half the lead when that is shorter) is kept for the requeue. The
+    supervisor's stop deadline and the warning's lead time (lead.py) both follow it.
+
+    >>> stop_window_s(120.0), stop_window_s(20.0)
+    (105.0, 10.0)
+    """
+    return max(lead_s * 0.5, lead_s - SLACK_S)
+
+
 def env_seconds(env: Mapping[str, str], name: str) -> Optional[float]:
     """A positive number of seconds from the environment, else None.
 
