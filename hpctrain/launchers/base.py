@@ -40,6 +40,12 @@ class WorkerGroup:
         """SIGTERM every rank, SIGKILL whatever is left after ``grace`` seconds."""
         raise NotImplementedError
 
+    def ended(self) -> bool:
+        """Every rank's process is gone, as far as this launcher can tell (after
+        :meth:`terminate`, a process stuck in the kernel may outlive it). The supervisor
+        commits what the ranks staged only then. A launcher that cannot tell says False."""
+        return False
+
 
 class Launcher:
     name = "base"

@@ -28,6 +28,9 @@ class FinishedGroup(WorkerGroup):
     def terminate(self, grace: float = 10.0) -> None:
         pass  # nothing left running
 
+    def ended(self) -> bool:
+        return True
+
 
 class InProcessLauncher(Launcher):
     name = "in-process"

@@ -83,6 +83,10 @@ class LocalWorkerGroup(WorkerGroup):
         with self._cond:
             return sorted(self._exits.values(), key=lambda e: e.time)
 
+    def ended(self) -> bool:
+        with self._cond:
+            return len(self._exits) == len(self.procs)
+
     def wait_any_failure(self, timeout: float) -> Optional[List[ExitRecord]]:
         deadline = time.monotonic() + timeout
         with self._cond:

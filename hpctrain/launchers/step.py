@@ -52,6 +52,7 @@ class StepWorkerGroup(WorkerGroup):
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         self._exit: Optional[ExitRecord] = None
+        self._killed = False  # terminate() had to SIGKILL the launcher
         self._records: List[ExitRecord] = []
 
     def _poll(self, timeout: float) -> None:
@@ -92,6 +93,12 @@ class StepWorkerGroup(WorkerGroup):
         self._poll(0)
         return [] if self._exit is None else list(self._records)
 
+    def ended(self) -> bool:
+        """The launcher (srun, mpirun, pbsdsh) exited by itself, having waited for its
+        ranks; not when it had to be SIGKILLed (its remote ranks may end later)."""
+        self._poll(0)
+        return self._exit is not None and not self._killed
+
     def terminate(self, grace: float = 10.0) -> None:
         """SIGTERM the launcher (srun and mpirun pass it on to every rank), SIGKILL the
         launcher's process group after ``grace`` seconds."""
@@ -99,6 +106,7 @@ class StepWorkerGroup(WorkerGroup):
             _signal_group(self.proc.pid, signal.SIGTERM)
             self._poll(grace)
         if self._exit is None:
+            self._killed = True
             _signal_group(self.proc.pid, signal.SIGKILL)
             self._poll(30.0)
 

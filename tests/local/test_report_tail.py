@@ -112,3 +112,26 @@ def test_the_stop_checkpoint_comes_after_every_rank_was_told(tmp_path, storage):
         assert s["told"] == s["informed"] == [stop_step], (rank, s)
         assert s["stopped"] == stop_step + 1, (rank, s)  # reports count from 1
     assert stop_step > 20
+
+
+def test_a_loop_that_ignores_the_warning_stops_at_the_next_report_from_the_checkpoint_before(
+        tmp_path, storage):
+    """The same, but the loop checkpoints every 5th step whatever it is told: the stop
+    waits one report for a checkpoint, gets none, and ends there; the checkpoint of the
+    report that agreed the stop (committed) is the one the run resumes from."""
+    job = write_job(tmp_path, "deaf", entrypoint=workload("workloads:warned_while_checkpointing"),
+                    storage=storage, verbose=0, scaling={"num_workers": 2},
+                    config={"steps": 200, "warn_at": 20, "pause": 0.01, "every": 5})
+    p = subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", job],
+                       capture_output=True, text=True, timeout=120)
+    run = os.path.join(storage, "deaf")
+    assert p.returncode == 75, p.stderr
+    seen = [json.load(open(os.path.join(run, "test-out", f"told-rank-{r}.json")))
+            for r in (0, 1)]
+    name = run_state(run)["attempts"][0]["stop_checkpoint"]
+    with open(os.path.join(run, "checkpoints", name, "step.txt")) as f:
+        stop_step = int(f.read())
+    assert stop_step % 5 == 0 and stop_step >= 20
+    for rank, s in enumerate(seen):
+        # told after the report of stop_step, which carried the checkpoint; stopped at the next
+        assert s["told"] == [stop_step + 1] and s["stopped"] == stop_step + 2, (rank, s)

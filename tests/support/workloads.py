@@ -506,8 +506,9 @@ def handed_in_then_end(config):
 
 
 def warned_while_checkpointing(config):
-    """Rank 0 hands in a checkpoint at every report; rank 1 sends itself the warning
-    signal at step ``warn_at``. Each rank writes ``told-rank-R.json``: the steps before
+    """Rank 0 hands in a checkpoint at every ``every``-th report (1: each; whatever
+    ``should_checkpoint()`` says); rank 1 sends itself the warning signal at step
+    ``warn_at``. Each rank writes ``told-rank-R.json``: the steps before
     whose report ``should_checkpoint()`` and ``get_preemption_info()`` said so, and the
     report it stopped at."""
     import json
@@ -527,7 +528,7 @@ def warned_while_checkpointing(config):
             if hpctrain.get_preemption_info() is not None:
                 informed.append(step)
             ckpt = None
-            if rank == 0:
+            if rank == 0 and step % config.get("every", 1) == 0:
                 d = tempfile.mkdtemp()
                 with open(os.path.join(d, "step.txt"), "w") as f:
                     f.write(str(step))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from hpctrain.config import CheckpointConfig
-from hpctrain.launchers.base import ExitRecord, Launcher, LineSink
+from hpctrain.launchers.base import ExitRecord, Launcher, LineSink, WorkerGroup
 from hpctrain._internal.allocation.watchdog import Hang, Watchdog
 from hpctrain._internal.allocation.badnodes import blame, blamed_host
 from hpctrain._internal.allocation.stragglers import Pace
@@ -366,7 +366,7 @@ class Supervisor:
                     s["status"] = INTERRUPTED
             finally:
                 group.terminate(self.kill_grace_s)
-            self._settle_staged(attempt, clean=False)  # the next allocation cleans
+            self._settle_staged(attempt, group, clean=False)  # the next allocation cleans
             raise
         decision = read_json(decision_file)
         if decision:
@@ -406,7 +406,7 @@ class Supervisor:
         failed = [e for e in group.exits() if e.returncode != 0] or failed
         # commit what every rank handed in, then free what the failed attempt left
         # half-written (a full disk needs the room for state.json and error.txt)
-        self._settle_staged(attempt)
+        self._settle_staged(attempt, group)
         failure = self._hang_failure(attempt, hang) if hang is not None \
             else self._root_cause(attempt, failed)
         self._end_attempt(attempt, FAILED, failure,
@@ -544,7 +544,12 @@ class Supervisor:
         newest checkpoint and the config were replaced) starts the next attempt, not
         counted as a failure."""
         group.terminate(self.kill_grace_s)
-        self._settle_staged(attempt)
+        if decision.get("action") == "restart":
+            # a PBT exploit: rank 0 published the donor's checkpoint as the newest; what the
+            # trial itself staged must not be committed after it
+            self.run.clean_incomplete()
+        else:
+            self._settle_staged(attempt, group)
         self.on_tick()
         reason = decision.get("reason", "")
         if decision.get("action") == "restart":
@@ -583,7 +588,7 @@ class Supervisor:
             return None  # every rank returned: the training finished
         if failed and not at_deadline and not stopped:
             return None  # a real failure during the grace period
-        self._settle_staged(attempt)
+        self._settle_staged(attempt, group)
         iterations = sorted({st.get("iteration") for st in stopped})
         checkpoint = next((st.get("checkpoint") for st in stopped if st.get("checkpoint")),
                           None)
@@ -638,11 +643,13 @@ class Supervisor:
             first.cause = NODE
         return first
 
-    def _settle_staged(self, attempt: int, *, clean: bool = True) -> None:
-        """No rank runs: commit the checkpoints every rank of ``attempt`` handed in that
-        were not published yet (handed_in.py), then (``clean``) remove what is left
-        half-written."""
-        if attempt > 0:
+    def _settle_staged(self, attempt: int, group: Optional[WorkerGroup] = None, *,
+                       clean: bool = True) -> None:
+        """After the ranks of ``attempt`` (``group``; None: a previous allocation's, long
+        gone): commit the checkpoints every rank handed in that were not published yet
+        (handed_in.py), only once the launcher says every rank ended; then (``clean``)
+        remove what is left half-written."""
+        if attempt > 0 and (group is None or group.ended()):
             try:
                 finish_handed_in(self.run, attempt, self.checkpoint_config,
                                  first_index=self.first_checkpoint_index)

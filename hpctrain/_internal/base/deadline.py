@@ -95,5 +95,5 @@ def skipped_message(iteration: int, deadline: float, now: float, cost_s: float,
             f"{cost_s:.1f} s (measured){then}")
 
 
-__all__ = ["ENV_ENDS_AT", "ENV_COST", "SLACK_S", "env_seconds", "checkpoint_deadline",
-           "too_late", "skipped_message"]
+__all__ = ["ENV_ENDS_AT", "ENV_COST", "SLACK_S", "stop_window_s", "env_seconds",
+           "checkpoint_deadline", "too_late", "skipped_message"]

@@ -144,6 +144,8 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
             for d in dirs:
                 fsync_path(d)
     except OSError as e:
+        with contextlib.suppress(OSError):  # a shard that failed is never taken as staged
+            os.unlink(manifest_path)
         if disk_full(e) and not move:
             # this rank's copies are useless now: free their room (for the error record,
             # state.json and the next attempt); these paths are this rank's own
@@ -253,7 +255,7 @@ def staged_iterations(run: RunDir, up_to: int) -> List[int]:
 
 
 def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
-            world_size: int, config: CheckpointConfig, started: float,
+            world_size: int, config: CheckpointConfig, started: Optional[float],
             metadata: Optional[Dict[str, Any]] = None,
             data_epochs: Optional[Dict[str, Any]] = None,
             on_duplicates: Optional[Callable[[Dict[str, List[int]]], None]] = None,
@@ -296,13 +298,14 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
         "iteration": iteration,
         "metrics": json.loads(json.dumps(metrics, default=json_default)),
         "time": time.time(),
-        "commit_seconds": time.time() - started,
         "ranks": [s["rank"] for s in shards],
         "world_size": world_size,
         "digest_algo": DIGEST_ALGO,
         "files": files,
         "manifest_sha256": manifest_sum,
     }
+    if started is not None:  # None: not measured (the supervisor commits it after the ranks)
+        meta["commit_seconds"] = time.time() - started
     user = merged_metadata(metadata, shards)
     if data_epochs:  # where prepared loaders and dataset shards resume (rank 0's)
         meta["data_epochs"] = data_epochs

@@ -30,7 +30,7 @@ import os
 import struct
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from hpctrain._internal.base.fsutil import read_json
+from hpctrain._internal.base.fsutil import json_default, read_json
 from hpctrain._internal.base.log import get_logger
 from hpctrain._internal.rundir.commit import REPORT_KEY, publish, staged_iterations
 from hpctrain._internal.rundir.layout import SHARD_MANIFEST, RunDir
@@ -115,29 +115,12 @@ def report_record(metrics: Dict[str, Any], started: float,
                   validation: Optional[Dict[str, Any]],
                   metadata: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """What rank 0 puts in its shard manifest: what it would pass to ``publish``."""
-    return {"metrics": json.loads(json.dumps(metrics, default=str)), "started": started,
+    return {"metrics": json.loads(json.dumps(metrics, default=json_default)), "started": started,
             "data_epochs": data_epochs, "validation": validation, "metadata": metadata}
 
 
 def _shard(run: RunDir, iteration: int, rank: int) -> Optional[Dict[str, Any]]:
     return read_json(os.path.join(run.staging_tmp(iteration), SHARD_MANIFEST.format(rank=rank)))
-
-
-def _result_rows(run: RunDir) -> Dict[int, Dict[str, Any]]:
-    """Rank 0's rows by report, from result.json (a checkpoint rank 0 had no shard in)."""
-    rows: Dict[int, Dict[str, Any]] = {}
-    try:
-        with open(run.result_file, "rb") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict) and isinstance(row.get("_training_iteration"), int):
-                    rows[row["_training_iteration"]] = row
-    except OSError:
-        pass
-    return rows
 
 
 def finish_handed_in(run: RunDir, attempt: int, config: CheckpointConfig, *,
@@ -151,18 +134,17 @@ def finish_handed_in(run: RunDir, attempt: int, config: CheckpointConfig, *,
     world_size = len(marks)
     through = complete_through(marks, lambda it, r: _shard(run, it, r) is not None)
     committed: List[str] = []
-    rows: Optional[Dict[int, Dict[str, Any]]] = None
     for it in staged_iterations(run, up_to=through):
         record = (_shard(run, it, 0) or {}).get(REPORT_KEY)
-        if not isinstance(record, dict):  # rank 0 handed in nothing at this report
-            rows = _result_rows(run) if rows is None else rows
-            row = rows.get(it, {})
-            record = {"metrics": {k: v for k, v in row.items() if not k.startswith("_")
-                                  and k != "checkpoint_dir_name"},
-                      "started": row.get("_timestamp", 0)}
+        if not isinstance(record, dict):
+            # rank 0 handed in nothing at this report: its metrics and the loaders' resume
+            # positions are unknown here, so it is not published (removed as before)
+            continue
+        # (no commit_seconds: from the report's start to now is not what a commit costs,
+        # and the warning's lead time is measured from it, lead.py)
         name, dropped = publish(
             run, it, first_index, metrics=record.get("metrics") or {},
-            world_size=world_size, config=config, started=record.get("started") or 0.0,
+            world_size=world_size, config=config, started=None,
             metadata=record.get("metadata"), data_epochs=record.get("data_epochs"),
             validation=record.get("validation"))
         for path in dropped:

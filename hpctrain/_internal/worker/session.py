@@ -166,6 +166,10 @@ class Session:
             self._stop_requested.set()
         self.stop_agreed = False
         self._agreed_checkpoint = False  # the last agreement saw a staged checkpoint
+        #: a stop agreed at a report that carried a checkpoint (committed there): the stop
+        #: waits one report for a checkpoint the told ranks hand in; (report, its name)
+        self._deferred_stop: Optional[Tuple[int, Optional[str]]] = None
+        self._defer_now = False  # this report's agreement deferred the stop
         self._background = Background()
         self._next_agreement = start_iteration + 1
         self._agreed_at, self._agreed_iteration = time.perf_counter(), start_iteration
@@ -358,6 +362,12 @@ class Session:
             # the stop's checkpoint would not be committed before the deadline: end now,
             # the next attempt resumes from the last committed checkpoint
             raise StopTraining(iteration, name)
+        if agreed and self._defer_now:
+            self._defer_now, self._deferred_stop = False, (iteration, name)
+        elif agreed and self.stop_agreed and self._deferred_stop is not None:
+            # told at the deferred report, the loop handed in no checkpoint since: stop,
+            # resuming from the one committed there (this report's step is done again)
+            raise StopTraining(iteration, self._deferred_stop[1])
 
     def _skip_late(self, iteration: int, checkpoint: Checkpoint) -> None:
         """A checkpoint handed in that would not be committed before the deadline: not
@@ -483,6 +493,7 @@ class Session:
         # get_preemption_info say so from this report on), so the stop takes the next one;
         # unless that one would end after the deadline: then this one, the last in time
         self._agreed_checkpoint = bool(ckpt_now) and (not newly_stopped or v.late_after)
+        self._defer_now = bool(ckpt_now) and newly_stopped and not v.late_after
         if final or self.stop_agreed:
             # every rank waits for its commit in flight and stages synchronously; one
             # more collective proves it, then rank 0 publishes everything staged
@@ -814,6 +825,9 @@ class Session:
             self._writer.close()
         if self._rank_results is not None:
             self._rank_results.close()
+        if self._mark is not None:  # everything is published: the mark's file stays
+            self._mark.close()
+            self._mark = None
 
 
 def _open_mark(run: RunDir, attempt: int, rank: int, world_size: int, start_iteration: int
