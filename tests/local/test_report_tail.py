@@ -91,23 +91,28 @@ def test_the_lines_a_report_writes_are_those_of_json_and_csv_whatever_the_values
         assert f.read() == out.getvalue()
 
 
+def _warned_run(tmp_path, storage, name, **config):
+    """warned_while_checkpointing on 2 ranks, warned at step 20 (exit 75: stopped): every
+    rank's record, and the step of the stop's checkpoint."""
+    job = write_job(tmp_path, name, entrypoint=workload("workloads:warned_while_checkpointing"),
+                    storage=storage, verbose=0, scaling={"num_workers": 2},
+                    config={"steps": 200, "warn_at": 20, "pause": 0.01, **config})
+    p = subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", job],
+                       capture_output=True, text=True, timeout=120)
+    run = os.path.join(storage, name)
+    assert p.returncode == 75, p.stderr
+    seen = [json.load(open(os.path.join(run, "test-out", f"told-rank-{r}.json")))
+            for r in (0, 1)]
+    stop = run_state(run)["attempts"][0]["stop_checkpoint"]
+    with open(os.path.join(run, "checkpoints", stop, "step.txt")) as f:
+        return seen, int(f.read())
+
+
 def test_the_stop_checkpoint_comes_after_every_rank_was_told(tmp_path, storage):
     """The warning reaches the agreement at a report that carries a checkpoint anyway: the
     stop does not take that one (no training function knew yet), but the next, handed in
     after should_checkpoint() and get_preemption_info() said so on every rank."""
-    job = write_job(tmp_path, "told", entrypoint=workload("workloads:warned_while_checkpointing"),
-                    storage=storage, verbose=0, scaling={"num_workers": 2},
-                    config={"steps": 200, "warn_at": 20, "pause": 0.01})
-    p = subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", job],
-                       capture_output=True, text=True, timeout=120)
-    run = os.path.join(storage, "told")
-    assert p.returncode == 75, p.stderr
-    seen = [json.load(open(os.path.join(run, "test-out", f"told-rank-{r}.json")))
-            for r in (0, 1)]
-    state = run_state(run)
-    name = state["attempts"][0]["stop_checkpoint"]
-    with open(os.path.join(run, "checkpoints", name, "step.txt")) as f:
-        stop_step = int(f.read())
+    seen, stop_step = _warned_run(tmp_path, storage, "told")
     for rank, s in enumerate(seen):
         assert s["told"] == s["informed"] == [stop_step], (rank, s)
         assert s["stopped"] == stop_step + 1, (rank, s)  # reports count from 1
@@ -119,18 +124,7 @@ def test_a_loop_that_ignores_the_warning_stops_at_the_next_report_from_the_check
     """The same, but the loop checkpoints every 5th step whatever it is told: the stop
     waits one report for a checkpoint, gets none, and ends there; the checkpoint of the
     report that agreed the stop (committed) is the one the run resumes from."""
-    job = write_job(tmp_path, "deaf", entrypoint=workload("workloads:warned_while_checkpointing"),
-                    storage=storage, verbose=0, scaling={"num_workers": 2},
-                    config={"steps": 200, "warn_at": 20, "pause": 0.01, "every": 5})
-    p = subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", job],
-                       capture_output=True, text=True, timeout=120)
-    run = os.path.join(storage, "deaf")
-    assert p.returncode == 75, p.stderr
-    seen = [json.load(open(os.path.join(run, "test-out", f"told-rank-{r}.json")))
-            for r in (0, 1)]
-    name = run_state(run)["attempts"][0]["stop_checkpoint"]
-    with open(os.path.join(run, "checkpoints", name, "step.txt")) as f:
-        stop_step = int(f.read())
+    seen, stop_step = _warned_run(tmp_path, storage, "deaf", every=5)
     assert stop_step % 5 == 0 and stop_step >= 20
     for rank, s in enumerate(seen):
         # told after the report of stop_step, which carried the checkpoint; stopped at the next
