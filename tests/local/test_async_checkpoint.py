@@ -199,19 +199,20 @@ def test_a_stop_waits_for_the_commit_in_flight_and_resumes_where_it_stopped(stor
         fit(async_workloads.stopped, storage, name="stopped",
             config={"epochs": 5, "stop_at": 2})
     path = info.value.result.path
-    # the stop came at report 3 (epoch 2): epoch 1's commit, in flight then, and epoch
-    # 2's own checkpoint are both committed before the ranks stopped
-    assert [c.iteration for c in _committed(path)] == [1, 2, 3]
+    # the stop was agreed at report 3 (epoch 2): epoch 1's commit, in flight then, and
+    # epoch 2's own checkpoint are committed there; the stop itself takes the next
+    # report's checkpoint (epoch 3, handed in once every rank was told), then ends
+    assert [c.iteration for c in _committed(path)] == [1, 2, 3, 4]
     assert all(verify_checkpoint(c.path) == [] for c in _committed(path))
     attempt = os.path.join(path, ".hpctrain", "attempt-001")
     stops = [json.load(open(os.path.join(attempt, f"stopped.rank-{r}.json"))) for r in (0, 1)]
-    assert [rec["iteration"] for rec in stops] == [3, 3]
-    assert stops[0]["checkpoint"] == "checkpoint_000002"  # rank 0 published it
+    assert [rec["iteration"] for rec in stops] == [4, 4]
+    assert stops[0]["checkpoint"] == "checkpoint_000003"  # rank 0 published it
     result = TorchTrainer.restore(path).fit()
     assert result.status == "FINISHED"
     for r in (0, 1):
         assert json.load(open(out(result, f"resumed-attempt-2-rank-{r}"))) == {
-            "checkpoint": "checkpoint_000002", "start": 3}
+            "checkpoint": "checkpoint_000003", "start": 4}
     assert_same_state(torch_load(out(sync, "final.pt")), torch_load(out(result, "final.pt")))
     _assert_same_checkpoints(sync.path, result.path)
 

@@ -236,8 +236,9 @@ def stopped(config):
     """``deterministic`` with async checkpoints at every epoch, rank 0's background
     commits slowed (0.3 s before each file), and, in the first attempt, rank 1 asking for
     a stop (what the scheduler's warning signal does) just before the report of epoch
-    ``stop_at``: that report must wait for epoch ``stop_at - 1``'s commit in flight,
-    commit its own, and stop the training."""
+    ``stop_at``: that report must wait for epoch ``stop_at - 1``'s commit in flight and
+    commit its own; the next report's checkpoint (every rank was told by then) is the
+    stop's, and the training ends there."""
     import hpctrain._internal.rundir.commit as commit
     from hpctrain._internal.worker.session import request_stop
 

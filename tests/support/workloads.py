@@ -348,7 +348,8 @@ def late_rank(config):
     does), rank 1 ``late`` seconds late at every report; at step ``warn_at`` rank 1
     sends itself the warning signal. Rank 0 checkpoints when ``should_checkpoint()``.
     Each rank writes ``agreement-rank-R.json``: the reports at which its agreement
-    waited for the other ranks (a blocking collective), the step at which it saw the
+    waited for the other ranks (a blocking collective), the agreement rounds it took part
+    in (report, the gap to the next agreement it chose), the step at which it saw the
     warning, and the report at which it stopped."""
     import json
     import time
@@ -368,6 +369,14 @@ def late_rank(config):
         return blocking(values)
 
     coordinator.allreduce_max = counted
+    rounds, values_of = [], session._local_values
+
+    def noted(iteration, *args, **kwargs):
+        vote = values_of(iteration, *args, **kwargs)
+        rounds.append([iteration, vote.gap])  # rank 0's gap: from the reports' pace
+        return vote
+
+    session._local_values = noted
     step_sync, warned = torch.ones(1), None
     try:
         for step in range(config["steps"]):
@@ -387,7 +396,8 @@ def late_rank(config):
             hpctrain.report({"step": step}, checkpoint=ckpt)
     finally:
         with open(_out(f"agreement-rank-{rank}.json"), "w") as f:
-            json.dump({"waited": waited, "warned": warned, "stopped": session.iteration}, f)
+            json.dump({"waited": waited, "warned": warned, "stopped": session.iteration,
+                       "rounds": rounds}, f)
 
 
 #: A file only the container test's image holds (scripts/container-image.sh).
