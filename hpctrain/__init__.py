@@ -20,28 +20,42 @@ import importlib
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from ._internal.base.context import get_session as _session
-from .checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
-from .config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig, RunConfig,
-                     ScalingConfig, SchedulerConfig, SetupConfig, SyncConfig, ValidationConfig,
-                     ValidationTaskConfig)
-# one factory per scheduler, kept with its class (hpctrain.schedulers.<name>)
-from .schedulers.lsf import LsfConfig
-from .schedulers.pbs import PbsConfig
-from .schedulers.slurm import SlurmConfig
+from ._version import __version__
 from .errors import (CheckpointError, ConfigError, ControllerError, HpctrainError,
                      MissingFrameworkError, RunLockedError, TrainingFailedError,
                      TrainingStoppedError, WorkerGroupError)
-from .user_callback import UserCallback
-from .preemption import PreemptionInfo
-from .result import Result
-from .run import Run, RunOptions
-from .trainer import DataParallelTrainer
-
-from ._version import __version__
 
 if TYPE_CHECKING:
     from ._internal.worker.session import TrainContext
+    from .checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
+    from .config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig,
+                         RunConfig, ScalingConfig, SchedulerConfig, SetupConfig, SyncConfig,
+                         ValidationConfig, ValidationTaskConfig)
     from .data import DatasetShard
+    from .preemption import PreemptionInfo
+    from .result import Result
+    from .run import Run, RunOptions
+    from .schedulers.lsf import LsfConfig
+    from .schedulers.pbs import PbsConfig
+    from .schedulers.slurm import SlurmConfig
+    from .trainer import DataParallelTrainer
+    from .user_callback import UserCallback
+
+#: the public names, each imported from its module on first use (PEP 562): ``import
+#: hpctrain`` (every rank, the batch step) loads only ``report()``'s few modules, and
+#: ``from hpctrain import ScalingConfig`` loads the config classes, not the trainer
+_LAZY_NAMES = {
+    **dict.fromkeys(("Checkpoint", "ReportedCheckpoint", "ReportedCheckpointStatus"),
+                    "checkpoint"),
+    **dict.fromkeys(("CheckpointConfig", "CheckpointUploadMode", "DataConfig", "FailureConfig",
+                     "RunConfig", "ScalingConfig", "SchedulerConfig", "SetupConfig",
+                     "SyncConfig", "ValidationConfig", "ValidationTaskConfig"), "config"),
+    # one factory per scheduler, kept with its class (hpctrain.schedulers.<name>)
+    "LsfConfig": "schedulers.lsf", "PbsConfig": "schedulers.pbs",
+    "SlurmConfig": "schedulers.slurm",
+    "UserCallback": "user_callback", "PreemptionInfo": "preemption", "Result": "result",
+    "Run": "run", "RunOptions": "run", "DataParallelTrainer": "trainer",
+}
 
 __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "FailureConfig", "RunConfig", "ScalingConfig", "Result",
@@ -139,6 +153,14 @@ _LAZY_SUBPACKAGES = ("data", "train", "tune", "air")
 
 
 def __getattr__(name: str) -> Any:
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY_NAMES[name]}"), name)
+        globals()[name] = value  # once: later uses do not come here
+        return value
     if name in _LAZY_SUBPACKAGES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_LAZY_NAMES) | set(_LAZY_SUBPACKAGES))

@@ -13,6 +13,7 @@ from hpctrain._internal.rundir.layout import (CheckpointRecord, RunDir, best_che
                                               existing_run, read_results)
 from hpctrain._internal.base.registry import uri_scheme
 from hpctrain._internal.base.trust import MAX_CONTROL_BYTES, load_own_pickle, load_trusted_pickle
+from ._internal.worker.entry import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES, RETURN_FILE
 
 
 @dataclass
@@ -105,8 +106,6 @@ class Result:
         gives its committed checkpoints with their metrics; ``metrics`` is then the
         latest checkpoint's."""
 
-        from ._internal.worker.entry import RETURN_FILE
-
         try:
             run = existing_run(path, "Result.from_path")
         except RunNotFoundError:
@@ -188,8 +187,6 @@ def _best(run: RunDir, records: List[CheckpointRecord]) -> List[CheckpointRecord
 def _worker_failures(run: RunDir, attempt: Dict[str, Any]) -> Dict[int, BaseException]:
     """``{rank: exception}`` of every rank of ``attempt`` that failed of its own fault
     and left its exception (``error.rank-R.pickle``, see the worker) that loads here."""
-    from ._internal.worker.entry import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES
-
     number = attempt.get("attempt")
     if not isinstance(number, int):
         return {}

@@ -37,27 +37,40 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from .sites import derive_nodes
-from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from hpctrain._internal.allocation.attempts import supervise
+from hpctrain._internal.allocation.interactive import interactive_allocation
+from hpctrain._internal.allocation.job import gpu_binding_env
+from hpctrain._internal.allocation.metrics import MetricsFile
+from hpctrain._internal.allocation.supervisor import FINISHED, Supervisor
+from hpctrain._internal.allocation.tracking import CallbackRunner, load_callbacks, save_callbacks
+from hpctrain._internal.allocation.validation import ValidationJobs, validation_spec
 from hpctrain._internal.base.formats import versioned_spec
+from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.base.log import get_logger, progress_line
 from hpctrain._internal.base.registry import (backend_entry, describe, load, scheduler_names,
-                                         storage_for, uri_scheme)
+                                              storage_for, uri_scheme)
+from hpctrain._internal.base.trust import (make_private_dir, read_trusted, share_of,
+                                           trusted_pythonpath)
+from hpctrain._internal.driver import submission
+from hpctrain._internal.driver.progress import Progress
+from hpctrain._internal.rundir.checks import ensure_storage_dir
 from hpctrain._internal.rundir.layout import RunDir, existing_run
 from hpctrain._internal.rundir.payload import WorkerPayload
-from hpctrain._internal.base.trust import (make_private_dir, read_trusted, share_of,
-                                      trusted_pythonpath)
-from .user_callback import wants_rank_results
+from hpctrain._internal.rundir.resume import check_resume
+
+from .backends import backend_options, check_installed
 from .config import DataConfig, RunConfig, default_storage_path
 from .errors import ConfigError
+from .job import Job
+from .launchers import launcher_for
+from .launchers.inprocess import InProcessLauncher
 from .result import Result, result_or_raise
+from .sites import derive_nodes
 from .spec import JobSpec, load_site, merge_layers, resolved_spec, spec_from_dict
+from .user_callback import wants_rank_results
 from .userconfig import default_share, load_center_defaults, load_user_defaults
-
-if TYPE_CHECKING:
-    from .job import Job
 
 _LOCAL_RUNS = itertools.count()
 
@@ -247,8 +260,6 @@ class Run:
         or ``spec``, the one a job script carries) and its payload (with ``spec`` given,
         only when asked: see :attr:`payload`). A directory without a payload raises
         :class:`~hpctrain.errors.RunNotFoundError` naming ``caller``."""
-        from hpctrain._internal.allocation.tracking import load_callbacks
-
         run = RunDir(path)
         if not os.path.isfile(run.payload_file):  # (say what is wrong with the directory)
             existing_run(path, caller, restorable=True)
@@ -301,10 +312,6 @@ class Run:
         same name, and a run whose spec changed in a way that cannot continue (unless
         :attr:`RunOptions.path` or :attr:`RunOptions.force_resume`). Callers that run or
         submit it hold ``run_dir.exclusive()`` around this and what follows."""
-        from hpctrain._internal.allocation.supervisor import FINISHED
-        from hpctrain._internal.allocation.tracking import save_callbacks
-        from hpctrain._internal.rundir.resume import check_resume
-
         run, explicit = self.run_dir, self.options.path is not None
         state = run.read_state() if run.exists() else {}
         if state.get("status") == FINISHED and not explicit:
@@ -324,8 +331,6 @@ class Run:
         save_callbacks(run, self.spec.run.callbacks)
         validation = getattr(self.payload, "validation", None)
         if validation is not None:  # what starting a validation needs, without unpickling
-            from hpctrain._internal.allocation.validation import validation_spec
-
             settings = {"ray_remote_kwargs": validation.ray_remote_kwargs,
                         "scheduler": validation.scheduler}
             if self.spec.scheduler.kind != "local":  # a key the scheduler lacks: now
@@ -357,16 +362,6 @@ class Run:
         after a clean stop where the scheduler can. ``on_tick`` is called with the
         supervisor's every poll (raise from it to stop the run). The tracking callbacks
         run beside the supervisor either way."""
-        from hpctrain._internal.allocation.attempts import supervise
-        from hpctrain._internal.allocation.interactive import interactive_allocation
-        from hpctrain._internal.allocation.job import gpu_binding_env
-        from hpctrain._internal.allocation.metrics import MetricsFile
-        from hpctrain._internal.allocation.supervisor import Supervisor
-        from hpctrain._internal.allocation.tracking import CallbackRunner
-        from hpctrain._internal.driver.progress import Progress
-        from .launchers import launcher_for
-        from .launchers.inprocess import InProcessLauncher
-
         run, spec = self.run_dir, self.spec
         rc = spec.run
         fc = rc.failure_config
@@ -407,8 +402,6 @@ class Run:
         validations = None
         settings = read_json(run.validation_file("settings", "config"))
         if settings:  # the trainer's ValidationConfig (prepare() wrote what jobs need)
-            from hpctrain._internal.allocation.validation import ValidationJobs
-
             validations = ValidationJobs(run, spec, settings,
                                          batch=allocation is not None and allocation.is_batch,
                                          env=extra_env)
@@ -456,12 +449,7 @@ class Run:
                               f"directory {self.path}", stdout=True)
             return self.result(self.follow())
         self.check_datasets()  # open each data file before anything is written
-        from hpctrain._internal.allocation.interactive import interactive_allocation
-        from hpctrain._internal.rundir.checks import ensure_storage_dir
-
         interactive_allocation(self.spec)  # inside salloc: a spread it cannot hold, refused now
-        from .backends import check_installed
-
         check_installed(self.spec.backend)  # before anything is written, not after every rank failed
         ensure_storage_dir(os.path.dirname(self.path), self.spec)
         self.run_dir.create(self.share)  # refuses another user's directory first
@@ -474,9 +462,7 @@ class Run:
     def render(self, rerender: str = FROM_PYTHON) -> Tuple[Any, str]:
         """The :class:`~hpctrain.schedulers.BatchRequest` and the job script a submission
         would submit, checked against the site's limits; writes nothing."""
-        from hpctrain._internal.driver.submission import render
-
-        return render(self.path, self.spec, rerender)
+        return submission.render(self.path, self.spec, rerender)
 
     def submit(self, rerender: str = FROM_PYTHON) -> "Job":
         """Prepare the run directory, submit its job script and return the
@@ -487,9 +473,6 @@ class Run:
                               hint=f"give scheduler= {describe(scheduler_names(batch_only=True))}"
                                    ' or site="NAME"; fit() runs a local run here')
         self.check_datasets()
-        from hpctrain._internal.driver import submission
-        from .job import Job
-
         sub = submission.submit(self.path, self.spec, self.prepare, rerender=rerender)
         return Job(sub.run_path)
 
@@ -497,8 +480,6 @@ class Run:
         """Show the submitted run's progress until its jobs ended; return its status
         (FINISHED, FAILED, STOPPED, or ``JOB_<STATE>`` when the job ended first). Ctrl-C
         detaches (the job runs on) and re-raises KeyboardInterrupt."""
-        from hpctrain._internal.driver import submission
-
         if verbose is None:
             verbose = self.spec.run.verbose
         return submission.follow(self.path, verbose=verbose)
@@ -514,9 +495,8 @@ class Run:
             status = self.run_dir.read_state().get("status", "")
         if self.here:
             return result_or_raise(self.path, status)
-        from hpctrain._internal.driver.submission import result_of
 
-        return result_of(self.path, status)
+        return submission.result_of(self.path, status)
 
 
 def spec_of_trainer(trainer: Any) -> JobSpec:
@@ -524,8 +504,6 @@ def spec_of_trainer(trainer: Any) -> JobSpec:
     layered over its site config (``site=``), the user's defaults and, for a restored
     batch run, the ``[setup]``/``[env]`` it was submitted with. The Python objects stay
     authoritative for what the workers run (``spec.run`` is the trainer's RunConfig)."""
-    from .backends import backend_options
-
     t = trainer
     spec = JobSpec(entrypoint=t.train_loop_per_worker if hasattr(
         t.train_loop_per_worker, "resolve") else None,

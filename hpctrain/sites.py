@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from typing import Any, Dict, List, Optional, Tuple
 
 from ._internal.base.registry import backend_names, describe, scheduler_names
@@ -139,7 +140,6 @@ def find_site(name: str, *, key: str = "site", file: Optional[str] = None) -> st
         if os.path.isfile(path):
             return path
     known = sorted(available_sites())
-    from difflib import get_close_matches
 
     close = get_close_matches(name, known, n=1)
     hint = (f"did you mean {close[0]!r}? " if close else "") + \
@@ -308,8 +308,6 @@ def check_limits(spec) -> None:
     part_key = f"scheduler.{sched.queue_option}"
     lim = site.limits
     if partition and lim.partitions and partition not in lim.partitions:
-        from difflib import get_close_matches
-
         close = get_close_matches(partition, list(lim.partitions), n=1)
         raise ConfigError(
             f"{part_key}: site {site.name!r} has no {sched.queue_option} {partition!r}",

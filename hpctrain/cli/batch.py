@@ -33,6 +33,16 @@ from hpctrain._internal.base.fsutil import atomic_write_bytes
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.base.tomlfile import loads_toml
 from hpctrain._internal.base.trust import no_write_for_others
+from hpctrain._internal.allocation.budgets import exit_code
+from hpctrain._internal.allocation.job import allocation_from_env, describe_timer
+from hpctrain._internal.allocation.recovery import PendingStop, supervisor_signals
+from hpctrain._internal.allocation.supervisor import FAILED, FINISHED, REQUEUED, RUNNING, STOPPED
+from hpctrain._internal.base.log import configure
+from hpctrain._internal.driver.submission import SUBMISSIONS
+from hpctrain._internal.rundir.validation import validate
+from hpctrain.errors import ConfigError, RunLockedError, UnsafePathError
+from hpctrain.run import Run, RunOptions, allocation_pythonpath
+from hpctrain.spec import resolved_spec
 
 #: How long the job waits for the run directory's lock (held briefly by `hpctrain submit`).
 LOCK_WAIT_S = 120.0
@@ -44,8 +54,6 @@ def _log(msg: str) -> None:
 
 def load_spec(text: str, run_dir: str):
     """The resolved spec the job script carries (an earlier version's too)."""
-    from hpctrain.spec import resolved_spec
-
     file = os.path.join(run_dir, "spec.toml")
     return resolved_spec(loads_toml(text, file=file), file=file, base_dir=run_dir)
 
@@ -55,8 +63,6 @@ def the_run(run: RunDir, spec, script: Optional[str]):
     payload, callbacks; the spec the script carries), made from that spec first when
     nothing was submitted from Python (``hpctrain render``'s script submitted by hand).
     The script that runs it is kept as ``job.sh``."""
-    from hpctrain.run import Run, RunOptions
-
     if not os.path.exists(run.payload_file):
         Run.from_spec(spec, RunOptions(path=run.path)).prepare()
     if script and os.path.isfile(script) and not os.path.exists(run.job_script):
@@ -81,11 +87,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _validate(RunDir(args.run_dir), args.validate)
     if os.environ.pop("HPCTRAIN_SAFEPATH", None):  # the job script's, for this step only
         os.environ.pop("PYTHONSAFEPATH", None)
-    from hpctrain._internal.base.log import configure
 
     configure()  # the job's log: the supervisor's notes, as `[hpctrain] ...` lines
-
-    from hpctrain._internal.allocation.recovery import PendingStop, supervisor_signals
 
     pending = PendingStop()
     # (popped: a job this one submits again must not inherit it)
@@ -104,10 +107,6 @@ def _validate(run: RunDir, name: str) -> int:
     """A validation process or job: the checkpoint ``name`` of ``run``
     (:func:`hpctrain._internal.rundir.validation.validate`), with the sys.path additions
     the run's ranks get, so that the validation function unpickles as in the driver."""
-    from hpctrain._internal.base.log import configure
-    from hpctrain._internal.rundir.validation import validate
-    from hpctrain.run import allocation_pythonpath
-
     configure()
     os.environ.pop("PYTHONSAFEPATH", None)
     for entry in reversed(allocation_pythonpath(run)["PYTHONPATH"].split(os.pathsep)):
@@ -118,8 +117,6 @@ def _validate(run: RunDir, name: str) -> int:
 
 def _load_and_run(run: RunDir, pending, script: Optional[str],
                   sweep_trial: Optional[int] = None) -> int:
-    from hpctrain.errors import ConfigError
-
     try:
         spec = load_spec(sys.stdin.read(), run.path)
     except (ConfigError, tomllib.TOMLDecodeError) as e:
@@ -138,10 +135,6 @@ def run_allocation(run: RunDir, spec, pending, script: Optional[str],
     """The batch step's work in this allocation: the run's attempts to their end (or to a
     preemption's requeue), through :meth:`hpctrain.run.Run.run_here` with this job's
     :class:`~hpctrain._internal.allocation.job.Allocation`; the job's exit code."""
-    from hpctrain.errors import ConfigError, RunLockedError, UnsafePathError
-    from hpctrain._internal.allocation.job import allocation_from_env, describe_timer
-    from hpctrain._internal.allocation.supervisor import FINISHED, REQUEUED, STOPPED
-
     try:
         # refuses a run directory another user could write, before reading it
         run.create(spec.run.share)
@@ -175,7 +168,6 @@ def run_allocation(run: RunDir, spec, pending, script: Optional[str],
     if status == REQUEUED:
         return 0
     _log(f"run {status}")
-    from hpctrain._internal.allocation.budgets import exit_code
 
     return exit_code(run.read_state(), 0 if status in (FINISHED, STOPPED) else 1)
 
@@ -184,8 +176,6 @@ def record_submission(run: RunDir, scheduler: str, job_id: str) -> None:
     """A job nobody recorded (its script was submitted by hand, ``sbatch``/``qsub`` of
     ``hpctrain render``'s output) joins the run's submissions, so that ``hpctrain
     status`` shows its state and ``hpctrain cancel`` finds it."""
-    from hpctrain._internal.driver.submission import SUBMISSIONS
-
     with run.update_state() as s:
         if any(sub.get("job_id") == job_id for sub in s.get(SUBMISSIONS) or []):
             return
@@ -198,9 +188,6 @@ def record_submission(run: RunDir, scheduler: str, job_id: str) -> None:
 def fail_open_attempt(run: RunDir, error: str) -> None:
     """The job cannot go on (a bad launcher, …): an attempt it opened ends FAILED with
     the reason, and so does the run, instead of staying RUNNING after the job is gone."""
-    from hpctrain._internal.allocation.supervisor import FAILED, RUNNING
-    from hpctrain.errors import ConfigError
-
     if not os.path.exists(run.state_file):
         return
     try:

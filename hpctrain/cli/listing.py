@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from hpctrain.errors import ConfigError
 from hpctrain._internal.rundir.layout import RunDir
 from hpctrain._internal.base.terminal import markup, plain as plain_text
 from hpctrain.storage import storage_for
+from hpctrain.tune.sweepdir import SweepDir, trial_id
 
 
 @dataclass
@@ -53,8 +55,6 @@ def _run_entry(path: str) -> Entry:
 
 
 def _sweep_entry(path: str) -> Entry:
-    from hpctrain.tune.sweepdir import SweepDir
-
     sweep = SweepDir(path)
     manifest = sweep.read()
     trials = manifest.get("trials", [])
@@ -68,8 +68,6 @@ def _sweep_entry(path: str) -> Entry:
 def _trial_entries(path: str) -> List[Entry]:
     """A sweep's trials in trial order, each named ``SWEEP/trial_NNNNN`` (the name the
     other commands take); one not started yet: its status in the manifest."""
-    from hpctrain.tune.sweepdir import SweepDir, trial_id
-
     sweep = SweepDir(path)
     manifest = sweep.read()
     out = []
@@ -88,8 +86,6 @@ def _trial_entries(path: str) -> List[Entry]:
 def list_storage(storage_path: str, trials: bool = False) -> List[Entry]:
     """The runs and sweeps directly under ``storage_path``, newest first; with
     ``trials``, each sweep followed by its trials."""
-    from hpctrain.tune.sweepdir import SweepDir
-
     storage = storage_for(storage_path, "hpctrain list")
     names = set(storage.listdir(storage_path))
     if not storage.local:  # a run with no checkpoint yet: only its control directory
@@ -121,8 +117,6 @@ def listing_data(storage_path: str, trials: bool = False) -> dict:
     """``hpctrain list --json``: the entries in the table's order (``iteration`` a number
     or null, ``updated`` in seconds since the epoch; a sweep's ``counts``: its trials per
     status)."""
-    from hpctrain.tune.sweepdir import SweepDir
-
     def counts(e: Entry) -> Optional[dict]:
         if e.kind != "sweep":
             return None
@@ -142,8 +136,6 @@ def print_listing(storage_path: str, stream=None, plain: Optional[bool] = None,
                   trials: bool = False) -> int:
     """A rich table on a terminal (a sweep's trials indented under it); tab-separated
     lines without a header when piped (``hpctrain list | grep RUNNING``)."""
-    import sys
-
     stream = stream or sys.stdout
     entries = list_storage(storage_path, trials)
     if plain is None:

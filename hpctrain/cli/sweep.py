@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 from typing import TYPE_CHECKING, Any, Optional
 
 from hpctrain.errors import ConfigError
+from hpctrain._internal.base.metrics import flatten
+from hpctrain._internal.base.terminal import markup, plain
+from hpctrain._internal.driver.progress import user_metrics
+from hpctrain._internal.driver.submission import named_locations
+from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.backends import check_installed
+from hpctrain.cli.main import EXIT_STOPPED
+from hpctrain.cli.views import rank_log
+from hpctrain.schedulers import get_scheduler
+from hpctrain.spec import load_job_spec
+from hpctrain.tune import search
+from hpctrain.tune.jobfile import render_from_spec, run_spec, space_of, sweep_path_of
+from hpctrain.tune.result_grid import ResultGrid
+from hpctrain.tune.sweepdir import SweepDir, array_active, own_job, trial_id
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -16,9 +31,6 @@ if TYPE_CHECKING:  # (for the hints only)
 def sweep_dir_of(name_or_path: str) -> Optional[str]:
     """The sweep directory ``name_or_path`` names (a path, or a name under the default
     storage path), or None when it is not a sweep."""
-    from hpctrain._internal.driver.submission import named_locations
-    from hpctrain.tune.sweepdir import SweepDir
-
     return next((os.path.abspath(c) for c in named_locations(name_or_path)
                  if SweepDir.is_sweep(c)), None)
 
@@ -33,9 +45,6 @@ def rerender_command(args: Any, name: str) -> str:
 
 
 def cmd_sweep(args: Any) -> int:
-    from hpctrain.spec import load_job_spec
-    from hpctrain.tune.jobfile import render_from_spec, run_spec, sweep_path_of
-
     spec = load_job_spec(args.job, args.overrides, site=args.site)
     if not spec.sweep:
         raise ConfigError("sweep: this job file has no [sweep] section", file=args.job,
@@ -45,8 +54,6 @@ def cmd_sweep(args: Any) -> int:
     name = os.path.basename(sweep_path_of(spec))
     local = spec.scheduler.kind == "local"
     if local and not args.dry_run:
-        from hpctrain.backends import check_installed
-
         check_installed(spec.backend)  # here, every trial would fail without it
     if args.dry_run:
         if local:
@@ -54,7 +61,6 @@ def cmd_sweep(args: Any) -> int:
         else:
             scripts = render_from_spec(spec, rerender_command(args, name))
             sys.stdout.write("\n".join(scripts))
-            from hpctrain.schedulers import get_scheduler
 
             cmd = get_scheduler(spec.scheduler.kind).submit_command
             print(f"# dry run: {len(scripts)} job array script(s); would prepare the trials "
@@ -65,7 +71,6 @@ def cmd_sweep(args: Any) -> int:
     if local or args.follow:
         code = print_results(sweep.path, final=True)
         if stopped:  # like `hpctrain run`: stopped cleanly, continue it by running it again
-            from hpctrain.cli.main import EXIT_STOPPED
 
             return EXIT_STOPPED
         return code
@@ -74,10 +79,6 @@ def cmd_sweep(args: Any) -> int:
 
 def _print_plan(spec: JobSpec) -> None:
     """A local sweep's trials (``--dry-run``): index and config."""
-    from hpctrain.tune import search
-    from hpctrain.tune.sweepdir import SweepDir, trial_id
-    from hpctrain.tune.jobfile import space_of, sweep_path_of
-
     sweep = SweepDir(sweep_path_of(spec))
     if sweep.exists():
         trials = [(t["index"], t["config"]) for t in sweep.read()["trials"]]
@@ -85,7 +86,6 @@ def _print_plan(spec: JobSpec) -> None:
         seed = spec.sweep.get("seed", 0)
         trials = list(enumerate(search.expand(space_of(spec), spec.sweep.get("num_samples", 1),
                                               seed)))
-    from hpctrain._internal.base.terminal import plain
 
     for i, config in trials:
         print(f"{trial_id(i)}  {plain(config.get('train_loop_config', config))}")
@@ -97,11 +97,6 @@ def _print_plan(spec: JobSpec) -> None:
 def print_logs(path: str, args: Any) -> int:
     """``hpctrain logs SWEEP``: rank ``args.rank``'s output of every trial's latest job,
     each headed by its trial (as ``tail`` heads files); trials not started are left out."""
-    from hpctrain._internal.base.terminal import plain
-    from hpctrain._internal.rundir.layout import RunDir
-    from hpctrain.cli.main import rank_log
-    from hpctrain.tune.sweepdir import SweepDir
-
     name = os.path.basename(path)
     if args.follow or args.job:
         raise ConfigError(f"logs {'--follow' if args.follow else '--job'}: {name} is a sweep; "
@@ -132,12 +127,6 @@ def print_logs(path: str, args: Any) -> int:
 def cancel_sweep(path: str) -> int:
     """``hpctrain cancel SWEEP``: cancel the sweep's job arrays that are queued or running
     and the trials' own resubmitted jobs; committed checkpoints stay."""
-    import subprocess
-
-    from hpctrain._internal.rundir.layout import RunDir
-    from hpctrain.schedulers import get_scheduler
-    from hpctrain.tune.sweepdir import SweepDir, array_active, own_job, trial_id
-
     sweep = SweepDir(path)
     manifest = sweep.read()
     jobs = [(a["scheduler"], a["job_id"], "job array") for a in manifest.get("arrays", [])]
@@ -171,9 +160,6 @@ def cancel_sweep(path: str) -> int:
 def sweep_data(path: str) -> dict:
     """``hpctrain results SWEEP --json`` (and ``status``): the trials ranked by the
     sweep's metric (best first; ``rank`` null for those without it), the best config."""
-    from hpctrain._internal.driver.progress import user_metrics
-    from hpctrain.tune.result_grid import ResultGrid
-
     grid = ResultGrid.from_path(path)
     metric, mode = grid._metric, grid._mode
     ranked = grid.ranked() if metric and mode else []
@@ -199,10 +185,6 @@ def print_results(path: str, final: bool = False) -> int:
     ``final`` and a trial did not finish."""
     from rich.console import Console
     from rich.table import Table
-
-    from hpctrain._internal.driver.progress import user_metrics
-    from hpctrain._internal.base.terminal import markup
-    from hpctrain.tune.result_grid import ResultGrid
 
     grid = ResultGrid.from_path(path)
     metric, mode = grid._metric, grid._mode
@@ -255,8 +237,6 @@ def print_results(path: str, final: bool = False) -> int:
 
 
 def _config_of(result: Any) -> dict:
-    from hpctrain._internal.base.metrics import flatten
-
     config = result.config or {}
     return flatten(config.get("train_loop_config", config) if isinstance(config, dict) else {})
 

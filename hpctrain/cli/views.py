@@ -15,6 +15,11 @@ from hpctrain._internal.rundir.layout import RunDir, read_results
 from hpctrain._internal.base.terminal import markup, plain
 from hpctrain.cli.health import health_lines
 from hpctrain._internal.rundir.goodput import describe as describe_goodput, goodput
+from hpctrain._internal.base.metrics import flatten
+from hpctrain._internal.driver.progress import Progress, user_metrics
+from hpctrain._internal.driver import submission
+from hpctrain._internal.driver.submission import SUBMISSIONS, resolve_run
+from hpctrain.schedulers import get_scheduler
 
 
 def numeric(v: Any) -> bool:
@@ -50,8 +55,6 @@ def metric_rows(rows: List[Dict[str, Any]]) -> Dict[str, List[Tuple[int, float, 
     ...              {"loss": 1.0, "acc": {"top1": 0.5}, "_training_iteration": 2, "_timestamp": 6}])
     {'loss': [(1, 5, 2.0), (2, 6, 1.0)], 'acc/top1': [(2, 6, 0.5)]}
     """
-    from hpctrain._internal.base.metrics import flatten
-
     out: Dict[str, List[Tuple[int, float, float]]] = {}
     rows = [dict(row, _training_iteration=row.get("_training_iteration", i + 1))
             for i, row in enumerate(rows)]
@@ -126,8 +129,6 @@ def _score_settings(run: RunDir, console=None) -> Tuple[Optional[str], str]:
 
 
 def _require_run(name_or_path: str) -> RunDir:
-    from hpctrain._internal.driver.submission import resolve_run
-
     run = resolve_run(name_or_path)
     if not run.exists():
         raise ConfigError(f"{name_or_path}: not a run directory (no state.json)",
@@ -423,8 +424,6 @@ class LiveStatus:
 
 def live_status(run: RunDir, now: Optional[float] = None) -> LiveStatus:
     """Where a (running) run is: iteration, latest metrics, elapsed time, pace."""
-    from hpctrain._internal.driver.progress import user_metrics
-
     now = now or time.time()
     state = run.read_state()
     rows = read_results(run.result_file)
@@ -450,9 +449,6 @@ def live_status(run: RunDir, now: Optional[float] = None) -> LiveStatus:
 def status_data(run: RunDir) -> Dict[str, Any]:
     """``hpctrain status RUN`` (``--json``: as it is): the run's state, its jobs as the
     scheduler sees them, its latest iteration and metrics, pace while it runs."""
-    from hpctrain._internal.driver.submission import SUBMISSIONS
-    from hpctrain.schedulers import get_scheduler
-
     state = run.read_state()
     jobs = []
     for sub in state.get(SUBMISSIONS) or []:
@@ -501,8 +497,6 @@ def status_lines(run: RunDir) -> List[str]:
 def follow_local(run: RunDir, poll_s: float = 0.5) -> str:
     """Follow a run started here (``hpctrain run``, ``fit()``) from another terminal:
     progress until its status is no longer RUNNING; returns that status."""
-    from hpctrain._internal.driver.progress import Progress
-
     state = run.read_state()
     attempts = state.get("attempts") or []
     progress = Progress(run, started=attempts[-1].get("started") if attempts else None)
@@ -513,3 +507,14 @@ def follow_local(run: RunDir, poll_s: float = 0.5) -> str:
     finally:
         progress.close()
     return run.read_state().get("status", "UNKNOWN")
+
+
+def rank_log(run, rank: int, job: Optional[str] = None):
+    """``(path of the rank's output, job id)`` in the run's job ``job`` (default: its
+    latest); ConfigError when the run has no job yet."""
+    ids = submission.job_ids(run)
+    state = run.read_state() if run.exists() else {}
+    job_id = job or (ids[-1] if ids else (state.get("job_ids") or [None])[-1])
+    if job_id is None:
+        raise ConfigError(f"{run.path} has no job yet", hint="hpctrain submit job.toml")
+    return os.path.join(run.logs_dir(job_id), f"rank-{rank}.out"), job_id

@@ -8,9 +8,11 @@ import enum
 import math
 import os
 import re
+import signal
 import warnings
 from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Union
+from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigError
 from ..naming import RUN_NAME_PATTERN, check_run_name
@@ -19,6 +21,7 @@ from ..units import UnitError, parse_memory, parse_walltime
 from ..userconfig import storage_defaults
 from .keys import TomlKey, python_only, toml
 from .._internal.base.registry import FILESYSTEM_SCHEME, STORAGE_URI_HINT, storage_for
+from .._internal.base.checkpoint_interval import frequency_value
 
 DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 #: A GPU type (Slurm GRES type names: ``a100``, ``a100_3g.20gb``, ``h100-80gb``…).
@@ -64,8 +67,6 @@ def local_storage_path(value: str, key: str = "run.storage_path") -> str:
         return value
     scheme = m.group(1).lower()
     if scheme == "file":
-        from urllib.parse import unquote, urlsplit
-
         parts = urlsplit(value)
         if parts.netloc in ("", "localhost") and parts.path.startswith("/"):
             return unquote(parts.path)
@@ -323,8 +324,6 @@ class CheckpointConfig:
     checkpoint_at_end: InitVar[Any] = None
 
     def __post_init__(self, frequency: Any = None, checkpoint_at_end: Any = None) -> None:
-        from .._internal.base.checkpoint_interval import frequency_value
-
         if checkpoint_at_end is not None:
             raise ConfigError(
                 f"checkpoint.checkpoint_at_end={checkpoint_at_end!r}: not a setting here (Ray "
@@ -582,8 +581,6 @@ class FailureConfig:
 
     @property
     def signal_number(self) -> int:
-        import signal
-
         return int(getattr(signal, "SIG" + self.warning_signal))
 
 
@@ -754,7 +751,7 @@ def _is_search_space(value: Any) -> bool:
     """A search-space entry (``tune.grid_search([...])``, ``tune.choice([...])``…)."""
     if isinstance(value, dict) and len(value) == 1 and "grid_search" in value:
         return True
-    from hpctrain.search_space import Domain
+    from ..search_space import Domain
 
     return isinstance(value, Domain)
 

@@ -24,6 +24,7 @@ from .._internal.base.log import get_logger
 from ..config import SchedulerConfig
 from ..errors import ConfigError
 from hpctrain._version import __version__
+from ..launchers import launch_line
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
@@ -235,7 +236,6 @@ class Scheduler:
             batch_args="",
         )
         variables.update(overrides)
-        from ..launchers import launch_line
 
         variables["launch"] = launch_line(spec, python=_python_words(request, spec),
                                           run_dir=variables["run_dir"],

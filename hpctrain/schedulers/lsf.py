@@ -33,6 +33,7 @@ from ..units import parse_memory
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, array_ranges,
                    check_directive, job_name, merge_directives, warning_seconds)
 from .controller import run_controller
+from ..cluster_env import env_value, hosts_from_nodefile
 
 #: bjobs STAT → the Slurm words JobState uses; the job is done in the last four.
 STATES = {"PEND": "PENDING", "WAIT": "PENDING", "RUN": "RUNNING", "PROV": "PENDING",
@@ -212,8 +213,6 @@ class LsfScheduler(Scheduler):
         ...                                  launcher="openmpi", read_file=open).hosts
         ('a', 'b')
         """
-        from ..cluster_env import env_value, hosts_from_nodefile
-
         job_id = cls.job_id_from_env(env) or ""
         if env_value(env, "HPCTRAIN_HOSTS") is not None:
             return Allocation(job_id)

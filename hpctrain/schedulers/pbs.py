@@ -20,6 +20,7 @@ from ..units import check_mib, check_seconds, clock, parse_memory, parse_walltim
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, check_directive,
                    job_name, merge_directives)
 from .controller import run_controller
+from ..cluster_env import env_value, hosts_from_nodefile
 
 
 def format_pbs_walltime(seconds: int) -> str:
@@ -146,8 +147,6 @@ class PbsScheduler(Scheduler):
                             read_file: Callable[[str], str]) -> Allocation:
         """Hosts: the ``PBS_NODEFILE`` lines (one per MPI slot), unique, in order of first
         appearance; not read when ``HPCTRAIN_HOSTS`` names them."""
-        from ..cluster_env import env_value, hosts_from_nodefile
-
         job_id = env_value(env, "PBS_JOBID") or ""
         path = env_value(env, "PBS_NODEFILE")
         if path is None or env_value(env, "HPCTRAIN_HOSTS") is not None:

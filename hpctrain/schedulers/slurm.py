@@ -19,6 +19,8 @@ from ..units import DAY, check_mib, check_seconds, clock, parse_memory
 from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, array_ranges,
                    check_directive, job_name, merge_directives, warning_seconds)
 from .controller import run_controller
+from ..cluster_env import (check_below, env_int, env_value, expand_hostlist, first_set,
+                           parse_tasks_per_node, required_int)
 
 
 def format_slurm_walltime(seconds: int) -> str:
@@ -131,8 +133,6 @@ class SlurmScheduler(Scheduler):
     # -- inside the job ------------------------------------------------------------------
     @classmethod
     def detect(cls, env: Mapping[str, str]) -> bool:
-        from ..cluster_env import first_set
-
         return first_set(env, "SLURM_JOB_ID", "SLURM_JOBID")[0] is not None
 
     @classmethod
@@ -156,8 +156,6 @@ class SlurmScheduler(Scheduler):
         else the job-wide ``SLURM_JOB_NODELIST``/``SLURM_NODELIST`` (ranks started by
         ``mpirun`` or over ssh carry the variables of *different* steps on different
         nodes); the step id goes into the derived port under the same rule."""
-        from ..cluster_env import env_int, env_value, expand_hostlist, first_set
-
         step_scoped = launcher in cls.step_scoped
         job_id = first_set(env, "SLURM_JOB_ID", "SLURM_JOBID")[1] or ""
         names = (("SLURM_STEP_NODELIST",) if step_scoped else ()) + (
@@ -177,8 +175,6 @@ class SlurmScheduler(Scheduler):
         """A task started by srun: ``SLURM_PROCID`` *and* a step variable.
         ``SLURM_PROCID`` alone is not: slurmstepd exports ``SLURM_PROCID=0`` to the batch
         script itself."""
-        from ..cluster_env import env_value, first_set
-
         return (env_value(env, "SLURM_PROCID") is not None
                 and first_set(env, "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS")[0]
                 is not None)
@@ -190,7 +186,6 @@ class SlurmScheduler(Scheduler):
         # node ID of the current node", SLURM_STEP_NUM_TASKS "number of processes in the
         # step", SLURM_STEP_TASKS_PER_NODE "number of processes per node within the step".
         # https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES
-        from ..cluster_env import check_below, first_set, parse_tasks_per_node, required_int
 
         la = cls.name
         size_name, size = required_int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",

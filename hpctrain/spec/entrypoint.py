@@ -2,6 +2,7 @@
 ``"path/to/file.py:func"``), checked without running the user's code, then resolved."""
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
@@ -119,8 +120,6 @@ class EntryPoint:
         parse the file (or the module's source) and look for a top-level definition of
         that name. Lets ``hpctrain run``/``validate`` refuse a bad entry point before
         anything starts, without importing torch in the driver."""
-        import ast
-
         if self.path is not None:
             source_file = self.path
         else:

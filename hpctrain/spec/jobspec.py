@@ -14,6 +14,7 @@ from .._internal.base.tomlfile import show_value as _show
 from .entrypoint import EntryPoint
 from .sections import Ctx, check_table, check_value
 from .values import ENV_NAME, check_env, redact_config
+from ..callbacks import to_toml as callbacks_toml
 
 @dataclass
 class JobSpec:
@@ -123,8 +124,6 @@ class JobSpec:
         if self.site:
             out = {"site": self.site, **out}
         if r.callbacks:
-            from ..callbacks import to_toml as callbacks_toml
-
             out["callbacks"] = callbacks_toml(r.callbacks)
         for name in ("config", "env", "setup", "container", "scheduler", "datasets", "data", "callbacks",
                      self.backend, "sweep"):

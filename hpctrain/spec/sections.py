@@ -17,6 +17,8 @@ from .._internal.base.tomlfile import kind_name as _kind
 from .._internal.base.tomlfile import show_value as _show
 from .._internal.base import registry as _registry
 from ..units import UnitError, parse_memory, parse_walltime
+from ..callbacks import from_toml
+from ..search_space import from_tables
 
 #: The registered backend names (a live view of the backend registry,
 #: :func:`hpctrain._internal.base.registry.register_backend`).
@@ -281,7 +283,6 @@ def check_data_config(ctx: Ctx, table: Dict[str, Any], datasets: Dict[str, Any])
 def check_callbacks(ctx: Ctx, table: Dict[str, Any]) -> List[Any]:
     if not table:
         return []
-    from ..callbacks import from_toml
 
     try:
         return from_toml(table)
@@ -357,8 +358,6 @@ def check_value(ctx: Ctx, key: str, kind: str, value: Any) -> Any:
             out_d[name] = item
         return out_d
     if kind == "space":
-        from ..search_space import from_tables
-
         from_tables(value, key, ctx.error)  # checks every domain; the tables stay as given
         return copy.deepcopy(value)
     if kind == "tune":

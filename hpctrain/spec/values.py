@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 from ..errors import ConfigError
 from .._internal.base.tomlfile import kind_name as _kind
 from .._internal.base.tomlfile import show_value as _show
+from ..callbacks import CREDENTIAL_RE
 
 if TYPE_CHECKING:
     from .sections import Ctx
@@ -63,8 +64,6 @@ _URL_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:([^/@\s]*)@")
 def _is_credential(name: str) -> bool:
     """``WANDB_API_KEY``, ``MLFLOW_TRACKING_PASSWORD``, ``HF_TOKEN``… (a reference such as
     ``"$WANDB_API_KEY"`` is fine: the value stays out of the files)."""
-    from ..callbacks import CREDENTIAL_RE
-
     return bool(CREDENTIAL_RE.search(name))
 
 

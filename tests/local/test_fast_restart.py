@@ -151,10 +151,10 @@ def _zygote_processes(run_path):
 
 def test_ranks_forked_by_a_node_zygote_train_and_restart_to_the_same_model(
         storage, monkeypatch):
-    import hpctrain.launchers
+    import hpctrain.run
 
     straight = fit(workloads.deterministic, storage, config={"epochs": 5})
-    monkeypatch.setattr(hpctrain.launchers, "launcher_for",
+    monkeypatch.setattr(hpctrain.run, "launcher_for",
                         lambda spec, **options: _OneNodeZygoteLauncher())
     killed = fit(workloads.deterministic, storage, max_failures=1,
                  config={"epochs": 5, "crash_at": 2, "crash_rank": 1, "crash_how": "sigkill"})

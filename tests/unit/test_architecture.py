@@ -16,6 +16,7 @@
 import ast
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -407,8 +408,9 @@ def _catches_import_error(handler) -> bool:
 
 
 def loaded_by_the_command(modules, entry=f"{PACKAGE}.cli.main"):
-    """What ``hpctrain --help`` imports: the modules (hpctrain's and the standard library's
-    that hpctrain's name) reached from ``hpctrain.cli.main`` through top-level imports."""
+    """What a process that starts with ``entry`` imports (default: ``hpctrain --help``):
+    the modules (hpctrain's and the standard library's that hpctrain's name) reached from
+    it through top-level imports."""
     def top_imports(module):
         _, parts, tree = modules[module]
         found = set()
@@ -433,13 +435,21 @@ def loaded_by_the_command(modules, entry=f"{PACKAGE}.cli.main"):
     return seen
 
 
+#: the processes whose start-up a function-local import may keep light: each loads its
+#: entry module and what that imports at the top
+START_UPS = {"hpctrain --help": f"{PACKAGE}.cli.main", "the batch step": f"{PACKAGE}.cli.batch",
+             "a rank": f"{PACKAGE}._internal.worker.entry", "import hpctrain": PACKAGE}
+
+
 def function_local_imports(root: str = ROOT):
     """``(reason, file, line, module)`` for every import inside a function; reason is
-    "lazy", "cli", "cycle", "type hints", "optional" (in the body of a ``try`` that catches
+    "lazy", "start-up" (its module is loaded by one of START_UPS, its target would not be
+    without it), "cycle", "type hints", "optional" (in the body of a ``try`` that catches
     ImportError: a probe), "re-import" or None (unexplained)."""
     modules = _parse_package(root)
     heavy = loads_a_lazy_library(modules)
-    startup = loaded_by_the_command(modules) if f"{PACKAGE}.cli.main" in modules else set()
+    startups = [loaded_by_the_command(modules, entry) for entry in START_UPS.values()
+                if entry in modules]
     cycles = {(f, m) for f, m, _ in CYCLES}
     found = []
     for module, (path, parts, tree) in sorted(modules.items()):
@@ -461,12 +471,11 @@ def function_local_imports(root: str = ROOT):
                         reason = "optional"
                     elif any(n.split(".")[0] in LAZY or n in heavy for n in names):
                         reason = "lazy"
-                    elif rel.startswith(f"{PACKAGE}/cli/") or (
-                            module in startup and not all(
-                                n in startup or n.rsplit(".", 1)[0] in startup
-                                and n.rsplit(".", 1)[0] in modules and n not in modules
-                                for n in names)):
-                        reason = "cli"  # in cli/, or it would add to `hpctrain --help`'s imports
+                    elif any(module in startup and not all(
+                            n in startup or n.rsplit(".", 1)[0] in startup
+                            and n.rsplit(".", 1)[0] in modules and n not in modules
+                            for n in names) for startup in startups):
+                        reason = "start-up"  # at the top, it would add to a start-up's imports
                     elif ast.dump(child) in at_top:
                         reason = "re-import"
                     elif (rel, target) in cycles:
@@ -491,10 +500,50 @@ def test_function_local_imports_each_have_a_reason():
     assert not bad, (f"function-local imports by reason: {dict(sorted(counts.items()))}\n"
                      "imports inside a function that no rule explains:\n" + "\n".join(bad)
                      + "\nHINT: import it at the top of the file. It stays inside only for a "
-                       "lazy framework (LAZY in tests/unit/test_architecture.py), in cli/ (the "
-                       "command's start-up), under `if TYPE_CHECKING:`, in a `try` that "
+                       "lazy framework (LAZY in tests/unit/test_architecture.py), to keep a "
+                       "module out of a start-up that loads this one (START_UPS: `hpctrain "
+                       "--help`, the batch step, a rank, `import hpctrain`) and would not "
+                       "load it otherwise, under `if TYPE_CHECKING:`, in a `try` that "
                        "catches ImportError (an optional dependency), or to avoid a real "
                        "import-time cycle: then add (file, module, the chain) to CYCLES")
+
+
+#: the most function-local imports of hpctrain's own modules (issue 41: 190 before the
+#: package face became lazy); a new one needs a reason above, and this cap keeps them rare
+MAX_LOCAL_HPCTRAIN_IMPORTS = 80
+
+
+def test_function_local_imports_of_hpctrain_modules_stay_few():
+    own = [(path, line, module) for reason, path, line, module in function_local_imports()
+           if module == PACKAGE or module.startswith(PACKAGE + ".")]
+    assert len(own) <= MAX_LOCAL_HPCTRAIN_IMPORTS, "\n".join(
+        f"  {path}:{line}: {module}" for path, line, module in own)
+
+
+def _loaded(code: str):
+    p = subprocess.run([sys.executable, "-c", code + "\nimport sys\nprint('\\n'.join("
+                        "sorted(m for m in sys.modules if m.split('.')[0] == 'hpctrain')))"],
+                       capture_output=True, text=True, cwd=REPO, timeout=120, check=True)
+    return p.stdout.split()
+
+
+def test_import_hpctrain_loads_only_what_report_needs_and_the_rest_on_first_use():
+    """``import hpctrain`` (every rank, the batch step) loads report()'s few modules; a
+    public name loads its own module on first use, and the names are the same objects
+    as before (PEP 562 lazy attributes)."""
+    face = _loaded("import hpctrain")
+    assert len(face) <= 15, face
+    assert "hpctrain.run" not in face and "hpctrain.config" not in face
+    configs = _loaded("from hpctrain import ScalingConfig, Checkpoint")
+    assert "hpctrain.config" in configs and "hpctrain.checkpoint" in configs
+    assert not {"hpctrain.run", "hpctrain.trainer", "hpctrain.schedulers"} & set(configs)
+    import hpctrain
+    from hpctrain.config import ScalingConfig
+    from hpctrain.run import Run
+    assert hpctrain.ScalingConfig is ScalingConfig and hpctrain.Run is Run
+    assert set(hpctrain.__all__) <= set(dir(hpctrain))
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        hpctrain.NoSuchName  # noqa: B018
 
 
 def test_the_layer_and_local_import_checks_can_fail(tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import pickle
 import shutil
 import stat
 import tempfile
@@ -165,8 +166,6 @@ def load_own_pickle(path: str, max_bytes: int) -> Any:
     """Like :func:`load_trusted_pickle`, but None for whatever cannot be loaded (missing,
     refused, a class this process cannot import): for best-effort reads (a worker's
     exception)."""
-    import pickle
-
     try:
         data = read_trusted(path, what="a worker's exception", max_bytes=max_bytes)
     except OSError:  # UnsafePathError is a PermissionError
