@@ -20,7 +20,8 @@ import cloudpickle
 
 from hpctrain._internal.base.formats import COMMIT_FORMAT, FORMAT_KEY, read_commit_record
 from hpctrain._internal.base.fsutil import atomic_write_bytes
-from hpctrain._internal.base.registry import FILESYSTEM_SCHEME, storage_for, uri_scheme
+from hpctrain._internal.base.registry import (FILESYSTEM_SCHEME, is_local_path, storage_for,
+                                              uri_scheme)
 
 DICT_FILE = "dict_checkpoint.pkl"
 METADATA_FILE = ".hpctrain_checkpoint.json"
@@ -72,13 +73,13 @@ class Checkpoint:
 
     @property
     def _remote(self) -> bool:
-        return uri_scheme(self.path) not in (None, "file") and not self._storage().local
+        return not is_local_path(self.path) and not self._storage().local
 
     # -- construction ------------------------------------------------------------
     @classmethod
     def from_directory(cls, path: str | os.PathLike) -> "Checkpoint":
         path = os.fspath(path)
-        if uri_scheme(path) not in (None, "file"):  # a storage kind's URI (s3://…)
+        if not is_local_path(path):  # a storage kind's URI (s3://…)
             if not storage_for(path, "Checkpoint.from_directory").isdir(path):
                 raise FileNotFoundError(f"Checkpoint.from_directory: nothing at {path!r}")
             return cls(path)

@@ -11,7 +11,7 @@ from .errors import (ControllerError, RunNotFoundError, TrainingStoppedError,
                      WorkerGroupError, WorkerTraceback)
 from hpctrain._internal.rundir.layout import (CheckpointRecord, RunDir, best_checkpoints,
                                               existing_run, read_results)
-from hpctrain._internal.base.registry import uri_scheme
+from hpctrain._internal.base.registry import is_local_path
 from hpctrain._internal.base.trust import MAX_CONTROL_BYTES, load_own_pickle, load_trusted_pickle
 from ._internal.worker.entry import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES, RETURN_FILE
 
@@ -162,7 +162,7 @@ def _from_data_alone(path: str) -> Optional[Result]:
     """The Result of a run on an object store read where its control directory is not
     (another machine): its committed checkpoints and their metrics, from the store alone
     (status ``UNKNOWN``); None when ``path`` is no such location or holds none."""
-    if uri_scheme(path) in (None, "file"):
+    if is_local_path(path):
         return None
     run = RunDir(path)
     records = [] if run.storage.local else run.list_checkpoints()

@@ -49,8 +49,8 @@ from hpctrain._internal.allocation.validation import ValidationJobs, validation_
 from hpctrain._internal.base.formats import versioned_spec
 from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from hpctrain._internal.base.log import get_logger, progress_line
-from hpctrain._internal.base.registry import (backend_entry, describe, load, scheduler_names,
-                                              storage_for, uri_scheme)
+from hpctrain._internal.base.registry import (backend_entry, describe, is_local_path, load,
+                                              scheduler_names, storage_for)
 from hpctrain._internal.base.trust import (make_private_dir, read_trusted, share_of,
                                            trusted_pythonpath)
 from hpctrain._internal.driver import submission
@@ -147,7 +147,7 @@ class Run:
         self.options: RunOptions = options if options is not None else RunOptions()
         """The run's options."""
         if self.options.path:  # a directory, or a storage kind's location (s3://…)
-            path = self.options.path if uri_scheme(self.options.path) not in (None, "file") \
+            path = self.options.path if not is_local_path(self.options.path) \
                 else os.path.abspath(self.options.path)
         else:
             rc = spec.run

@@ -46,6 +46,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ._internal.base.tomlfile import did_you_mean, kind_name, loads_toml, read_toml, show_value
 from .errors import ConfigError, UnsafePathError
+from ._internal.base.registry import uri_scheme
 from ._internal.base.trust import SHARES, read_trusted
 from .sites import LOCAL_SITE, find_site, load_site
 
@@ -217,7 +218,7 @@ def _absolute(value: str, path: str, *, key: str = "storage_path",
     if "$" in expanded:
         raise ConfigError(f"{key}: an environment variable in {value!r} is not set",
                           file=path, hint="export it, or give the path itself")
-    if "://" in expanded:
+    if uri_scheme(expanded) is not None:  # a URI (file:// too), as it is
         return expanded
     if base is not None:
         return os.path.abspath(os.path.join(base, expanded))

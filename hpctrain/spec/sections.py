@@ -423,7 +423,7 @@ def expand_path(ctx: Ctx, key: str, value: str, base_dir: str) -> str:
     if missing:
         raise ctx.error(key, f"environment variable ${missing.group(1)} is not set "
                         f"(in {_show(value)})")
-    if "://" in expanded:
+    if _registry.uri_scheme(expanded) is not None:  # a URI (file:// too), as it is
         return expanded
     return os.path.abspath(os.path.join(base_dir, expanded))
 

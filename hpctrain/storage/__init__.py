@@ -5,11 +5,11 @@ are registered here, by URI scheme (``object.py``: every ``pyarrow.fs`` URI). A 
 module and one :func:`register_storage` line — or a line in a plugin's own package: no
 other hpctrain file needs editing.
 """
-from hpctrain._internal.base.registry import STORAGES, register_storage, storage_for
+from hpctrain._internal.base.registry import STORAGES, is_local_path, register_storage, storage_for
 
 register_storage("file", "hpctrain.storage.posix:PosixStorage")
 # pyarrow.fs's own URIs (what FileSystem.from_uri opens), and a filesystem object
 for _scheme in ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "pyarrowfs"):
     register_storage(_scheme, "hpctrain.storage.object:ObjectStorage")
 
-__all__ = ["STORAGES", "register_storage", "storage_for"]
+__all__ = ["STORAGES", "is_local_path", "register_storage", "storage_for"]

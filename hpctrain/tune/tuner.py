@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import cloudpickle
 
-from .._internal.base.registry import storage_for, uri_scheme
+from .._internal.base.registry import is_local_path, storage_for
 from ..config import RunConfig, ScalingConfig, default_storage_path
 from ..errors import ConfigError
 from ..function_trainer import FunctionTrainer
@@ -144,7 +144,7 @@ class Tuner:
         """Continue the sweep at ``path``: its trials keep their configs; ``fit()`` runs the
         ones that did not finish (and the errored ones with ``resume_errored``)."""
         path = os.fspath(path)
-        if uri_scheme(path) not in (None, "file"):  # its location: the control directory
+        if not is_local_path(path):  # its location: the control directory
             parent, _, name = path.rstrip("/").rpartition("/")
             return cls._restored_at(SweepDir(storage_for(path).control_dir(path)), trainable,
                                     resume_errored, parent)

@@ -4,17 +4,12 @@ once, without it; the attempt ends before the deadline (not killed there), and t
 attempt resumes from the last committed checkpoint."""
 import glob
 import os
-import time
 import uuid
-
-import pytest
 
 import health_workloads
 from helpers import run_state
 from hpctrain import FailureConfig, Result, RunConfig, ScalingConfig
-from hpctrain._internal.base.checkpoint_interval import FrequencyPolicy
 from hpctrain._internal.allocation.supervisor import FINISHED, PREEMPTED, Supervisor
-from hpctrain._internal.worker.session import Session
 from hpctrain.launchers.local import LocalLauncher
 from hpctrain.run import Run, driver_pythonpath
 from hpctrain.torch import TorchTrainer
@@ -73,20 +68,3 @@ def test_a_stop_checkpoint_that_would_end_after_the_deadline_is_not_started(stor
     with result.checkpoint.as_directory() as d:
         assert open(os.path.join(d, "step.txt")).read() == "3"
     assert result.metrics["step"] == 3
-
-
-@pytest.mark.parametrize("left, late", [(10.0, False), (2.0, True)])
-def test_should_checkpoint_is_false_when_the_next_checkpoint_would_be_late(left, late):
-    """The allocation's end in ``left`` + 15 s (the requeue's slack), checkpoints that
-    cost 3 s: with 2 s left should_checkpoint() says no, even when a checkpoint is due by
-    count; with 10 s it says yes; after a stop was agreed, yes."""
-    s = Session.__new__(Session)
-    s._frequency = FrequencyPolicy(1, history_commit_s=3.0)
-    s._ends_at = time.time() + 15.0 + left
-    s._stop_deadline = None
-    s._stop_requested = type("E", (), {"is_set": lambda self: False})()
-    s._late_next = bool(s._lateness(0.0)[1])
-    s.stop_agreed, s._due_at, s.iteration = False, -1, 3  # due by count: report 4
-    assert s.should_checkpoint() is (not late)
-    s.stop_agreed = True  # the stop's checkpoint takes precedence: asked for, late or not
-    assert s.should_checkpoint() is True

@@ -19,7 +19,7 @@ checkpoint after the warning is stopped at the deadline, as before.)
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Tuple
 
 #: The ranks' environment: when the allocation ends (epoch seconds), and the measured
 #: cost of a checkpoint (seconds) from the run's committed checkpoints.
@@ -76,6 +76,20 @@ def too_late(now: float, cost_s: Optional[float], deadline: Optional[float]) -> 
     (False, False)
     """
     return cost_s is not None and deadline is not None and now + cost_s > deadline
+
+
+def lateness(now: float, pace_s: float, cost_s: Optional[float],
+             deadline: Optional[float]) -> Tuple[bool, bool, bool]:
+    """Would a checkpoint handed in now, at the next report (``pace_s`` later), or at the
+    next report after this one's own commit ended, end after ``deadline``?
+
+    >>> lateness(100.0, 1.0, 3.0, 104.5)   # now fits; the next report's does not
+    (False, False, True)
+    >>> lateness(100.0, 1.0, 3.0, 103.5), lateness(100.0, 1.0, None, 101.0)
+    ((False, True, True), (False, False, False))
+    """
+    return (too_late(now, cost_s, deadline), too_late(now + pace_s, cost_s, deadline),
+            too_late(now + (cost_s or 0.0) + pace_s, cost_s, deadline))
 
 
 def skipped_message(iteration: int, deadline: float, now: float, cost_s: float,

@@ -395,6 +395,17 @@ def uri_scheme(value: str) -> Optional[str]:
     return None
 
 
+def is_local_path(value: str) -> bool:
+    """Whether ``value`` names a path on this machine's filesystem (a plain path or a
+    ``file://`` URI), not another storage kind's URI (``s3://…``): the one place that
+    asks.
+
+    >>> is_local_path("/scratch/runs"), is_local_path("file:///scratch"), is_local_path("s3://b")
+    (True, True, False)
+    """
+    return uri_scheme(value) in (None, "file")
+
+
 def storage_for(path: str, key: str = "run.storage_path") -> Any:
     """The storage kind of ``path``: posix for a plain path or ``file://``, else the kind
     registered for its scheme; a ConfigError naming ``key`` for a scheme nobody

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain._internal.base.formats import read_commit_record
-from hpctrain._internal.base.registry import uri_scheme
+from hpctrain._internal.base.registry import is_local_path
 from hpctrain.checkpoint import (COMMIT_FORMAT, FORMAT_KEY, INTERNAL_PREFIX, METADATA_FILE,
                                  USER_METADATA_FILE, Checkpoint)
 from hpctrain.config import CheckpointConfig
@@ -67,7 +67,7 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     rank 0 is known to hand in a checkpoint at this report, so wait for the list). A name
     already there from another rank is written aside, for ``publish`` to sort out.
     ``report``: rank 0's report record, kept in its manifest (``handed_in.py``)."""
-    if uri_scheme(checkpoint.path) not in (None, "file"):
+    if not is_local_path(checkpoint.path):
         raise CheckpointError(
             f"rank {rank}: report(checkpoint=...) takes a local directory, got "
             f"{checkpoint.path!r}, which is in storage already\nHINT: download it first: "

@@ -46,7 +46,7 @@ from hpctrain._internal.base.trust import (MODES, fix_mode, make_private_dir, ma
                                       read_for_display, read_trusted)
 from hpctrain._internal.base.fsutil import (FULL_DISK_HINT, atomic_write_json, disk_full, json_default,
                      read_json, remove_tree)
-from hpctrain._internal.base.registry import STORAGES, load, uri_scheme
+from hpctrain._internal.base.registry import STORAGES, is_local_path, load
 from hpctrain.storage import storage_for
 from hpctrain.storage.base import Storage
 
@@ -88,7 +88,7 @@ class RunDir:
     def __init__(self, path: str | os.PathLike):
         path = os.fspath(path)
         self._given: Optional[Storage] = None
-        if uri_scheme(path) not in (None, "file"):
+        if not is_local_path(path):
             self._given = storage_for(path)
             self.__dict__["_tier"] = (self._given, self._given.data_path(path))
             path = self._given.control_dir(path)

@@ -50,7 +50,7 @@ import cloudpickle
 from hpctrain._internal.base import progress
 from hpctrain._internal.base.checkpoint_interval import FrequencyPolicy
 from hpctrain._internal.base.deadline import (ENV_ENDS_AT, checkpoint_deadline, env_seconds,
-                                             skipped_message, too_late)
+                                             lateness, skipped_message)
 from hpctrain._internal.base.context import (  # noqa: F401
     Coordinator, Posted, SingleProcessCoordinator, current_session, get_session, request_stop,
     set_session, stop_pending)
@@ -69,7 +69,7 @@ from hpctrain._internal.base.fsutil import Background, atomic_write_json, json_d
 from hpctrain._internal.rundir.layout import (DECISION_FILE, STOP_FILE, ResultWriter, RunDir,
                                               autofilled)
 from hpctrain.preemption import PreemptionInfo, allocation_ranks
-from hpctrain._internal.worker.agreement import Vote
+from hpctrain._internal.worker.agreement import Vote, checkpoint_asked, decide
 from hpctrain._internal.worker.trial import trial_control
 from hpctrain.errors import ConfigError
 
@@ -471,60 +471,22 @@ class Session:
                                    async_here=async_here).to_wire()
         v = Vote.from_wire(self.coordinator.allreduce_max(local)
                            if self.info.world_size > 1 else local)
-        any_ckpt, stop, gap, ckpt_now, rank0_now = (v.staged_since, v.stop, v.gap, v.ckpt_now,
-                                                    v.rank0_now)
-        in_flight, sync_now, due, late_now, late_next = (v.in_flight, v.sync_now, v.due,
-                                                         v.late_now, v.late_next)
-        self._late_now, self._late_next = bool(late_now), bool(late_next)
-        # a stop's checkpoint handed in too late to be committed: the training ends at
-        # once, without it (a loop that hands in none is stopped at the deadline)
-        self._stop_now = bool(late_now and ckpt_now) and (bool(stop) or self.stop_agreed)
-        if late_now:
-            # this report's checkpoints are not started (report() skips them): the
-            # agreement goes on as if none was handed in
-            ckpt_now = rank0_now = sync_now = False
-            if in_flight == iteration:
-                in_flight = NOTHING_IN_FLIGHT
-        any_inflight = in_flight != NOTHING_IN_FLIGHT
-        newly_stopped = bool(stop) and not self.stop_agreed
-        self.stop_agreed = self.stop_agreed or bool(stop)
-        # a checkpoint of this very report: stopping after it loses no iteration. Not the
-        # report that agrees the stop: no training function was told yet (should_checkpoint,
-        # get_preemption_info say so from this report on), so the stop takes the next one;
-        # unless that one would end after the deadline: then this one, the last in time
-        self._agreed_checkpoint = bool(ckpt_now) and (not newly_stopped or v.late_after)
-        self._defer_now = bool(ckpt_now) and newly_stopped and not v.late_after
-        if final or self.stop_agreed:
-            # every rank waits for its commit in flight and stages synchronously; one
-            # more collective proves it, then rank 0 publishes everything staged
-            self._need_proof = bool(ckpt_now or any_inflight)
-            self._publish_below = NOTHING_IN_FLIGHT
-        else:
-            # what a rank still has in flight (this report's included) is not complete:
-            # publish only the checkpoints of earlier reports
-            self._need_proof = bool(sync_now)
-            self._publish_below = in_flight
-        if any_ckpt or ckpt_now:
+        d = decide(v, iteration=iteration, stop_agreed=self.stop_agreed,
+                   publish_due=self._publish_due, final=final,
+                   world_size=self.info.world_size)
+        self._late_now, self._late_next, self._stop_now = d.late_now, d.late_next, d.stop_now
+        self.stop_agreed = d.stop_agreed
+        self._agreed_checkpoint, self._defer_now = d.agreed_checkpoint, d.defer_now
+        self._need_proof, self._publish_below = d.need_proof, d.publish_below
+        if d.checkpointed:
             self._frequency.checkpointed()
-        if due and not (ckpt_now or final):
+        if d.due_here:
             self._due_at = iteration  # should_checkpoint() says so after this report
-        # after a checkpoint, agree at the next report too: a loop that checkpoints at
-        # every report then agrees at every one, so that rank 0's names are known
-        # before the other ranks copy (no name is written twice); the same while a
-        # commit is in flight, so that it is published soon after it ends
-        self._publish_due = self._publish_due or bool(any_ckpt or ckpt_now)
-        self._next_agreement = iteration + (
-            1 if self.stop_agreed or any_ckpt or ckpt_now or any_inflight
-            or self._publish_due else max(1, gap))
+        self._publish_due, self._next_agreement = d.publish_due, d.next_agreement
         self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
         self._staged_since_agreement = False
-        # nothing to commit, no stop, reports faster than the budget: the next agreement
-        # reports post their rounds instead of waiting for them (see _post_agreement)
-        self._posting = (self.info.world_size > 1 and gap > 1 and not (
-            final or self.stop_agreed or any_ckpt or ckpt_now or any_inflight or due
-            or self._publish_due or late_now or late_next))
-        self._posted_gap = gap
-        return bool(ckpt_now), bool(rank0_now)
+        self._posting, self._posted_gap = d.posting, d.gap
+        return d.ckpt_now, d.rank0_now
 
     def _lateness(self, pace: float) -> Tuple[bool, bool, bool]:
         """Rank 0: would a checkpoint handed in at this report, at the next one (a report
@@ -539,10 +501,8 @@ class Session:
             deadline = stop.get("deadline") if isinstance(stop, dict) else None
             if isinstance(deadline, (int, float)):
                 self._stop_deadline = float(deadline)
-        deadline = checkpoint_deadline(self._ends_at, self._stop_deadline)
-        now = time.time()
-        return (too_late(now, cost, deadline), too_late(now + pace, cost, deadline),
-                too_late(now + cost + pace, cost, deadline))
+        return lateness(time.time(), pace, cost,
+                        checkpoint_deadline(self._ends_at, self._stop_deadline))
 
     def _publish_agreed(self, iteration: int) -> Dict[int, str]:
         """After the agreement and this report's staging: when a rank staged at this
@@ -781,11 +741,8 @@ class Session:
         the next checkpoint would not be committed before the deadline (deadline.py),
         unless a stop was agreed: its checkpoint takes precedence (handed in too late, it
         is not started and the training ends at once)."""
-        if self.stop_agreed:
-            return True
-        if self._late_next:
-            return False
-        return self._due_at == self.iteration or self._frequency.due_by_count(self.iteration)
+        return checkpoint_asked(self.stop_agreed, self._late_next, self._due_at == self.iteration
+                                or self._frequency.due_by_count(self.iteration))
 
     def checkpoint_wanted(self) -> bool:
         """For report callbacks that checkpoint at every event (Lightning's epoch end):
