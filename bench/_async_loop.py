@@ -51,7 +51,7 @@ def loop(config):
         t = time.perf_counter()
         hpctrain.report({"i": i}, checkpoint=ckpt, checkpoint_upload_mode=config["mode"])
         ckpt_s = time.perf_counter() - t
-        commit = get_session()._inflight
+        commit = get_session().commits.inflight
         other_s, work_s = 0.0, 0.0
         for _ in range(config["between"]):
             work_s += _work(config["work"])

@@ -26,7 +26,7 @@ from .errors import (CheckpointError, ConfigError, ControllerError, HpctrainErro
                      TrainingStoppedError, WorkerGroupError)
 
 if TYPE_CHECKING:
-    from ._internal.worker.session import TrainContext
+    from ._internal.worker.train_context import TrainContext
     from .checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
     from .config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig,
                          RunConfig, ScalingConfig, SchedulerConfig, SetupConfig, SyncConfig,
@@ -123,7 +123,7 @@ def get_all_reported_checkpoints() -> List[ReportedCheckpoint]:
 
 def get_context() -> "TrainContext":
     """This worker's :class:`TrainContext` (ranks, sizes, run dir, job id, restarts)."""
-    from hpctrain._internal.worker.session import TrainContext
+    from hpctrain._internal.worker.train_context import TrainContext
 
     return TrainContext(_session("get_context()"))
 

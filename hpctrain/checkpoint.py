@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import cloudpickle
 
@@ -38,6 +38,14 @@ INTERNAL_PREFIX = ".hpctrain_"
 class Checkpoint:
     """A reference to a directory holding checkpoint files."""
 
+    #: the directory is hpctrain's own (``from_dict``, a framework adapter's save):
+    #: ``report()`` removes it once its content is handed in
+    _temporary: bool = False
+    #: writes the checkpoint's files, where they are not written yet (a torch state
+    #: checkpoint copied to host memory: ``hpctrain.torch.checkpoints``); ``report()``
+    #: calls it before staging, or in the background commit
+    _complete: Optional[Callable[[], Any]] = None
+
     def __init__(self, path: str | os.PathLike, filesystem: Any = None):
         """``path``: a local directory, or a URI of a storage kind (``s3://bucket/key``);
         ``filesystem``: a ``pyarrow.fs`` filesystem that ``path`` is a path inside (Ray's
@@ -52,7 +60,6 @@ class Checkpoint:
                 raise ValueError(f"Checkpoint: with a filesystem, the path is a path inside "
                                  f"it (bucket/key), got the URI {self.path!r}")
             self.path, self._fs = f"{FILESYSTEM_SCHEME}://{self.path.lstrip('/')}", filesystem
-        self._temporary = False
 
     @property
     def filesystem(self) -> Any:

@@ -43,7 +43,7 @@ from hpctrain._internal.allocation.attempts import supervise
 from hpctrain._internal.allocation.interactive import interactive_allocation
 from hpctrain._internal.allocation.job import gpu_binding_env
 from hpctrain._internal.allocation.metrics import MetricsFile
-from hpctrain._internal.allocation.supervisor import FINISHED, Supervisor
+from hpctrain._internal.allocation.supervisor import FINISHED, AttemptPlan, Supervisor
 from hpctrain._internal.allocation.tracking import CallbackRunner, load_callbacks, save_callbacks
 from hpctrain._internal.allocation.validation import ValidationJobs, validation_spec
 from hpctrain._internal.base.formats import versioned_spec
@@ -411,17 +411,13 @@ class Run:
             for t in ticks:
                 t()
 
-        sup = Supervisor(
-            run, launcher=launcher, num_workers=spec.scaling.num_workers,
-            max_failures=fc.max_failures, job_id=job_id,
+        plan = AttemptPlan(
+            spec.scaling.num_workers, job_id, failure=fc,
+            checkpoint=spec.run.checkpoint_config, warning_s=warning_s, warn_at=warn_at,
+            ends_at=None if allocation is None else allocation.ends_at,
             initial_checkpoint=self.options.resume_from,
-            on_line=on_line, on_tick=tick, extra_env=extra_env,
-            first_checkpoint_index=self.options.first_checkpoint_index,
-            warning_s=warning_s, warning_signal=fc.warning_signal, warn_at=warn_at,
-            hang_timeout_s=fc.hang_timeout_s,
-            local_tier=bool(spec.run.checkpoint_config.local_dir),
-            failure_config=fc, ends_at=None if allocation is None else allocation.ends_at,
-            checkpoint_config=spec.run.checkpoint_config)
+            first_checkpoint_index=self.options.first_checkpoint_index, extra_env=extra_env)
+        sup = Supervisor(run, plan, launcher=launcher, on_line=on_line, on_tick=tick)
         try:
             if allocation is None:
                 # nothing here can requeue a local run: a clean stop ends it STOPPED

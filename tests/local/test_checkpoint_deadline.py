@@ -9,7 +9,7 @@ import uuid
 import health_workloads
 from helpers import run_state
 from hpctrain import FailureConfig, Result, RunConfig, ScalingConfig
-from hpctrain._internal.allocation.supervisor import FINISHED, PREEMPTED, Supervisor
+from hpctrain._internal.allocation.supervisor import FINISHED, PREEMPTED, AttemptPlan, Supervisor
 from hpctrain.launchers.local import LocalLauncher
 from hpctrain.run import Run, driver_pythonpath
 from hpctrain.torch import TorchTrainer
@@ -43,9 +43,8 @@ def test_a_stop_checkpoint_that_would_end_after_the_deadline_is_not_started(stor
     with run.exclusive():
         prepared.prepare()
         job = f"deadline-{uuid.uuid4().hex[:8]}"
-        sup = Supervisor(run, launcher=LocalLauncher(), num_workers=1, max_failures=0,
-                         job_id=job, warning_s=4, extra_env=driver_pythonpath(),
-                         on_tick=warn_after_first_checkpoint)
+        sup = Supervisor(run, AttemptPlan(1, job, warning_s=4, extra_env=driver_pythonpath()),
+                         launcher=LocalLauncher(), on_tick=warn_after_first_checkpoint)
         assert sup.run_to_end() == PREEMPTED
         first = run_state(run.path)["attempts"][0]
         assert first["outcome"] == PREEMPTED
@@ -59,8 +58,8 @@ def test_a_stop_checkpoint_that_would_end_after_the_deadline_is_not_started(stor
         assert ("s (measured); the ranks stop now, and the next attempt resumes from the "
                 "last committed checkpoint") in log
 
-        again = Supervisor(run, launcher=LocalLauncher(), num_workers=1, max_failures=0,
-                           job_id=job + "-2", extra_env=driver_pythonpath())
+        again = Supervisor(run, AttemptPlan(1, job + "-2", extra_env=driver_pythonpath()),
+                           launcher=LocalLauncher())
         assert again.run_to_end() == FINISHED
     second = run_state(run.path)["attempts"][1]
     assert os.path.basename(second["resumed_from"]) == "checkpoint_000000"

@@ -10,7 +10,7 @@ import pytest
 import health_workloads
 from helpers import run_state
 from hpctrain import FailureConfig, RunConfig, ScalingConfig
-from hpctrain._internal.allocation.supervisor import PREEMPTED, Supervisor
+from hpctrain._internal.allocation.supervisor import PREEMPTED, AttemptPlan, Supervisor
 from hpctrain.launchers.local import LocalLauncher
 from hpctrain.run import Run, driver_pythonpath
 from hpctrain.torch import TorchTrainer
@@ -28,9 +28,9 @@ def _supervise(storage, *, steps, warning_s, ends_in, checkpoint_s):
     run.create()
     with run.exclusive():
         prepared.prepare()
-        sup = Supervisor(run, launcher=LocalLauncher(), num_workers=1, max_failures=0,
-                         job_id=f"lead-{uuid.uuid4().hex[:8]}", warning_s=warning_s,
-                         extra_env=driver_pythonpath(), ends_at=time.time() + ends_in)
+        plan = AttemptPlan(1, f"lead-{uuid.uuid4().hex[:8]}", warning_s=warning_s,
+                           extra_env=driver_pythonpath(), ends_at=time.time() + ends_in)
+        sup = Supervisor(run, plan, launcher=LocalLauncher())
         return sup, sup.run_to_end(), run.path
 
 

@@ -21,7 +21,7 @@ import workloads
 from helpers import assert_same_state, final_state, needs_mpirun, run_state
 from hpctrain import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
 from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.allocation.supervisor import Supervisor
+from hpctrain._internal.allocation.supervisor import AttemptPlan, Supervisor
 from hpctrain.errors import ConfigError
 from hpctrain.launchers import mpiexec as mpx
 from hpctrain.launchers.mpiexec import (
@@ -322,9 +322,10 @@ def fit_with(launcher, func, storage, *, config, name, max_failures=0):
     os.makedirs(run.internal_dir, exist_ok=True)
     with run.exclusive():
         prepared.prepare()
-        sup = Supervisor(run, launcher=launcher, num_workers=2, max_failures=max_failures,
-                         job_id=f"mpi-{uuid.uuid4().hex[:10]}",
-                         extra_env={**driver_pythonpath(), **_mpirun_env()})
+        plan = AttemptPlan(2, f"mpi-{uuid.uuid4().hex[:10]}",
+                           failure=FailureConfig(max_failures=max_failures),
+                           extra_env={**driver_pythonpath(), **_mpirun_env()})
+        sup = Supervisor(run, plan, launcher=launcher)
         status = sup.run_to_end()
     return result_or_raise(run.path, status)
 

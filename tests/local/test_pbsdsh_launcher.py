@@ -16,7 +16,7 @@ import pytest
 import workloads
 from helpers import assert_same_state, final_state, run_state
 from hpctrain import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
-from hpctrain._internal.allocation.supervisor import Supervisor
+from hpctrain._internal.allocation.supervisor import AttemptPlan, Supervisor
 from hpctrain.errors import ConfigError
 from hpctrain.launchers import pbsdsh as tm
 from hpctrain.launchers.pbsdsh import PbsdshLauncher
@@ -78,9 +78,10 @@ def fit_with_pbsdsh(func, storage, *, config, name, max_failures=0):
     os.makedirs(run.internal_dir, exist_ok=True)
     with run.exclusive():
         prepared.prepare()
-        sup = Supervisor(run, launcher=PbsdshLauncher(workers_per_node=1), num_workers=2,
-                         max_failures=max_failures, job_id=f"tm-{uuid.uuid4().hex[:8]}",
-                         extra_env=driver_pythonpath())
+        plan = AttemptPlan(2, f"tm-{uuid.uuid4().hex[:8]}",
+                           failure=FailureConfig(max_failures=max_failures),
+                           extra_env=driver_pythonpath())
+        sup = Supervisor(run, plan, launcher=PbsdshLauncher(workers_per_node=1))
         status = sup.run_to_end()
     return result_or_raise(run.path, status)
 

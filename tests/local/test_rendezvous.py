@@ -450,7 +450,8 @@ def test_without_the_secret_a_group_of_two_is_refused_naming_the_variable(monkey
 
 
 def test_the_supervisor_hands_each_attempt_a_fresh_secret_in_the_environment_only(tmp_path):
-    from hpctrain._internal.allocation.supervisor import Supervisor
+    from hpctrain import FailureConfig
+    from hpctrain._internal.allocation.supervisor import AttemptPlan, Supervisor
     from hpctrain._internal.rundir.layout import RunDir
     from hpctrain.launchers.base import ExitRecord, Launcher, WorkerGroup
 
@@ -478,8 +479,8 @@ def test_the_supervisor_hands_each_attempt_a_fresh_secret_in_the_environment_onl
     run = RunDir(tmp_path / "run")
     run.create()
     launcher = Recording()
-    Supervisor(run, launcher=launcher, num_workers=2, max_failures=1, job_id="77",
-               kill_grace_s=0.1).run_to_end()
+    plan = AttemptPlan(2, "77", failure=FailureConfig(max_failures=1), kill_grace_s=0.1)
+    Supervisor(run, plan, launcher=launcher).run_to_end()
     assert len(launcher.launches) == 2
     found = [env[SECRET_VAR] for _, env in launcher.launches]
     assert all(len(s) == 32 and int(s, 16) >= 0 for s in found) and found[0] != found[1]

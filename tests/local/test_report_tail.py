@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from hpctrain._internal.rundir.commit import verify_checkpoint
-from hpctrain._internal.worker.session import MAX_GAP, POSTED_DEPTH
+from hpctrain._internal.worker.agreement import MAX_GAP, POSTED_DEPTH
 from helpers import run_state, workload, write_job
 
 STEPS, WARN_AT = 4000, 2000

@@ -20,10 +20,10 @@ import os
 import secrets
 import sys
 import time
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
 
-from hpctrain.config import CheckpointConfig
+from hpctrain.config import CheckpointConfig, FailureConfig
 from hpctrain.launchers.base import ExitRecord, Launcher, LineSink, WorkerGroup
 from hpctrain._internal.allocation.watchdog import Hang, Watchdog
 from hpctrain._internal.allocation.badnodes import blame, blamed_host
@@ -84,6 +84,17 @@ class Failure:
     cause: str = NODE
 
 
+@dataclass
+class _Ending:
+    """How the watch of one attempt's ranks ended."""
+    exits: List[ExitRecord]
+    hang: Optional[Hang] = None
+    #: the ranks were stopped at the stop deadline after the warning
+    at_deadline: bool = False
+    #: a sweep's scheduler decided (rank 0's decision file)
+    decision: Optional[Dict] = None
+
+
 SETTLE_S = 1.0  # after a rank failed, how long its peers get to end (and record) on their own
 
 
@@ -122,58 +133,72 @@ def is_secondary(f: Failure) -> bool:
 
 
 @dataclass
-class _OnlyMaxFailures:
-    """The budgets of a Supervisor made without a FailureConfig: max_failures alone."""
-    max_failures: int
+class AttemptPlan:
+    """What every attempt of one run in this allocation starts from, built once (by
+    ``Run.run_here``): the same for each attempt."""
+    num_workers: int
+    job_id: str
+    #: the budgets, the warning's signal, the hang limit, the straggler factor
+    failure: FailureConfig = field(default_factory=FailureConfig)
+    #: the node-local tier (``local_dir``); how a checkpoint the ranks handed in but did
+    #: not publish is committed after their end (handed_in.py)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    #: how long before the end the warning comes (None: ``failure``'s warning_time; a
+    #: batch job: the one its script asked the scheduler for)
+    warning_s: Optional[float] = None
+    #: epoch seconds: the supervisor's own timer (PBS), and when the allocation ends
+    #: (None: unknown)
+    warn_at: Optional[float] = None
+    ends_at: Optional[float] = None
+    #: the first attempt resumes from it when the run has no checkpoint of its own
+    initial_checkpoint: Optional[str] = None
+    first_checkpoint_index: int = 0
+    python: str = sys.executable
+    #: added to every rank's environment
+    extra_env: Dict[str, str] = field(default_factory=dict)
+    #: between SIGTERM and SIGKILL when the ranks are stopped
+    kill_grace_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.warning_s is None:
+            self.warning_s = self.failure.warning_s
+        #: None: learned from the run's pace; 0: no watchdog
+        self.hang_timeout_s = self.failure.hang_timeout_s
+
+    @property
+    def max_failures(self) -> int:
+        return self.failure.max_failures
+
+    @property
+    def warning_signal(self) -> str:
+        return self.failure.warning_signal
+
+    @property
+    def local_tier(self) -> bool:
+        """CheckpointConfig(local_dir=...): a restart reads the ranks' local copies, so
+        the shared copy is checked by sizes here and by content only where a rank reads
+        it."""
+        return bool(self.checkpoint.local_dir)
 
 
 class Supervisor:
-    def __init__(self, run: RunDir, *, launcher: Launcher, num_workers: int, max_failures: int,
-                 job_id: str, initial_checkpoint: Optional[str] = None,
-                 on_line: Optional[LineSink] = None, on_tick: Optional[Callable[[], None]] = None,
-                 python: str = sys.executable, kill_grace_s: float = 10.0,
-                 extra_env: Optional[Dict[str, str]] = None, first_checkpoint_index: int = 0,
-                 warning_s: float = 120.0, warning_signal: str = "USR1",
-                 warn_at: Optional[float] = None, hang_timeout_s: Optional[float] = None,
-                 local_tier: bool = False,
-                 failure_config: Optional[object] = None, ends_at: Optional[float] = None,
-                 checkpoint_config: Optional[CheckpointConfig] = None):
+    def __init__(self, run: RunDir, plan: AttemptPlan, *, launcher: Launcher,
+                 on_line: Optional[LineSink] = None,
+                 on_tick: Optional[Callable[[], None]] = None):
         self.run = run
-        self.launcher = _maybe_warm(launcher, python, extra_env)
-        self.num_workers = num_workers
-        self.max_failures = max_failures
-        self.job_id = job_id
-        self.initial_checkpoint = initial_checkpoint
+        self.plan = plan
+        self.launcher = _maybe_warm(launcher, plan.python, plan.extra_env)
         self.on_line = on_line
         self.on_tick = on_tick or (lambda: None)
-        self.python = python
-        self.kill_grace_s = kill_grace_s
-        self.extra_env = extra_env or {}
-        self.first_checkpoint_index = first_checkpoint_index
-        self.warning_s = warning_s
-        self.warning_signal = warning_signal
-        self.warn_at = warn_at          # epoch seconds: the supervisor's own timer (PBS)
-        self.hang_timeout_s = hang_timeout_s  # None: learned; 0: no watchdog
-        # the budgets per cause and max_attempts_without_progress (budgets.py); without
-        # a FailureConfig only max_failures bounds the restarts
-        self.failure_config = failure_config
         self.attempt_checkpoint: Optional[str] = None  # the newest one when it started
-        # when the allocation ends (epoch seconds; None: unknown), and the warning's lead
-        # time from the measured checkpoint cost (lead.py)
-        self.ends_at = ends_at
-        self.lead_s, self.checkpoint_cost = warning_s, None
+        # the warning's lead time from the measured checkpoint cost (lead.py)
+        self.lead_s, self.checkpoint_cost = plan.warning_s, None
         self.stop_lead_s: Optional[float] = None  # the lead of a warning of our own
         self.lead_checked = 0.0
         self.stop_reason: Optional[str] = None
         self.stop_time: Optional[float] = None
         self.checkpoint_at_start: Optional[str] = None
         self.own_failures: List[int] = []  # set by _root_cause
-        # CheckpointConfig(local_dir=...): a restart reads the ranks' local copies, so the
-        # shared copy is checked by sizes here and by content only where a rank reads it
-        self.local_tier = local_tier
-        #: how a checkpoint the ranks handed in but did not publish is committed after
-        #: their end (handed_in.py); None: the defaults
-        self.checkpoint_config = checkpoint_config or CheckpointConfig()
 
     # -- the warning ---------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -188,21 +213,21 @@ class Supervisor:
         checkpoint, early enough to requeue before the scheduler kills the job."""
         if self.stop_time is None:
             return None
-        lead = self.stop_lead_s or self.warning_s
+        lead = self.stop_lead_s or self.plan.warning_s
         return self.stop_time + stop_window_s(lead)
 
     def _check_timer(self) -> None:
-        if self.warn_at is not None and self.stop_time is None and time.time() >= self.warn_at:
-            self.request_stop(f"{self.warning_s:.0f} s before the walltime ends "
+        if self.plan.warn_at is not None and self.stop_time is None and time.time() >= self.plan.warn_at:
+            self.request_stop(f"{self.plan.warning_s:.0f} s before the walltime ends "
                               "(the supervisor's timer)")
-        if self.ends_at is not None and self.stop_time is None \
-                and self.lead_s > self.warning_s and time.time() >= self.ends_at - self.lead_s:
+        if self.plan.ends_at is not None and self.stop_time is None \
+                and self.lead_s > self.plan.warning_s and time.time() >= self.plan.ends_at - self.lead_s:
             self.stop_lead_s = self.lead_s
             self.request_stop(
                 f"{self.lead_s:.0f} s before the walltime ends (the supervisor's timer: "
                 f"the ranks get {MARGIN:g} × the measured checkpoint cost of "
                 f"{self.checkpoint_cost:.1f} s to stop, more than failure.warning_time "
-                f"= {self.warning_s:.0f} s allows)")
+                f"= {self.plan.warning_s:.0f} s allows)")
 
     def run_to_end(self) -> str:
         """Run attempts until success or until failures exceed ``max_failures``.
@@ -223,11 +248,11 @@ class Supervisor:
                 if s.pop("gave_up", None):  # started again by hand: fresh attempts
                     s["idle_attempts"] = 0
                 s["job_ids"] = s.get("job_ids", []) + (
-                    [] if self.job_id in s.get("job_ids", []) else [self.job_id])
-                s["max_failures"] = self.max_failures
+                    [] if self.plan.job_id in s.get("job_ids", []) else [self.plan.job_id])
+                s["max_failures"] = self.plan.max_failures
             latest = self.run.list_checkpoints()
             self.checkpoint_at_start = latest[-1].path if latest else None
-            self.lead_s, self.checkpoint_cost = measured_lead_s(latest, self.warning_s)
+            self.lead_s, self.checkpoint_cost = measured_lead_s(latest, self.plan.warning_s)
             try:
                 while True:
                     self._check_timer()
@@ -259,10 +284,10 @@ class Supervisor:
         attempt, reading it, found damaged (:mod:`..rundir.local_tier`)."""
         skipped = []
         last = len(self.run.read_state().get("attempts") or [])
-        damaged = set(damaged_checkpoints(self.run, last)) if self.local_tier and last else set()
+        damaged = set(damaged_checkpoints(self.run, last)) if self.plan.local_tier and last else set()
         for record in reversed(self.run.list_checkpoints()):
             problems = verify_checkpoint(record.path, self.run.storage,
-                                         contents=not self.local_tier or
+                                         contents=not self.plan.local_tier or
                                          os.path.basename(record.path) in damaged)
             if not problems:
                 return record, skipped
@@ -278,85 +303,19 @@ class Supervisor:
         return None, skipped
 
     def _one_attempt(self) -> Optional[str]:
-        latest, skipped = self._resume_point()
-        resume = latest.path if latest else self.initial_checkpoint
-        newest = self.run.list_checkpoints()
-        self.attempt_checkpoint = newest[-1].path if newest else None
-        self.lead_s, self.checkpoint_cost = measured_lead_s(newest, self.warning_s)
-        self.lead_checked = time.time()
-        with self.run.update_state() as s:
-            attempt = len(s["attempts"]) + 1
-            s["attempts"].append({"attempt": attempt, "job_id": self.job_id,
-                                  "started": time.time(), "resumed_from": resume,
-                                  "outcome": RUNNING})
-            if skipped:
-                s["attempts"][-1]["skipped_checkpoints"] = skipped
-            s["restart_count"] = attempt - 1
-        env = dict(os.environ)
-        env.update(self.extra_env)
-        env.update({
-            ENV_RUN_DIR: self.run.path, ENV_ATTEMPT: str(attempt),
-            # a fresh secret per attempt for the ranks' coordination group (rendezvous.py):
-            # the environment only, never argv (Open MPI exports it by name, -x NAME)
-            ENV_GROUP_SECRET: secrets.token_hex(16),
-            "HPCTRAIN_RESTART_COUNT": str(attempt - 1), "HPCTRAIN_JOB_ID": self.job_id,
-            ENV_RESUME: resume or "", ENV_CKPT_INDEX: str(max(self.run.next_checkpoint_index(),
-                                   self.first_checkpoint_index)),
-            ENV_START_ITER: str(latest.iteration if latest else 0),
-            ENV_WARNING_SIGNAL: self.warning_signal,
-        })
-        # a checkpoint that cannot be committed before the deadline is not started
-        # (deadline.py): the ranks learn the allocation's end and the measured cost
-        cost = measured_lead_s(self.run.list_checkpoints(), self.warning_s)[1]
-        env.update({ENV_ENDS_AT: f"{self.ends_at:.3f}" if self.ends_at else "",
-                    ENV_COST: f"{cost:.3f}" if cost else ""})
-        if self.hang_timeout_s and ENV_HEARTBEAT not in env:  # a short fixed limit: beat often
-            env[ENV_HEARTBEAT] = f"{min(DEFAULT_HEARTBEAT_S, max(0.2, self.hang_timeout_s / 5)):g}"
-        for d in (self.run.logs_dir(self.job_id), self.run.attempt_dir(attempt)):
-            self.run.makedirs(d)  # the run's mode whatever this process's umask
+        """One attempt: start its ranks, watch them until an ending, settle the ending
+        into a status (None: restart) and the budgets."""
+        attempt, env = self._begin_attempt()
         container = self.launcher.container
         group = self.launcher.launch(
             command=container.command(self.run.path) if container is not None
-            else worker_command([self.python], self.run.path),
-            env=env, num_workers=self.num_workers, log_dir=self.run.logs_dir(self.job_id),
-            on_line=self.on_line)
-        stop_written = at_deadline = False
-        decision_file = os.path.join(self.run.attempt_dir(attempt), DECISION_FILE)
-        pace = Pace(getattr(self.failure_config, "straggler_factor", 0) or 0)
+            else worker_command([self.plan.python], self.run.path),
+            env=env, num_workers=self.plan.num_workers,
+            log_dir=self.run.logs_dir(self.plan.job_id), on_line=self.on_line)
+        pace = Pace(self.plan.failure.straggler_factor or 0)
         watchdog = self._watchdog(attempt, pace)
-        hang: Optional[Hang] = None
         try:
-            exits = None
-            while exits is None:
-                exits = group.wait_any_failure(0.1)  # also how soon a warning is acted on
-                if os.path.exists(decision_file):
-                    break  # a sweep's scheduler decided (hpctrain.tune._control)
-                self.on_tick()
-                self._check_timer()
-                hang = watchdog.poll() if watchdog is not None and exits is None \
-                    and not stop_written else None
-                self._pace_tick(attempt, pace)
-                if self.ends_at is not None and time.time() - self.lead_checked > 30:
-                    self.lead_checked = time.time()  # the checkpoints committed since
-                    self.lead_s, self.checkpoint_cost = measured_lead_s(
-                        self.run.list_checkpoints(), self.warning_s)
-                if hang is not None:
-                    self._collect_stacks(attempt, hang)
-                    group.terminate(self.kill_grace_s)
-                    exits = group.exits()
-                    break
-                if self.stop_time is not None and not stop_written and exits is None:
-                    stop_written = True
-                    self._write_stop(attempt)
-                if stop_written and exits is None and time.time() >= self.stop_deadline:
-                    at_deadline = True
-                    self._log("the ranks did not commit a checkpoint by the deadline; "
-                              "stopping them (the run resumes from its last committed "
-                              "checkpoint)")
-                    # SIGKILL early enough to requeue before the scheduler's own kill
-                    left = self.stop_time + self.warning_s - time.time()
-                    group.terminate(min(self.kill_grace_s, max(1.0, left / 2)))
-                    exits = group.exits()
+            ending = self._watch(attempt, group, pace, watchdog)
         except BaseException:  # Ctrl-C or the driver dying: never leave ranks behind
             # the state first: the scheduler's SIGKILL may follow its SIGTERM sooner than
             # the ranks end (Slurm's KillWait; 5 s on the test cluster, kill_grace_s is 10)
@@ -365,41 +324,130 @@ class Supervisor:
                 with self.run.update_state() as s:
                     s["status"] = INTERRUPTED
             finally:
-                group.terminate(self.kill_grace_s)
+                group.terminate(self.plan.kill_grace_s)
             self._settle_staged(attempt, group, clean=False)  # the next allocation cleans
             raise
-        decision = read_json(decision_file)
-        if decision:
-            return self._after_decision(attempt, group, decision)
+        return self._settle(attempt, group, ending, pace, watchdog)
+
+    def _begin_attempt(self) -> Tuple[int, Dict[str, str]]:
+        """Record the next attempt in state.json (what it resumes from) and return its
+        number and its ranks' environment."""
+        latest, skipped = self._resume_point()
+        resume = latest.path if latest else self.plan.initial_checkpoint
+        newest = self.run.list_checkpoints()
+        self.attempt_checkpoint = newest[-1].path if newest else None
+        self.lead_s, self.checkpoint_cost = measured_lead_s(newest, self.plan.warning_s)
+        self.lead_checked = time.time()
+        with self.run.update_state() as s:
+            attempt = len(s["attempts"]) + 1
+            s["attempts"].append({"attempt": attempt, "job_id": self.plan.job_id,
+                                  "started": time.time(), "resumed_from": resume,
+                                  "outcome": RUNNING})
+            if skipped:
+                s["attempts"][-1]["skipped_checkpoints"] = skipped
+            s["restart_count"] = attempt - 1
+        env = dict(os.environ)
+        env.update(self.plan.extra_env)
+        env.update({
+            ENV_RUN_DIR: self.run.path, ENV_ATTEMPT: str(attempt),
+            # a fresh secret per attempt for the ranks' coordination group (rendezvous.py):
+            # the environment only, never argv (Open MPI exports it by name, -x NAME)
+            ENV_GROUP_SECRET: secrets.token_hex(16),
+            "HPCTRAIN_RESTART_COUNT": str(attempt - 1), "HPCTRAIN_JOB_ID": self.plan.job_id,
+            ENV_RESUME: resume or "", ENV_CKPT_INDEX: str(max(self.run.next_checkpoint_index(),
+                                   self.plan.first_checkpoint_index)),
+            ENV_START_ITER: str(latest.iteration if latest else 0),
+            ENV_WARNING_SIGNAL: self.plan.warning_signal,
+            # a checkpoint that cannot be committed before the deadline is not started
+            # (deadline.py): the ranks learn the allocation's end and the measured cost
+            ENV_ENDS_AT: f"{self.plan.ends_at:.3f}" if self.plan.ends_at else "",
+            ENV_COST: f"{self.checkpoint_cost:.3f}" if self.checkpoint_cost else "",
+        })
+        hang_s = self.plan.hang_timeout_s
+        if hang_s and ENV_HEARTBEAT not in env:  # a short fixed limit: beat often
+            env[ENV_HEARTBEAT] = f"{min(DEFAULT_HEARTBEAT_S, max(0.2, hang_s / 5)):g}"
+        for d in (self.run.logs_dir(self.plan.job_id), self.run.attempt_dir(attempt)):
+            self.run.makedirs(d)  # the run's mode whatever this process's umask
+        return attempt, env
+
+    def _watch(self, attempt: int, group: WorkerGroup, pace: Pace,
+               watchdog: Optional[Watchdog]) -> "_Ending":
+        """Watch the ranks until they all ended, one failed, a hang, a sweep's decision,
+        or the stop deadline after the warning (the warning itself writes the stop file)."""
+        stop_written = False
+        decision_file = os.path.join(self.run.attempt_dir(attempt), DECISION_FILE)
+        while True:
+            exits = group.wait_any_failure(0.1)  # also how soon a warning is acted on
+            if os.path.exists(decision_file):  # a sweep's scheduler decided (tune._control)
+                return _Ending(exits or [], decision=read_json(decision_file) or None)
+            self.on_tick()
+            self._check_timer()
+            hang = watchdog.poll() if watchdog is not None and exits is None \
+                and not stop_written else None
+            self._pace_tick(attempt, pace)
+            if self.plan.ends_at is not None and time.time() - self.lead_checked > 30:
+                self.lead_checked = time.time()  # the checkpoints committed since
+                self.lead_s, self.checkpoint_cost = measured_lead_s(
+                    self.run.list_checkpoints(), self.plan.warning_s)
+            if exits is not None:
+                return _Ending(exits)
+            if hang is not None:
+                self._collect_stacks(attempt, hang)
+                group.terminate(self.plan.kill_grace_s)
+                return _Ending(group.exits(), hang=hang)
+            if self.stop_time is not None and not stop_written:
+                stop_written = True
+                self._write_stop(attempt)
+            if stop_written and time.time() >= self.stop_deadline:
+                self._log("the ranks did not commit a checkpoint by the deadline; "
+                          "stopping them (the run resumes from its last committed "
+                          "checkpoint)")
+                # SIGKILL early enough to requeue before the scheduler's own kill
+                left = self.stop_time + self.plan.warning_s - time.time()
+                group.terminate(min(self.plan.kill_grace_s, max(1.0, left / 2)))
+                return _Ending(group.exits(), at_deadline=True)
+
+    def _settle(self, attempt: int, group: WorkerGroup, ending: "_Ending", pace: Pace,
+                watchdog: Optional[Watchdog]) -> Optional[str]:
+        """The attempt's status from how its watch ended: FINISHED, PREEMPTED, FAILED, or
+        None (the next attempt starts)."""
+        if ending.decision:
+            return self._after_decision(attempt, group, ending.decision)
         if self.stop_time is None and glob.glob(os.path.join(
                 self.run.attempt_dir(attempt), "stopped.rank-*.json")):
             # the ranks got the warning signal themselves (`scancel --signal=USR1 <job>`
             # signals the job's steps, not the batch step) and stopped at a checkpoint
             self.request_stop("the warning signal, sent to the ranks")
         if self.stop_time is not None:
-            outcome = self._after_warning(attempt, group, exits, at_deadline)
+            outcome = self._after_warning(attempt, group, ending.exits, ending.at_deadline)
             if outcome is not None:
                 return outcome
         if watchdog is not None:
             self._learn(watchdog)
         self._pace_tick(attempt, pace, final=True)
-        failed = [e for e in exits if e.returncode != 0]
-        if hang is not None:
-            failed = failed or [ExitRecord(hang.rank, -15, time.time())]
+        failed = [e for e in ending.exits if e.returncode != 0]
+        if ending.hang is not None:
+            failed = failed or [ExitRecord(ending.hang.rank, -15, time.time())]
         if not failed:
-            group.terminate(self.kill_grace_s)  # reaps output threads; ranks are done
+            group.terminate(self.plan.kill_grace_s)  # reaps output threads; ranks are done
             self.on_tick()
             self._end_attempt(attempt, FINISHED, None)
             with self.run.update_state() as s:
                 s["status"] = FINISHED
             return FINISHED
+        return self._after_failure(attempt, group, failed, ending.hang)
+
+    def _after_failure(self, attempt: int, group: WorkerGroup, failed: List[ExitRecord],
+                       hang: Optional[Hang]) -> Optional[str]:
+        """A rank failed or hung: find the root cause, record it, count it toward its
+        budgets; None (restart from the latest checkpoint) or FAILED (a budget spent)."""
         if hang is None:
             # the other ranks a moment to end on their own: ranks that raise the same error
             # at the same step each record it, and the report names them all
             settle = time.time() + SETTLE_S
-            while time.time() < settle and len(group.exits()) < self.num_workers:
+            while time.time() < settle and len(group.exits()) < self.plan.num_workers:
                 time.sleep(0.05)
-        group.terminate(self.kill_grace_s)
+        group.terminate(self.plan.kill_grace_s)
         # every exit now, not only those seen when the first failure woke us: a rank
         # killed by a signal is recorded by its own waiter thread, which on a busy node
         # can run after a peer's "connection closed" exit (the peer would be blamed)
@@ -419,30 +467,14 @@ class Supervisor:
                     "stacks": sorted(os.path.basename(p) for p in glob.glob(os.path.join(
                         self.run.attempt_dir(attempt), "stacks.rank-*.txt")))}
         self.on_tick()
-        cause = HANG if hang is not None else failure.cause
-        newest = self.run.list_checkpoints()
-        progressed = bool(newest) and newest[-1].path != self.attempt_checkpoint
-        budgets = self.failure_config or _OnlyMaxFailures(self.max_failures)
-        with self.run.update_state() as s:
-            s["attempts"][attempt - 1]["cause"] = cause
-            count_failure(s, cause, progressed)
-            if cause != USER:  # its node is kept out of the next allocation
-                blame(s, hang.host if hang is not None else blamed_host(
-                    self.run.attempt_dir(attempt), failure.rank, failure.host),
-                      cause, attempt, self.job_id)
-            failures = s["failures"]
-            gave_up = spent(s, cause, budgets)
-            idle = no_progress(s, budgets, failed=True) if gave_up is None else None
-            if idle:
-                gave_up = ("no_progress", idle)
-            if gave_up is not None:
-                give_up(s, *gave_up)
+        failures, gave_up = self._count_failure(attempt, failure, hang)
         if gave_up is None:
             self.run.clean_incomplete()
             who = f"rank {failure.rank} failed" if failure.rank >= 0 else "the launcher failed"
+            limit = self.plan.max_failures
             self._log(f"{who} ({failure.summary}); restarting the worker "
                       f"group from the latest checkpoint (failure {failures} of "
-                      f"{'unlimited' if self.max_failures == -1 else self.max_failures})")
+                      f"{'unlimited' if limit == -1 else limit})")
             return None
         self._log(f"WARNING: not restarting: {gave_up[1]}")
         self._write_error(attempt, failure, gave_up[1])
@@ -450,15 +482,39 @@ class Supervisor:
             s["status"] = FAILED
         return FAILED
 
+    def _count_failure(self, attempt: int, failure: Failure, hang: Optional[Hang]
+                       ) -> Tuple[int, Optional[Tuple[str, str]]]:
+        """Count the failure toward its cause's budget and max_failures (budgets.py),
+        blame its node; returns the failures so far and (reason, message) where the run
+        gives up (a budget spent, or no progress)."""
+        cause = HANG if hang is not None else failure.cause
+        newest = self.run.list_checkpoints()
+        progressed = bool(newest) and newest[-1].path != self.attempt_checkpoint
+        budgets = self.plan.failure
+        with self.run.update_state() as s:
+            s["attempts"][attempt - 1]["cause"] = cause
+            count_failure(s, cause, progressed)
+            if cause != USER:  # its node is kept out of the next allocation
+                blame(s, hang.host if hang is not None else blamed_host(
+                    self.run.attempt_dir(attempt), failure.rank, failure.host),
+                      cause, attempt, self.plan.job_id)
+            gave_up = spent(s, cause, budgets)
+            idle = no_progress(s, budgets, failed=True) if gave_up is None else None
+            if idle:
+                gave_up = ("no_progress", idle)
+            if gave_up is not None:
+                give_up(s, *gave_up)
+            return s["failures"], gave_up
+
     # -- hangs -------------------------------------------------------------------------
     def _watchdog(self, attempt: int, pace: Pace) -> Optional[Watchdog]:
-        if self.hang_timeout_s == 0:
+        if self.plan.hang_timeout_s == 0:
             return None
         state = self.run.read_state() or {}
-        return Watchdog(self.run.attempt_dir(attempt), self.num_workers, started=time.time(),
-                        timeout_s=self.hang_timeout_s,
+        return Watchdog(self.run.attempt_dir(attempt), self.plan.num_workers, started=time.time(),
+                        timeout_s=self.plan.hang_timeout_s,
                         learned_startup_s=float(state.get("learned_startup_s") or 0.0),
-                        check_s=min(1.0, (self.hang_timeout_s or 5.0) / 5),
+                        check_s=min(1.0, (self.plan.hang_timeout_s or 5.0) / 5),
                         on_record=pace.observe)
 
     # -- stragglers --------------------------------------------------------------------
@@ -506,18 +562,18 @@ class Supervisor:
             beat = float(os.environ.get(ENV_HEARTBEAT) or DEFAULT_HEARTBEAT_S)
         except ValueError:
             beat = DEFAULT_HEARTBEAT_S
-        if self.hang_timeout_s:
-            beat = min(beat, max(0.2, self.hang_timeout_s / 5))
+        if self.plan.hang_timeout_s:
+            beat = min(beat, max(0.2, self.plan.hang_timeout_s / 5))
         deadline = time.time() + 2 * beat + 3
         while time.time() < deadline and len(glob.glob(
-                os.path.join(adir, "stacks.rank-*.txt"))) < self.num_workers:
+                os.path.join(adir, "stacks.rank-*.txt"))) < self.plan.num_workers:
             time.sleep(0.1)
         time.sleep(0.2)  # the last file's writer finishing
 
     def _hang_failure(self, attempt: int, hang: Hang) -> Failure:
         adir = self.run.attempt_dir(attempt)
         parts = [hang.summary() + f"; stalled ranks: {compact_ranks(hang.stalled)}.\n"]
-        for rank in range(self.num_workers):
+        for rank in range(self.plan.num_workers):
             path = os.path.join(adir, f"stacks.rank-{rank}.txt")
             shown = [hang.rank] + [r for r in hang.stalled if r != hang.rank][:1]
             if os.path.exists(path) and rank in shown:
@@ -527,7 +583,7 @@ class Supervisor:
                                      + f.read()[-6000:])
                 except OSError:
                     pass
-        missing = [r for r in range(self.num_workers)
+        missing = [r for r in range(self.plan.num_workers)
                    if not os.path.exists(os.path.join(adir, f"stacks.rank-{r}.txt"))]
         if missing:
             parts.append(f"\nranks {compact_ranks(missing)} wrote no stacks (their Python "
@@ -543,7 +599,7 @@ class Supervisor:
         checkpoints kept, ``stopped_by`` in state.json), "restart" (a PBT exploit: the
         newest checkpoint and the config were replaced) starts the next attempt, not
         counted as a failure."""
-        group.terminate(self.kill_grace_s)
+        group.terminate(self.plan.kill_grace_s)
         if decision.get("action") == "restart":
             # a PBT exploit: rank 0 published the donor's checkpoint as the newest; what the
             # trial itself staged must not be committed after it
@@ -579,7 +635,7 @@ class Supervisor:
         """How an attempt ended after the warning: FINISHED (the training completed
         anyway), PREEMPTED (stopped cleanly, or at the deadline), or None: a rank failed
         on its own before the deadline, handled as any failure."""
-        group.terminate(self.kill_grace_s)
+        group.terminate(self.plan.kill_grace_s)
         adir = self.run.attempt_dir(attempt)
         stopped = [read_json(p) or {} for p in
                    sorted(glob.glob(os.path.join(adir, "stopped.rank-*.json")))]
@@ -651,8 +707,8 @@ class Supervisor:
         remove what is left half-written."""
         if attempt > 0 and (group is None or group.ended()):
             try:
-                finish_handed_in(self.run, attempt, self.checkpoint_config,
-                                 first_index=self.first_checkpoint_index)
+                finish_handed_in(self.run, attempt, self.plan.checkpoint,
+                                 first_index=self.plan.first_checkpoint_index)
             except Exception as e:  # noqa: BLE001 - the commit is a bonus; the run goes on
                 self._log(f"WARNING: could not commit the checkpoints the ranks handed in at "
                           f"their last reports ({e}); the run continues from the last "
@@ -669,7 +725,7 @@ class Supervisor:
                 rec.update(failed_rank=failure.rank, error=failure.summary)
             if failed_ranks is not None:
                 rec["failed_ranks"] = list(failed_ranks)
-            restored = restore_summary(self.run, attempt) if self.local_tier else None
+            restored = restore_summary(self.run, attempt) if self.plan.local_tier else None
             if restored:  # the node-local tier: where the ranks' checkpoint came from
                 rec["restored"] = restored
 
@@ -680,7 +736,7 @@ class Supervisor:
                 "in its log)") if len(same) > 1 else ""
         who = f"rank {f.rank}" if f.rank >= 0 else "the launcher"
         text = (f"Training failed: {who}{where}, attempt {attempt}, job "
-                f"{self.job_id}, at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(f.time))}"
+                f"{self.plan.job_id}, at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(f.time))}"
                 f"{also}\n{'Not restarted: ' + why + chr(10) if why else ''}\n{f.traceback}")
         atomic_write_bytes(self.run.error_file, text.encode(), sync=False,
                            mode=self.run.file_mode)

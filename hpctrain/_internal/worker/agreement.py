@@ -1,5 +1,6 @@
-"""What each rank brings to an agreement, as a typed value (``session.py`` runs the
-rounds). An agreement is one element-wise max over the job's communicator: every rank
+"""What each rank brings to an agreement, as a typed value; the rules every rank applies
+to the combined vote (:func:`decide`); and the schedule of the rounds (:class:`Rounds`:
+when the next agreement is, which rounds are posted and not yet applied). An agreement is one element-wise max over the job's communicator: every rank
 sends a :class:`Vote` as a list of integers (:meth:`Vote.to_wire`) and reads back the
 combined vote (:meth:`Vote.from_wire`), the same on every rank, so every rank decides the
 same thing from it. Flags combine as "any rank"; ``in_flight`` as the lowest report still
@@ -8,9 +9,26 @@ rank 0 fills (the gap, the checkpoint policy, the deadline) are 0 on the other r
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Sequence
+import collections
+import time
+from typing import Callable, Deque, List, NamedTuple, Sequence
 
+from hpctrain._internal.base.context import Coordinator, Posted
 from hpctrain._internal.rundir.handed_in import NOTHING_IN_FLIGHT
+
+AGREE_BUDGET_S = 0.005   # agree about this often, at most, when reports come faster
+#: and at least every MAX_GAP reports. 256: where reports come back to back (about 10 µs
+#: apart), the budget alone would space them some 500 apart; one report in 256 posting a
+#: round (0.4 %) keeps the posting's cost (60-250 µs on 2 cores) out of the 99th
+#: percentile of report(). The price is the case of reports that suddenly slow down:
+#: the schedule agreed at the fast pace still holds, for up to
+#: (POSTED_DEPTH + 1) * MAX_GAP reports (docs/guide/checkpoints.md)
+MAX_GAP = 256
+#: a posted agreement is applied this many agreement reports after it was posted (while
+#: reports come fast: see Rounds.post), so a rank or a collective's thread that the
+#: machine holds back for a few milliseconds does not make the others wait: 2 rounds of
+#: at most 5 ms each
+POSTED_DEPTH = 2
 
 
 class Vote(NamedTuple):
@@ -148,6 +166,108 @@ def decide(v: Vote, *, iteration: int, stop_agreed: bool, publish_due: bool,
         gap=v.gap)
 
 
+#: before the first agreement: nothing decided, nothing late, nothing to publish
+NOTHING_DECIDED = Decision(
+    ckpt_now=False, rank0_now=False, late_now=False, late_next=False, stop_now=False,
+    stop_agreed=False, agreed_checkpoint=False, defer_now=False, need_proof=False,
+    publish_below=NOTHING_IN_FLIGHT, checkpointed=False, due_here=False, publish_due=False,
+    next_agreement=0, posting=False, gap=1)
+
+
+def gap_for(pace: float) -> int:
+    """Rank 0: the reports until the next agreement, at ``pace`` seconds a report (an
+    agreement about every ``AGREE_BUDGET_S``, at least every ``MAX_GAP`` reports).
+
+    >>> gap_for(0.0), gap_for(0.001), gap_for(1.0)
+    (256, 5, 1)
+    """
+    return MAX_GAP if pace <= 0 else max(1, min(MAX_GAP, int(AGREE_BUDGET_S / pace)))
+
+
+class Rounds:
+    """One rank's side of the agreements: when the next one is, the rounds posted and
+    not yet applied, and what the last synchronous agreement decided (the same on every
+    rank). The session brings the votes; this object runs the collectives."""
+
+    def __init__(self, coordinator: Coordinator, world_size: int, start_iteration: int):
+        self.coordinator = coordinator
+        self.world_size = world_size
+        self.next_agreement = start_iteration + 1
+        self._agreed_at, self._agreed_iteration = time.perf_counter(), start_iteration
+        #: the next agreement report posts its round without waiting (an agreed decision)
+        self.posting = False
+        #: the rounds posted at the last such reports, oldest first (at most POSTED_DEPTH)
+        self._posted: Deque[Posted] = collections.deque()
+        self._posted_gap = 1  # the gap to the next agreement that round's poster used
+        #: the last synchronous agreement's decision
+        self.last = NOTHING_DECIDED
+        self.stop_agreed = False
+        self.publish_due = False
+
+    def due(self, iteration: int) -> bool:
+        """Report ``iteration`` is an agreement report (posted or synchronous)."""
+        return iteration >= self.next_agreement
+
+    def pace(self, iteration: int) -> float:
+        """Seconds per report since the last agreement (rank 0 chooses the gap by it)."""
+        return ((time.perf_counter() - self._agreed_at)
+                / max(1, iteration - self._agreed_iteration))
+
+    def post(self, iteration: int, vote: Callable[[], Vote]) -> bool:
+        """An agreement report while reports come fast and nothing is to commit: post
+        this report's round without waiting, and apply the round posted ``POSTED_DEPTH``
+        agreement reports ago (every rank waits for that same round here, long after
+        every rank posted it); the report then goes on like one between agreements (a
+        checkpoint handed in now is committed at a later, synchronous agreement). Returns
+        False when this report must agree synchronously instead: the applied round saw a
+        checkpoint staged, a commit in flight, a stop asked, a checkpoint due, or reports
+        slower than ``AGREE_BUDGET_S`` apart — the same decision on every rank, since
+        every rank got the same values."""
+        gap = self._posted_gap
+        if len(self._posted) >= POSTED_DEPTH:
+            v = Vote.from_wire(self._posted.popleft().wait())
+            gap = v.gap
+            # (a checkpoint that would end after the deadline: the waiting agreement
+            # decides afresh which are skipped)
+            if v.staged_since or v.stop or v.gap <= 1 or v.due or v.late_now or v.late_next \
+                    or v.in_flight != NOTHING_IN_FLIGHT:
+                self.posting = False
+                return False
+        self._posted.append(self.coordinator.allreduce_max_async(vote().to_wire()))
+        self._posted_gap = gap
+        self.next_agreement = iteration + gap
+        self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
+        return True
+
+    def wait_posted(self) -> None:
+        """Every posted round done (before another collective of the coordinator); they
+        stay to be applied."""
+        for posted in self._posted:
+            posted.wait()
+
+    def agree(self, iteration: int, vote: Vote, *, final: bool = False) -> Decision:
+        """One synchronous agreement at report ``iteration`` (every rank at the same
+        report): the rounds posted before are settled (this one covers what they saw),
+        the votes combined, and :func:`decide` applied."""
+        while self._posted:
+            self._posted.popleft().wait()
+        local = vote.to_wire()
+        v = Vote.from_wire(self.coordinator.allreduce_max(local)
+                           if self.world_size > 1 else local)
+        d = decide(v, iteration=iteration, stop_agreed=self.stop_agreed,
+                   publish_due=self.publish_due, final=final, world_size=self.world_size)
+        self.last, self.stop_agreed, self.publish_due = d, d.stop_agreed, d.publish_due
+        self.next_agreement = d.next_agreement
+        self._agreed_at, self._agreed_iteration = time.perf_counter(), iteration
+        self.posting, self._posted_gap = d.posting, d.gap
+        return d
+
+    def published(self) -> None:
+        """Rank 0 published what the last agreement allowed: a checkpoint still in
+        flight is published at a later agreement."""
+        self.publish_due = self.publish_due and self.last.publish_below != NOTHING_IN_FLIGHT
+
+
 def checkpoint_asked(stop_agreed: bool, late_next: bool, due: bool) -> bool:
     """``should_checkpoint()``: after an agreed stop, always (the stop's checkpoint takes
     precedence: handed in too late, it is not started and the training ends at once);
@@ -162,4 +282,5 @@ def checkpoint_asked(stop_agreed: bool, late_next: bool, due: bool) -> bool:
     return stop_agreed or (not late_next and due)
 
 
-__all__ = ["Decision", "Vote", "checkpoint_asked", "decide"]
+__all__ = ["AGREE_BUDGET_S", "MAX_GAP", "NOTHING_DECIDED", "POSTED_DEPTH", "Decision",
+           "Rounds", "Vote", "checkpoint_asked", "decide", "gap_for"]
