@@ -37,7 +37,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from hpctrain._internal.allocation.attempts import supervise
 from hpctrain._internal.allocation.interactive import interactive_allocation
@@ -78,6 +78,19 @@ _LOCAL_RUNS = itertools.count()
 FROM_PYTHON = "(submitted from Python; `hpctrain render` renders job files)"
 
 _warn = get_logger("run").warning
+
+
+class _Placement(NamedTuple):
+    """Where a run's ranks run (Run._placement): the launcher, what their environment
+    adds, the job's id, the warning (its lead, the supervisor's own timer), and a local
+    run's progress panel and worker-line sink."""
+    launcher: Any
+    extra_env: Dict[str, str]
+    job_id: str
+    warning_s: float
+    warn_at: Optional[float]
+    progress: Optional[Progress] = None
+    on_line: Optional[Callable[[int, str], None]] = None
 
 
 @dataclass
@@ -367,35 +380,10 @@ class Run:
         fc = rc.failure_config
         tracking = CallbackRunner(run, rc.callbacks)
         ticks = [tracking.tick] + ([on_tick] if on_tick else [])
-        # started by hand inside salloc / qsub -I: the allocation's nodes, its launcher
-        inside = (interactive_allocation(spec)
-                  if allocation is None and spec.scaling.num_workers else None)
-        if allocation is None:
-            extra_env = driver_pythonpath()
-            if inside is not None:
-                launcher = launcher_for(inside.spec, allocation_kind=inside.kind,
-                                        run_path=run.path)
-                extra_env.update(gpu_binding_env(spec))
-                if rc.verbose >= 1:
-                    progress_line(f"[hpctrain] {inside.describe(launcher.name)}", stdout=True)
-            elif spec.scaling.num_workers == 0:  # local mode: in this process
-                launcher = InProcessLauncher()
-            else:
-                launcher = launcher_for(spec, here=True, run_path=run.path)
-                if launcher.name != "local":
-                    extra_env.update(local_mpi_env())
-            progress = Progress(run, verbose=rc.verbose, echo=self.options.echo_worker_output)
-            ticks.insert(0, progress.tick)
-            # unique per run, also for trials side by side in one process (a sweep): the
-            # job id seeds the derived rendezvous ports of MPI-launched ranks
-            job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_LOCAL_RUNS)}"
-            warning_s, warn_at, on_line = fc.warning_s, None, progress.worker_line
-        else:
-            launcher = launcher_for(spec, run_path=run.path)
-            extra_env = allocation_pythonpath(run)
-            extra_env.update(gpu_binding_env(spec))
-            job_id, progress, on_line = allocation.job_id, None, None
-            warning_s, warn_at = allocation.warning_s, allocation.warn_at
+        where = self._placement(allocation)
+        if where.progress is not None:
+            ticks.insert(0, where.progress.tick)
+        extra_env = where.extra_env
 
         metrics = MetricsFile(run, spec.scaling.num_workers)  # for operators (Prometheus)
         ticks.append(metrics.tick)
@@ -412,16 +400,18 @@ class Run:
                 t()
 
         plan = AttemptPlan(
-            spec.scaling.num_workers, job_id, failure=fc,
-            checkpoint=spec.run.checkpoint_config, warning_s=warning_s, warn_at=warn_at,
-            ends_at=None if allocation is None else allocation.ends_at,
+            spec.scaling.num_workers, where.job_id, failure=fc,
+            checkpoint=spec.run.checkpoint_config, warning_s=where.warning_s,
+            warn_at=where.warn_at, ends_at=None if allocation is None else allocation.ends_at,
             initial_checkpoint=self.options.resume_from,
             first_checkpoint_index=self.options.first_checkpoint_index, extra_env=extra_env)
-        sup = Supervisor(run, plan, launcher=launcher, on_line=on_line, on_tick=tick)
+        sup = Supervisor(run, plan, launcher=where.launcher, on_line=where.on_line,
+                         on_tick=tick)
         try:
             if allocation is None:
                 # nothing here can requeue a local run: a clean stop ends it STOPPED
-                return supervise(run, sup, fc, tracking=tracking, on_close=progress.close)
+                return supervise(run, sup, fc, tracking=tracking,
+                                 on_close=where.progress.close)
             return supervise(run, sup, fc, tracking=tracking, pending=allocation.pending,
                              requeue=lambda: allocation.requeue(run),
                              can_requeue=allocation.can_requeue)
@@ -434,6 +424,37 @@ class Run:
                     validations.tick(force=True)
                 else:
                     validations.wait()
+
+    def _placement(self, allocation: Any) -> "_Placement":
+        """Where the ranks run and how they are told: a local run here (its progress
+        panel; the allocation started by hand around it, inside salloc / qsub -I), or
+        the batch job's allocation."""
+        run, spec, rc = self.run_dir, self.spec, self.spec.run
+        if allocation is not None:
+            extra_env = allocation_pythonpath(run)
+            extra_env.update(gpu_binding_env(spec))
+            return _Placement(launcher_for(spec, run_path=run.path), extra_env,
+                              allocation.job_id, allocation.warning_s, allocation.warn_at)
+        # started by hand inside salloc / qsub -I: the allocation's nodes, its launcher
+        inside = interactive_allocation(spec) if spec.scaling.num_workers else None
+        extra_env = driver_pythonpath()
+        if inside is not None:
+            launcher = launcher_for(inside.spec, allocation_kind=inside.kind, run_path=run.path)
+            extra_env.update(gpu_binding_env(spec))
+            if rc.verbose >= 1:
+                progress_line(f"[hpctrain] {inside.describe(launcher.name)}", stdout=True)
+        elif spec.scaling.num_workers == 0:  # local mode: in this process
+            launcher = InProcessLauncher()
+        else:
+            launcher = launcher_for(spec, here=True, run_path=run.path)
+            if launcher.name != "local":
+                extra_env.update(local_mpi_env())
+        progress = Progress(run, verbose=rc.verbose, echo=self.options.echo_worker_output)
+        # unique per run, also for trials side by side in one process (a sweep): the
+        # job id seeds the derived rendezvous ports of MPI-launched ranks
+        job_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_LOCAL_RUNS)}"
+        return _Placement(launcher, extra_env, job_id, rc.failure_config.warning_s, None,
+                          progress, progress.worker_line)
 
     def fit(self) -> Result:
         """Run to the end (here, or as a batch job that is followed) and return the

@@ -54,9 +54,52 @@ REPORT_KEY = "report"
 ASIDE_DIR = INTERNAL_PREFIX + "rank-{rank}"
 
 
-def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
-                *, sync: bool, announce: bool = False,
-                wait_for_rank0: bool = False,
+def _source_dir(checkpoint: Checkpoint, rank: int) -> str:
+    """The local directory a checkpoint handed in holds its files in (refused: one in
+    storage already, or one that does not exist)."""
+    if not is_local_path(checkpoint.path):
+        raise CheckpointError(
+            f"rank {rank}: report(checkpoint=...) takes a local directory, got "
+            f"{checkpoint.path!r}, which is in storage already\nHINT: download it first: "
+            "Checkpoint.from_directory(checkpoint.to_directory())")
+    src = os.path.abspath(checkpoint.path)
+    if not os.path.isdir(src):
+        raise CheckpointError(f"rank {rank}: checkpoint directory {src} does not exist")
+    return src
+
+
+def _names_to_stage(src: str) -> List[str]:
+    """The files of ``src`` a shard takes: not hpctrain's own (the metadata of a
+    checkpoint handed back in, e.g. get_checkpoint()); the user's metadata travels in the
+    manifest and is merged at the commit."""
+    return [rel for rel in walk_files(src)
+            if not os.path.basename(rel).startswith(INTERNAL_PREFIX)
+            and rel != USER_METADATA_FILE]
+
+
+def _finish_sync(flushes: List[Any], written: List[str], tmp: str, rank: int) -> None:
+    """Wait for the shard's fsyncs (files and manifest), then fsync the directories they
+    are in."""
+    for f in flushes:
+        f.result()
+    dirs = {os.path.dirname(p) for p in written} | {tmp}
+    if rank == 0:
+        # rank 0 publishes: publish() fsyncs this directory after writing the commit
+        # record, before the rename that makes the checkpoint visible
+        dirs.discard(tmp)
+    for d in dirs:
+        fsync_path(d)
+
+
+def _remove_all(paths: List[str]) -> None:
+    """Remove these files, those that exist."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint, *,
+                sync: bool, announce: bool = False, wait_for_rank0: bool = False,
                 report: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Put this rank's checkpoint files into the temporary directory of the checkpoint
     handed in at report ``iteration``; return the manifest written for them.
@@ -67,14 +110,7 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     rank 0 is known to hand in a checkpoint at this report, so wait for the list). A name
     already there from another rank is written aside, for ``publish`` to sort out.
     ``report``: rank 0's report record, kept in its manifest (``handed_in.py``)."""
-    if not is_local_path(checkpoint.path):
-        raise CheckpointError(
-            f"rank {rank}: report(checkpoint=...) takes a local directory, got "
-            f"{checkpoint.path!r}, which is in storage already\nHINT: download it first: "
-            "Checkpoint.from_directory(checkpoint.to_directory())")
-    src = os.path.abspath(checkpoint.path)
-    if not os.path.isdir(src):
-        raise CheckpointError(f"rank {rank}: checkpoint directory {src} does not exist")
+    src = _source_dir(checkpoint, rank)
     tmp = run.staging_tmp(iteration)
     move = is_staged(run, src)
     files: Dict[str, Dict[str, Any]] = {}
@@ -83,20 +119,15 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
     partial = ""                # the one being created
     flushes = []  # fsyncs run beside the copies, several at once: the disk merges them
     manifest = {"rank": rank, "moved": move, "algo": DIGEST_ALGO, "files": files,
-                "duplicates": duplicates, "metadata": _user_metadata(src, rank)}
-    if report is not None:
-        manifest[REPORT_KEY] = report
+                "duplicates": duplicates, "metadata": _user_metadata(src, rank),
+                **({REPORT_KEY: report} if report is not None else {})}
     manifest_path = os.path.join(tmp, SHARD_MANIFEST.format(rank=rank))
     aside = os.path.join(tmp, ASIDE_DIR.format(rank=rank))
     try:
         # everything up to the manifest, which is written last, can meet a full disk:
         # the directory, each copy, the fsyncs, the manifest itself
         run.makedirs(tmp)
-        names = [rel for rel in walk_files(src)
-                 # metadata of a checkpoint handed back in (e.g. get_checkpoint()); the
-                 # user's metadata travels in the manifest and is merged at the commit
-                 if not os.path.basename(rel).startswith(INTERNAL_PREFIX)
-                 and rel != USER_METADATA_FILE]
+        names = _names_to_stage(src)
         if rank == 0 and announce:
             atomic_write_json(os.path.join(tmp, CLAIMS_FILE), names, sync=False,
                               mode=run.file_mode)
@@ -134,24 +165,14 @@ def stage_shard(run: RunDir, iteration: int, rank: int, checkpoint: Checkpoint,
         atomic_write_json(manifest_path, manifest, sync=False, mode=run.file_mode)
         if sync:
             flushes.append(_flusher().submit(fsync_path, manifest_path))
-            for f in flushes:
-                f.result()
-            dirs = {os.path.dirname(p) for p in written} | {tmp}
-            if rank == 0:
-                # rank 0 publishes: publish() fsyncs this directory after writing the
-                # commit record, before the rename that makes the checkpoint visible
-                dirs.discard(tmp)
-            for d in dirs:
-                fsync_path(d)
+            _finish_sync(flushes, written, tmp, rank)
     except OSError as e:
         with contextlib.suppress(OSError):  # a shard that failed is never taken as staged
             os.unlink(manifest_path)
         if disk_full(e) and not move:
             # this rank's copies are useless now: free their room (for the error record,
             # state.json and the next attempt); these paths are this rank's own
-            for done in written + [partial] if partial else written:
-                with contextlib.suppress(OSError):
-                    os.unlink(done)
+            _remove_all(written + [partial] if partial else written)
         raise _write_failed(rank, iteration, tmp, e) from e
     finally:
         for f in flushes:
@@ -282,28 +303,9 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
     # never a name in use: a directory left without a commit record, or moved aside as
     # damaged, keeps its index (RunDir.next_checkpoint_index)
     index = max(index, run.next_checkpoint_index())
-    shards: List[Dict[str, Any]] = []
-    for entry in sorted(os.listdir(tmp)):
-        if entry.startswith(".hpctrain_shard.rank-"):
-            m = read_json(os.path.join(tmp, entry))
-            if m:
-                shards.append(m)
-    shards.sort(key=lambda m: m["rank"])
+    shards = _staged_shards(tmp)
     files, handed_in = _merge_shards(tmp, shards)
-    manifest_sum = hashlib.sha256(
-        json.dumps({k: v["size"] for k, v in sorted(files.items())}).encode()).hexdigest()
-    meta = {
-        FORMAT_KEY: COMMIT_FORMAT,
-        "index": index,
-        "iteration": iteration,
-        "metrics": json.loads(json.dumps(metrics, default=json_default)),
-        "time": time.time(),
-        "ranks": [s["rank"] for s in shards],
-        "world_size": world_size,
-        "digest_algo": DIGEST_ALGO,
-        "files": files,
-        "manifest_sha256": manifest_sum,
-    }
+    meta = _commit_record(index, iteration, metrics, world_size, shards, files)
     if started is not None:  # None: not measured (the supervisor commits it after the ranks)
         meta["commit_seconds"] = time.time() - started
     user = merged_metadata(metadata, shards)
@@ -337,6 +339,37 @@ def publish(run: RunDir, iteration: int, index: int, *, metrics: Dict[str, Any],
         run.list_checkpoints(), config.num_to_keep, config.checkpoint_score_attribute,
         config.checkpoint_score_order)]
     return name, [d for d in doomed if d]
+
+
+def _staged_shards(tmp: str) -> List[Dict[str, Any]]:
+    """The shard manifests staged in ``tmp``, by rank (a rank whose manifest is missing
+    or unreadable staged nothing)."""
+    shards: List[Dict[str, Any]] = []
+    for entry in sorted(os.listdir(tmp)):
+        if entry.startswith(".hpctrain_shard.rank-"):
+            m = read_json(os.path.join(tmp, entry))
+            if m:
+                shards.append(m)
+    return sorted(shards, key=lambda m: m["rank"])
+
+
+def _commit_record(index: int, iteration: int, metrics: Dict[str, Any], world_size: int,
+                   shards: List[Dict[str, Any]], files: Dict[str, Any]) -> Dict[str, Any]:
+    """The commit record's fields every checkpoint has (``.metadata.json``)."""
+    manifest_sum = hashlib.sha256(
+        json.dumps({k: v["size"] for k, v in sorted(files.items())}).encode()).hexdigest()
+    return {
+        FORMAT_KEY: COMMIT_FORMAT,
+        "index": index,
+        "iteration": iteration,
+        "metrics": json.loads(json.dumps(metrics, default=json_default)),
+        "time": time.time(),
+        "ranks": [s["rank"] for s in shards],
+        "world_size": world_size,
+        "digest_algo": DIGEST_ALGO,
+        "files": files,
+        "manifest_sha256": manifest_sum,
+    }
 
 
 def _merge_shards(tmp: str, shards: List[Dict[str, Any]]
