@@ -15,9 +15,9 @@ here, a template and one :func:`register_scheduler` line (docs/adding-a-schedule
 from __future__ import annotations
 
 
-from .base import BatchRequest, JobState, Scheduler
+from .base import BatchRequest, JobPhase, JobState, Scheduler
 
-__all__ = ["BatchRequest", "JobState", "Scheduler", "get_scheduler", "scheduler_class",
+__all__ = ["BatchRequest", "JobPhase", "JobState", "Scheduler", "get_scheduler", "scheduler_class",
            "scheduler_names", "register_scheduler", "detect_scheduler", "SCHEDULERS"]
 from hpctrain._internal.base.registry import (SCHEDULERS, default_launcher, describe,
                                         detect_scheduler, get_scheduler, register_scheduler,

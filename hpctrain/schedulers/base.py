@@ -11,6 +11,7 @@ lines with ``#`` (the template filter :func:`comment`).
 """
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import re
@@ -38,17 +39,56 @@ _SAFE_KEY = re.compile(r"-?[A-Za-z][A-Za-z0-9_-]*(:[A-Za-z][A-Za-z0-9_-]*)?")
 _HEREDOC_EOF = "HPCTRAIN_SPEC_EOF"
 
 
+class JobPhase(str, enum.Enum):
+    """hpctrain's closed set of job states. Each scheduler maps its own words to it in a
+    table (:attr:`Scheduler.phases`); a preemption and a time limit are apart from a
+    failure, so that what decides something never reads a scheduler's word."""
+
+    PENDING = "PENDING"      # queued, held, configuring: no allocation yet
+    RUNNING = "RUNNING"      # holds its allocation (also completing, suspended)
+    REQUEUED = "REQUEUED"    # waiting to run again
+    UNKNOWN = "UNKNOWN"      # the scheduler cannot tell now: not taken as ended
+    COMPLETED = "COMPLETED"  # ended, exit code 0
+    FAILED = "FAILED"        # ended with an error (a node failure, out of memory too)
+    CANCELLED = "CANCELLED"  # cancelled by a user or an administrator
+    TIMEOUT = "TIMEOUT"      # ended at its time limit
+    PREEMPTED = "PREEMPTED"  # ended to let another job run
+    ENDED = "ENDED"          # the scheduler forgot it: the run directory tells how it ended
+
+    @property
+    def done(self) -> bool:
+        """The job left the queue: nothing more happens to it."""
+        return self not in (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.REQUEUED,
+                            JobPhase.UNKNOWN)
+
+
 @dataclass
 class JobState:
-    """A job as the scheduler sees it. ``state`` uses Slurm's words (PENDING, RUNNING,
-    COMPLETED, FAILED, CANCELLED, TIMEOUT, …, or UNKNOWN when the scheduler no longer
-    knows the job); ``done`` is true once the job left the queue."""
+    """A job as the scheduler sees it: ``state`` is the scheduler's own word (in Slurm's
+    terms where the scheduler has none of its own: PENDING, RUNNING, COMPLETED, FAILED,
+    CANCELLED, TIMEOUT, …, UNKNOWN, or ENDED once it no longer knows the job), ``phase``
+    what it means (:class:`JobPhase`)."""
 
     job_id: str
     state: str
-    done: bool
+    phase: JobPhase
     reason: str = ""
     nodes: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.phase, bool):  # a plugin written before phases: (word, done)
+            try:
+                phase = JobPhase(self.state)
+            except ValueError:
+                phase = JobPhase.ENDED if self.phase else JobPhase.UNKNOWN
+            if phase.done != self.phase:
+                phase = JobPhase.ENDED if self.phase else JobPhase.UNKNOWN
+            self.phase = phase
+
+    @property
+    def done(self) -> bool:
+        """True once the job left the queue."""
+        return self.phase.done
 
 
 @dataclass
@@ -122,6 +162,10 @@ class Scheduler:
     sends_warning = True
     #: A run stopped cleanly continues in a new allocation (:meth:`requeue`).
     can_requeue = False
+    #: The scheduler's words for a job's state → :class:`JobPhase`; a word not in it is
+    #: ``unlisted_phase``.
+    phases: Mapping[str, JobPhase] = {}
+    unlisted_phase = JobPhase.UNKNOWN
     #: The largest job array (indices 0 … size-1) when the site config sets no limit.
     max_array_size = 1001
     #: Directive keys a sweep sets itself (refused in a sweep's spec).
@@ -266,6 +310,11 @@ class Scheduler:
 
     def state(self, job_id: str) -> JobState:
         raise NotImplementedError
+
+    @classmethod
+    def job_state(cls, job_id: str, word: str, reason: str = "", nodes: str = "") -> JobState:
+        """A :class:`JobState` from the scheduler's word for it (its ``phases`` table)."""
+        return JobState(job_id, word, cls.phases.get(word, cls.unlisted_phase), reason, nodes)
 
     def cancel(self, job_id: str) -> None:
         raise NotImplementedError

@@ -30,17 +30,22 @@ from typing import Any, Callable, ClassVar, List, Mapping, Optional, Sequence, T
 from ..config import SchedulerConfig, kind_field, toml
 from ..errors import ConfigError
 from ..units import parse_memory
-from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, array_ranges,
+from .base import (Allocation, ArrayJob, BatchRequest, JobPhase, JobState, Scheduler,
+                   array_ranges,
                    check_directive, job_name, merge_directives, warning_seconds)
 from .controller import run_controller
 from ..cluster_env import env_value, hosts_from_nodefile
 
-#: bjobs STAT → the Slurm words JobState uses; the job is done in the last four.
+#: bjobs STAT → the Slurm words JobState uses (LSF's own are terse)
 STATES = {"PEND": "PENDING", "WAIT": "PENDING", "RUN": "RUNNING", "PROV": "PENDING",
           "PSUSP": "SUSPENDED", "USUSP": "SUSPENDED", "SSUSP": "SUSPENDED",
           "UNKWN": "UNKNOWN", "DONE": "COMPLETED", "EXIT": "FAILED", "ZOMBI": "FAILED",
           "ENDED": "ENDED"}
-_DONE = {"COMPLETED", "FAILED", "ENDED"}
+#: those words → JobPhase (a suspended job keeps its allocation)
+LSF_PHASES = {"PENDING": JobPhase.PENDING, "RUNNING": JobPhase.RUNNING,
+              "SUSPENDED": JobPhase.RUNNING, "UNKNOWN": JobPhase.UNKNOWN,
+              "COMPLETED": JobPhase.COMPLETED, "FAILED": JobPhase.FAILED,
+              "ENDED": JobPhase.ENDED}
 
 
 def format_lsf_walltime(seconds: int) -> str:
@@ -131,6 +136,7 @@ class LsfScheduler(Scheduler):
     default_launcher = "mpiexec"
     hostfile_var = "LSB_DJOB_HOSTFILE"
     can_requeue = True
+    phases = LSF_PHASES
     #: LSF's default MAX_JOB_ARRAY_SIZE (indices 1 … 1000; hpctrain's task t is t + 1).
     max_array_size = 1000
     array_directive_keys = ("-J",)
@@ -258,15 +264,15 @@ def parse_bjobs(job_id: str, out: str, err: str = "") -> JobState:
     """``bjobs -noheader -o "stat exec_host delimiter='|'"``; a job bjobs no longer
     knows ("Job <id> is not found") has ENDED.
 
-    >>> parse_bjobs("7", "RUN|4*h1:4*h2\\n")
-    JobState(job_id='7', state='RUNNING', done=False, reason='', nodes='4*h1:4*h2')
+    >>> js = parse_bjobs("7", "RUN|4*h1:4*h2\\n")
+    >>> js.state, js.phase is JobPhase.RUNNING, js.done, js.nodes
+    ('RUNNING', True, False, '4*h1:4*h2')
     >>> parse_bjobs("7", "", "Job <7> is not found\\n").state
     'ENDED'
     """
     line = next((l for l in out.splitlines() if l.strip()), "")
     if not line:
-        state = "ENDED" if "not found" in err else "UNKNOWN"
-        return JobState(job_id, state, state in _DONE)
+        return LsfScheduler.job_state(job_id, "ENDED" if "not found" in err else "UNKNOWN")
     stat, _, hosts = line.strip().partition("|")
-    state = STATES.get(stat.strip(), "UNKNOWN")
-    return JobState(job_id, state, state in _DONE, "", "" if hosts.strip() == "-" else hosts.strip())
+    return LsfScheduler.job_state(job_id, STATES.get(stat.strip(), "UNKNOWN"), "",
+                                  "" if hosts.strip() == "-" else hosts.strip())

@@ -17,7 +17,8 @@ from typing import Any, Callable, ClassVar, List, Mapping, Optional, Sequence, T
 from ..config import SchedulerConfig, kind_field, toml
 from ..errors import ConfigError
 from ..units import check_mib, check_seconds, clock, parse_memory, parse_walltime
-from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, check_directive,
+from .base import (Allocation, ArrayJob, BatchRequest, JobPhase, JobState, Scheduler,
+                   check_directive,
                    job_name, merge_directives)
 from .controller import run_controller
 from ..cluster_env import env_value, hosts_from_nodefile
@@ -133,6 +134,14 @@ class PbsScheduler(Scheduler):
     #: PBS sends no signal before the walltime ends: the supervisor's timer warns.
     sends_warning = False
     can_requeue = True
+    #: the words of pbs_submitit.pbs_state (qstat's job_state letter and Exit_status)
+    phases = {"PENDING": JobPhase.PENDING, "RUNNING": JobPhase.RUNNING,
+              "COMPLETING": JobPhase.RUNNING, "REQUEUED": JobPhase.REQUEUED,
+              "UNKNOWN": JobPhase.UNKNOWN, "COMPLETED": JobPhase.COMPLETED,
+              "FAILED": JobPhase.FAILED, "OUT_OF_MEMORY": JobPhase.FAILED,
+              "CANCELLED": JobPhase.CANCELLED, "TIMEOUT": JobPhase.TIMEOUT,
+              "ENDED": JobPhase.ENDED}
+    unlisted_phase = JobPhase.ENDED
     #: PBS's default max_array_size (indices 0 … 9999).
     max_array_size = 10000
     array_directive_keys = ("-J", "J", "max_run_subjobs")
@@ -269,10 +278,9 @@ class PbsScheduler(Scheduler):
         watcher._info_dict[job_id] = {"State": "PENDING"}
         info = watcher.get_info(job_id, mode="force")
         state = info.get("State") or "UNKNOWN"
-        done = state not in ("PENDING", "RUNNING", "COMPLETING", "UNKNOWN", "REQUEUED")
         if state == "FINISHED":
             state = "ENDED"  # gone from qstat; the run directory tells how it ended
-        return JobState(job_id, state, done, info.get("comment", ""), info.get("exec_host", ""))
+        return self.job_state(job_id, state, info.get("comment", ""), info.get("exec_host", ""))
 
     def cancel(self, job_id: str) -> None:
         run_controller(["qdel", job_id], text=True).check_returncode()

@@ -16,7 +16,8 @@ from .._internal.base.log import get_logger
 from ..config import SchedulerConfig, kind_field, toml
 from ..errors import ConfigError
 from ..units import DAY, check_mib, check_seconds, clock, parse_memory
-from .base import (Allocation, ArrayJob, BatchRequest, JobState, Scheduler, array_ranges,
+from .base import (Allocation, ArrayJob, BatchRequest, JobPhase, JobState, Scheduler,
+                   array_ranges,
                    check_directive, job_name, merge_directives, warning_seconds)
 from .controller import run_controller
 from ..cluster_env import (check_below, env_int, env_value, expand_hostlist, first_set,
@@ -50,13 +51,23 @@ def format_slurm_memory(mib: int) -> str:
     return f"{mib}M"
 
 
-#: States in which a Slurm job still holds or waits for an allocation.
-#: (PREEMPTED is an end state in Slurm's list; STOPPED keeps its allocation.)
-ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
-          "REQUEUE_FED", "RESIZING", "SUSPENDED", "STOPPED", "STAGE_OUT", "SIGNALING",
-          "RESV_DEL_HOLD", "UNKNOWN"}
 #: Our word for a job Slurm no longer knows (finished longer ago than MinJobAge).
 ENDED = "ENDED"
+#: Slurm's job states (squeue(1), "JOB STATE CODES") → JobPhase. PREEMPTED is an end
+#: state in Slurm's list; STOPPED and SUSPENDED keep their allocation. A word Slurm adds
+#: later is taken as an end (Slurm.unlisted_phase).
+SLURM_PHASES = {
+    **dict.fromkeys(("PENDING", "CONFIGURING", "RESV_DEL_HOLD"), JobPhase.PENDING),
+    **dict.fromkeys(("RUNNING", "COMPLETING", "RESIZING", "SUSPENDED", "STOPPED",
+                     "STAGE_OUT", "SIGNALING"), JobPhase.RUNNING),
+    **dict.fromkeys(("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"), JobPhase.REQUEUED),
+    "UNKNOWN": JobPhase.UNKNOWN, "COMPLETED": JobPhase.COMPLETED,
+    **dict.fromkeys(("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "SPECIAL_EXIT"),
+                    JobPhase.FAILED),
+    **dict.fromkeys(("CANCELLED", "REVOKED"), JobPhase.CANCELLED),
+    **dict.fromkeys(("TIMEOUT", "DEADLINE"), JobPhase.TIMEOUT),
+    "PREEMPTED": JobPhase.PREEMPTED, ENDED: JobPhase.ENDED,
+}
 
 
 @dataclass
@@ -121,6 +132,8 @@ class SlurmScheduler(Scheduler):
     cancel_command = "scancel"
     default_launcher = "srun"
     can_requeue = True
+    phases = SLURM_PHASES
+    unlisted_phase = JobPhase.ENDED  # not a state that holds or waits for an allocation
     #: Slurm's default MaxArraySize (indices 0 … 1000).
     max_array_size = 1001
     array_directive_keys = ("array", "a", "-a")
@@ -317,8 +330,7 @@ class SlurmScheduler(Scheduler):
 
         info = SqueueFallbackWatcher().query([job_id]).get(job_id, {})
         state = (info.get("State") or "UNKNOWN").split()[0]
-        return JobState(job_id, state, state not in ACTIVE, info.get("Reason", ""),
-                        info.get("NodeList", ""))
+        return self.job_state(job_id, state, info.get("Reason", ""), info.get("NodeList", ""))
 
     def cancel(self, job_id: str) -> None:
         run_controller(["scancel", job_id], text=True).check_returncode()

@@ -6,7 +6,7 @@ import pytest
 
 MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.pbsdsh", "hpctrain.launchers.srun",
            "hpctrain.schedulers.slurm",
-           "hpctrain.schedulers.pbs",
+           "hpctrain.schedulers.pbs", "hpctrain.schedulers.lsf",
            "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units",
            "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod",
            "hpctrain._internal.rundir.commit", "hpctrain._internal.worker.train_context",

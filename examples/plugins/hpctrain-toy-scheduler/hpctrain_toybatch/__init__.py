@@ -17,7 +17,7 @@ import tempfile
 from typing import List, Optional
 
 from hpctrain.errors import ConfigError
-from hpctrain.schedulers.base import (Allocation, BatchRequest, JobState, Scheduler,
+from hpctrain.schedulers.base import (Allocation, BatchRequest, JobPhase, JobState, Scheduler,
                                       check_directive, job_name, merge_directives)
 
 __all__ = ["ToyBatchScheduler"]
@@ -41,6 +41,10 @@ class ToyBatchScheduler(Scheduler):
     cancel_command = "hpctrain cancel"
     default_launcher = "local"
     sends_warning = False  # the supervisor's own timer warns before scheduler.time ends
+    #: the words state() uses → what they mean (Scheduler.job_state)
+    phases = {"RUNNING": JobPhase.RUNNING, "COMPLETED": JobPhase.COMPLETED,
+              "FAILED": JobPhase.FAILED, "CANCELLED": JobPhase.CANCELLED,
+              "ENDED": JobPhase.ENDED}
 
     # -- rendering --------------------------------------------------------------------
     def directives(self, request: BatchRequest) -> List[str]:
@@ -70,17 +74,17 @@ class ToyBatchScheduler(Scheduler):
         status = _read(job_id, "status")
         if status is not None:
             if status == "cancelled":
-                return JobState(job_id, "CANCELLED", True)
-            return JobState(job_id, "COMPLETED" if status == "0" else "FAILED", True,
-                            reason=f"exit status {status}")
+                return self.job_state(job_id, "CANCELLED")
+            return self.job_state(job_id, "COMPLETED" if status == "0" else "FAILED",
+                                  reason=f"exit status {status}")
         pid = _read(job_id, "pid")
         if pid is None:
-            return JobState(job_id, "ENDED", True)
+            return self.job_state(job_id, "ENDED")
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
-            return JobState(job_id, "ENDED", True)
-        return JobState(job_id, "RUNNING", False, nodes=socket.gethostname())
+            return self.job_state(job_id, "ENDED")
+        return self.job_state(job_id, "RUNNING", nodes=socket.gethostname())
 
     def cancel(self, job_id: str) -> None:
         pid = _read(job_id, "pid")
