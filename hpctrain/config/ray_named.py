@@ -11,7 +11,7 @@ import re
 import signal
 import warnings
 from dataclasses import InitVar, dataclass, field, fields
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigError
@@ -19,7 +19,7 @@ from ..naming import RUN_NAME_PATTERN, check_run_name
 from .._internal.base.trust import SHARES
 from ..units import UnitError, parse_memory, parse_walltime
 from ..userconfig import storage_defaults
-from .keys import TomlKey, python_only, toml
+from .keys import TomlKey, python_only, toml, toml_keys
 from .._internal.base.registry import FILESYSTEM_SCHEME, STORAGE_URI_HINT, storage_for
 from .._internal.base.checkpoint_interval import frequency_value
 
@@ -144,11 +144,8 @@ class ScalingConfig:
         self._check_trainer_resources()
         if not isinstance(self.use_gpu, bool):
             raise ConfigError(f"scaling.use_gpu: expected true or false, got {self.use_gpu!r}")
-        for key in ("num_nodes", "workers_per_node", "cpus_per_worker"):
-            if getattr(self, key) is not None:
-                _check_int(f"scaling.{key}", getattr(self, key), minimum=1)
-        if self.gpus_per_worker is not None:
-            _check_int("scaling.gpus_per_worker", self.gpus_per_worker, minimum=0)
+        # num_workers above: 0 is local mode from Python, where a job file asks for >= 1
+        _check_declared_ints(self, "scaling", but=("num_workers",))
         if self.mem_per_worker is not None:
 
             try:
@@ -346,8 +343,7 @@ class CheckpointConfig:
                 f"{self.local_dir!r}",
                 hint='a node-local directory such as "$TMPDIR" or "/dev/shm"; leave it '
                      "unset to write checkpoints to the run directory only")
-        if self.num_to_keep is not None:
-            _check_int("checkpoint.num_to_keep", self.num_to_keep, minimum=1)
+        _check_declared_ints(self, "checkpoint")
         if self.checkpoint_score_order not in ("max", "min"):
             raise ConfigError(
                 "checkpoint.checkpoint_score_order: expected \"max\" or \"min\", got "
@@ -485,14 +481,7 @@ class FailureConfig:
         "Ray's name for [failure] max_requeues"))
 
     def __post_init__(self) -> None:
-        _check_int("failure.max_failures", self.max_failures, minimum=-1)
-        _check_int("failure.max_requeues", self.max_requeues, minimum=-1)
-        for key in ("max_user_errors", "max_node_failures", "max_hangs"):
-            _check_int(f"failure.{key}", getattr(self, key), minimum=-1)
-        if self.max_attempts_without_progress is not None:
-            _check_int("failure.max_attempts_without_progress",
-                       self.max_attempts_without_progress, minimum=0)
-        _check_int("failure.max_excluded_nodes", self.max_excluded_nodes, minimum=0)
+        _check_declared_ints(self, "failure")
         if isinstance(self.straggler_factor, bool) or not isinstance(
                 self.straggler_factor, (int, float)) or not (
                 self.straggler_factor == 0 or self.straggler_factor > 1):
@@ -754,6 +743,20 @@ def _is_search_space(value: Any) -> bool:
     from ..search_space import Domain
 
     return isinstance(value, Domain)
+
+
+def _check_declared_ints(obj: Any, section: str, *, but: Sequence[str] = ()) -> None:
+    """Each integer key of ``obj``'s class against the minimum its declaration gives
+    (``toml(..., minimum=)``): one rule for a job file and the Python API alike. A key
+    whose default is None may be None."""
+    defaults = {f.name: f.default for f in fields(obj)}
+    for key, decl in toml_keys(type(obj)).items():
+        if decl.kind != "int" or decl.minimum is None or decl.own_check or key in but:
+            continue
+        value = getattr(obj, key)
+        if value is None and defaults.get(key) is None:
+            continue
+        _check_int(f"{section}.{key}", value, minimum=decl.minimum)
 
 
 def _check_int(key: str, value: Any, minimum: int) -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import tomli_w
 
 from ..config import (ContainerConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
                       SchedulerConfig, SetupConfig)
 from .._internal.base.tomlfile import show_value as _show
+from ..config.keys import toml_keys
+from ..units import parse_walltime
 from .entrypoint import EntryPoint
 from .sections import Ctx, check_table, check_value
 from .values import ENV_NAME, check_env, redact_config
@@ -69,36 +71,19 @@ class JobSpec:
 
     def to_toml_dict(self) -> Dict[str, Any]:
         """The resolved spec as TOML sections; ``None`` omitted, objects as their repr."""
-        s, r = self.scaling, self.run
-        ck, fl = r.checkpoint_config, r.failure_config
+        r = self.run
         data: Dict[str, Any] = {
             "job": {"entrypoint": None if self.entrypoint is None else str(self.entrypoint),
                     "backend": self.backend,
                     "entrypoint_dir": getattr(self.entrypoint, "base_dir", None)
                     if getattr(self.entrypoint, "module", None) else None},
-            "scaling": {"num_workers": s.num_workers, "use_gpu": s.use_gpu,
-                        "num_nodes": s.num_nodes, "workers_per_node": s.workers_per_node,
-                        "resources_per_worker": s.resources_per_worker},
-            "run": {"name": r.name, "storage_path": r.storage_path, "verbose": r.verbose,
-                    "share": r.share},
-            "checkpoint": {"num_to_keep": ck.num_to_keep,
-                           "checkpoint_score_attribute": ck.checkpoint_score_attribute,
-                           "checkpoint_score_order": ck.checkpoint_score_order,
-                           "sync_to_disk": ck.sync_to_disk,
-                           # only when set: a spec.toml of an older run compares equal
-                           "checkpoint_upload_mode": None if ck.upload_mode_name == "sync"
-                           else ck.upload_mode_name,
-                           "checkpoint_frequency": ck.checkpoint_frequency,
-                           "local_dir": getattr(ck, "local_dir", None)},
-            "failure": {"max_failures": fl.max_failures, "warning_signal": fl.warning_signal,
-                        "warning_time": f"{fl.warning_s}s", "requeue": fl.requeue,
-                        "max_requeues": fl.max_requeues,
-                        "mtbi": None if fl.mtbi is None else f"{fl.mtbi_s}s",
-                        "hang_timeout": None if fl.hang_timeout is None else (
-                            "off" if fl.hang_timeout_s == 0 else f"{fl.hang_timeout_s}s"),
-                        # only when set: a spec.toml of an older run compares equal
-                        **{k: getattr(fl, k) for k in _BUDGET_KEYS
-                           if getattr(fl, k) != getattr(_FAILURE_DEFAULTS, k)}},
+            # every key the section's class declares (config/keys.py), as a job file
+            # writes it: a new field is in spec.toml with no edit here
+            "scaling": _section(self.scaling),
+            "run": _section(r),
+            "checkpoint": _section(r.checkpoint_config, _CHECKPOINT_WRITTEN),
+            "failure": _section(r.failure_config, _FAILURE_WRITTEN,
+                                only_when_set=_BUDGET_KEYS),
             "scheduler": {k: v for k, v in vars(self.scheduler).items()
                           if v not in (None, [], {}) and v != getattr(_SCHED_DEFAULTS, k, None)},
             "setup": {k: v for k, v in vars(self.setup).items() if v},
@@ -116,10 +101,6 @@ class JobSpec:
             self.backend: self.backend_options,
             "sweep": self.sweep,
         }
-        if self.scaling.mem_per_worker is not None:
-            data["scaling"]["mem_per_worker"] = self.scaling.mem_per_worker
-        for key in ("cpus_per_worker", "gpus_per_worker", "accelerator_type"):
-            data["scaling"][key] = getattr(self.scaling, key)
         out = _tomlable(data)
         if self.site:
             out = {"site": self.site, **out}
@@ -140,9 +121,39 @@ _OMIT = object()
 #: The shared keys' defaults (a scheduler's own options default to None).
 _SCHED_DEFAULTS = SchedulerConfig()
 _FAILURE_DEFAULTS = FailureConfig()
+#: written only when set: a spec.toml of an older run compares equal
 _BUDGET_KEYS = ("max_user_errors", "max_node_failures", "max_hangs",
                 "max_attempts_without_progress", "max_excluded_nodes", "straggler_factor")
 _CONTAINER_DEFAULTS = ContainerConfig()
+#: keys written otherwise than as their field holds them (a kind's own spelling aside)
+_CHECKPOINT_WRITTEN: Dict[str, Callable[[Any], Any]] = {
+    # only when set (the canonical name): a spec.toml of an older run compares equal
+    "checkpoint_upload_mode": lambda ck: None if ck.upload_mode_name == "sync"
+    else ck.upload_mode_name,
+}
+_FAILURE_WRITTEN: Dict[str, Callable[[Any], Any]] = {
+    "hang_timeout": lambda fl: None if fl.hang_timeout is None else (
+        "off" if fl.hang_timeout_s == 0 else f"{fl.hang_timeout_s}s"),
+}
+
+
+def _section(obj: Any, written: Mapping[str, Callable[[Any], Any]] = {},
+             only_when_set: Sequence[str] = ()) -> Dict[str, Any]:
+    """A config object's job-file section: each key its class declares (``toml_keys``),
+    as a job file writes it (a duration as seconds, ``"90s"``; ``written``: a key's own
+    writer); a key of ``only_when_set`` only when it differs from the default."""
+    defaults = type(obj)() if only_when_set else None
+    out: Dict[str, Any] = {}
+    for key, decl in toml_keys(type(obj)).items():
+        value = getattr(obj, key)
+        if key in only_when_set and value == getattr(defaults, key):
+            continue
+        if key in written:
+            value = written[key](obj)
+        elif decl.kind == "walltime" and value is not None:
+            value = f"{value if isinstance(value, int) else parse_walltime(value)}s"
+        out[key] = value
+    return out
 
 
 def _tomlable(value: Any) -> Any:

@@ -8,8 +8,10 @@ from pathlib import Path
 import os
 
 import pytest
+import tomli_w
 
 import hpctrain.spec as spec_module
+from hpctrain.config.keys import toml_keys
 from hpctrain.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from hpctrain.errors import ConfigError
 from hpctrain.function_trainer import FunctionConfig, FunctionTrainer
@@ -490,3 +492,39 @@ def test_the_function_backends_section_and_config_are_checked() -> None:
         FunctionTrainer(lambda config: None, function_config={"timeout_s": 5})
     with pytest.raises(ConfigError, match="function.timeout_s: expected a positive integer"):
         FunctionConfig(timeout_s=True)
+
+
+#: a value other than the default for every key the four sections declare
+#: (config/keys.py): a new field fails the test below until it has one here
+NON_DEFAULT = {
+    "scaling": {"num_workers": 4, "use_gpu": True, "resources_per_worker": {"CPU": 2},
+                "num_nodes": 2, "workers_per_node": 2, "cpus_per_worker": 2,
+                "gpus_per_worker": 1, "mem_per_worker": "8G", "accelerator_type": "A100"},
+    "run": {"name": "exp", "storage_path": "/scratch/runs", "verbose": 2, "share": "group"},
+    "checkpoint": {"num_to_keep": 3, "checkpoint_score_attribute": "loss",
+                   "checkpoint_score_order": "min", "sync_to_disk": False,
+                   "checkpoint_upload_mode": "async", "checkpoint_frequency": 5,
+                   "local_dir": "/tmp/ckpt"},
+    "failure": {"max_failures": 3, "warning_signal": "USR2", "warning_time": "300s",
+                "requeue": False, "max_requeues": 4, "mtbi": "43200s", "hang_timeout": "600s",
+                "max_user_errors": 1, "max_node_failures": 2, "max_hangs": 1,
+                "max_attempts_without_progress": 5, "max_excluded_nodes": 2,
+                "straggler_factor": 3.0},
+}
+
+
+def test_every_declared_key_of_a_section_round_trips_through_spec_toml(tmp_path: Path):
+    """spec.toml's sections are derived from the fields' declarations: each key a job
+    file sets comes back from the resolved spec.toml, unchanged."""
+    classes = {"scaling": ScalingConfig, "run": RunConfig, "checkpoint": CheckpointConfig,
+               "failure": FailureConfig}
+    for section, cls in classes.items():
+        assert set(NON_DEFAULT[section]) == set(toml_keys(cls)), section
+    text = MINIMAL + "\n" + tomli_w.dumps(NON_DEFAULT)
+    spec = load_job_spec(write(tmp_path, text))
+    resolved = spec.to_toml_dict()
+    for section, values in NON_DEFAULT.items():
+        assert resolved[section] == values, section
+    out = tmp_path / "spec.toml"
+    out.write_text(spec.to_toml())
+    assert load_job_spec(str(out)) == spec
