@@ -74,18 +74,8 @@ def _add_loudness(p: argparse.ArgumentParser, default) -> None:
                       help="more detail (hpctrain's debug messages; per-report progress)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="hpctrain",
-        description="Ray Train's ergonomics on Slurm and PBS clusters. "
-                    "Docs: README.md; examples: examples/.")
-    p.add_argument("--version", action="version", version=f"hpctrain {__version__}")
-    _add_loudness(p, None)
-    # the same options after the command (`hpctrain run -q job.toml`); not given there,
-    # they leave the main parser's values alone
-    common = argparse.ArgumentParser(add_help=False)
-    _add_loudness(common, argparse.SUPPRESS)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+def _add_spec_commands(sub, common: argparse.ArgumentParser) -> None:
+    """Add the commands that take a job spec: run, validate, render, submit."""
     run = sub.add_parser("run", parents=[common], help="run a job spec here, with live progress",
                          description="Run the training a job spec describes on this machine "
                                      "(num_workers local processes) and print its result.")
@@ -115,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the script and the submit command; submit nothing")
     smt.add_argument("--follow", action="store_true",
                      help="show progress until the job ends (Ctrl-C detaches)")
+
+
+def _add_watch_commands(sub, common: argparse.ArgumentParser) -> None:
+    """Add the commands that look at or stop a run: status, logs, cancel."""
     sta = sub.add_parser("status", parents=[common], help="state of a run and its batch job",
                          description="Show a run's state, its jobs and, while it runs, its "
                                      "progress: iteration, elapsed time, pace and latest "
@@ -135,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Cancel the run's latest job (scancel / qdel). "
                                      "Committed checkpoints stay; the run can be resumed.")
     _add_run_arg(can)
+
+
+def _add_results_commands(sub, common: argparse.ArgumentParser) -> None:
+    """Add the commands that show a run's results: results, plot."""
     res = sub.add_parser("results", parents=[common], help="show metrics, checkpoints and attempts of a run",
                          description="Show a run's status, the last, smallest and largest "
                                      "value of each metric, its checkpoints with their "
@@ -159,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     plo.add_argument("--x", choices=("iteration", "time"), default="iteration",
                      help="x axis: report iteration (default) or minutes since the first "
                           "report")
+
+
+def _add_sweep_command(sub, common: argparse.ArgumentParser) -> None:
+    """Add the sweep command."""
     swp = sub.add_parser("sweep", parents=[common], help="run a job spec's [sweep]: trials here or as job arrays",
                          description="Run one trial per config of the job file's [sweep] "
                                      "(grid searches crossed, num_samples repeats, random "
@@ -178,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "detaches)")
     swp.add_argument("--retry-failed", action="store_true",
                      help="also run again the trials that failed")
+
+
+def _add_info_commands(sub, common: argparse.ArgumentParser) -> None:
+    """Add the commands about runs, sites and hpctrain itself: list, sites, schema, completion."""
     lst = sub.add_parser("list", parents=[common], help="the runs and sweeps under a storage path",
                          description="List the runs and sweeps under a storage path, newest "
                                      "first, with their status and last iteration (a table "
@@ -215,6 +221,26 @@ def build_parser() -> argparse.ArgumentParser:
                                      "$fpath; tcsh: `eval \"`hpctrain completion tcsh`\"`. "
                                      "Needs the shtab package.")
     com.add_argument("shell", choices=SHELLS, help="the shell: " + ", ".join(SHELLS))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hpctrain`` parser: the global options, then the sub-commands in help order."""
+    p = argparse.ArgumentParser(
+        prog="hpctrain",
+        description="Ray Train's ergonomics on Slurm and PBS clusters. "
+                    "Docs: README.md; examples: examples/.")
+    p.add_argument("--version", action="version", version=f"hpctrain {__version__}")
+    _add_loudness(p, None)
+    # the same options after the command (`hpctrain run -q job.toml`); not given there,
+    # they leave the main parser's values alone
+    common = argparse.ArgumentParser(add_help=False)
+    _add_loudness(common, argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    _add_spec_commands(sub, common)
+    _add_watch_commands(sub, common)
+    _add_results_commands(sub, common)
+    _add_sweep_command(sub, common)
+    _add_info_commands(sub, common)
     return p
 
 

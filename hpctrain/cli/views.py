@@ -187,6 +187,39 @@ def print_results(name_or_path: str, console=None) -> None:
     state = run.read_state()
     rows = read_results(run.result_file)
     attempts = state.get("attempts", [])
+    _print_run_header(console, run, state, rows, attempts)
+
+    summary = summarize(rows)
+    attr, order = _score_settings(run, console)
+    if summary:
+        t = Table(title="metrics", title_justify="left")
+        _fill_metrics_table(t, summary, attr, order)
+        console.print(t)
+
+    records = run.list_checkpoints()
+    if records:
+        t = Table(title="checkpoints" + (f" (score: {markup(attr)}, {markup(order)})"
+                                         if attr else ""), title_justify="left")
+        _fill_checkpoints_table(t, records, attr, order)
+        console.print(t)
+    for path, why in run.damaged_checkpoints():
+        console.print(f"[yellow]not committed:[/yellow] {markup(path)}: {markup(why)} (the "
+                      "run's next start moves it aside and resumes from the last good one)")
+
+    if attempts:
+        t = Table(title="attempts", title_justify="left")
+        _fill_attempts_table(t, attempts)
+        console.print(t)
+    kept = {os.path.basename(r.path): r.metadata for r in records}
+    for line in health_lines(state) + describe_goodput(goodput(state, rows, kept)):
+        console.print(markup(line), soft_wrap=True)
+    if os.path.exists(run.error_file):
+        console.print(f"[red]error[/red]: {markup(run.error_file)}")
+
+
+def _print_run_header(console, run: RunDir, state: Dict[str, Any],
+                      rows: List[Dict[str, Any]], attempts: List[Dict[str, Any]]) -> None:
+    """Print the run's name, status, counts and wall time, its path and why it stopped."""
     started = state.get("created") or (attempts[0].get("started") if attempts else None)
     ended = max([a.get("ended") or 0 for a in attempts] + [0]) or None
     status = state.get("status", "UNKNOWN")
@@ -202,73 +235,67 @@ def print_results(name_or_path: str, console=None) -> None:
     if state.get("stopped_because"):
         console.print(f"stopped because {markup(state['stopped_because'])}")
 
-    summary = summarize(rows)
-    attr, order = _score_settings(run, console)
-    if summary:
-        t = Table(title="metrics", title_justify="left")
-        for col, justify in (("metric", "left"), ("last", "right"), ("min", "right"),
-                             ("at iter", "right"), ("max", "right"), ("at iter", "right")):
-            t.add_column(col, justify=justify)
-        for m in summary:
-            name = markup(m.name) + (f" [dim](score, {markup(order)})[/dim]"
-                                     if m.name == attr else "")
-            t.add_row(name, _fmt(m.last), _fmt(m.min), str(m.min_iter), _fmt(m.max),
-                      str(m.max_iter))
-        console.print(t)
 
-    records = run.list_checkpoints()
-    if records:
-        t = Table(title="checkpoints" + (f" (score: {markup(attr)}, {markup(order)})"
-                                         if attr else ""), title_justify="left")
-        t.add_column("checkpoint")
-        t.add_column("iteration", justify="right")
+def _fill_metrics_table(t, summary: List[MetricSummary], attr: Optional[str],
+                        order: str) -> None:
+    """Add the metrics table's columns and one row per metric (the score one marked)."""
+    for col, justify in (("metric", "left"), ("last", "right"), ("min", "right"),
+                         ("at iter", "right"), ("max", "right"), ("at iter", "right")):
+        t.add_column(col, justify=justify)
+    for m in summary:
+        name = markup(m.name) + (f" [dim](score, {markup(order)})[/dim]"
+                                 if m.name == attr else "")
+        t.add_row(name, _fmt(m.last), _fmt(m.min), str(m.min_iter), _fmt(m.max),
+                  str(m.max_iter))
+
+
+def _fill_checkpoints_table(t, records: list, attr: Optional[str], order: str) -> None:
+    """Add the checkpoints table's columns and one row per checkpoint (best, latest marked)."""
+    t.add_column("checkpoint")
+    t.add_column("iteration", justify="right")
+    if attr:
+        t.add_column(markup(attr), justify="right")
+    t.add_column("metrics")
+    best = _best_index(records, attr, order)
+    for r in records:
+        others = markup(", ".join(f"{k}={_fmt(v)}" for k, v in r.metrics.items()
+                                  if not k.startswith("_") and k != attr and numeric(v)))
+        name = markup(os.path.basename(r.path)) + (" [bold green]★ best[/bold green]"
+                                                   if r.index == best else "")
+        if r.index == records[-1].index:
+            name += " [dim](latest)[/dim]"
+        cells = [name, markup(r.iteration)]
         if attr:
-            t.add_column(markup(attr), justify="right")
-        t.add_column("metrics")
-        best = _best_index(records, attr, order)
-        for r in records:
-            others = markup(", ".join(f"{k}={_fmt(v)}" for k, v in r.metrics.items()
-                                      if not k.startswith("_") and k != attr and numeric(v)))
-            name = markup(os.path.basename(r.path)) + (" [bold green]★ best[/bold green]"
-                                                       if r.index == best else "")
-            if r.index == records[-1].index:
-                name += " [dim](latest)[/dim]"
-            cells = [name, markup(r.iteration)]
-            if attr:
-                cells.append(markup(_fmt(r.metrics.get(attr))))
-            t.add_row(*cells, others)
-        console.print(t)
-    for path, why in run.damaged_checkpoints():
-        console.print(f"[yellow]not committed:[/yellow] {markup(path)}: {markup(why)} (the "
-                      "run's next start moves it aside and resumes from the last good one)")
+            cells.append(markup(_fmt(r.metrics.get(attr))))
+        t.add_row(*cells, others)
 
-    if attempts:
-        t = Table(title="attempts", title_justify="left")
-        for col in ("#", "job", "outcome", "started", "duration", "resumed from", "note"):
-            t.add_column(col, justify="right" if col in ("#", "duration") else "left")
-        for a in attempts:
-            note = []
-            if a.get("failed_rank") is not None:
-                who = "the launcher" if a["failed_rank"] < 0 else f"rank {a['failed_rank']}"
-                note.append(f"{who}: {a.get('error', '')}")
-            if a.get("warning"):
-                note.append(f"warned: {a['warning']}")
-            if a.get("skipped_checkpoints"):
-                note.append("skipped " + ", ".join(s["checkpoint"] for s in a["skipped_checkpoints"]))
-            end = a.get("ended") or (time.time() if a.get("outcome") == "RUNNING" else None)
-            t.add_row(markup(a.get("attempt")), markup(a.get("job_id", "-")),
-                      markup(a.get("outcome", "-")),
-                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started"]))
-                      if a.get("started") else "-",
-                      _duration(end - a["started"] if end and a.get("started") else None),
-                      markup(os.path.basename(a["resumed_from"])) if a.get("resumed_from")
-                      else "-", markup("; ".join(note)))
-        console.print(t)
-    kept = {os.path.basename(r.path): r.metadata for r in records}
-    for line in health_lines(state) + describe_goodput(goodput(state, rows, kept)):
-        console.print(markup(line), soft_wrap=True)
-    if os.path.exists(run.error_file):
-        console.print(f"[red]error[/red]: {markup(run.error_file)}")
+
+def _fill_attempts_table(t, attempts: List[Dict[str, Any]]) -> None:
+    """Add the attempts table's columns and one row per attempt."""
+    for col in ("#", "job", "outcome", "started", "duration", "resumed from", "note"):
+        t.add_column(col, justify="right" if col in ("#", "duration") else "left")
+    for a in attempts:
+        t.add_row(*_attempt_cells(a))
+
+
+def _attempt_cells(a: Dict[str, Any]) -> List[str]:
+    """The attempts table's cells of one attempt: who failed, warnings, skipped checkpoints."""
+    note = []
+    if a.get("failed_rank") is not None:
+        who = "the launcher" if a["failed_rank"] < 0 else f"rank {a['failed_rank']}"
+        note.append(f"{who}: {a.get('error', '')}")
+    if a.get("warning"):
+        note.append(f"warned: {a['warning']}")
+    if a.get("skipped_checkpoints"):
+        note.append("skipped " + ", ".join(s["checkpoint"] for s in a["skipped_checkpoints"]))
+    end = a.get("ended") or (time.time() if a.get("outcome") == "RUNNING" else None)
+    return [markup(a.get("attempt")), markup(a.get("job_id", "-")),
+            markup(a.get("outcome", "-")),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started"]))
+            if a.get("started") else "-",
+            _duration(end - a["started"] if end and a.get("started") else None),
+            markup(os.path.basename(a["resumed_from"])) if a.get("resumed_from")
+            else "-", markup("; ".join(note))]
 
 
 # -- hpctrain plot --------------------------------------------------------------------------
