@@ -131,6 +131,15 @@ class _Ranks(NamedTuple):
     local_world_size: int
 
 
+class _Hosts(NamedTuple):
+    job_id: str
+    hosts: tuple[str, ...]      # (hostname,) when no host list is known
+    hosts_var: Optional[str]    # the variable the hosts came from, for errors
+    hosts_known: bool           # False: no scheduler or override named any host
+    step: str                   # goes into the derived rendezvous port
+    restart_count: int
+
+
 # --------------------------------------------------------------------- helpers
 
 def env_value(env: Mapping[str, str], name: str) -> Optional[str]:
@@ -449,6 +458,90 @@ def _read_text(path: str) -> str:
         return fh.read()
 
 
+def _launcher_ranks(env: Mapping[str, str], launcher: str) -> _Ranks:
+    """The ranks of this process as the detected ``launcher`` gives them."""
+    if launcher == "local":
+        return _Ranks(0, 0, 0, 1, 1)
+    if launcher in _LAUNCHERS:
+        return _LAUNCHERS[launcher](env)
+    # a scheduler's own launcher (srun): its class reads the ranks
+    return _Ranks(*scheduler_class(launcher).task_ranks(env))
+
+
+def _allocation(env: Mapping[str, str], *, scheduler: str, launcher: str, hostname: str,
+                reader: Callable[[str], str]) -> _Hosts:
+    """Hosts, job id, step and restart count: the scheduler's, then hpctrain's overrides."""
+    # ---- allocation layer: hosts, job id, restart count, step (the scheduler's class)
+    alloc = scheduler_class(scheduler).allocation_from_env(env, launcher=launcher,
+                                                           read_file=reader)
+    job_id, hosts, hosts_var = alloc.job_id, tuple(alloc.hosts), alloc.hosts_var
+    step, restart_count = alloc.step, alloc.restart_count
+
+    # ---- overrides from hpctrain's launcher
+    if env_value(env, "HPCTRAIN_JOB_ID") is not None:
+        job_id = env["HPCTRAIN_JOB_ID"].strip()
+    if env_value(env, "HPCTRAIN_RESTART_COUNT") is not None:
+        restart_count = env_int("HPCTRAIN_RESTART_COUNT", env["HPCTRAIN_RESTART_COUNT"].strip(),
+                                what="a count >= 0", source="hpctrain's launcher")
+    if env_value(env, "HPCTRAIN_HOSTS") is not None:
+        hosts_var, hosts = "HPCTRAIN_HOSTS", tuple(expand_hostlist(env["HPCTRAIN_HOSTS"]))
+    hosts_known = bool(hosts)
+    if not hosts_known:
+        hosts_var, hosts = None, (hostname,)
+    return _Hosts(job_id, hosts, hosts_var, hosts_known, step, restart_count)
+
+
+def _node_rank(ranks: _Ranks, alloc: _Hosts, *, hostname: str, launcher: str) -> int:
+    """This rank's node: from the launcher, else this host's place, else by-slot mapping."""
+    hosts, hosts_known = alloc.hosts, alloc.hosts_known
+    node_rank = ranks.node_rank
+    if node_rank is None:
+        found = _host_index(hosts, hostname) if hosts_known else None
+        # Fallback assumes ranks are placed by slot (block) with the same count on
+        # every node: node = rank // ranks-per-node. Cyclic/by-node mappings need the
+        # host lookup above to succeed.
+        node_rank = found if found is not None else ranks.world_rank // ranks.local_world_size
+    if hosts_known and node_rank >= len(hosts):
+        raise ConfigError(f"node rank {node_rank} ({launcher}) is past the {len(hosts)} "
+                          f"hosts of {alloc.hosts_var}; expected a node index below {len(hosts)}",
+                          hint="the ranks span more nodes than the host list names; set "
+                               "HPCTRAIN_HOSTS or MASTER_ADDR to the hosts of this run")
+    return node_rank
+
+
+def _master_addr(env: Mapping[str, str], ranks: _Ranks, alloc: _Hosts) -> str:
+    """The rendezvous host: MASTER_ADDR, else the first host, else localhost on one node."""
+    master_addr = env_value(env, "MASTER_ADDR")
+    if master_addr is None:
+        if alloc.hosts_known:
+            # a site whose fast network has hostnames of its own (JSC: "jwb0001" + "i" is
+            # the InfiniBand name) sets HPCTRAIN_MASTER_ADDR_SUFFIX in its [env]
+            master_addr = alloc.hosts[0] + (env_value(env, "HPCTRAIN_MASTER_ADDR_SUFFIX") or "")
+        elif ranks.world_size > ranks.local_world_size:
+            raise ConfigError(f"MASTER_ADDR is not set and the {ranks.world_size} ranks span "
+                              f"several nodes with no host list; expected MASTER_ADDR",
+                              hint="export MASTER_ADDR (the host of rank 0) or HPCTRAIN_HOSTS, "
+                                   "or run inside a Slurm/PBS allocation")
+        else:
+            master_addr = _LOCALHOST
+    return master_addr
+
+
+def _master_port(env: Mapping[str, str], *, job_id: str, step: str) -> int:
+    """The rendezvous port: MASTER_PORT, else one derived from the job id and step."""
+    port_text = env_value(env, "MASTER_PORT")
+    if port_text is not None:
+        master_port = env_int("MASTER_PORT", port_text, what="a TCP port in 1..65535",
+                              source="the launcher or job script", minimum=1)
+        if master_port > 65535:
+            raise ConfigError(f"MASTER_PORT={port_text!r} is above 65535; "
+                              f"expected a TCP port in 1..65535",
+                              hint="unset MASTER_PORT to let hpctrain derive one per job")
+    else:
+        master_port = derive_port(job_id, step=step)
+    return master_port
+
+
 def worker_info_from_env(env: Mapping[str, str] | None = None, *,
                          hostname: str | None = None,
                          read_file: Callable[[str], str] | None = None) -> WorkerInfo:
@@ -476,78 +569,21 @@ def worker_info_from_env(env: Mapping[str, str] | None = None, *,
         hostname = socket.gethostname()
     reader = read_file if read_file is not None else _read_text
 
-
     launcher = detect_launcher(env)
     scheduler = detect_scheduler(env)
-    if launcher == "local":
-        ranks = _Ranks(0, 0, 0, 1, 1)
-    elif launcher in _LAUNCHERS:
-        ranks = _LAUNCHERS[launcher](env)
-    else:  # a scheduler's own launcher (srun): its class reads the ranks
-        ranks = _Ranks(*scheduler_class(launcher).task_ranks(env))
-
-    # ---- allocation layer: hosts, job id, restart count, step (the scheduler's class)
-    alloc = scheduler_class(scheduler).allocation_from_env(env, launcher=launcher,
-                                                           read_file=reader)
-    job_id, hosts, hosts_var = alloc.job_id, tuple(alloc.hosts), alloc.hosts_var
-    step, restart_count = alloc.step, alloc.restart_count
-
-    # ---- overrides from hpctrain's launcher
-    if env_value(env, "HPCTRAIN_JOB_ID") is not None:
-        job_id = env["HPCTRAIN_JOB_ID"].strip()
-    if env_value(env, "HPCTRAIN_RESTART_COUNT") is not None:
-        restart_count = env_int("HPCTRAIN_RESTART_COUNT", env["HPCTRAIN_RESTART_COUNT"].strip(),
-                                what="a count >= 0", source="hpctrain's launcher")
-    if env_value(env, "HPCTRAIN_HOSTS") is not None:
-        hosts_var, hosts = "HPCTRAIN_HOSTS", tuple(expand_hostlist(env["HPCTRAIN_HOSTS"]))
-    hosts_known = bool(hosts)
-    if not hosts_known:
-        hosts_var, hosts = None, (hostname,)
-
-    # ---- node rank: from the launcher, else this host's place, else by-slot mapping
-    node_rank = ranks.node_rank
-    if node_rank is None:
-        found = _host_index(hosts, hostname) if hosts_known else None
-        # Fallback assumes ranks are placed by slot (block) with the same count on
-        # every node: node = rank // ranks-per-node. Cyclic/by-node mappings need the
-        # host lookup above to succeed.
-        node_rank = found if found is not None else ranks.world_rank // ranks.local_world_size
-    if hosts_known and node_rank >= len(hosts):
-        raise ConfigError(f"node rank {node_rank} ({launcher}) is past the {len(hosts)} "
-                          f"hosts of {hosts_var}; expected a node index below {len(hosts)}",
-                          hint="the ranks span more nodes than the host list names; set "
-                               "HPCTRAIN_HOSTS or MASTER_ADDR to the hosts of this run")
-
-    # ---- rendezvous address and port
-    master_addr = env_value(env, "MASTER_ADDR")
-    if master_addr is None:
-        if hosts_known:
-            # a site whose fast network has hostnames of its own (JSC: "jwb0001" + "i" is
-            # the InfiniBand name) sets HPCTRAIN_MASTER_ADDR_SUFFIX in its [env]
-            master_addr = hosts[0] + (env_value(env, "HPCTRAIN_MASTER_ADDR_SUFFIX") or "")
-        elif ranks.world_size > ranks.local_world_size:
-            raise ConfigError(f"MASTER_ADDR is not set and the {ranks.world_size} ranks span "
-                              f"several nodes with no host list; expected MASTER_ADDR",
-                              hint="export MASTER_ADDR (the host of rank 0) or HPCTRAIN_HOSTS, "
-                                   "or run inside a Slurm/PBS allocation")
-        else:
-            master_addr = _LOCALHOST
-    port_text = env_value(env, "MASTER_PORT")
-    if port_text is not None:
-        master_port = env_int("MASTER_PORT", port_text, what="a TCP port in 1..65535",
-                              source="the launcher or job script", minimum=1)
-        if master_port > 65535:
-            raise ConfigError(f"MASTER_PORT={port_text!r} is above 65535; "
-                              f"expected a TCP port in 1..65535",
-                              hint="unset MASTER_PORT to let hpctrain derive one per job")
-    else:
-        master_port = derive_port(job_id, step=step)
+    ranks = _launcher_ranks(env, launcher)
+    alloc = _allocation(env, scheduler=scheduler, launcher=launcher, hostname=hostname,
+                        reader=reader)
+    node_rank = _node_rank(ranks, alloc, hostname=hostname, launcher=launcher)
+    master_addr = _master_addr(env, ranks, alloc)
+    master_port = _master_port(env, job_id=alloc.job_id, step=alloc.step)
 
     return WorkerInfo(
         world_rank=ranks.world_rank, local_rank=ranks.local_rank, node_rank=node_rank,
         world_size=ranks.world_size, local_world_size=ranks.local_world_size,
-        hosts=hosts, master_addr=master_addr, master_port=master_port, job_id=job_id,
-        restart_count=restart_count, launcher=launcher, scheduler=scheduler,
+        hosts=alloc.hosts, master_addr=master_addr, master_port=master_port,
+        job_id=alloc.job_id, restart_count=alloc.restart_count, launcher=launcher,
+        scheduler=scheduler,
     )
 
 

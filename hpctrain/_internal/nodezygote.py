@@ -102,31 +102,57 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     run_dir = argv[0]
     no_write_for_others()
+    per_node, nodes, node = _step_shape()
+
+    preload(run_dir)
+    children = _fork_ranks(run_dir, per_node=per_node, nodes=nodes, node=node)
+    _forward_signals(children)
+    code = _wait_for_ranks(run_dir, children)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _step_shape() -> tuple[int, int, int]:
+    """(ranks per node, nodes, this node's index) of the step, from the environment."""
     per_node = int(os.environ[ENV_PER_NODE])
     nodes = int(os.environ.get("SLURM_STEP_NUM_NODES") or os.environ.get("SLURM_NNODES")
                 or os.environ.get("SLURM_STEP_NUM_TASKS", "1"))
     node = int(os.environ.get("SLURM_NODEID", "0"))
+    return per_node, nodes, node
 
-    preload(run_dir)
+
+def _fork_ranks(run_dir: str, *, per_node: int, nodes: int, node: int) -> dict:
+    """Fork this node's ranks: pid → rank of each child."""
     children = {}
     for local in range(per_node):
         env = child_env(os.environ, node=node, nodes=nodes, per_node=per_node, local=local)
         pid = os.fork()
         if pid == 0:  # the rank
-            try:
-                os.environ.clear()
-                os.environ.update(env)
-                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-                    signal.signal(sig, signal.SIG_DFL)
-                if os.environ.get("HPCTRAIN_ZYGOTE_VERBOSE"):
-                    # where a rank stuck after its stop hangs: its stacks, into its log
-
-                    faulthandler.register(signal.SIGUSR2, all_threads=True)
-
-                worker_main([run_dir])
-            finally:
-                os._exit(1)
+            _run_rank(run_dir, env)
         children[pid] = node * per_node + local
+    return children
+
+
+def _run_rank(run_dir: str, env: dict) -> None:
+    """In a forked child: become the rank with ``env`` and run the worker; never returns."""
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
+        if os.environ.get("HPCTRAIN_ZYGOTE_VERBOSE"):
+            # where a rank stuck after its stop hangs: its stacks, into its log
+
+            faulthandler.register(signal.SIGUSR2, all_threads=True)
+
+        worker_main([run_dir])
+    finally:
+        os._exit(1)
+
+
+def _forward_signals(children: dict) -> None:
+    """Forward the zygote's signals to the children; on SIGTERM, stop them and exit."""
 
     def forward(signum, _frame) -> None:
         for pid in list(children):
@@ -142,6 +168,10 @@ def main(argv=None) -> None:
                       signal.SIGUSR1)
     for sig in {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, warning}:
         signal.signal(sig, forward)
+
+
+def _wait_for_ranks(run_dir: str, children: dict) -> int:
+    """Reap the children until none is left; the exit code: that of the first failed rank."""
     code = 0
     stop_seen: dict = {}  # pid -> when its stop record was first seen (see below)
     while children:
@@ -164,21 +194,25 @@ def main(argv=None) -> None:
             progress_line(f"[hpctrain] node zygote: rank {rank} (pid {pid}) ended with {how} "
                           f"at {time.time():.3f}")
         if status != 0 and code == 0:
-            _record_death(run_dir, rank, status)
-            # the ranks that already ended on their own too: the one killed by a signal
-            # (no record of its own) may be reaped after a peer that saw the lost connection
-            _reap_ended(run_dir, children)
-            code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else \
-                (os.WEXITSTATUS(status) or 1)
-            for other in list(children):
-                try:
-                    os.kill(other, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-            _stop_all(children, time.monotonic() + 5)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+            code = _first_failure(run_dir, children, rank, status)
+    return code
+
+
+def _first_failure(run_dir: str, children: dict, rank: int, status: int) -> int:
+    """A first rank failed: record it, stop the others, and return the zygote's exit code."""
+    _record_death(run_dir, rank, status)
+    # the ranks that already ended on their own too: the one killed by a signal
+    # (no record of its own) may be reaped after a peer that saw the lost connection
+    _reap_ended(run_dir, children)
+    code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else \
+        (os.WEXITSTATUS(status) or 1)
+    for other in list(children):
+        try:
+            os.kill(other, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    _stop_all(children, time.monotonic() + 5)
+    return code
 
 
 #: A rank that left ``stopped.rank-R.json`` (it stopped cleanly after the warning) and is

@@ -9,7 +9,7 @@ MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.pbsdsh", "hpctrain.lau
            "hpctrain.schedulers.pbs", "hpctrain.schedulers.lsf",
            "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units",
            "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod",
-           "hpctrain._internal.rundir.commit", "hpctrain._internal.worker.train_context",
+           "hpctrain._internal.rundir.commit", "hpctrain._internal.worker.trial",
            "hpctrain._internal.base.checkpoint_interval", "hpctrain._internal.base.registry",
            "hpctrain._internal.base.deadline", "hpctrain._internal.worker.agreement",
            "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm",

@@ -57,8 +57,7 @@ from hpctrain._internal.worker.agreement import (Decision, Rounds, Vote, checkpo
                                                  gap_for)
 from hpctrain._internal.worker.commits import CommitMode, Commits, Report, delete_handed_in
 from hpctrain._internal.worker.data_epochs import DataEpochs
-from hpctrain._internal.worker.train_context import trial_names
-from hpctrain._internal.worker.trial import trial_control
+from hpctrain._internal.worker.trial import trial_control, trial_names
 from hpctrain.checkpoint import Checkpoint, ReportedCheckpoint
 from hpctrain.cluster_env import WorkerInfo
 from hpctrain.config import CheckpointConfig

@@ -2,9 +2,7 @@
 job, read from its rank's :class:`~hpctrain._internal.worker.session.Session`."""
 from __future__ import annotations
 
-import hashlib
-import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List
 
 if TYPE_CHECKING:
     from hpctrain._internal.worker.session import Session
@@ -101,25 +99,4 @@ class TrainContext:
                 f"node_rank={i.node_rank}, world_size={i.world_size}, run={self._s.run.path!r})")
 
 
-def trial_names(run_name: str, run_path: str, trial: Optional[Dict[str, str]] = None
-                ) -> Dict[str, str]:
-    """``experiment_name``, ``trial_id`` and ``trial_name`` of a run: a sweep's trial
-    brings its own; a plain run gets Ray's forms, the id derived from the run directory.
-
-    >>> t = trial_names("exp", "/runs/exp", {"trainer": "TorchTrainer"})
-    >>> t["experiment_name"], t["trial_id"], t["trial_name"]
-    ('exp', '6dbbb_00000', 'TorchTrainer_6dbbb_00000')
-    """
-
-    trial = dict(trial or {})
-    trainer = trial.pop("trainer", None) or "Trainer"
-    if "trial_id" not in trial:
-        digest = hashlib.sha1(os.path.abspath(run_path).encode()).hexdigest()[:5]
-        trial["trial_id"] = f"{digest}_00000"
-        trial.setdefault("trial_name", f"{trainer}_{trial['trial_id']}")
-    trial.setdefault("trial_name", trial["trial_id"])
-    trial.setdefault("experiment_name", run_name)
-    return trial
-
-
-__all__ = ["TrainContext", "trial_names"]
+__all__ = ["TrainContext"]

@@ -2,6 +2,8 @@
 criteria, search algorithm), pickled by :mod:`hpctrain.tune` into the sweep directory
 (``tune_control.pkl``).
 
+Also the names of a run's trial (:func:`trial_names`), a sweep's or a plain run's.
+
 The worker only loads it and calls two methods, so it never imports ``hpctrain.tune``:
 
 * ``control.report_hook(run_path, trial_id)`` → an object whose ``on_report(row)`` returns
@@ -11,6 +13,7 @@ The worker only loads it and calls two methods, so it never imports ``hpctrain.t
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any, Dict, Optional
 
@@ -41,3 +44,24 @@ def trial_control(run_path: str, trial: Optional[Dict[str, Any]]) -> Optional[An
         _log.warning(f"WARNING: {path} could not be read ({type(e).__name__}: {e}); no "
                      f"scheduler for this trial")
         return None
+
+
+def trial_names(run_name: str, run_path: str, trial: Optional[Dict[str, str]] = None
+                ) -> Dict[str, str]:
+    """``experiment_name``, ``trial_id`` and ``trial_name`` of a run: a sweep's trial
+    brings its own; a plain run gets Ray's forms, the id derived from the run directory.
+
+    >>> t = trial_names("exp", "/runs/exp", {"trainer": "TorchTrainer"})
+    >>> t["experiment_name"], t["trial_id"], t["trial_name"]
+    ('exp', '6dbbb_00000', 'TorchTrainer_6dbbb_00000')
+    """
+
+    trial = dict(trial or {})
+    trainer = trial.pop("trainer", None) or "Trainer"
+    if "trial_id" not in trial:
+        digest = hashlib.sha1(os.path.abspath(run_path).encode()).hexdigest()[:5]
+        trial["trial_id"] = f"{digest}_00000"
+        trial.setdefault("trial_name", f"{trainer}_{trial['trial_id']}")
+    trial.setdefault("trial_name", trial["trial_id"])
+    trial.setdefault("experiment_name", run_name)
+    return trial
