@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from difflib import get_close_matches
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._internal.base.registry import backend_names, describe, scheduler_names
 from ._internal.base.tomlfile import read_toml
@@ -304,16 +304,8 @@ def check_limits(spec) -> None:
         return
 
     sched, scaling = spec.scheduler, spec.scaling
-    partition = sched.queue_name  # Slurm's partition, PBS's queue…
-    part_key = f"scheduler.{sched.queue_option}"
     lim = site.limits
-    if partition and lim.partitions and partition not in lim.partitions:
-        close = get_close_matches(partition, list(lim.partitions), n=1)
-        raise ConfigError(
-            f"{part_key}: site {site.name!r} has no {sched.queue_option} {partition!r}",
-            file=spec.where(part_key),
-            hint=(f"did you mean {close[0]!r}? " if close else "") +
-                 f"known: {', '.join(sorted(lim.partitions))} ({site.path})")
+    _check_partition(spec, site)
     limits, source = lim.effective(**sched.selectors())
 
     def of(key: str) -> str:
@@ -329,6 +321,38 @@ def check_limits(spec) -> None:
     def fail(key: str, message: str, hint: str) -> ConfigError:
         return ConfigError(f"{key}: {message}", file=spec.where(key), hint=f"{hint}; limits of {ref}")
 
+    _check_walltime_limit(sched, limits, of, fail)
+    nodes, per_node = scaling.nodes, scaling.per_node
+    _check_node_limits(nodes, nodes_key, limits, of, fail)
+    _check_per_node_limits(scaling, per_node, per_node_key, limits, of, fail)
+    form = limits.get("account_form")
+    if form:
+        _check_account(spec, form, of("account_form"), ref)
+    _check_required_directives(spec, site)
+
+
+#: ``of(limit key)``: who set that limit; ``fail(key, message, hint)``: the error.
+_Of = Callable[[str], str]
+_Fail = Callable[[str, str, str], ConfigError]
+
+
+def _check_partition(spec: Any, site: Site) -> None:
+    """Refuse a partition (or queue) the site does not have, naming the closest one."""
+    sched = spec.scheduler
+    partition = sched.queue_name  # Slurm's partition, PBS's queue…
+    part_key = f"scheduler.{sched.queue_option}"
+    lim = site.limits
+    if partition and lim.partitions and partition not in lim.partitions:
+        close = get_close_matches(partition, list(lim.partitions), n=1)
+        raise ConfigError(
+            f"{part_key}: site {site.name!r} has no {sched.queue_option} {partition!r}",
+            file=spec.where(part_key),
+            hint=(f"did you mean {close[0]!r}? " if close else "") +
+                 f"known: {', '.join(sorted(lim.partitions))} ({site.path})")
+
+
+def _check_walltime_limit(sched: Any, limits: Dict[str, Any], of: _Of, fail: _Fail) -> None:
+    """Refuse a walltime over ``max_walltime``."""
     if sched.time is not None and "max_walltime" in limits:
         asked, most = parse_walltime(sched.time), parse_walltime(limits["max_walltime"])
         if asked > most:
@@ -337,7 +361,11 @@ def check_limits(spec) -> None:
                        f"{limits['max_walltime']} ({format_walltime(most)}) for "
                        f"{of('max_walltime')}",
                        "ask for less time, or pick a partition/qos with a longer limit")
-    nodes, per_node = scaling.nodes, scaling.per_node
+
+
+def _check_node_limits(nodes: int, nodes_key: str, limits: Dict[str, Any], of: _Of,
+                       fail: _Fail) -> None:
+    """Refuse more nodes than ``max_nodes`` or fewer than ``min_nodes``."""
     if "max_nodes" in limits and limits["max_nodes"] and nodes > limits["max_nodes"]:
         raise fail(nodes_key, f"{nodes} nodes requested, {of('max_nodes')} allows at most "
                    f"{limits['max_nodes']}", "use fewer nodes")
@@ -345,6 +373,11 @@ def check_limits(spec) -> None:
         raise fail(nodes_key, f"{nodes} node(s) requested, but {of('min_nodes')} takes jobs "
                    f"of {limits['min_nodes']} nodes or more",
                    "ask for more nodes, or pick a queue/partition for small jobs")
+
+
+def _check_per_node_limits(scaling: Any, per_node: int, per_node_key: str, limits: Dict[str, Any],
+                           of: _Of, fail: _Fail) -> None:
+    """Refuse more GPUs, CPUs or memory per node than a node of the site has."""
     gpus = scaling.gpus_each * per_node
     if "gpus_per_node" in limits:
         have = limits["gpus_per_node"]
@@ -371,11 +404,12 @@ def check_limits(spec) -> None:
                        f"{per_node} workers × {scaling.mem_per_worker} is more than the "
                        f"{limits['mem_per_node']} of a node of {of('mem_per_node')}",
                        "ask for less memory")
-    form = limits.get("account_form")
-    if form:
-        _check_account(spec, form, of("account_form"), ref)
-    for name in lim.required_directives:
-        if sched.directives.get(name) in (None, ""):
+
+
+def _check_required_directives(spec: Any, site: Site) -> None:
+    """Refuse a job that leaves out a directive the site requires."""
+    for name in site.limits.required_directives:
+        if spec.scheduler.directives.get(name) in (None, ""):
             raise ConfigError(
                 f"scheduler.directives.{name}: site {site.name!r} requires this directive",
                 file=spec.where(f"scheduler.directives.{name}"),

@@ -124,7 +124,7 @@ def _describe_minutes(minutes: int) -> str:
     return format_walltime(minutes * _MINUTE)
 
 
-def _check_field(value: str, name: str, limit: int, original: str) -> int:
+def _check_field(value: str, name: str, limit: int, original: object) -> int:
     number = int(value)
     if number >= limit:
         raise UnitError(
@@ -163,6 +163,20 @@ def parse_walltime(value: object) -> int:
       ``"1:2:3:4"``, ``"1:60:00"``, ``"abc"``, ``"1-25"``
     * a zero total — ``"0:00:00"`` -> "walltime must be positive"
     """
+    text = _walltime_text(value)
+    total = _walltime_total(text, value)
+    if total is None:
+        raise UnitError(
+            f"walltime {value!r} is not understood; expected {_WALLTIME_FORMS}",
+            hint=_WALLTIME_EXAMPLE_HINT,
+        )
+    if total <= 0:
+        raise UnitError(f"walltime {value!r} must be positive", hint=_WALLTIME_EXAMPLE_HINT)
+    return total
+
+
+def _walltime_text(value: object) -> str:
+    """The stripped walltime string, or the error for a non-string, empty, bare or negative one."""
     if isinstance(value, bool) or value is None:
         raise UnitError(
             f"walltime must be a string such as \"01:00:00\", got {value!r}; expected {_WALLTIME_FORMS}",
@@ -186,42 +200,57 @@ def parse_walltime(value: object) -> int:
             f"walltime {value!r} is negative; a walltime must be positive, expected {_WALLTIME_FORMS}",
             hint=_WALLTIME_EXAMPLE_HINT,
         )
+    return text
 
-    total: Optional[int] = None
-    match = _HMS_RE.fullmatch(text)
-    if match:
-        hours = int(match.group(1))
-        minutes = _check_field(match.group(2), "minutes", 60, value)
-        seconds = _check_field(match.group(3), "seconds", 60, value)
-        total = hours * _HOUR + minutes * _MINUTE + seconds
-    elif _MS_RE.fullmatch(text):
-        match = _MS_RE.fullmatch(text)
-        assert match is not None
-        minutes = _check_field(match.group(1), "minutes", 60, value)
-        seconds = _check_field(match.group(2), "seconds", 60, value)
-        total = minutes * _MINUTE + seconds
-    elif _DAY_RE.fullmatch(text):
-        match = _DAY_RE.fullmatch(text)
-        assert match is not None
-        days = int(match.group(1))
-        hours = _check_field(match.group(2), "hours", 24, value)
-        minutes = _check_field(match.group(3), "minutes", 60, value) if match.group(3) else 0
-        seconds = _check_field(match.group(4), "seconds", 60, value) if match.group(4) else 0
-        total = days * _DAY + hours * _HOUR + minutes * _MINUTE + seconds
-    else:
-        match = _UNITS_RE.fullmatch(text)
-        if match and any(match.groups()):
-            days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-            total = days * _DAY + hours * _HOUR + minutes * _MINUTE + seconds
 
-    if total is None:
-        raise UnitError(
-            f"walltime {value!r} is not understood; expected {_WALLTIME_FORMS}",
-            hint=_WALLTIME_EXAMPLE_HINT,
-        )
-    if total <= 0:
-        raise UnitError(f"walltime {value!r} must be positive", hint=_WALLTIME_EXAMPLE_HINT)
-    return total
+def _hms_seconds(match: "re.Match[str]", value: object) -> int:
+    """Seconds of a ``"HH:MM:SS"`` match (hours unbounded)."""
+    hours = int(match.group(1))
+    minutes = _check_field(match.group(2), "minutes", 60, value)
+    seconds = _check_field(match.group(3), "seconds", 60, value)
+    return hours * _HOUR + minutes * _MINUTE + seconds
+
+
+def _ms_seconds(match: "re.Match[str]", value: object) -> int:
+    """Seconds of a ``"MM:SS"`` match."""
+    minutes = _check_field(match.group(1), "minutes", 60, value)
+    seconds = _check_field(match.group(2), "seconds", 60, value)
+    return minutes * _MINUTE + seconds
+
+
+def _day_seconds(match: "re.Match[str]", value: object) -> int:
+    """Seconds of a Slurm ``"D-HH[:MM[:SS]]"`` match (hours below 24)."""
+    days = int(match.group(1))
+    hours = _check_field(match.group(2), "hours", 24, value)
+    minutes = _check_field(match.group(3), "minutes", 60, value) if match.group(3) else 0
+    seconds = _check_field(match.group(4), "seconds", 60, value) if match.group(4) else 0
+    return days * _DAY + hours * _HOUR + minutes * _MINUTE + seconds
+
+
+def _unit_seconds(match: "re.Match[str]", value: object) -> Optional[int]:
+    """Seconds of a ``"1d12h30m"`` match, or ``None`` when no unit is present."""
+    if not any(match.groups()):
+        return None
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return days * _DAY + hours * _HOUR + minutes * _MINUTE + seconds
+
+
+#: The walltime forms, tried in this order: the first that matches decides.
+_WALLTIME_PARSERS = (
+    (_HMS_RE, _hms_seconds),
+    (_MS_RE, _ms_seconds),
+    (_DAY_RE, _day_seconds),
+    (_UNITS_RE, _unit_seconds),
+)
+
+
+def _walltime_total(text: str, value: object) -> Optional[int]:
+    """Seconds of ``text`` in the first form that matches it, or ``None`` if none does."""
+    for pattern, seconds_of in _WALLTIME_PARSERS:
+        match = pattern.fullmatch(text)
+        if match:
+            return seconds_of(match, value)
+    return None
 
 
 def check_seconds(seconds: object) -> int:

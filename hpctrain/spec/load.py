@@ -90,6 +90,47 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
 
     data_order = dict(data)  # (as given: the report's order)
     data = dict(data)  # (less the sections that are no tables)
+    _check_top_level(ctx, data, problems, checked)
+
+    def base_for(key: str) -> str:
+        where = ctx.where(key)
+        if ctx.override_for(key) is not None:
+            return os.getcwd()
+        if where and where != file and os.path.isfile(where):
+            return os.path.dirname(os.path.abspath(where))  # a site config's own directory
+        return base_dir
+
+    def table(section: str) -> Dict[str, Any]:
+        return checked(check_table, ctx, section, data.get(section, {}), default={})
+
+    job = table("job")
+    backend_tables = {b: table(b) for b in BACKENDS if b in data}
+    entrypoint = _entrypoint(ctx, job, checked, base_for)
+    scaling = checked(_build, ctx, ScalingConfig, **table("scaling"))
+    run_config = _run_config(ctx, checked, table, base_for)
+    scheduler = checked(_build, ctx, SchedulerConfig, **table("scheduler"))
+    setup = checked(_build, ctx, SetupConfig, **table("setup"))
+    container = checked(_build, ctx, ContainerConfig, **table("container"))
+    sweep = table("sweep")
+    _check_sweep_ranking(ctx, sweep, problems)
+    backend = job.get("backend", "torch")
+    datasets = checked(check_datasets, ctx, data.get("datasets", {}), base_for, default={})
+    data_config = checked(check_data_config, ctx, table("data"), datasets)
+    if problems:
+        raise _in_file_order(problems, data_order)
+    spec = _build(ctx, JobSpec, entrypoint=entrypoint, backend=backend, scaling=scaling,
+                  run=run_config, config=copy.deepcopy(dict(data.get("config", {}))),
+                  backend_options=backend_tables.get(backend, {}), scheduler=scheduler,
+                  setup=setup, container=container, env=dict(data.get("env", {})), site=data.get("site"),
+                  datasets=datasets, data_config=data_config,
+                  sweep=sweep, source=file, origins=dict(ctx.origins))
+    check_script_values(ctx, data)  # after the keys' own checks, whose errors say more
+    return spec
+
+
+def _check_top_level(ctx: Ctx, data: Dict[str, Any], problems: List[ConfigError],
+                     checked: Callable[..., Any]) -> None:
+    """Check the top-level keys; drop from ``data`` unknown sections and those that are no tables."""
     if "format" in data:  # first, alone: a newer format's keys are no typos
         _check_spec_format(ctx, check_value(ctx, "format", TOP_LEVEL["format"], data["format"]))
     for name, value in list(data.items()):
@@ -105,19 +146,10 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
                                       "sections hold key = value lines under a [name] header"))
             del data[name]
 
-    def base_for(key: str) -> str:
-        where = ctx.where(key)
-        if ctx.override_for(key) is not None:
-            return os.getcwd()
-        if where and where != file and os.path.isfile(where):
-            return os.path.dirname(os.path.abspath(where))  # a site config's own directory
-        return base_dir
 
-    def table(section: str) -> Dict[str, Any]:
-        return checked(check_table, ctx, section, data.get(section, {}), default={})
-
-    job = table("job")
-    backend_tables = {b: table(b) for b in BACKENDS if b in data}
+def _entrypoint(ctx: Ctx, job: Dict[str, Any], checked: Callable[..., Any],
+                base_for: Callable[[str], str]) -> Optional[EntryPoint]:
+    """``job.entrypoint`` parsed (its file under ``job.entrypoint_dir`` if set), else ``None``."""
     entrypoint = None
     if "entrypoint" in job:
         entry_base = base_for("job.entrypoint")
@@ -126,7 +158,12 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
                                  base_for("job.entrypoint_dir"), default=entry_base)
         entrypoint = checked(EntryPoint.parse, job["entrypoint"], base_dir=entry_base,
                              file=ctx.where("job.entrypoint"))
-    scaling = checked(_build, ctx, ScalingConfig, **table("scaling"))
+    return entrypoint
+
+
+def _run_config(ctx: Ctx, checked: Callable[..., Any], table: Callable[[str], Dict[str, Any]],
+                base_for: Callable[[str], str]) -> Any:
+    """The :class:`RunConfig` of ``[run]``, ``[checkpoint]``, ``[failure]`` and ``[callbacks]``."""
     checkpoint = checked(_build, ctx, CheckpointConfig, **table("checkpoint"))
     failure = checked(_build, ctx, FailureConfig, **table("failure"))
     run = table("run")
@@ -134,38 +171,30 @@ def spec_from_dict(data: Mapping[str, Any], *, file: Optional[str] = None, base_
         run["storage_path"] = checked(expand_path, ctx, "run.storage_path", run["storage_path"],
                                       base_for("run.storage_path"), default=".")
     callbacks = checked(check_callbacks, ctx, table("callbacks"), default=[])
-    run_config = checked(_build, ctx, RunConfig, checkpoint_config=checkpoint,
-                         failure_config=failure, callbacks=callbacks, **run)
-    scheduler = checked(_build, ctx, SchedulerConfig, **table("scheduler"))
-    setup = checked(_build, ctx, SetupConfig, **table("setup"))
-    container = checked(_build, ctx, ContainerConfig, **table("container"))
-    sweep = table("sweep")
+    return checked(_build, ctx, RunConfig, checkpoint_config=checkpoint,
+                   failure_config=failure, callbacks=callbacks, **run)
+
+
+def _check_sweep_ranking(ctx: Ctx, sweep: Dict[str, Any], problems: List[ConfigError]) -> None:
+    """Record a problem when ``[sweep]`` sets only one of ``metric`` and ``mode``."""
     if ("metric" in sweep) != ("mode" in sweep):
         given, missing = ("metric", "mode") if "metric" in sweep else ("mode", "metric")
         problems.append(ctx.error(f"sweep.{missing}", f"expected sweep.{missing} too, since "
                                   f"sweep.{given} is set (trials are ranked by a metric, "
                                   "\"min\" or \"max\")", 'e.g. metric = "loss" and mode = "min"'))
-    backend = job.get("backend", "torch")
-    datasets = checked(check_datasets, ctx, data.get("datasets", {}), base_for, default={})
-    data_config = checked(check_data_config, ctx, table("data"), datasets)
-    if problems:
-        order = {name: (i, list(v) if isinstance(v, dict) else [])
-                 for i, (name, v) in enumerate(data_order.items())}
 
-        def in_file(e: ConfigError) -> tuple:  # the file's order of sections and keys
-            section, _, key = getattr(e, "message", "").split(":", 1)[0].partition(".")
-            i, keys = order.get(section, (len(order), []))
-            return (i, keys.index(key) if key in keys else len(keys))
 
-        raise one_or_all(sorted((one for e in problems for one in e.errors), key=in_file))
-    spec = _build(ctx, JobSpec, entrypoint=entrypoint, backend=backend, scaling=scaling,
-                  run=run_config, config=copy.deepcopy(dict(data.get("config", {}))),
-                  backend_options=backend_tables.get(backend, {}), scheduler=scheduler,
-                  setup=setup, container=container, env=dict(data.get("env", {})), site=data.get("site"),
-                  datasets=datasets, data_config=data_config,
-                  sweep=sweep, source=file, origins=dict(ctx.origins))
-    check_script_values(ctx, data)  # after the keys' own checks, whose errors say more
-    return spec
+def _in_file_order(problems: List[ConfigError], data_order: Dict[str, Any]) -> ConfigError:
+    """All the problems as one error, sorted in the file's order of sections and keys."""
+    order = {name: (i, list(v) if isinstance(v, dict) else [])
+             for i, (name, v) in enumerate(data_order.items())}
+
+    def in_file(e: ConfigError) -> tuple:  # the file's order of sections and keys
+        section, _, key = getattr(e, "message", "").split(":", 1)[0].partition(".")
+        i, keys = order.get(section, (len(order), []))
+        return (i, keys.index(key) if key in keys else len(keys))
+
+    return one_or_all(sorted((one for e in problems for one in e.errors), key=in_file))
 
 
 def load_job_spec(path: str, overrides: Sequence[str] = (), *, site: Optional[str] = None,

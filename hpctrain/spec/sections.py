@@ -313,76 +313,130 @@ def unknown_section(ctx: Ctx, name: str) -> ConfigError:
 def check_value(ctx: Ctx, key: str, kind: str, value: Any) -> Any:
     """Type-check one value of a fixed-schema section; return it (copied if a table)."""
     if not _matches(kind, value):
-        hint = None
-        if kind == "str" and not isinstance(value, (dict, list)):
-            hint = f"quote it: {key.split('.')[-1]} = \"{value}\""
-        elif kind == "split":
-            hint = ('e.g. datasets_to_split = ["train"]: "train" is split over the ranks, '
-                    "the other datasets are read whole by every rank")
-        raise ctx.error(key, f"expected {EXPECTED[kind]}, got {_show(value)} ({_kind(value)})",
-                        hint)
-    if kind in ("walltime", "memory"):
+        raise _wrong_kind(ctx, key, kind, value)
+    check = _KIND_CHECKS.get(kind)
+    if check is not None:
+        return check(ctx, key, value)
+    return _check_choice_and_minimum(ctx, key, value)
 
-        try:
-            (parse_walltime if kind == "walltime" else parse_memory)(value)
-        except UnitError as e:
-            raise ctx.error(key, str(e), e.hint) from None
+
+def _wrong_kind(ctx: Ctx, key: str, kind: str, value: Any) -> ConfigError:
+    """The error for a value not of its key's kind, with a hint for the common slips."""
+    hint = None
+    if kind == "str" and not isinstance(value, (dict, list)):
+        hint = f"quote it: {key.split('.')[-1]} = \"{value}\""
+    elif kind == "split":
+        hint = ('e.g. datasets_to_split = ["train"]: "train" is split over the ranks, '
+                "the other datasets are read whole by every rank")
+    return ctx.error(key, f"expected {EXPECTED[kind]}, got {_show(value)} ({_kind(value)})",
+                     hint)
+
+
+def _check_unit(ctx: Ctx, key: str, value: Any, parse: Callable[[object], int]) -> Any:
+    """A walltime or memory string that ``parse`` understands, as given."""
+    try:
+        parse(value)
+    except UnitError as e:
+        raise ctx.error(key, str(e), e.hint) from None
+    return value
+
+
+def _check_walltime(ctx: Ctx, key: str, value: Any) -> Any:
+    """A walltime string (:func:`hpctrain.units.parse_walltime`), as given."""
+    return _check_unit(ctx, key, value, parse_walltime)
+
+
+def _check_memory(ctx: Ctx, key: str, value: Any) -> Any:
+    """A memory size string (:func:`hpctrain.units.parse_memory`), as given."""
+    return _check_unit(ctx, key, value, parse_memory)
+
+
+def _check_strlist(ctx: Ctx, key: str, value: Any) -> Any:
+    """An array of strings, copied."""
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ctx.error(f"{key}[{i}]", f"expected a string, got {_show(item)} "
+                            f"({_kind(item)})")
+    return list(value)
+
+
+def _check_split(ctx: Ctx, key: str, value: Any) -> Any:
+    """``"all"``, or an array of dataset names (copied)."""
+    if value == "all":
         return value
-    if kind == "split" and value == "all":
-        return value
-    if kind in ("strlist", "split"):
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise ctx.error(f"{key}[{i}]", f"expected a string, got {_show(item)} "
-                                f"({_kind(item)})")
-        return list(value)
-    if kind == "callback":
-        return copy.deepcopy(value)
-    if kind == "binds":
-        for name, item in value.items():
-            if not (item is True or isinstance(item, str)):
-                raise ctx.error(f"{key}.{name}", "expected true (the same path in the "
-                                "container) or the path in the container, got "
-                                f"{_show(item)} ({_kind(item)})",
-                                f'e.g. binds = {{"{name}" = true}}; "" removes it')
-        return dict(value)
-    if kind == "directives":
-        out_d: Dict[str, Any] = {}
-        for name, item in value.items():
-            if isinstance(item, bool) and not item:
-                raise ctx.error(f"{key}.{name}", "false is not a directive value",
-                                'to remove a directive set by the site, give "" (empty)')
-            if not isinstance(item, (str, int, bool)) or isinstance(item, float):
-                raise ctx.error(f"{key}.{name}", "expected a string, an integer or true, got "
-                                f"{_show(item)} ({_kind(item)})")
-            out_d[name] = item
-        return out_d
-    if kind == "space":
-        from_tables(value, key, ctx.error)  # checks every domain; the tables stay as given
-        return copy.deepcopy(value)
-    if kind == "tune":
-        # the table's shape here; its type and options are checked by building the
-        # scheduler or search algorithm (hpctrain.tune.jobfile.control_from_spec), which
-        # `hpctrain validate`, `hpctrain sweep` and the Tuner do before anything is made
-        if not isinstance(value.get("type"), str):
-            raise ctx.error(f"{key}.type", f"expected the name of a {key.split('.')[-1]} "
-                            f"(a string), got {_show(value.get('type'))}",
-                            f'e.g. [{key}] type = "{"asha" if key.endswith("scheduler") else "optuna"}"')
-        return copy.deepcopy(value)
-    if kind == "thresholds":
-        for name, number in value.items():
-            if isinstance(number, bool) or not isinstance(number, (int, float)):
-                raise ctx.error(f"{key}.{name}", f"expected a number, got {_show(number)} "
-                                f"({_kind(number)})", "e.g. stop = {training_iteration = 20}")
-        return dict(value)
-    if kind == "numbers":
-        out: Dict[str, Any] = {}
-        for name, number in value.items():
-            if isinstance(number, bool) or not isinstance(number, (int, float)) or number < 0:
-                raise ctx.error(f"{key}.{name}", "expected a number ≥ 0, got "
-                                f"{_show(number)} ({_kind(number)})")
-            out[name] = number
-        return out
+    return _check_strlist(ctx, key, value)
+
+
+def _copied(ctx: Ctx, key: str, value: Any) -> Any:
+    """A deep copy of a table whose contents are checked elsewhere."""
+    return copy.deepcopy(value)
+
+
+def _check_binds(ctx: Ctx, key: str, value: Any) -> Any:
+    """A table of host path = true or the path in the container, copied."""
+    for name, item in value.items():
+        if not (item is True or isinstance(item, str)):
+            raise ctx.error(f"{key}.{name}", "expected true (the same path in the "
+                            "container) or the path in the container, got "
+                            f"{_show(item)} ({_kind(item)})",
+                            f'e.g. binds = {{"{name}" = true}}; "" removes it')
+    return dict(value)
+
+
+def _check_directives(ctx: Ctx, key: str, value: Any) -> Any:
+    """A table of directive = string, integer or true, copied."""
+    out_d: Dict[str, Any] = {}
+    for name, item in value.items():
+        if isinstance(item, bool) and not item:
+            raise ctx.error(f"{key}.{name}", "false is not a directive value",
+                            'to remove a directive set by the site, give "" (empty)')
+        if not isinstance(item, (str, int, bool)) or isinstance(item, float):
+            raise ctx.error(f"{key}.{name}", "expected a string, an integer or true, got "
+                            f"{_show(item)} ({_kind(item)})")
+        out_d[name] = item
+    return out_d
+
+
+def _check_space(ctx: Ctx, key: str, value: Any) -> Any:
+    """A search space: every domain checked, the tables copied as given."""
+    from_tables(value, key, ctx.error)  # checks every domain; the tables stay as given
+    return copy.deepcopy(value)
+
+
+def _check_tune(ctx: Ctx, key: str, value: Any) -> Any:
+    """A scheduler or search algorithm table with a ``type`` name, copied."""
+    # the table's shape here; its type and options are checked by building the
+    # scheduler or search algorithm (hpctrain.tune.jobfile.control_from_spec), which
+    # `hpctrain validate`, `hpctrain sweep` and the Tuner do before anything is made
+    if not isinstance(value.get("type"), str):
+        raise ctx.error(f"{key}.type", f"expected the name of a {key.split('.')[-1]} "
+                        f"(a string), got {_show(value.get('type'))}",
+                        f'e.g. [{key}] type = "{"asha" if key.endswith("scheduler") else "optuna"}"')
+    return copy.deepcopy(value)
+
+
+def _check_thresholds(ctx: Ctx, key: str, value: Any) -> Any:
+    """A table of result names and numbers, copied."""
+    for name, number in value.items():
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise ctx.error(f"{key}.{name}", f"expected a number, got {_show(number)} "
+                            f"({_kind(number)})", "e.g. stop = {training_iteration = 20}")
+    return dict(value)
+
+
+def _check_numbers(ctx: Ctx, key: str, value: Any) -> Any:
+    """A table of names and numbers ≥ 0, copied."""
+    out: Dict[str, Any] = {}
+    for name, number in value.items():
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or number < 0:
+            raise ctx.error(f"{key}.{name}", "expected a number ≥ 0, got "
+                            f"{_show(number)} ({_kind(number)})")
+        out[name] = number
+    return out
+
+
+def _check_choice_and_minimum(ctx: Ctx, key: str, value: Any) -> Any:
+    """A scalar among its key's choices and not below its key's minimum, if it has them."""
     choices = _CHOICES.get(key)
     if choices is not None and value not in choices:
         # a registry's name whose plugin was left out: why, as the HINT
@@ -393,6 +447,23 @@ def check_value(ctx: Ctx, key: str, kind: str, value: Any) -> Any:
     if minimum is not None and value < minimum:
         raise ctx.error(key, f"expected an integer ≥ {minimum}, got {value}")
     return value
+
+
+#: The check of each kind whose values need more than the type check; the other kinds'
+#: values are scalars checked against their key's choices and minimum.
+_KIND_CHECKS: Dict[str, Callable[[Ctx, str, Any], Any]] = {
+    "walltime": _check_walltime,
+    "memory": _check_memory,
+    "split": _check_split,
+    "strlist": _check_strlist,
+    "callback": _copied,
+    "binds": _check_binds,
+    "directives": _check_directives,
+    "space": _check_space,
+    "tune": _check_tune,
+    "thresholds": _check_thresholds,
+    "numbers": _check_numbers,
+}
 
 
 def check_table(ctx: Ctx, section: str, table: Any) -> Dict[str, Any]:
