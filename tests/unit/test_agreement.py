@@ -8,7 +8,9 @@ import pytest
 
 from hpctrain._internal.base.checkpoint_interval import FrequencyPolicy
 from hpctrain._internal.base.deadline import SLACK_S, checkpoint_deadline, lateness
-from hpctrain._internal.worker.agreement import Vote, checkpoint_asked, decide
+from hpctrain._internal.base.context import Posted
+from hpctrain._internal.worker.agreement import (POSTED_DEPTH, Rounds, Vote, checkpoint_asked,
+                                                 decide)
 from hpctrain._internal.rundir.handed_in import NOTHING_IN_FLIGHT
 
 
@@ -105,3 +107,53 @@ def test_should_checkpoint_is_false_when_the_next_checkpoint_would_be_late(left,
     due = frequency.due_by_count(3)  # after report 3, a checkpoint every report
     assert checkpoint_asked(False, late_next, due) is (not late)
     assert checkpoint_asked(True, late_next, due) is True  # the stop's checkpoint
+
+
+class _Recorder:
+    """A coordinator for one rank standing in for two: a round's result is this rank's
+    own values (or, for a posted round, the values it is told to return); every call is
+    written down in order."""
+
+    def __init__(self):
+        self.log, self.posted_result = [], None
+
+    def allreduce_max(self, values):
+        self.log.append("agree")
+        return list(values)
+
+    def allreduce_max_async(self, values):
+        result = list(self.posted_result or values)
+
+        def finish():
+            self.log.append("posted round done")
+            return result
+        return Posted(finish)
+
+
+def test_a_synchronous_round_settles_the_posted_ones_before_taking_the_vote():
+    """A warning that reaches the rank while it waits for the posted rounds is in the
+    vote of the round that follows them (not found a posted round later)."""
+    coordinator = _Recorder()
+    rounds = Rounds(coordinator, world_size=2, start_iteration=0)
+    for it in (1, 2):
+        assert rounds.post(it, lambda: Vote(gap=4))
+
+    def vote():  # the warning came while the rank waited for the posted rounds
+        coordinator.log.append("vote")
+        return Vote(stop="posted round done" in coordinator.log, gap=4)
+    d = rounds.agree(3, vote)
+    assert coordinator.log == ["posted round done", "posted round done", "vote", "agree"]
+    assert d.stop_agreed and rounds.stop_agreed and d.next_agreement == 4
+
+
+def test_a_posted_round_that_saw_a_stop_makes_the_next_agreement_wait():
+    coordinator = _Recorder()
+    rounds = Rounds(coordinator, world_size=2, start_iteration=0)
+    coordinator.posted_result = Vote(stop=True, gap=4).to_wire()  # another rank was warned
+    assert rounds.post(1, lambda: Vote(gap=4))
+    coordinator.posted_result = None
+    for it in range(2, POSTED_DEPTH + 1):
+        assert rounds.post(it, lambda: Vote(gap=4))
+    # the round posted first is applied now: it saw the stop, so this report agrees
+    assert not rounds.post(POSTED_DEPTH + 1, lambda: Vote(gap=4))
+    assert not rounds.posting

@@ -411,8 +411,12 @@ class Supervisor:
                 watchdog: Optional[Watchdog]) -> Optional[str]:
         """The attempt's status from how its watch ended: FINISHED, PREEMPTED, FAILED, or
         None (the next attempt starts)."""
-        if ending.decision:
-            return self._after_decision(attempt, group, ending.decision)
+        # a sweep's decision written while the watch ended otherwise (a hang, the
+        # deadline, the ranks' exits) is still followed
+        decision = ending.decision or read_json(
+            os.path.join(self.run.attempt_dir(attempt), DECISION_FILE))
+        if decision:
+            return self._after_decision(attempt, group, decision)
         if self.stop_time is None and glob.glob(os.path.join(
                 self.run.attempt_dir(attempt), "stopped.rank-*.json")):
             # the ranks got the warning signal themselves (`scancel --signal=USR1 <job>`

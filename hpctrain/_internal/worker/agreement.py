@@ -245,13 +245,15 @@ class Rounds:
         for posted in self._posted:
             posted.wait()
 
-    def agree(self, iteration: int, vote: Vote, *, final: bool = False) -> Decision:
+    def agree(self, iteration: int, vote: Callable[[], Vote], *, final: bool = False
+              ) -> Decision:
         """One synchronous agreement at report ``iteration`` (every rank at the same
         report): the rounds posted before are settled (this one covers what they saw),
-        the votes combined, and :func:`decide` applied."""
+        then this rank's ``vote()`` taken (a warning that came meanwhile is in it), the
+        votes combined, and :func:`decide` applied."""
         while self._posted:
             self._posted.popleft().wait()
-        local = vote.to_wire()
+        local = vote().to_wire()
         v = Vote.from_wire(self.coordinator.allreduce_max(local)
                            if self.world_size > 1 else local)
         d = decide(v, iteration=iteration, stop_agreed=self.stop_agreed,

@@ -157,9 +157,9 @@ class Session:
                checkpoint_upload_mode: Any = None,
                delete_local_checkpoint_after_upload: Optional[bool] = None,
                checkpoint_upload_fn: Any = None, validation: Any = False) -> None:
+        request = _validation_request(self.validation, validation, checkpoint)
         _check_report(metrics, checkpoint, checkpoint_upload_fn,
                       delete_local_checkpoint_after_upload)
-        request = _validation_request(self.validation, validation, checkpoint)
         progress.beat()
         started = time.time()
         progress.reported(started)
@@ -294,8 +294,8 @@ class Session:
         staged a checkpoint since the last agreement or hands one in at this very report
         (rank 0 among them?), whether any asked to stop, when the next agreement is,
         what is in flight, whether a checkpoint is due or late (agreement.decide)."""
-        d = self.rounds.agree(iteration, self._local_values(iteration, ckpt_here, final=final,
-                                                            async_here=async_here), final=final)
+        d = self.rounds.agree(iteration, lambda: self._local_values(
+            iteration, ckpt_here, final=final, async_here=async_here), final=final)
         if d.checkpointed:
             self._frequency.checkpointed()
         if d.due_here:
