@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Dict, List, Set
+from typing import Any, Dict, List, Set
 
 
 def children(pid: int) -> List[int]:
@@ -63,6 +63,18 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def _role(pid: int, root: int) -> str:
+    """``launcher`` for the tree's root, else the process's command, shortened."""
+    if pid == root:
+        return "launcher"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read().split(b"\0")
+    except OSError:
+        return "gone"
+    return " ".join(os.path.basename(w.decode(errors="replace")) for w in words[:4] if w)[:60]
+
+
 def pss_kib(pid: int) -> int:
     """Pss of one process in KiB (0 if it is gone or unreadable)."""
     try:
@@ -86,13 +98,18 @@ class TreeSampler(threading.Thread):
         self.peak_procs = 0
         self.samples = 0
         self.cpu: Dict[int, float] = {}  # last CPU time seen per process of the tree
+        self.peak_parts: List[Dict[str, Any]] = []  # each process's PSS at the peak
         self._halt = threading.Event()
 
     def run(self) -> None:
         while not self._halt.is_set():
             pids = tree(self.root)
-            total = sum(pss_kib(p) for p in pids)
+            each = {p: pss_kib(p) for p in pids}
+            total = sum(each.values())
             live = sum(1 for p in pids if os.path.exists(f"/proc/{p}"))
+            if total > self.peak_kib:  # where the peak is: each process's share
+                self.peak_parts = [{"process": _role(p, self.root), "pss_mib": round(k / 1024, 1)}
+                                   for p, k in each.items() if k]
             self.peak_kib = max(self.peak_kib, total)
             self.peak_procs = max(self.peak_procs, live)
             self.samples += 1

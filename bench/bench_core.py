@@ -144,7 +144,8 @@ def run_once(launcher: str, mode: str, *, size: str, sync: bool, workers: int, r
     rec.update(t_launch=t_launch, wall_s=t_end - t_launch, command=shlex.join(cmd), tag=tag,
                foreign_load_cores=foreign_cores, foreign_load_before=load_before)
     if sampler:
-        rec.update(peak_pss_mib=sampler.peak_mib, peak_procs=sampler.peak_procs,
+        rec.update(peak_pss_mib=sampler.peak_mib, peak_pss_by_process=sampler.peak_parts,
+                   peak_procs=sampler.peak_procs,
                    pss_samples=sampler.samples, launcher_cpu_s=sampler.root_cpu_s(),
                    tree_cpu_s={str(k): v for k, v in sampler.cpu.items()})
     if not keep:
