@@ -143,10 +143,7 @@ class Commits:
             # checkpoint_frequency="auto": the drain bounds the interval from below
             self.frequency.observe_drain(commit.finished - commit.started)
         self.staged_since = True
-        shard = _shard_of(commit.iteration, manifest)
-        if shard.files:
-            self.background.submit(digest_shard, self.run, commit.iteration, commit.rank,
-                                   shard.files, None, shard.aside)
+        self._submit_digest(_shard_of(commit.iteration, manifest), None)
 
     def hand_in(self, iteration: int, checkpoint: Checkpoint, mode: CommitMode, *,
                 wait_for_rank0: bool, record: Optional[Dict[str, Any]],
@@ -189,14 +186,16 @@ class Commits:
                 checkpoint._temporary or delete_after is True):
             delete_handed_in(checkpoint)
 
-    def reported(self, iteration: int, report: Report,
+    def reported(self, iteration: int, metrics: Dict[str, Any], started: float,
+                 data_epochs: Optional[Dict[str, Any]],
                  validation: Optional[Dict[str, Any]]) -> None:
         """Report ``iteration`` is done here: the mark says how far this rank staged;
-        rank 0 keeps what it publishes that report's checkpoint with."""
+        rank 0 keeps what it publishes that report's checkpoint with (a copy of the
+        metrics: only there, off the other ranks' hot path)."""
         if self.mark is not None:  # this report's shard is staged (or in flight)
             self.mark.set(iteration, self.in_flight)
         if self.info.world_rank == 0:
-            self._reports[iteration] = report
+            self._reports[iteration] = Report(dict(metrics), started, data_epochs)
             if validation is not None:
                 self._validation[iteration] = validation
 
@@ -236,7 +235,12 @@ class Commits:
         """Hash this report's staged files (after the commit, so that hashing never
         competes with it), under ``name`` once published."""
         shard, self._to_digest = self._to_digest, None
-        if shard is not None and shard.files:
+        if shard is not None:
+            self._submit_digest(shard, name)
+
+    def _submit_digest(self, shard: _Shard, name: Optional[str]) -> None:
+        """Hash this rank's files of ``shard`` off the training thread."""
+        if shard.files:
             self.background.submit(digest_shard, self.run, shard.iteration,
                                    self.info.world_rank, shard.files, name, shard.aside)
 

@@ -55,7 +55,7 @@ from hpctrain._internal.rundir.layout import (DECISION_FILE, STOP_FILE, ResultWr
                                               autofilled)
 from hpctrain._internal.worker.agreement import (Decision, Rounds, Vote, checkpoint_asked,
                                                  gap_for)
-from hpctrain._internal.worker.commits import CommitMode, Commits, Report, delete_handed_in
+from hpctrain._internal.worker.commits import CommitMode, Commits, delete_handed_in
 from hpctrain._internal.worker.data_epochs import DataEpochs
 from hpctrain._internal.worker.trial import trial_control, trial_names
 from hpctrain.checkpoint import Checkpoint, ReportedCheckpoint
@@ -191,7 +191,7 @@ class Session:
                                  wait_for_rank0=d is not None and d.rank0_now and rank != 0,
                                  delete_after=delete_local_checkpoint_after_upload,
                                  at_agreement=agreed)
-        self.commits.reported(iteration, Report(dict(metrics), started, epochs), request)
+        self.commits.reported(iteration, metrics, started, epochs, request)
         name = self._publish(iteration).get(iteration) if agreed else None
         self.commits.digest(name)
         self._write_row(iteration, metrics, started, checkpoint is not None, name)
