@@ -27,7 +27,7 @@ def _work(n):
 
 
 def loop(config):
-    from hpctrain._internal.worker.session import get_session
+    from hpctrain.worker.session import get_session
 
     ctx = hpctrain.get_context()
     rank = ctx.get_world_rank()

@@ -84,10 +84,10 @@ def _read_all(path: str) -> int:
 
 def restart_times(shared: str, run_path: str, local_root: str, repeats: int) -> dict:
     """Median seconds to get the state back: from the shared tier, from the local tier."""
-    from hpctrain._internal.base.fsutil import walk_files
-    from hpctrain._internal.rundir.commit import verify_checkpoint
-    from hpctrain._internal.rundir.layout import RunDir
-    from hpctrain._internal.rundir.local_tier import LocalTier, restore
+    from hpctrain.common.fsutil import walk_files
+    from hpctrain.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.layout import RunDir
+    from hpctrain.rundir.local_tier import LocalTier, restore
 
     run = RunDir(run_path)
     meta = json.load(open(os.path.join(shared, ".hpctrain_checkpoint.json")))

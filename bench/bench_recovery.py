@@ -441,7 +441,7 @@ class HpJob:
             return {}
 
     def stopped_times(self, attempt: int) -> List[float]:
-        from hpctrain._internal.rundir.layout import RunDir
+        from hpctrain.rundir.layout import RunDir
 
         adir = RunDir(self.run_dir).attempt_dir(attempt)
         out = []

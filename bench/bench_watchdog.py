@@ -45,7 +45,7 @@ from _stats import paired_ratio  # noqa: E402
 
 
 def per_beat_ns(n: int = 1_000_000) -> float:
-    from hpctrain._internal.base import progress
+    from hpctrain.common import progress
 
     t = time.perf_counter()
     for _ in range(n):
@@ -54,8 +54,8 @@ def per_beat_ns(n: int = 1_000_000) -> float:
 
 
 def per_poll_us(ranks: int, polls: int = 200) -> float:
-    from hpctrain._internal.allocation.stragglers import Pace
-    from hpctrain._internal.allocation.watchdog import Watchdog
+    from hpctrain.allocation.stragglers import Pace
+    from hpctrain.allocation.watchdog import Watchdog
 
     with tempfile.TemporaryDirectory() as d:
         pace = Pace(2.0)

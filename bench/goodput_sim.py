@@ -6,7 +6,7 @@
     python bench/goodput_sim.py --json out.json
 
 Pure Python, seeded; its ``"auto"`` is hpctrain's own rule
-(``hpctrain._internal.base.checkpoint_interval.young_daly_interval``, the function
+(``hpctrain.common.checkpoint_interval.young_daly_interval``, the function
 ``CheckpointConfig(checkpoint_frequency="auto")`` calls), not a copy. A run on N nodes
 trains in cycles of ``τ`` s of work followed by a checkpoint commit that blocks training
 for ``C`` s. Interruptions arrive
@@ -58,7 +58,7 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hpctrain._internal.base.checkpoint_interval import (  # noqa: E402
+from hpctrain.common.checkpoint_interval import (  # noqa: E402
     tiered_interval, young_daly_interval)
 
 HOUR, DAY = 3600.0, 86400.0

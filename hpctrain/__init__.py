@@ -19,14 +19,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from ._internal.base.context import get_session as _session
+from .common.context import get_session as _session
 from ._version import __version__
 from .errors import (CheckpointError, ConfigError, ControllerError, HpctrainError,
                      MissingFrameworkError, RunLockedError, TrainingFailedError,
                      TrainingStoppedError, WorkerGroupError)
 
 if TYPE_CHECKING:
-    from ._internal.worker.train_context import TrainContext
+    from .worker.train_context import TrainContext
     from .checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
     from .config import (CheckpointConfig, CheckpointUploadMode, DataConfig, FailureConfig,
                          RunConfig, ScalingConfig, SchedulerConfig, SetupConfig, SyncConfig,
@@ -123,7 +123,7 @@ def get_all_reported_checkpoints() -> List[ReportedCheckpoint]:
 
 def get_context() -> "TrainContext":
     """This worker's :class:`TrainContext` (ranks, sizes, run dir, job id, restarts)."""
-    from hpctrain._internal.worker.train_context import TrainContext
+    from hpctrain.worker.train_context import TrainContext
 
     return TrainContext(_session("get_context()"))
 

@@ -50,12 +50,12 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from ._internal.base.install import pip_install
-from ._internal.base.log import get_logger
+from .common.install import pip_install
+from .common.log import get_logger
 from .errors import ConfigError
 from .user_callback import UserCallback
-from hpctrain._internal.base.fsutil import atomic_write_json, read_json
-from hpctrain._internal.base.metrics import flatten
+from hpctrain.common.fsutil import atomic_write_json, read_json
+from hpctrain.common.metrics import flatten
 
 __all__ = ["Callback", "RunInfo", "JsonLoggerCallback", "CSVLoggerCallback",
            "TensorBoardLoggerCallback", "TBXLoggerCallback", "MLflowLoggerCallback",

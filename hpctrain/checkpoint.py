@@ -18,16 +18,16 @@ from typing import Any, Callable, Dict, Iterator, Optional
 
 import cloudpickle
 
-from hpctrain._internal.base.formats import COMMIT_FORMAT, FORMAT_KEY, read_commit_record
-from hpctrain._internal.base.fsutil import atomic_write_bytes
-from hpctrain._internal.base.registry import (FILESYSTEM_SCHEME, is_local_path, storage_for,
+from hpctrain.common.formats import COMMIT_FORMAT, FORMAT_KEY, read_commit_record
+from hpctrain.common.fsutil import atomic_write_bytes
+from hpctrain.common.registry import (FILESYSTEM_SCHEME, is_local_path, storage_for,
                                               uri_scheme)
 
 DICT_FILE = "dict_checkpoint.pkl"
 METADATA_FILE = ".hpctrain_checkpoint.json"
 # The commit record's format (its FORMAT_KEY, imported above): COMMIT_FORMAT is what this
 # hpctrain writes and the highest it reads; a record without one is format 1
-# (hpctrain._internal.base.formats).
+# (hpctrain.common.formats).
 #: The user's metadata (``set_metadata``/``get_metadata``), Ray's file name. Not part of
 #: the checkpoint's content record: it may change after the commit, as in Ray.
 USER_METADATA_FILE = ".metadata.json"

@@ -76,7 +76,7 @@ from typing import List, NamedTuple, Optional
 
 import hostlist
 
-from ._internal.base.registry import detect_scheduler as detect, scheduler_class, scheduler_names
+from .common.registry import detect_scheduler as detect, scheduler_class, scheduler_names
 from .errors import ConfigError
 
 __all__ = [

@@ -21,8 +21,8 @@ from typing import Any, Dict, Optional, Union
 from .errors import ConfigError
 from .result import Result
 from .schedulers import get_scheduler
-from hpctrain._internal.driver.submission import last_job, result_of
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.driver.submission import last_job, result_of
+from hpctrain.rundir.layout import RunDir
 
 #: Run statuses after which nothing more happens to the run.
 __all__ = ["Job", "JobStatus"]

@@ -59,9 +59,9 @@ except ModuleNotFoundError:  # the standalone ``pytorch_lightning`` package
     from pytorch_lightning.trainer.connectors.signal_connector import _SignalConnector
 
 import hpctrain
-from ._internal.base.context import get_session
+from .common.context import get_session
 from .torch import get_device
-from hpctrain._internal.worker.session import current_session
+from hpctrain.worker.session import current_session
 
 __all__ = ["RayDDPStrategy", "RayFSDPStrategy", "RayDeepSpeedStrategy",
            "RayLightningEnvironment", "RayTrainReportCallback", "prepare_trainer"]

@@ -9,11 +9,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from .checkpoint import Checkpoint
 from .errors import (ControllerError, RunNotFoundError, TrainingStoppedError,
                      WorkerGroupError, WorkerTraceback)
-from hpctrain._internal.rundir.layout import (CheckpointRecord, RunDir, best_checkpoints,
+from hpctrain.rundir.layout import (CheckpointRecord, RunDir, best_checkpoints,
                                               existing_run, read_results)
-from hpctrain._internal.base.registry import is_local_path
-from hpctrain._internal.base.trust import MAX_CONTROL_BYTES, load_own_pickle, load_trusted_pickle
-from ._internal.worker.entry import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES, RETURN_FILE
+from hpctrain.common.registry import is_local_path
+from hpctrain.common.trust import MAX_CONTROL_BYTES, load_own_pickle, load_trusted_pickle
+from .worker.entry import ERROR_PICKLE, MAX_ERROR_PICKLE_BYTES, RETURN_FILE
 
 
 @dataclass

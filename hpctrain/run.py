@@ -1,7 +1,7 @@
 """``Run``: one run, the one owner of what a run is and does.
 
 A :class:`Run` is data: the resolved :class:`~hpctrain.spec.JobSpec`, the payload its
-workers load (:class:`~hpctrain._internal.rundir.payload.WorkerPayload`: the training
+workers load (:class:`~hpctrain.rundir.payload.WorkerPayload`: the training
 function, its config, the backend…) and the :class:`RunOptions` of this one run. Three
 constructors make one, and they are the only code that knows where those come from:
 
@@ -26,7 +26,7 @@ constructors make one, and they are the only code that knows where those come fr
 
 :meth:`Run.run_here` is the one place that wires the supervisor: a local run with no
 argument, the batch step and a sweep's array task with their
-:class:`~hpctrain._internal.allocation.job.Allocation`.
+:class:`~hpctrain.allocation.job.Allocation`.
 """
 from __future__ import annotations
 
@@ -39,26 +39,26 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
-from hpctrain._internal.allocation.attempts import supervise
-from hpctrain._internal.allocation.interactive import interactive_allocation
-from hpctrain._internal.allocation.job import gpu_binding_env
-from hpctrain._internal.allocation.metrics import MetricsFile
-from hpctrain._internal.allocation.supervisor import FINISHED, AttemptPlan, Supervisor
-from hpctrain._internal.allocation.tracking import CallbackRunner, load_callbacks, save_callbacks
-from hpctrain._internal.allocation.validation import ValidationJobs, validation_spec
-from hpctrain._internal.base.formats import versioned_spec
-from hpctrain._internal.base.fsutil import atomic_write_bytes, atomic_write_json, read_json
-from hpctrain._internal.base.log import get_logger, progress_line
-from hpctrain._internal.base.registry import (backend_entry, describe, is_local_path, load,
+from hpctrain.allocation.attempts import supervise
+from hpctrain.allocation.interactive import interactive_allocation
+from hpctrain.allocation.job import gpu_binding_env
+from hpctrain.allocation.metrics import MetricsFile
+from hpctrain.allocation.supervisor import FINISHED, AttemptPlan, Supervisor
+from hpctrain.allocation.tracking import CallbackRunner, load_callbacks, save_callbacks
+from hpctrain.allocation.validation import ValidationJobs, validation_spec
+from hpctrain.common.formats import versioned_spec
+from hpctrain.common.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from hpctrain.common.log import get_logger, progress_line
+from hpctrain.common.registry import (backend_entry, describe, is_local_path, load,
                                               scheduler_names, storage_for)
-from hpctrain._internal.base.trust import (make_private_dir, read_trusted, share_of,
+from hpctrain.common.trust import (make_private_dir, read_trusted, share_of,
                                            trusted_pythonpath)
-from hpctrain._internal.driver import submission
-from hpctrain._internal.driver.progress import Progress
-from hpctrain._internal.rundir.checks import ensure_storage_dir
-from hpctrain._internal.rundir.layout import RunDir, existing_run
-from hpctrain._internal.rundir.payload import WorkerPayload
-from hpctrain._internal.rundir.resume import check_resume
+from hpctrain.driver import submission
+from hpctrain.driver.progress import Progress
+from hpctrain.rundir.checks import ensure_storage_dir
+from hpctrain.rundir.layout import RunDir, existing_run
+from hpctrain.rundir.payload import WorkerPayload
+from hpctrain.rundir.resume import check_resume
 
 from .backends import backend_options, check_installed
 from .config import DataConfig, RunConfig, default_storage_path
@@ -369,7 +369,7 @@ class Run:
         Without ``allocation`` (a local run): shows progress as ``RunConfig.verbose``
         says, handles SIGTERM/SIGHUP (the ranks stop, KeyboardInterrupt) and the warning
         signal (the ranks stop at a checkpoint); nothing can requeue it.
-        With an :class:`~hpctrain._internal.allocation.job.Allocation` (the batch step, a
+        With an :class:`~hpctrain.allocation.job.Allocation` (the batch step, a
         sweep's array task): the spec's launcher over the job's nodes, the job's id, its
         warning (the scheduler's signal or the supervisor's own timer) and a requeue
         after a clean stop where the scheduler can. ``on_tick`` is called with the
@@ -620,7 +620,7 @@ def driver_pythonpath(*, also: Sequence[str] = (),
     directory, a notebook's cwd, pytest's rootdir…, then ``also``) so that functions
     pickled by reference import in the workers exactly as they did in the driver, then
     ``$PYTHONPATH``. With ``warn``, the additions another user could write are left out
-    (:func:`~hpctrain._internal.base.trust.trusted_pythonpath`); ``$PYTHONPATH`` is the
+    (:func:`~hpctrain.common.trust.trusted_pythonpath`); ``$PYTHONPATH`` is the
     user's own choice and kept."""
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     extra = []

@@ -22,7 +22,7 @@ import json
 from typing import Any, Dict, Optional
 
 from .config import TomlKey, scheduler_config_class, toml_keys
-from ._internal.base.registry import SCHEDULERS
+from .common.registry import SCHEDULERS
 from .spec import ENV_NAME_PATTERN, EXPECTED, KEYS, TOP_LEVEL_KEYS
 from .units import MEMORY_PATTERN, WALLTIME_PATTERN
 

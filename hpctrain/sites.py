@@ -9,7 +9,7 @@ A site config is a TOML file named ``<name>.toml`` with:
   ``required_directives``, ``max_array_size`` (sweeps: larger ones are split),
   ``min_nodes`` (a smaller request is refused: e.g. a queue that only takes big jobs),
   ``shared_paths`` (paths every node sees although they look node-local: see
-  :mod:`hpctrain._internal.rundir.checks`); and the numeric keys per ``[limits.partitions.<name>]`` (Slurm partition or PBS queue),
+  :mod:`hpctrain.rundir.checks`); and the numeric keys per ``[limits.partitions.<name>]`` (Slurm partition or PBS queue),
   ``[limits.qos.<name>]`` and ``[limits.constraints.<name>]``;
 * any job-spec section (``[scheduler]``, ``[scaling]``, ``[env]``, ``[setup]``, ``[run]``,
   backend sections): a layer under the user's job file.
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from difflib import get_close_matches
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ._internal.base.registry import backend_names, describe, scheduler_names
-from ._internal.base.tomlfile import read_toml
+from .common.registry import backend_names, describe, scheduler_names
+from .common.tomlfile import read_toml
 from .errors import ConfigError
 from .units import UnitError, format_walltime, parse_memory, parse_walltime
 

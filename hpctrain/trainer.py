@@ -13,9 +13,9 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Union
 
-from hpctrain._internal.base.registry import BACKENDS, SCHEDULERS, backend_entry, describe
-from hpctrain._internal.driver.login import warn_if_login_node
-from hpctrain._internal.rundir.layout import RunDir, existing_run
+from hpctrain.common.registry import BACKENDS, SCHEDULERS, backend_entry, describe
+from hpctrain.driver.login import warn_if_login_node
+from hpctrain.rundir.layout import RunDir, existing_run
 from .checkpoint import Checkpoint
 from .config import DataConfig, RunConfig, ScalingConfig, SchedulerConfig, ValidationConfig
 from .errors import ConfigError

@@ -1,5 +1,5 @@
 """Ray Train v2's ``ray.train.UserCallback``, given to ``RunConfig(callbacks=[...])``
-(run by :mod:`hpctrain._internal.allocation.tracking`, beside the tracking callbacks)."""
+(run by :mod:`hpctrain.allocation.tracking`, beside the tracking callbacks)."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional

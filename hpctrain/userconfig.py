@@ -32,7 +32,7 @@ Where each value comes from, most specific first:
   center config's, else ``~/hpctrain_results``; a run named on the command line is
   looked for in each of them, in this order.
 
-The center config is read through the checked loader (:mod:`hpctrain._internal.base.trust`):
+The center config is read through the checked loader (:mod:`hpctrain.common.trust`):
 it must be a regular file owned by root (or by this user), writable by nobody else, in a
 directory nobody else can write; anything else is refused before it is read.
 
@@ -44,10 +44,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from ._internal.base.tomlfile import did_you_mean, kind_name, loads_toml, read_toml, show_value
+from .common.tomlfile import did_you_mean, kind_name, loads_toml, read_toml, show_value
 from .errors import ConfigError, UnsafePathError
-from ._internal.base.registry import uri_scheme
-from ._internal.base.trust import SHARES, read_trusted
+from .common.registry import uri_scheme
+from .common.trust import SHARES, read_trusted
 from .sites import LOCAL_SITE, find_site, load_site
 
 SITE_ENV = "HPCTRAIN_SITE"

@@ -491,7 +491,7 @@ def check_hang(device: str, storage: str) -> Tuple[str, str]:
     import torch
 
     from hpctrain import FailureConfig
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
     from hpctrain.torch import TorchTrainer
 
     world = 2 if device == "cpu" or torch.cuda.device_count() >= 2 else 1

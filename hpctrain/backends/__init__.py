@@ -8,7 +8,7 @@ agree across ranks, and tears down afterwards. Backends are imported lazily, so 
 This package holds the **backend registry**'s lines: one :func:`register_backend` per
 backend names its class, its config dataclass (the job file's ``[name]`` section), its
 trainer and the modules it needs; ``job.backend``'s choices, ``hpctrain run`` and the 1.x
-API read them (:mod:`hpctrain._internal.base.registry`).
+API read them (:mod:`hpctrain.common.registry`).
 
 =============== ====================================== ========================= ==========
 backend         set-up                                 report()'s agreement      launcher
@@ -29,12 +29,12 @@ from dataclasses import asdict
 from typing import Any, Dict, Mapping
 
 from ..errors import ConfigError, MissingFrameworkError
-from .._internal.base.install import pip_install
-from .._internal.base.registry import (BACKENDS, backend_entry, backend_names, load,
+from ..common.install import pip_install
+from ..common.registry import (BACKENDS, backend_entry, backend_names, load,
                                        register_backend)
 from .base import Backend
 
-# The backend registry (hpctrain._internal.base.registry): one line per backend.
+# The backend registry (hpctrain.common.registry): one line per backend.
 register_backend("torch", backend="hpctrain.backends.torch:TorchBackend",
                  config="hpctrain.backends.torch:TorchConfig",
                  trainer="hpctrain.torch:TorchTrainer", config_keyword="torch_config",

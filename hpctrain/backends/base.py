@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from hpctrain._internal.base.context import Coordinator, SingleProcessCoordinator
+from hpctrain.common.context import Coordinator, SingleProcessCoordinator
 from ..cluster_env import WorkerInfo
 
 

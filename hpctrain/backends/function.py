@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from hpctrain._internal.base.context import Coordinator
-from hpctrain._internal.rendezvous import TcpGroup, group_token
+from hpctrain.common.context import Coordinator
+from hpctrain.rendezvous import TcpGroup, group_token
 from ..cluster_env import WorkerInfo
 from ..config import toml
 from ..errors import ConfigError

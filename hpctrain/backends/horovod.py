@@ -10,7 +10,7 @@
   from the ranks hpctrain derived, and every rank gets the ``HOROVOD_*`` variables
   ``horovodrun --gloo`` sets (rank, size, local and cross rank/size, hostname, rendezvous
   address and port, the network interface). The port of the server travels to the
-  other ranks over hpctrain's TCP group (:mod:`hpctrain._internal.rendezvous`), which
+  other ranks over hpctrain's TCP group (:mod:`hpctrain.rendezvous`), which
   also carries ``report()``'s agreement, so hpctrain never calls ``hvd`` collectives.
 
 The training function calls ``hvd.init()`` itself, as in Ray Train's Horovod examples.
@@ -30,7 +30,7 @@ from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 from .tensorflow import worker_address
-from hpctrain._internal.rendezvous import TcpGroup, group_token
+from hpctrain.rendezvous import TcpGroup, group_token
 
 CONTROLLERS = ("auto", "gloo", "mpi")
 MPI_LAUNCHERS = ("openmpi", "pmi", "pals")

@@ -1,7 +1,6 @@
 """LightGBM backend: LightGBM's socket network over the allocation's hosts.
 
-Every rank picks a port that is free on its own host (:func:`~hpctrain._internal.
-rendezvous.reserve_port`), the ranks exchange ``host:port`` over hpctrain's TCP group, and
+Every rank picks a port that is free on its own host (:func:`~hpctrain.rendezvous.reserve_port`), the ranks exchange ``host:port`` over hpctrain's TCP group, and
 each rank keeps LightGBM's network parameters, as Ray's ``LightGBMConfig`` does::
 
     {"num_machines": N, "machines": "n1:41000,n2:41002", "local_listen_port": <this rank's>}
@@ -24,7 +23,7 @@ from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 from .xgboost import cores_per_rank, worker_ip
-from hpctrain._internal.rendezvous import TcpGroup, group_token, reserve_port
+from hpctrain.rendezvous import TcpGroup, group_token, reserve_port
 
 _NETWORK_KEYS = ("machines", "num_machines", "local_listen_port", "machine_list_filename")
 _THREAD_KEYS = ("num_threads", "num_thread", "nthread", "nthreads", "n_jobs")

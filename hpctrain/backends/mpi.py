@@ -13,7 +13,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import List, Sequence
 
-from hpctrain._internal.base.context import Coordinator, Posted
+from hpctrain.common.context import Coordinator, Posted
 from ..cluster_env import WorkerInfo
 from ..config import toml
 from ..errors import ConfigError

@@ -2,8 +2,8 @@
 
 Before the training function runs, every rank picks a port that is free on its own host
 (below the kernel's ephemeral range, hashed from the job, attempt and rank, probed by
-binding it: :func:`~hpctrain._internal.rendezvous.reserve_port`), the ranks exchange their
-``host:port`` over hpctrain's TCP group (:mod:`hpctrain._internal.rendezvous`, rank 0 at
+binding it: :func:`~hpctrain.rendezvous.reserve_port`), the ranks exchange their
+``host:port`` over hpctrain's TCP group (:mod:`hpctrain.rendezvous`, rank 0 at
 ``master_addr:master_port``), and each sets
 
     TF_CONFIG = {"cluster": {"worker": [<host:port of rank 0>, <rank 1>, ...]},
@@ -34,7 +34,7 @@ from ..cluster_env import WorkerInfo
 from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
-from hpctrain._internal.rendezvous import TcpGroup, group_token, reserve_port
+from hpctrain.rendezvous import TcpGroup, group_token, reserve_port
 
 _LOOPBACK = "localhost"
 

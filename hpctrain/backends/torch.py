@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
-from hpctrain._internal.base.context import Coordinator, Posted, current_session
+from hpctrain.common.context import Coordinator, Posted, current_session
 from ..cluster_env import WorkerInfo
 from ..config import toml
 from ..errors import ConfigError

@@ -3,7 +3,7 @@ up so that ``xgboost.train`` in the training function trains one model over all 
 
 Rank 0 starts the tracker (:class:`xgboost.tracker.RabitTracker`, ``sortby="task"``) on
 its own host; its ``worker_args()`` (tracker address and port) reach the other ranks over
-hpctrain's TCP group (:mod:`hpctrain._internal.rendezvous`, as for TensorFlow and
+hpctrain's TCP group (:mod:`hpctrain.rendezvous`, as for TensorFlow and
 Horovod); every rank then joins with ``xgboost.collective.init(**args,
 dmlc_task_id=<rank>)`` — the task id orders XGBoost's ranks as hpctrain's, as Ray's
 ``XGBoostConfig`` does — before the training function runs, and ``finalize()`` after it.
@@ -23,7 +23,7 @@ from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
 from .tensorflow import worker_address
-from hpctrain._internal.rendezvous import TcpGroup, group_token
+from hpctrain.rendezvous import TcpGroup, group_token
 
 
 @dataclass

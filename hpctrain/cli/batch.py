@@ -29,17 +29,17 @@ try:
 except ImportError:  # pragma: no cover - Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
-from hpctrain._internal.base.fsutil import atomic_write_bytes
-from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.base.tomlfile import loads_toml
-from hpctrain._internal.base.trust import no_write_for_others
-from hpctrain._internal.allocation.budgets import exit_code
-from hpctrain._internal.allocation.job import allocation_from_env, describe_timer
-from hpctrain._internal.allocation.recovery import PendingStop, supervisor_signals
-from hpctrain._internal.allocation.supervisor import FAILED, FINISHED, REQUEUED, RUNNING, STOPPED
-from hpctrain._internal.base.log import configure
-from hpctrain._internal.driver.submission import SUBMISSIONS
-from hpctrain._internal.rundir.validation import validate
+from hpctrain.common.fsutil import atomic_write_bytes
+from hpctrain.rundir.layout import RunDir
+from hpctrain.common.tomlfile import loads_toml
+from hpctrain.common.trust import no_write_for_others
+from hpctrain.allocation.budgets import exit_code
+from hpctrain.allocation.job import allocation_from_env, describe_timer
+from hpctrain.allocation.recovery import PendingStop, supervisor_signals
+from hpctrain.allocation.supervisor import FAILED, FINISHED, REQUEUED, RUNNING, STOPPED
+from hpctrain.common.log import configure
+from hpctrain.driver.submission import SUBMISSIONS
+from hpctrain.rundir.validation import validate
 from hpctrain.errors import ConfigError, RunLockedError, UnsafePathError
 from hpctrain.run import Run, RunOptions, allocation_pythonpath
 from hpctrain.spec import resolved_spec
@@ -105,7 +105,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _validate(run: RunDir, name: str) -> int:
     """A validation process or job: the checkpoint ``name`` of ``run``
-    (:func:`hpctrain._internal.rundir.validation.validate`), with the sys.path additions
+    (:func:`hpctrain.rundir.validation.validate`), with the sys.path additions
     the run's ranks get, so that the validation function unpickles as in the driver."""
     configure()
     os.environ.pop("PYTHONSAFEPATH", None)
@@ -134,7 +134,7 @@ def run_allocation(run: RunDir, spec, pending, script: Optional[str],
                    record_job: bool = True) -> int:
     """The batch step's work in this allocation: the run's attempts to their end (or to a
     preemption's requeue), through :meth:`hpctrain.run.Run.run_here` with this job's
-    :class:`~hpctrain._internal.allocation.job.Allocation`; the job's exit code."""
+    :class:`~hpctrain.allocation.job.Allocation`; the job's exit code."""
     try:
         # refuses a run directory another user could write, before reading it
         run.create(spec.run.share)

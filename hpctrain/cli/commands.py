@@ -15,15 +15,15 @@ from hpctrain.cli.completion import print_script
 from hpctrain.cli.main import EXIT_STOPPED, build_parser
 from hpctrain.cli.views import plot_goodput, plot_runs, print_results, rank_log, results_data
 from hpctrain.errors import ConfigError, TrainingFailedError, TrainingStoppedError
-from hpctrain._internal.base.terminal import plain
-from hpctrain._internal.allocation.budgets import exit_code
-from hpctrain._internal.base.fsutil import atomic_write_bytes
-from hpctrain._internal.base.registry import describe, scheduler_class, scheduler_names, uri_scheme
-from hpctrain._internal.driver import submission
-from hpctrain._internal.driver.login import warn_if_login_node
-from hpctrain._internal.driver.progress import user_metrics
-from hpctrain._internal.rundir.checks import check_shared_storage
-from hpctrain._internal.rundir.layout import LineTail, RunDir
+from hpctrain.common.terminal import plain
+from hpctrain.allocation.budgets import exit_code
+from hpctrain.common.fsutil import atomic_write_bytes
+from hpctrain.common.registry import describe, scheduler_class, scheduler_names, uri_scheme
+from hpctrain.driver import submission
+from hpctrain.driver.login import warn_if_login_node
+from hpctrain.driver.progress import user_metrics
+from hpctrain.rundir.checks import check_shared_storage
+from hpctrain.rundir.layout import LineTail, RunDir
 from hpctrain.cli import views as report
 from hpctrain.cli.jsonout import print_json
 from hpctrain.cli.listing import listing_data, print_listing

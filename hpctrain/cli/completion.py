@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hpctrain._internal.base.install import pip_install
+from hpctrain.common.install import pip_install
 from hpctrain.errors import HpctrainError
 
 SHELLS = ("bash", "zsh", "tcsh")

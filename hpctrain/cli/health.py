@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from hpctrain._internal.allocation.stragglers import describe
+from hpctrain.allocation.stragglers import describe
 
 
 def health_lines(state: Dict[str, Any]) -> List[str]:

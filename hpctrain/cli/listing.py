@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from hpctrain.errors import ConfigError
-from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.base.terminal import markup, plain as plain_text
+from hpctrain.rundir.layout import RunDir
+from hpctrain.common.terminal import markup, plain as plain_text
 from hpctrain.storage import storage_for
 from hpctrain.tune.sweepdir import SweepDir, trial_id
 

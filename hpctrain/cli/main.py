@@ -33,7 +33,7 @@ from typing import List, Optional
 from hpctrain import __version__
 from hpctrain.cli.completion import SHELLS
 from hpctrain.errors import ConfigError, HpctrainError
-from hpctrain._internal.base.terminal import plain
+from hpctrain.common.terminal import plain
 
 #: ``hpctrain run`` stopped cleanly after the warning signal (EX_TEMPFAIL: try again later).
 EXIT_STOPPED = 75
@@ -265,12 +265,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(2)
     import logging
 
-    from hpctrain._internal.base.log import configure
+    from hpctrain.common.log import configure
 
     configure(logging.WARNING if args.quiet else
               logging.DEBUG if args.verbose else logging.INFO)
     if args.command in ("run", "sweep"):  # a warning while starting must not kill it
-        from hpctrain._internal.allocation.recovery import catch_early_warnings
+        from hpctrain.allocation.recovery import catch_early_warnings
 
         catch_early_warnings()
     from hpctrain.cli import commands  # the command is known: now what it needs

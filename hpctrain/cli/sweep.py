@@ -9,11 +9,11 @@ import sys
 from typing import TYPE_CHECKING, Any, Optional
 
 from hpctrain.errors import ConfigError
-from hpctrain._internal.base.metrics import flatten
-from hpctrain._internal.base.terminal import markup, plain
-from hpctrain._internal.driver.progress import user_metrics
-from hpctrain._internal.driver.submission import named_locations
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.common.metrics import flatten
+from hpctrain.common.terminal import markup, plain
+from hpctrain.driver.progress import user_metrics
+from hpctrain.driver.submission import named_locations
+from hpctrain.rundir.layout import RunDir
 from hpctrain.backends import check_installed
 from hpctrain.cli.main import EXIT_STOPPED
 from hpctrain.cli.views import rank_log

@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain.errors import ConfigError, HpctrainError
-from hpctrain._internal.base.install import pip_install
-from hpctrain._internal.rundir.layout import RunDir, read_results
-from hpctrain._internal.base.terminal import markup, plain
+from hpctrain.common.install import pip_install
+from hpctrain.rundir.layout import RunDir, read_results
+from hpctrain.common.terminal import markup, plain
 from hpctrain.cli.health import health_lines
-from hpctrain._internal.rundir.goodput import describe as describe_goodput, goodput
-from hpctrain._internal.base.metrics import flatten
-from hpctrain._internal.driver.progress import Progress, user_metrics
-from hpctrain._internal.driver import submission
-from hpctrain._internal.driver.submission import SUBMISSIONS, resolve_run
+from hpctrain.rundir.goodput import describe as describe_goodput, goodput
+from hpctrain.common.metrics import flatten
+from hpctrain.driver.progress import Progress, user_metrics
+from hpctrain.driver import submission
+from hpctrain.driver.submission import SUBMISSIONS, resolve_run
 from hpctrain.schedulers import get_scheduler
 
 

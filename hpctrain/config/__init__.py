@@ -29,7 +29,7 @@ from .validation import ValidationConfig, ValidationTaskConfig
 from .scheduler import (GPU_BINDINGS, SchedulerConfig, SetupConfig, check_scheduler_keys,
                         kind_field, scheduler_config_class, scheduler_keys,
                         scheduler_options, scheduler_title)
-from .._internal.base.registry import LAUNCHERS, SCHEDULERS
+from ..common.registry import LAUNCHERS, SCHEDULERS
 
 __all__ = [
     "CheckpointConfig", "CheckpointUploadMode", "ContainerConfig", "DEFAULT_STORAGE_ENV", "DataConfig",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError
-from .._internal.base.registry import CONTAINERS
+from ..common.registry import CONTAINERS
 from .keys import toml
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")

@@ -16,12 +16,12 @@ from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigError
 from ..naming import RUN_NAME_PATTERN, check_run_name
-from .._internal.base.trust import SHARES
+from ..common.trust import SHARES
 from ..units import UnitError, parse_memory, parse_walltime
 from ..userconfig import storage_defaults
 from .keys import TomlKey, python_only, toml, toml_keys
-from .._internal.base.registry import FILESYSTEM_SCHEME, STORAGE_URI_HINT, storage_for
-from .._internal.base.checkpoint_interval import frequency_value
+from ..common.registry import FILESYSTEM_SCHEME, STORAGE_URI_HINT, storage_for
+from ..common.checkpoint_interval import frequency_value
 
 DEFAULT_STORAGE_ENV = "HPCTRAIN_STORAGE_PATH"
 #: A GPU type (Slurm GRES type names: ``a100``, ``a100_3g.20gb``, ``h100-80gb``…).
@@ -55,7 +55,7 @@ _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 def local_storage_path(value: str, key: str = "run.storage_path") -> str:
     """``value`` as a filesystem path: a ``file://`` URI (``file:///abs``, as Ray
     accepts) becomes its path; the URI of a registered storage kind
-    (:func:`~hpctrain._internal.base.registry.register_storage`) stays as it is; any other
+    (:func:`~hpctrain.common.registry.register_storage`) stays as it is; any other
     ``scheme://`` (``s3://``, ``gs://``, ``hdfs://``…) is refused with a ConfigError
     naming ``key``: such a string would otherwise become a local ``./s3:/…`` directory.
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Type
 
 from ..errors import ConfigError
-from .._internal.base.registry import (LAUNCHERS, SCHEDULERS, default_launcher, describe,
+from ..common.registry import (LAUNCHERS, SCHEDULERS, default_launcher, describe,
                                        scheduler_class)
 from ..units import UnitError, parse_walltime
 from .keys import TomlKey, toml, toml_keys
@@ -78,7 +78,7 @@ def _container_hint(words: List[str]) -> str:
     return ("run each rank in the container with a [container] section (runtime = "
             f'"{names.get(runtime, "apptainer")}", image = "...", binds, gpu, args)' + fixed)
 # LAUNCHERS, the ``scheduler.launcher`` values, is the launcher registry's live view of
-# its names (hpctrain._internal.base.registry.register_launcher).
+# its names (hpctrain.common.registry.register_launcher).
 
 
 @dataclass

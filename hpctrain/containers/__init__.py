@@ -3,7 +3,7 @@
 One small module per runtime (``apptainer``: Apptainer and Singularity; ``podman_hpc``;
 ``shifter``; ``pyxis``: Enroot through srun; ``charliecloud``), each a
 :class:`~hpctrain.containers.base.ContainerRuntime` registered below
-(:func:`hpctrain._internal.base.registry.register_container`). :func:`rank_container`
+(:func:`hpctrain.common.registry.register_container`). :func:`rank_container`
 turns a job spec into what the launcher runs: the wrapper before each rank's interpreter,
 or the launcher options of a runtime that is a launcher plugin. The batch step itself, which
 runs srun/mpiexec, stays on the host.
@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
-from .._internal.base.registry import CONTAINERS, container_runtime, register_container
+from ..common.registry import CONTAINERS, container_runtime, register_container
 from ..errors import ConfigError
 from .base import ContainerRuntime
 
@@ -45,7 +45,7 @@ PASSED_ENV: Tuple[str, ...] = (
 
 def worker_command(python: List[str], run_path: str) -> List[str]:
     """One rank's command: the interpreter's words, then the worker and the run directory."""
-    return [*python, "-m", "hpctrain._internal.worker", run_path]
+    return [*python, "-m", "hpctrain.worker", run_path]
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def rank_container(spec: "JobSpec", *, run_path: str,
     >>> spec = JobSpec(container=ContainerConfig(runtime="apptainer", image="/p/t.sif",
     ...                binds={"/lustre/data": True}))
     >>> rank_container(spec, run_path="/scratch/me/runs/exp").command("/scratch/me/runs/exp")
-    ['apptainer', 'exec', '--bind', '/scratch/me/runs', '--bind', '/lustre/data', '/p/t.sif', 'python3', '-m', 'hpctrain._internal.worker', '/scratch/me/runs/exp']
+    ['apptainer', 'exec', '--bind', '/scratch/me/runs', '--bind', '/lustre/data', '/p/t.sif', 'python3', '-m', 'hpctrain.worker', '/scratch/me/runs/exp']
     """
     config = spec.container
     if not config.enabled:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from .._internal.base.install import pip_install
+from ..common.install import pip_install
 from ..errors import ConfigError, MissingFrameworkError
 
 try:

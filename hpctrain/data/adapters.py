@@ -10,10 +10,10 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
-from .._internal.base.install import pip_install
+from ..common.install import pip_install
 from ..backends.torch import get_device
 from ..errors import ConfigError
-from hpctrain._internal.base.context import current_session
+from hpctrain.common.context import current_session
 
 
 def _need(module: str, package: str):

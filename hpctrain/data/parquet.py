@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._internal.base.install import pip_install
+from ..common.install import pip_install
 from ..errors import ConfigError, MissingFrameworkError
 from . import plan
 from .shard import DatasetShard

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import ConfigError
 from . import plan
 from .shard import DatasetShard
-from hpctrain._internal.base.context import current_session
+from hpctrain.common.context import current_session
 
 
 class SequenceDataset:

@@ -49,7 +49,7 @@ import transformers
 from transformers.trainer_callback import TrainerCallback
 
 import hpctrain
-from hpctrain._internal.worker.session import current_session
+from hpctrain.worker.session import current_session
 
 __all__ = ["RayTrainReportCallback", "prepare_trainer"]
 

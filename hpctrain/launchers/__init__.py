@@ -10,7 +10,7 @@ import shlex
 import shutil
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
-from .._internal.base.registry import (LAUNCHERS, default_launcher, get_scheduler, launcher_class,
+from ..common.registry import (LAUNCHERS, default_launcher, get_scheduler, launcher_class,
                                       register_launcher)
 from ..backends import needs_mpi_launcher
 from ..containers import rank_container, worker_command
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # (for the hints only)
 __all__ = ["ExitRecord", "Launcher", "WorkerGroup", "LocalLauncher", "launcher_for",
            "launch_line", "without_gpu_args"]
 
-# The launcher registry (hpctrain._internal.base.registry): one line per ``scheduler.launcher``
+# The launcher registry (hpctrain.common.registry): one line per ``scheduler.launcher``
 # value, in the order the docs and the schema list them.
 register_launcher("srun", "hpctrain.launchers.srun:SrunLauncher")
 register_launcher("mpiexec", "hpctrain.launchers.mpiexec:MpiexecLauncher")

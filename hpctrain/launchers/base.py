@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Callable, Dict, List, Optional, Sequence
 
-from hpctrain._internal.base.trust import fix_mode, modes_of
+from hpctrain.common.trust import fix_mode, modes_of
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional, Sequence
 
-from hpctrain._internal.worker.entry import run_in_process
+from hpctrain.worker.entry import run_in_process
 from .base import ExitRecord, Launcher, LineSink, WorkerGroup
 
 

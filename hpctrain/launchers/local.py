@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
-from .._internal.base.log import get_logger
+from ..common.log import get_logger
 from .base import ExitRecord, Launcher, LineSink, WorkerGroup, open_log
 
 

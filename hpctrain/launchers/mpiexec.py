@@ -53,7 +53,7 @@ import re
 import subprocess
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
-from .._internal.base.registry import scheduler_class, scheduler_names
+from ..common.registry import scheduler_class, scheduler_names
 from ..errors import ConfigError
 from .base import Launcher, LineSink
 from .step import ENV_RANK_LOG_DIR, StepWorkerGroup
@@ -87,7 +87,7 @@ def mpiexec_argv(flavor: str, *, executable: str, num_workers: int,
     """The launcher's argv for ``num_workers`` ranks of ``command``. No shell: every
     element is one argument. ``env`` is read only to choose the ``-x`` names (Open MPI).
 
-    >>> cmd = ["python", "-m", "hpctrain._internal.worker", "/runs/r1"]
+    >>> cmd = ["python", "-m", "hpctrain.worker", "/runs/r1"]
     >>> env = {"HPCTRAIN_JOB_ID": "42", "PYTHONPATH": "/src", "HOME": "/root",
     ...        "NCCL_DEBUG": "WARN"}
     >>> mpiexec_argv("openmpi", executable="mpirun", num_workers=8, workers_per_node=4,
@@ -96,17 +96,17 @@ def mpiexec_argv(flavor: str, *, executable: str, num_workers: int,
     ['mpirun', '-np', '8', '--hostfile', '/var/spool/pbs/aux/7.pbs',
      '--map-by', 'ppr:4:node', '-x', 'HPCTRAIN_JOB_ID', '-x', 'NCCL_DEBUG',
      '-x', 'PYTHONPATH', '--bind-to', 'none',
-     'python', '-m', 'hpctrain._internal.worker', '/runs/r1']
+     'python', '-m', 'hpctrain.worker', '/runs/r1']
     >>> mpiexec_argv("mpich", executable="mpiexec", num_workers=8, workers_per_node=4,
     ...              hostfile="/var/spool/pbs/aux/7.pbs", extra_args=[],
     ...              command=cmd, env=env)  # doctest: +NORMALIZE_WHITESPACE
     ['mpiexec', '-n', '8', '-ppn', '4', '-f', '/var/spool/pbs/aux/7.pbs',
-     'python', '-m', 'hpctrain._internal.worker', '/runs/r1']
+     'python', '-m', 'hpctrain.worker', '/runs/r1']
     >>> mpiexec_argv("pals", executable="mpiexec", num_workers=8, workers_per_node=4,
     ...              hostfile=None, extra_args=["--depth=8", "--cpu-bind", "depth"],
     ...              command=cmd, env=env)  # doctest: +NORMALIZE_WHITESPACE
     ['mpiexec', '-n', '8', '--ppn', '4', '--depth=8', '--cpu-bind', 'depth',
-     'python', '-m', 'hpctrain._internal.worker', '/runs/r1']
+     'python', '-m', 'hpctrain.worker', '/runs/r1']
     """
     if flavor not in FLAVORS:
         raise ConfigError(f"mpiexec flavor: expected one of {', '.join(FLAVORS)}, "

@@ -7,7 +7,7 @@ itself can: OpenPBS's ``pbsdsh`` asks the job's mother superior to spawn a task 
 node of the job (``tm_spawn``, carried out by that node's MoM), waits for its end, and
 on SIGTERM kills it (``tm_kill``). This launcher runs, per rank::
 
-    pbsdsh -n I -- /bin/sh -c '. "$0" && exec "$@"' ENV_FILE python -m hpctrain._internal.worker RUN_DIR
+    pbsdsh -n I -- /bin/sh -c '. "$0" && exec "$@"' ENV_FILE python -m hpctrain.worker RUN_DIR
 
 * ``I``: the TM node of the rank's host, the index of the host's first line in
   ``$PBS_NODEFILE`` (the numbering ``pbs_tmrsh`` uses). Ranks fill the hosts in order
@@ -100,10 +100,10 @@ def pbsdsh_argv(executable: str, *, node_index, env_file: str,
     """One rank's pbsdsh command.
 
     >>> pbsdsh_argv("pbsdsh", node_index=2, env_file="/r/logs/1/.tm-env.rank-1",
-    ...             command=["python", "-m", "hpctrain._internal.worker", "/r"])
+    ...             command=["python", "-m", "hpctrain.worker", "/r"])
     ... # doctest: +NORMALIZE_WHITESPACE
     ['pbsdsh', '-n', '2', '--', '/bin/sh', '-c', '. "$0" && exec "$@"',
-     '/r/logs/1/.tm-env.rank-1', 'python', '-m', 'hpctrain._internal.worker', '/r']
+     '/r/logs/1/.tm-env.rank-1', 'python', '-m', 'hpctrain.worker', '/r']
     """
     return [executable, *extra_args, "-n", str(node_index), "--", "/bin/sh", "-c",
             TASK_SHELL, env_file, *command]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from .._internal.nodezygote import fork_requested
+from ..worker.nodezygote import fork_requested
 from .base import Launcher, LineSink
 from .step import StepWorkerGroup
 
@@ -98,17 +98,17 @@ class _ZygoteStepGroup(StepWorkerGroup):
 
 def zygote_argv(launcher: SrunLauncher, command: Sequence[str], env: Dict[str, str]):
     """With ``HPCTRAIN_FORK_RANKS=1``: ``(argv, env)`` of a step with one task per node,
-    :mod:`hpctrain._internal.nodezygote`, that imports once and forks the node's ranks
+    :mod:`hpctrain.worker.nodezygote`, that imports once and forks the node's ranks
     (fast restarts, see docs/guide/fast-restarts.md). None — the ordinary one task per
     rank — when it is off, or when the step needs per-task binding srun must do itself
     (GPUs per task, an ``--mpi`` plugin), or the command is not the hpctrain worker.
 
     >>> l = SrunLauncher(nodes=2, workers_per_node=4, cpus_per_worker=2)
-    >>> argv, env = zygote_argv(l, ["py", "-m", "hpctrain._internal.worker", "/r"],
+    >>> argv, env = zygote_argv(l, ["py", "-m", "hpctrain.worker", "/r"],
     ...                         {"HPCTRAIN_FORK_RANKS": "1"})
     >>> argv[1:6], argv[-3:], env["HPCTRAIN_RANKS_PER_NODE"]
-    (['--kill-on-bad-exit=1', '--nodes=2', '--ntasks=2', '--ntasks-per-node=1', '--cpus-per-task=8'], ['-m', 'hpctrain._internal.nodezygote', '/r'], '4')
-    >>> zygote_argv(l, ["py", "-m", "hpctrain._internal.worker", "/r"], {}) is None
+    (['--kill-on-bad-exit=1', '--nodes=2', '--ntasks=2', '--ntasks-per-node=1', '--cpus-per-task=8'], ['-m', 'hpctrain.worker.nodezygote', '/r'], '4')
+    >>> zygote_argv(l, ["py", "-m", "hpctrain.worker", "/r"], {}) is None
     True
     """
 
@@ -116,7 +116,7 @@ def zygote_argv(launcher: SrunLauncher, command: Sequence[str], env: Dict[str, s
         return None
     if any(a == "--mpi" or a.startswith("--mpi=") for a in launcher.extra_args):
         return None
-    if len(command) != 4 or list(command[1:3]) != ["-m", "hpctrain._internal.worker"]:
+    if len(command) != 4 or list(command[1:3]) != ["-m", "hpctrain.worker"]:
         return None
     env = dict(env)
     env["HPCTRAIN_RANKS_PER_NODE"] = str(launcher.workers_per_node)
@@ -126,6 +126,6 @@ def zygote_argv(launcher: SrunLauncher, command: Sequence[str], env: Dict[str, s
         if launcher.cpus_per_worker else None
     argv = srun_argv(nodes=launcher.nodes, workers_per_node=1, cpus_per_worker=cpus,
                      extra_args=launcher.extra_args,
-                     command=[command[0], "-m", "hpctrain._internal.nodezygote", command[3]],
+                     command=[command[0], "-m", "hpctrain.worker.nodezygote", command[3]],
                      executable=launcher.executable)
     return argv, env

@@ -4,7 +4,7 @@ After a rank dies, the supervisor stops the others and starts a new worker group
 latest checkpoint. A cold rank spends most of its start in imports (Python, ``torch``,
 ``torch._dynamo`` that DDP pulls in, hpctrain, the user's module): several seconds per
 process, all ranks at once on the same cores. :class:`WarmLocalLauncher` keeps
-``num_workers`` spare processes (:mod:`hpctrain._internal.spare`) that have done those
+``num_workers`` spare processes (:mod:`hpctrain.worker.spare`) that have done those
 imports and wait for "become rank R of attempt A"; an attempt takes them instead of
 spawning, and the pool is refilled in the background while the new group trains.
 
@@ -12,7 +12,7 @@ Spares are ordinary children of the supervisor, started exactly as local ranks a
 session, stdout/stderr to a pipe, the attempt's environment), so the worker group, its
 logs, exit codes and ``terminate`` are those of :class:`~hpctrain.launchers.local.
 LocalWorkerGroup`. A spare that is not ready, has died, or was started with other
-interpreter-level variables (:data:`hpctrain._internal.spare.FIXED_AT_START`) is not used:
+interpreter-level variables (:data:`hpctrain.worker.spare.FIXED_AT_START`) is not used:
 that rank starts cold, as before. :meth:`WarmLocalLauncher.close` (called by the
 supervisor when the run ends) ends every spare: closing its stdin ends it; SIGKILL after
 a grace. A spare whose owner dies sees end of input and exits too.
@@ -34,8 +34,8 @@ from typing import Dict, List, Optional, Sequence
 
 from hpctrain.launchers.base import open_log
 from hpctrain.launchers.local import LocalLauncher, LocalWorkerGroup, signal_group, free_port
-from hpctrain._internal.base.log import get_logger
-from hpctrain._internal.spare import READY_SUFFIX, fixed_part
+from hpctrain.common.log import get_logger
+from hpctrain.worker.spare import READY_SUFFIX, fixed_part
 
 _logger = get_logger("warmpool")
 
@@ -84,7 +84,7 @@ class WarmLocalLauncher(LocalLauncher):
                   "HPCTRAIN_GROUP_SECRET"):
             senv.pop(k, None)
         try:
-            proc = subprocess.Popen([self.python, "-m", "hpctrain._internal.spare", run_dir],
+            proc = subprocess.Popen([self.python, "-m", "hpctrain.worker.spare", run_dir],
                                     env=senv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:
@@ -114,7 +114,7 @@ class WarmLocalLauncher(LocalLauncher):
     def launch(self, *, command: Sequence[str], env: Dict[str, str], num_workers: int,
                log_dir: str, on_line=None) -> LocalWorkerGroup:
         run_dir = command[-1] if command else ""
-        warmable = (len(command) == 4 and command[1:3] == ["-m", "hpctrain._internal.worker"]
+        warmable = (len(command) == 4 and command[1:3] == ["-m", "hpctrain.worker"]
                     and command[0] == self.python)
         if not warmable:
             return super().launch(command=command, env=env, num_workers=num_workers,

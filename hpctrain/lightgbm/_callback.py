@@ -6,7 +6,7 @@ from typing import Any, Callable, Dict, Optional
 
 import lightgbm
 
-from hpctrain._internal import gbdt
+from hpctrain import gbdt
 from . import CHECKPOINT_NAME
 
 

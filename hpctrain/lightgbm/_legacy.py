@@ -5,7 +5,7 @@ from typing import Any, Dict
 
 import hpctrain
 from ..backends.lightgbm import with_network
-from hpctrain._internal.gbdt import features_and_label, report
+from hpctrain.gbdt import features_and_label, report
 
 
 def train_loop(config: Dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from .base import BatchRequest, JobPhase, JobState, Scheduler
 
 __all__ = ["BatchRequest", "JobPhase", "JobState", "Scheduler", "get_scheduler", "scheduler_class",
            "scheduler_names", "register_scheduler", "detect_scheduler", "SCHEDULERS"]
-from hpctrain._internal.base.registry import (SCHEDULERS, default_launcher, describe,
+from hpctrain.common.registry import (SCHEDULERS, default_launcher, describe,
                                         detect_scheduler, get_scheduler, register_scheduler,
                                         scheduler_class, scheduler_names)
 

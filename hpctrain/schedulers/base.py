@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from .._internal.base.log import get_logger
+from ..common.log import get_logger
 from ..config import SchedulerConfig
 from ..errors import ConfigError
 from hpctrain._version import __version__

@@ -18,8 +18,8 @@ import subprocess
 import time
 from typing import Any, Mapping, Optional, Sequence
 
-from .._internal.base.log import get_logger
-from .._internal.base.registry import detect_scheduler
+from ..common.log import get_logger
+from ..common.registry import detect_scheduler
 from ..errors import ConfigError, HpctrainError
 
 #: The variable that bounds the total time spent retrying one call (seconds; 0: no retry).

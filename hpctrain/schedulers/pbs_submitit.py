@@ -18,7 +18,7 @@ with pickled-function submission, ``PbsJobEnvironment``, ``PbsSignalHandler`` (w
 timer), self-resubmission with ``qsub -W depend=afterany`` and job handles that followed
 it. hpctrain never used that path: it submits the scripts it renders, and its batch step
 keeps its own PBS timer and requeue (:mod:`hpctrain.cli.batch`,
-:mod:`hpctrain._internal.allocation.recovery`). No documentation offered the plugin to
+:mod:`hpctrain.allocation.recovery`). No documentation offered the plugin to
 users, so it went, with its tests and the entry point; :class:`PbsExecutor` is no
 longer a submitit executor.
 """

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .._internal.base.log import get_logger
+from ..common.log import get_logger
 from ..config import SchedulerConfig, kind_field, toml
 from ..errors import ConfigError
 from ..units import DAY, check_mib, check_seconds, clock, parse_memory

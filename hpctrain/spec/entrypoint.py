@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..errors import ConfigError
-from .._internal.base.tomlfile import did_you_mean as _did_you_mean
-from .._internal.base.tomlfile import kind_name as _kind
-from .._internal.base.tomlfile import show_value as _show
+from ..common.tomlfile import did_you_mean as _did_you_mean
+from ..common.tomlfile import kind_name as _kind
+from ..common.tomlfile import show_value as _show
 
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 

@@ -10,7 +10,7 @@ import tomli_w
 
 from ..config import (ContainerConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
                       SchedulerConfig, SetupConfig)
-from .._internal.base.tomlfile import show_value as _show
+from ..common.tomlfile import show_value as _show
 from ..config.keys import toml_keys
 from ..units import parse_walltime
 from .entrypoint import EntryPoint

@@ -14,7 +14,7 @@ try:
 except ImportError:  # pragma: no cover - Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
-from .._internal.base.formats import SPEC_FORMAT, newer_format
+from ..common.formats import SPEC_FORMAT, newer_format
 from ..config import (CheckpointConfig, ContainerConfig, FailureConfig, RunConfig, ScalingConfig,
                       SchedulerConfig, SetupConfig, scheduler_config_class, toml_keys)
 from ..config.scheduler import resolved_scheduler_table
@@ -23,11 +23,11 @@ from ..errors import ConfigError, one_or_all
 from ..sites import Site, derive_nodes
 from ..sites import check_limits as check_site_limits
 from ..userconfig import default_site, load_center_defaults, load_user_defaults
-from .._internal.base.tomlfile import kind_name as _kind
-from .._internal.base.tomlfile import loads_toml as _loads_toml
-from .._internal.base.tomlfile import read_toml as _read_toml
-from .._internal.base.tomlfile import show_value as _show
-from .._internal.base import registry as _registry
+from ..common.tomlfile import kind_name as _kind
+from ..common.tomlfile import loads_toml as _loads_toml
+from ..common.tomlfile import read_toml as _read_toml
+from ..common.tomlfile import show_value as _show
+from ..common import registry as _registry
 from .entrypoint import EntryPoint
 from .jobspec import JobSpec
 from .sections import (BACKENDS, MERGED_TABLES, SECTIONS, TOP_LEVEL, Ctx, check_callbacks,

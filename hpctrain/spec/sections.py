@@ -12,16 +12,16 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 from ..config import (CheckpointConfig, ContainerConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig,
                       SchedulerConfig, SetupConfig, TomlKey, scheduler_keys, toml_keys)
 from ..errors import ConfigError, one_or_all
-from .._internal.base.tomlfile import did_you_mean as _did_you_mean
-from .._internal.base.tomlfile import kind_name as _kind
-from .._internal.base.tomlfile import show_value as _show
-from .._internal.base import registry as _registry
+from ..common.tomlfile import did_you_mean as _did_you_mean
+from ..common.tomlfile import kind_name as _kind
+from ..common.tomlfile import show_value as _show
+from ..common import registry as _registry
 from ..units import UnitError, parse_memory, parse_walltime
 from ..callbacks import from_toml
 from ..search_space import from_tables
 
 #: The registered backend names (a live view of the backend registry,
-#: :func:`hpctrain._internal.base.registry.register_backend`).
+#: :func:`hpctrain.common.registry.register_backend`).
 BACKENDS = _registry.BACKENDS
 
 # --------------------------------------------------------------------------- schema

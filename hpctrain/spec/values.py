@@ -7,8 +7,8 @@ import re
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 from ..errors import ConfigError
-from .._internal.base.tomlfile import kind_name as _kind
-from .._internal.base.tomlfile import show_value as _show
+from ..common.tomlfile import kind_name as _kind
+from ..common.tomlfile import show_value as _show
 from ..callbacks import CREDENTIAL_RE
 
 if TYPE_CHECKING:

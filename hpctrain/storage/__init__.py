@@ -5,7 +5,7 @@ are registered here, by URI scheme (``object.py``: every ``pyarrow.fs`` URI). A 
 module and one :func:`register_storage` line — or a line in a plugin's own package: no
 other hpctrain file needs editing.
 """
-from hpctrain._internal.base.registry import STORAGES, is_local_path, register_storage, storage_for
+from hpctrain.common.registry import STORAGES, is_local_path, register_storage, storage_for
 
 register_storage("file", "hpctrain.storage.posix:PosixStorage")
 # pyarrow.fs's own URIs (what FileSystem.from_uri opens), and a filesystem object

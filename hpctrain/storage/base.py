@@ -5,7 +5,7 @@ One :class:`Storage` subclass per kind, one module each (:mod:`.posix`: a filesy
 every node mounts; :mod:`.object`: object stores and the other ``pyarrow.fs``
 filesystems), chosen from the storage path by
 :func:`storage_for`: a plain path or ``file://`` → ``posix``; ``scheme://…`` → the kind
-registered for ``scheme`` (:func:`~hpctrain._internal.base.registry.register_storage`); an
+registered for ``scheme`` (:func:`~hpctrain.common.registry.register_storage`); an
 unknown scheme → a ConfigError naming the key, as before.
 
 Two tiers, and which is which:
@@ -14,8 +14,8 @@ Two tiers, and which is which:
   ``run.lock``, ``spec.toml``, ``job.sh``, the payload, the attempts' records, the logs,
   ``result.json``, and the staging area where the ranks gather a checkpoint's files
   (``checkpoints/.tmp_checkpoint_i…``). These need POSIX (file locks, ``O_APPEND``,
-  ``O_EXCL``, hard links, the owner checks of :mod:`hpctrain._internal.base.trust`), so they are
-  always on a POSIX path, written with :mod:`os` and :mod:`hpctrain._internal.base.fsutil`.
+  ``O_EXCL``, hard links, the owner checks of :mod:`hpctrain.common.trust`), so they are
+  always on a POSIX path, written with :mod:`os` and :mod:`hpctrain.common.fsutil`.
 * **The data** (:meth:`Storage.join` of the run's location): the committed checkpoints.
   Everything that touches them goes through a :class:`Storage`: publishing a staged
   checkpoint (:meth:`~Storage.publish`), listing (:meth:`~Storage.listdir`), reading a
@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional
 
-from hpctrain._internal.base.fsutil import walk_files
+from hpctrain.common.fsutil import walk_files
 
 
 class Storage:
@@ -66,7 +66,7 @@ class Storage:
     # -- where ----------------------------------------------------------------------
     def run_location(self, storage_path: str, name: str) -> str:
         """The location of run ``name`` under ``storage_path`` (a URI of this kind, which
-        :class:`~hpctrain._internal.rundir.layout.RunDir` takes)."""
+        :class:`~hpctrain.rundir.layout.RunDir` takes)."""
         return f"{storage_path.rstrip('/')}/{name}"
 
     def data_path(self, location: str) -> str:

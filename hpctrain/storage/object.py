@@ -36,9 +36,9 @@ from urllib.parse import urlsplit
 import cloudpickle
 import pyarrow.fs as pafs
 
-from hpctrain._internal.base.fsutil import atomic_write_bytes, walk_files
-from hpctrain._internal.base.trust import load_trusted_pickle
-from hpctrain._internal.base.registry import FILESYSTEM_SCHEME, uri_scheme
+from hpctrain.common.fsutil import atomic_write_bytes, walk_files
+from hpctrain.common.trust import load_trusted_pickle
+from hpctrain.common.registry import FILESYSTEM_SCHEME, uri_scheme
 from hpctrain.checkpoint import METADATA_FILE
 from hpctrain.config import default_storage_path
 from hpctrain.storage.base import Storage

@@ -8,10 +8,10 @@ import os
 import shutil
 from typing import List, Optional
 
-from hpctrain._internal.base.fsutil import (atomic_write_bytes, copy_file, fsync_path, remove_tree,
+from hpctrain.common.fsutil import (atomic_write_bytes, copy_file, fsync_path, remove_tree,
                                        rename_aside, walk_files)
-from hpctrain._internal.base.formats import read_file_bytes
-from hpctrain._internal.base.trust import MODES, makedirs
+from hpctrain.common.formats import read_file_bytes
+from hpctrain.common.trust import MODES, makedirs
 from hpctrain.storage.base import Storage
 
 

@@ -13,8 +13,8 @@ from ..backends.torch import TorchConfig, get_device, get_devices
 from ..checkpoint import Checkpoint
 from ..config import DataConfig, RunConfig, ScalingConfig, ValidationConfig
 from ..trainer import DataParallelTrainer, SchedulerArg, TrainLoop
-from hpctrain._internal.base import progress
-from hpctrain._internal.base.context import current_session
+from hpctrain.common import progress
+from hpctrain.common.context import current_session
 
 if TYPE_CHECKING:
     import torch

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Union
 
 from ..callbacks import EventFile
-from hpctrain._internal.base.fsutil import atomic_write_bytes, json_default
-from hpctrain._internal.base.metrics import flatten
+from hpctrain.common.fsutil import atomic_write_bytes, json_default
+from hpctrain.common.metrics import flatten
 from .constants import RESULT_FILE_JSON, TIMESTAMP, TRAINING_ITERATION
 
 __all__ = ["TrainingCallback", "JsonLoggerCallback", "PrintCallback", "TBXLoggerCallback"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Optional, TypeVar
 
-from hpctrain._internal.base.context import get_session
+from hpctrain.common.context import get_session
 
 __all__ = ["barrier", "broadcast_from_rank_zero"]
 

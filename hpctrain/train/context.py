@@ -1,5 +1,5 @@
 """``ray.train.context``: :class:`TrainContext`, the class of what
 ``hpctrain.get_context()`` (``train.get_context()``) returns, for type hints."""
-from hpctrain._internal.worker.train_context import TrainContext
+from hpctrain.worker.train_context import TrainContext
 
 __all__ = ["TrainContext"]

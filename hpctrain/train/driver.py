@@ -18,9 +18,9 @@ from ..checkpoint import DICT_FILE, Checkpoint
 from ..config import FailureConfig, RunConfig, ScalingConfig
 from ..result import result_or_raise
 from ..run import Run, RunOptions
-from hpctrain._internal.base.fsutil import atomic_write_bytes, remove_tree
-from hpctrain._internal.rundir.layout import ResultTail, RunDir
-from hpctrain._internal.base.trust import load_trusted_pickle
+from hpctrain.common.fsutil import atomic_write_bytes, remove_tree
+from hpctrain.rundir.layout import ResultTail, RunDir
+from hpctrain.common.trust import load_trusted_pickle
 from .constants import TIME_THIS_ITER_S, TRAINING_ITERATION
 from .session import WorkerEntry
 

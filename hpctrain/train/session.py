@@ -14,7 +14,7 @@ import cloudpickle
 
 from .. import get_checkpoint, get_context, report as _hpctrain_report
 from ..checkpoint import DICT_FILE, Checkpoint
-from hpctrain._internal.worker.session import current_session
+from hpctrain.worker.session import current_session
 from .checkpoint import CheckpointStrategy
 from .constants import TIMESTAMP
 

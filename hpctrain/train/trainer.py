@@ -16,9 +16,9 @@ from ..checkpoint import Checkpoint
 from ..config import FailureConfig, RunConfig, ScalingConfig, default_storage_path
 from ..errors import ConfigError
 from ..run import RunOptions
-from hpctrain._internal.base.registry import backend_entries, backend_entry, load
-from hpctrain._internal.rundir.layout import RunDir, checkpoints_to_delete
-from hpctrain._internal.base.trust import make_private_dir
+from hpctrain.common.registry import backend_entries, backend_entry, load
+from hpctrain.rundir.layout import RunDir, checkpoints_to_delete
+from hpctrain.common.trust import make_private_dir
 from .callbacks import TrainingCallback
 from .checkpoint import CheckpointStrategy
 from .constants import TRAIN_CHECKPOINT_SUBDIR

@@ -28,13 +28,13 @@ from typing import Any, Dict, Optional
 import cloudpickle
 from filelock import FileLock
 
-from .._internal.base.fsutil import atomic_write_bytes, atomic_write_json, json_bytes, read_json
-from .._internal.base.log import get_logger, progress_line
-from .._internal.rundir.layout import DECISION_FILE, RunDir, checkpoint_dir_name, read_results
-from .._internal.base.trust import load_trusted_pickle
+from ..common.fsutil import atomic_write_bytes, atomic_write_json, json_bytes, read_json
+from ..common.log import get_logger, progress_line
+from ..rundir.layout import DECISION_FILE, RunDir, checkpoint_dir_name, read_results
+from ..common.trust import load_trusted_pickle
 from ..checkpoint import METADATA_FILE
 from ..config import check_stop  # noqa: F401 (the tune side's name for it)
-from .._internal.worker.trial import CONTROL_FILE
+from ..worker.trial import CONTROL_FILE
 from .schedulers import EXPLOIT, STOP, result_value
 from .stopper import Stopper
 from .sweepdir import FAILED, FINISHED, SweepDir, open_manifest, trial_id, trial_index
@@ -63,7 +63,7 @@ class TrialControl:
     def active(self) -> bool:
         return any(x is not None for x in (self.scheduler, self.stop, self.search_alg))
 
-    # What a trial's worker asks of it (hpctrain._internal.worker.trial loads this object
+    # What a trial's worker asks of it (hpctrain.worker.trial loads this object
     # from the sweep directory; the worker never imports hpctrain.tune).
     def report_hook(self, run_path: str, trial_id: str) -> Optional["ReportHook"]:
         """Rank 0's hook, consulted after each report; None without a scheduler or stop."""

@@ -19,15 +19,15 @@ from ..errors import ConfigError
 from ..schedulers import BatchRequest, describe, get_scheduler, scheduler_class, scheduler_names
 from ..schedulers.base import array_ranges
 from ..sites import check_limits
-from hpctrain._internal.allocation.recovery import EARLY, THREADED, stop_signals
-from hpctrain._internal.driver.progress import user_metrics
-from hpctrain._internal.base.fsutil import atomic_write_bytes
-from hpctrain._internal.rundir.layout import RunDir, read_results
-from hpctrain._internal.base.trust import makedirs, modes_of
+from hpctrain.allocation.recovery import EARLY, THREADED, stop_signals
+from hpctrain.driver.progress import user_metrics
+from hpctrain.common.fsutil import atomic_write_bytes
+from hpctrain.rundir.layout import RunDir, read_results
+from hpctrain.common.trust import makedirs, modes_of
 from ._control import tell_search
 from .sweepdir import (FINISHED, INTERRUPTED, PENDING, RUNNING, SweepDir, array_active,
                        own_job, stopped_by, trial_id)
-from hpctrain._internal.base.log import progress_line
+from hpctrain.common.log import progress_line
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.run import Run

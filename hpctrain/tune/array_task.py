@@ -15,10 +15,10 @@ from filelock import FileLock, Timeout
 
 from ..errors import ConfigError
 from ..schedulers import BatchRequest
-from hpctrain._internal.base.fsutil import atomic_write_bytes
-from hpctrain._internal.base.log import get_logger
-from hpctrain._internal.base.registry import scheduler_class
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.common.fsutil import atomic_write_bytes
+from hpctrain.common.log import get_logger
+from hpctrain.common.registry import scheduler_class
+from hpctrain.rundir.layout import RunDir
 from ._control import ensure_trial_config, tell_search
 from .jobfile import manifest_from_spec, trial_spec
 from .sweepdir import FINISHED, RUNNING, SweepDir, stopped_by, trial_id

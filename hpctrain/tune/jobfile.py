@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from ..run import Run, RunOptions
 from ..schedulers.base import array_ranges
 from ..spec import Ctx
-from hpctrain._internal.rundir.checks import check_shared_storage, ensure_storage_dir
+from hpctrain.rundir.checks import check_shared_storage, ensure_storage_dir
 from . import search
 from ._control import TrialControl, ensure_trial_config, open_sweep, searching, tell_pending
 from ._sweep import (at_a_time, local_concurrency, max_array_size, prepare_batch_trial,
@@ -26,7 +26,7 @@ from ._sweep import (at_a_time, local_concurrency, max_array_size, prepare_batch
 from ._toml import build
 from .sweepdir import SweepDir, check_json, follow as follow_sweep, to_run, train_loop_config, \
     trial_id
-from hpctrain._internal.base.log import progress_line
+from hpctrain.common.log import progress_line
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec

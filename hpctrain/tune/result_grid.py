@@ -8,9 +8,9 @@ from typing import Any, Dict, Iterator, List, Optional
 from ..errors import RunNotFoundError
 from ..result import Result
 from .sweepdir import FAILED, FINISHED, PENDING, SweepDir
-from hpctrain._internal.base.install import pip_install
-from hpctrain._internal.base.metrics import flatten
-from hpctrain._internal.rundir.layout import read_results
+from hpctrain.common.install import pip_install
+from hpctrain.common.metrics import flatten
+from hpctrain.rundir.layout import read_results
 
 
 class TrialResult(Result):

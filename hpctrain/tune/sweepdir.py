@@ -27,12 +27,12 @@ from filelock import FileLock
 from .._version import __version__
 from ..errors import ConfigError
 from ..schedulers import get_scheduler
-from hpctrain._internal.base.fsutil import atomic_write_json, read_json
-from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.base.trust import make_private_dir, modes_of, share_of
+from hpctrain.common.fsutil import atomic_write_json, read_json
+from hpctrain.rundir.layout import RunDir
+from hpctrain.common.trust import make_private_dir, modes_of, share_of
 from . import search
 from .search import deep_update
-from hpctrain._internal.base.log import progress_line
+from hpctrain.common.log import progress_line
 
 MANIFEST = "sweep.json"
 FINISHED, FAILED, RUNNING, PENDING, INTERRUPTED = (

@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import cloudpickle
 
-from .._internal.base.registry import is_local_path, storage_for
+from ..common.registry import is_local_path, storage_for
 from ..config import RunConfig, ScalingConfig, default_storage_path
 from ..errors import ConfigError
 from ..function_trainer import FunctionTrainer
@@ -29,7 +29,7 @@ from .result_grid import ResultGrid, not_a_sweep
 from .schedulers import check_scheduler
 from .search.optuna import Searcher
 from .sweepdir import SweepDir, follow, to_run, train_loop_config, trial_id
-from hpctrain._internal.base.log import get_logger, progress_line
+from hpctrain.common.log import get_logger, progress_line
 
 _log = get_logger("tune")
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from ..backends.xgboost import XGBoostConfig
-from .._internal.gbdt_trainer import GBDTTrainer
+from ..gbdt.trainer import GBDTTrainer
 from ..checkpoint import Checkpoint
 from ..config import DataConfig, RunConfig, ScalingConfig
 from ..trainer import SchedulerArg, TrainLoop

@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Optional
 import xgboost
 from xgboost.callback import TrainingCallback
 
-from hpctrain._internal import gbdt
+from hpctrain import gbdt
 from . import CHECKPOINT_NAME
 
 

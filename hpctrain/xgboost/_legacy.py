@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 import hpctrain
-from hpctrain._internal.gbdt import features_and_label, report
+from hpctrain.gbdt import features_and_label, report
 
 
 def train_loop(config: Dict[str, Any]) -> None:

@@ -199,7 +199,7 @@ def test_timer_stop_and_self_resubmission_chain_to_the_end(tmp_path, storage, pb
         assert resumed == ck
         assert start == stop_step[k] + 1  # zero iterations lost, none repeated
 
-    from hpctrain._internal.rundir.layout import read_results
+    from hpctrain.rundir.layout import read_results
 
     steps = [row["step"] for row in read_results(os.path.join(run, "result.json"))]
     assert steps == list(range(CHAIN["steps"]))
@@ -257,7 +257,7 @@ def test_requeue_false_ends_stopped_with_the_committed_checkpoint(tmp_path, stor
     assert "STOPPED" in results and ck in results
 
     from hpctrain import Result
-    from hpctrain._internal.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.commit import verify_checkpoint
 
     result = Result.from_path(run)
     assert os.path.basename(result.checkpoint.path) == ck
@@ -302,8 +302,8 @@ def test_refused_resubmission_stops_the_run_and_a_new_submission_resumes_it(
     (stop,) = records(run, "warned-rank-0.txt")
     assert records(run, "warned-rank-1.txt") == [stop]
 
-    from hpctrain._internal.rundir.commit import verify_checkpoint
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.layout import RunDir
 
     latest = RunDir(run).latest_checkpoint()
     assert os.path.basename(latest.path) == ck
@@ -326,7 +326,7 @@ def test_refused_resubmission_stops_the_run_and_a_new_submission_resumes_it(
     assert os.path.basename(state["attempts"][1]["resumed_from"]) == ck
     assert records(run, "starts-rank-0.txt")[1][1:3] == (stop[1] + 1, ck)
     assert records(run, "warned-rank-0.txt") == [stop]  # not warned again
-    from hpctrain._internal.rundir.layout import read_results
+    from hpctrain.rundir.layout import read_results
 
     steps = [row["step"] for row in read_results(os.path.join(run, "result.json"))]
     assert steps == list(range(SHORT["steps"]))  # none lost, none repeated
@@ -359,7 +359,7 @@ def test_loop_that_ignores_the_warning_is_stopped_at_the_deadline_before_the_wal
     assert attempt["outcome"] == "PREEMPTED" and attempt["stopped_at_deadline"] is True
     assert attempt["stop_checkpoint"] is None
     assert records(run, "warned-rank-0.txt") == []  # it ignored should_checkpoint()
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
 
     assert RunDir(run).latest_checkpoint() is None
     assert state["idle_allocations"] == 1 and state["requeues"] == 1
@@ -420,7 +420,7 @@ def test_fake_mom_runs_only_queued_jobs_and_kills_at_the_walltime(tmp_path, pbs,
 
 
 def test_timer_arms_only_on_pbs_from_the_scripts_start_stamp(tmp_path, storage, monkeypatch):
-    from hpctrain._internal.allocation.job import warning_timer
+    from hpctrain.allocation.job import warning_timer
     from hpctrain.schedulers.base import warning_seconds
     from hpctrain.spec import load_job_spec
 

@@ -24,7 +24,7 @@ import workloads
 from helpers import (ROOT, SUPPORT, assert_same_state, cli, final_state, pbs_job_file,
                      run_state, wait_for)
 from hpctrain import RunConfig, ScalingConfig
-from hpctrain._internal.rundir.layout import read_results
+from hpctrain.rundir.layout import read_results
 from hpctrain.torch import TorchTrainer
 
 #: A bound on one test's jobs (a loaded 2-core machine), not a speed check.
@@ -141,7 +141,7 @@ def assert_chained_to_the_end(run):
     assert [s["job_id"] for s in state["submissions"]] == state["job_ids"]
     for a in state["attempts"][:-1]:
         assert "the supervisor's timer" in a["warning"] and a["stopped_at_deadline"] is False
-    from hpctrain._internal.rundir.layout import read_results
+    from hpctrain.rundir.layout import read_results
 
     steps = [row["step"] for row in read_results(os.path.join(run, "result.json"))]
     assert steps == list(range(CHAIN["steps"]))  # nothing lost, nothing repeated

@@ -8,7 +8,7 @@ import pytest
 import validation_workloads as wl
 from helpers import ROOT, run_state, wait_for
 from hpctrain import CheckpointConfig, PbsConfig, RunConfig, ScalingConfig, ValidationConfig
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.rundir.layout import RunDir
 from hpctrain.sites import PACKAGE_SITE_DIR, SITE_PATH_ENV
 from hpctrain.torch import TorchTrainer
 

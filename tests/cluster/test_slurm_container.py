@@ -45,7 +45,7 @@ def test_two_ranks_on_two_nodes_train_in_a_container_through_a_warning_and_a_res
     wrapper = ["ch-run", f"--bind={storage}:{storage}",
                *[f"--bind={d}:{d}" for d in binds], image, "--"]
     launch = ("srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 "
-              + shlex.join([*wrapper, sys.executable, "-m", "hpctrain._internal.worker", run]))
+              + shlex.join([*wrapper, sys.executable, "-m", "hpctrain.worker", run]))
     assert f"#       {launch}\n" in script
 
     job_id = cli("submit", job).stdout.split("submitted slurm job ")[1].split()[0]

@@ -47,7 +47,7 @@ HPCTRAIN_FORK_RANKS = "{1 if fork else 0}"
     wait_gone(job_id, timeout=600)
     run = os.path.join(storage, name)
     with open(os.path.join(run, "logs", job_id, "launcher.out")) as f:
-        assert ("hpctrain._internal.nodezygote" in f.read()) is fork
+        assert ("hpctrain.worker.nodezygote" in f.read()) is fork
     return run, run_state(run)
 
 

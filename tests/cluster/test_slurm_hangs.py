@@ -13,7 +13,7 @@ import hang_workloads
 from helpers import (SUPPORT, assert_same_state, final_state, run_state, workload, write_job,
                      cli as hpctrain_cli)
 from hpctrain import RunConfig, ScalingConfig
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.rundir.layout import RunDir
 from hpctrain.torch import TorchTrainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster("slurm")]

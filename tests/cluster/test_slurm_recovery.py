@@ -13,8 +13,8 @@ import pytest
 
 import workloads
 from hpctrain import RunConfig, ScalingConfig
-from hpctrain._internal.rundir.commit import verify_checkpoint
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.rundir.commit import verify_checkpoint
+from hpctrain.rundir.layout import RunDir
 from hpctrain.result import Result
 from hpctrain.torch import TorchTrainer
 from helpers import (SUPPORT, assert_full_disk_failure, assert_same_state, final_state, wait_for,

@@ -8,7 +8,7 @@ import pytest
 import validation_workloads as wl
 from helpers import run_state, wait_for
 from hpctrain import (CheckpointConfig, RunConfig, ScalingConfig, ValidationConfig, tune)
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.rundir.layout import RunDir
 from hpctrain.torch import TorchTrainer
 
 pytestmark = pytest.mark.cluster("slurm")

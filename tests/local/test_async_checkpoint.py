@@ -13,8 +13,8 @@ import pytest
 import async_workloads
 from helpers import assert_same_state, fit, out, run_state
 from hpctrain import CheckpointConfig, CheckpointUploadMode, TrainingFailedError
-from hpctrain._internal.rundir.commit import verify_checkpoint
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.rundir.commit import verify_checkpoint
+from hpctrain.rundir.layout import RunDir
 
 
 def _committed(path):

@@ -12,10 +12,10 @@ import pytest
 import async_workloads
 from helpers import fit, out
 from hpctrain import CheckpointConfig, ConfigError, FailureConfig
-from hpctrain._internal.base.checkpoint_interval import (DEFAULT_MTBI_S, FrequencyPolicy,
+from hpctrain.common.checkpoint_interval import (DEFAULT_MTBI_S, FrequencyPolicy,
                                                      describe_interval, frequency_value,
                                                      observed_mtbi, young_daly_interval)
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.rundir.layout import RunDir
 
 
 @pytest.mark.parametrize("cost, mtbi, expected", [
@@ -164,7 +164,7 @@ def test_mtbi_config_and_job_file(tmp_path):
 
 
 def test_progress_shows_the_chosen_interval(tmp_path):
-    from hpctrain._internal.driver.progress import Progress
+    from hpctrain.driver.progress import Progress
 
     run = RunDir(str(tmp_path / "run"))
     run.create()
@@ -229,7 +229,7 @@ def test_lightning_report_callback_checkpoints_at_the_epochs_due(storage):
     at every epoch end, a checkpoint at epochs 2 and 4 only."""
     pytest.importorskip("lightning", reason="Lightning is not installed")
     import framework_workloads
-    from hpctrain._internal.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.commit import verify_checkpoint
 
     result = fit(framework_workloads.lightning_deterministic, storage, name="pl-every-2",
                  config={"epochs": 4},

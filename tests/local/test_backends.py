@@ -15,7 +15,7 @@ import pytest
 
 import backend_workloads as bw
 from hpctrain import FailureConfig, Result, RunConfig, ScalingConfig
-from hpctrain._internal.rundir.commit import verify_checkpoint
+from hpctrain.rundir.commit import verify_checkpoint
 from helpers import ROOT, SUPPORT, run_state, wait_for, workload, write_job
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import uuid
 import health_workloads
 from helpers import run_state
 from hpctrain import FailureConfig, Result, RunConfig, ScalingConfig
-from hpctrain._internal.allocation.supervisor import FINISHED, PREEMPTED, AttemptPlan, Supervisor
+from hpctrain.allocation.supervisor import FINISHED, PREEMPTED, AttemptPlan, Supervisor
 from hpctrain.launchers.local import LocalLauncher
 from hpctrain.run import Run, driver_pythonpath
 from hpctrain.torch import TorchTrainer

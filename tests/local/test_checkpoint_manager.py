@@ -13,8 +13,8 @@ import workloads
 from helpers import fit
 
 from hpctrain import Checkpoint, CheckpointConfig, Result
-from hpctrain._internal.rundir.commit import publish, stage_shard
-from hpctrain._internal.rundir.layout import RunDir, best_checkpoints
+from hpctrain.rundir.commit import publish, stage_shard
+from hpctrain.rundir.layout import RunDir, best_checkpoints
 
 
 class Manager:

@@ -194,7 +194,7 @@ def test_a_truncated_spec_toml_is_an_error_naming_it_not_a_silent_pass(storage):
 
 def test_a_checkpoint_that_fails_verification_does_not_count_toward_num_to_keep(
         storage, warnings_seen):
-    from hpctrain._internal.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.commit import verify_checkpoint
 
     keep2 = CheckpointConfig(num_to_keep=2)
     fit(workloads.deterministic, storage, name="verify", config={"epochs": 3},
@@ -309,6 +309,6 @@ def test_format_versions_are_written_a_newer_one_is_refused_a_missing_one_reads_
 
 
 def test_format_helpers_examples():
-    import hpctrain._internal.base.formats as formats
+    import hpctrain.common.formats as formats
 
     assert doctest.testmod(formats, optionflags=doctest.ELLIPSIS).failed == 0

@@ -42,7 +42,7 @@ def test_four_ranks_raising_the_same_error_show_one_traceback_with_their_ranks(t
     assert out.count(f'File "{script}", line 10, in train_func') == 2, out
     assert out.count("[the same traceback as rank") == 3, out
     assert "ranks 0-3 raised the same error" in out
-    assert "_internal/worker/entry.py" not in out and "call_train_func" not in out
+    assert "worker/entry.py" not in out and "call_train_func" not in out
     logs = sorted(glob.glob(str(storage / "fails" / "logs" / "*" / "rank-*.out")))
     assert len(logs) == 4
     for log in logs:  # every rank's log keeps its own traceback, whole

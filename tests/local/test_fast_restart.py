@@ -11,11 +11,11 @@ import pytest
 
 import fast_restart_workloads
 import workloads
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.rundir.layout import RunDir
 from hpctrain.launchers.warm import WarmLocalLauncher, warm_spares_requested
 from helpers import assert_same_state, final_state, fit, out, run_state
 
-#: What a cold-started rank runs: the worker package's __main__ (python -m hpctrain._internal.worker)
+#: What a cold-started rank runs: the worker package's __main__ (python -m hpctrain.worker)
 COLD = "__main__.py"
 
 CONFIG = {"epochs": 6, "crash_at": 3, "crash_rank": 1}
@@ -35,7 +35,7 @@ def _spare_processes(run_path):
                 zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
         except OSError:
             continue
-        if not zombie and b"hpctrain._internal.spare" in args and \
+        if not zombie and b"hpctrain.worker.spare" in args and \
                 any(run_path.encode() in a for a in args):
             found.append(int(pid))
     return found
@@ -100,7 +100,7 @@ def test_a_spare_started_with_other_interpreter_settings_is_not_used(tmp_path):
             time.sleep(0.1)
         assert launcher.ready_count() == 1
         group = launcher.launch(
-            command=[sys.executable, "-m", "hpctrain._internal.worker", run.path],
+            command=[sys.executable, "-m", "hpctrain.worker", run.path],
             env=dict(env, OMP_NUM_THREADS="2"), num_workers=1,
             log_dir=str(tmp_path / "logs"))
         group.wait_any_failure(120)   # the cold rank fails at once: there is no payload
@@ -131,7 +131,7 @@ class _OneNodeZygoteLauncher:
                    SLURM_STEP_NUM_TASKS="1", SLURM_STEP_TASKS_PER_NODE="1",
                    SLURM_STEP_NODELIST=socket.gethostname(),
                    HPCTRAIN_RANKS_PER_NODE=str(num_workers))
-        return StepWorkerGroup([command[0], "-m", "hpctrain._internal.nodezygote",
+        return StepWorkerGroup([command[0], "-m", "hpctrain.worker.nodezygote",
                                 command[3]], env, log_dir)
 
 
@@ -143,7 +143,7 @@ def _zygote_processes(run_path):
                 args = f.read().split(b"\0")
         except OSError:
             continue
-        if b"hpctrain._internal.nodezygote" in args and \
+        if b"hpctrain.worker.nodezygote" in args and \
                 any(run_path.encode() in a for a in args):
             found.append(pid)
     return found
@@ -172,7 +172,7 @@ def test_ranks_forked_by_a_node_zygote_train_and_restart_to_the_same_model(
 
 def test_the_ranks_see_a_step_of_one_task_per_rank():
     from hpctrain import cluster_env
-    from hpctrain._internal.nodezygote import child_env
+    from hpctrain.worker.nodezygote import child_env
 
     base = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1",
             "SLURM_LOCALID": "0", "SLURM_NODEID": "1", "SLURM_STEP_NUM_NODES": "2",
@@ -196,7 +196,7 @@ def test_the_zygote_ends_a_rank_stuck_after_its_stop_record_by_its_own_clock(
     import subprocess
     import time
 
-    from hpctrain._internal import nodezygote
+    from hpctrain.worker import nodezygote
 
     monkeypatch.setenv("HPCTRAIN_ATTEMPT", "2")
     monkeypatch.delenv("HPCTRAIN_ZYGOTE_VERBOSE", raising=False)

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from helpers import cli, run_state, wait_for, workload, write_job
-from hpctrain._internal.rundir.goodput import PARTS, goodput
-from hpctrain._internal.rundir.layout import RunDir, read_results
+from hpctrain.rundir.goodput import PARTS, goodput
+from hpctrain.rundir.layout import RunDir, read_results
 from hpctrain.cli.views import GOODPUT_LABELS, plot_goodput
 
 WAIT_S = 2.0  # between a stop and the next start: the "queue" of the next allocation

@@ -1,7 +1,7 @@
 """A checkpoint every rank handed in is committed, however the attempt ends right after
 the report: Ray commits a reported checkpoint before ``report()`` returns. Between
 agreement reports a checkpoint is only staged; the supervisor publishes what every rank
-staged (their marks, ``_internal/rundir/handed_in.py``) before anything is cleaned."""
+staged (their marks, ``rundir/handed_in.py``) before anything is cleaned."""
 import json
 import os
 
@@ -13,7 +13,7 @@ from hpctrain.checkpoint import METADATA_FILE
 from hpctrain import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from hpctrain.errors import TrainingFailedError
 from hpctrain.torch import TorchTrainer
-from hpctrain._internal.rundir.commit import verify_checkpoint
+from hpctrain.rundir.commit import verify_checkpoint
 
 
 def _committed(run_path):

@@ -55,7 +55,7 @@ def _check_hang(result, *, blamed, phase, stack_of_1, stack_of_0=None):
     # detected within the limit (plus the heartbeat's and the watchdog's own periods, and
     # the few seconds the ranks get to write their stacks)
     assert first["ended"] - first["started"] < LIMIT_S + 45
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
 
     adir = RunDir(result.path).attempt_dir(1)
     stacks = {r: open(os.path.join(adir, f"stacks.rank-{r}.txt")).read() for r in (0, 1)}
@@ -97,7 +97,7 @@ def test_the_watchdog_learns_its_limit_from_the_runs_own_pace(tmp_path):
     the floor; before a rank's first move, the start-up limit."""
     import json
 
-    from hpctrain._internal.allocation.watchdog import Watchdog
+    from hpctrain.allocation.watchdog import Watchdog
 
     def beat(rank, progress, at, phase="train"):
         with open(tmp_path / f"heartbeat.rank-{rank}.json", "w") as f:

@@ -4,7 +4,7 @@ torch's own iterator keeps (read by the heartbeat thread), with no hpctrain call
 batch; the count is exact during a pass, after it, and after a pass left early."""
 import pytest
 
-from hpctrain._internal.base import progress
+from hpctrain.common import progress
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_the_heartbeat_writes_the_batches_a_pass_read(tmp_path, no_call_per_batc
     import json
     import time
 
-    from hpctrain._internal.worker.heartbeat import Heartbeat
+    from hpctrain.worker.heartbeat import Heartbeat
 
     loader = _loader(n=40)
     hb = Heartbeat(str(tmp_path), rank=0, interval=0.05).start()
@@ -106,8 +106,8 @@ def _staged_commit(tmp_path, events, files=3):
     import os
 
     from hpctrain import Checkpoint, CheckpointConfig
-    from hpctrain._internal.rundir.commit import new_staging_dir, publish, stage_shard
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.commit import new_staging_dir, publish, stage_shard
+    from hpctrain.rundir.layout import RunDir
 
     run = RunDir(tmp_path / "run")
     run.create()

@@ -10,7 +10,7 @@ import pytest
 import health_workloads
 from helpers import run_state
 from hpctrain import FailureConfig, RunConfig, ScalingConfig
-from hpctrain._internal.allocation.supervisor import PREEMPTED, AttemptPlan, Supervisor
+from hpctrain.allocation.supervisor import PREEMPTED, AttemptPlan, Supervisor
 from hpctrain.launchers.local import LocalLauncher
 from hpctrain.run import Run, driver_pythonpath
 from hpctrain.torch import TorchTrainer

@@ -78,7 +78,7 @@ def scored_checkpoints(config):
 def crash_once_at_epoch_2(config):
     import time
 
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
 
     ckpt = train.load_checkpoint()
     start = ckpt["epoch"] + 1 if ckpt else 0

@@ -108,7 +108,7 @@ def test_local_dir_must_be_a_path():
 
 
 def _run(tmp_path):
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
 
     run = RunDir(str(tmp_path / "runs" / "r"))
     run.create()
@@ -117,7 +117,7 @@ def _run(tmp_path):
 
 def test_an_unusable_local_dir_warns_and_writes_to_the_run_directory_only(
         tmp_path, monkeypatch, caplog):
-    from hpctrain._internal.rundir.local_tier import LocalTier
+    from hpctrain.rundir.local_tier import LocalTier
 
     # caplog sees the hpctrain logger's records whatever an earlier test configured
     hpctrain_log_to(caplog, monkeypatch)
@@ -136,7 +136,7 @@ def test_an_unusable_local_dir_warns_and_writes_to_the_run_directory_only(
                                              "user's")
 def test_a_local_tier_directory_of_another_user_is_refused(tmp_path, monkeypatch, caplog):
     hpctrain_log_to(caplog, monkeypatch)
-    from hpctrain._internal.rundir.local_tier import LocalTier
+    from hpctrain.rundir.local_tier import LocalTier
 
     run = _run(tmp_path)
     root = tmp_path / "shared-tmp"

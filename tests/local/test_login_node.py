@@ -9,7 +9,7 @@ import pytest
 import workloads
 from helpers import fit, workload, write_job
 
-from hpctrain._internal.driver import login
+from hpctrain.driver import login
 from hpctrain.errors import LoginNodeWarning
 
 ALLOCATION_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "PBS_JOBID", "LSB_JOBID")

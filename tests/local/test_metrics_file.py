@@ -12,8 +12,8 @@ import pytest
 import validation_workloads as wl
 from helpers import fit, run_state
 from hpctrain import TrainingFailedError
-from hpctrain._internal.allocation.metrics import ENV_DIR, MetricsFile, collector_path
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.allocation.metrics import ENV_DIR, MetricsFile, collector_path
+from hpctrain.rundir.layout import RunDir
 
 RUN_ID = 'ray_train_run_name="{name}",ray_train_run_id="{path}"'
 

@@ -20,8 +20,8 @@ import hpctrain
 import workloads
 from helpers import assert_same_state, final_state, needs_mpirun, run_state
 from hpctrain import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
-from hpctrain._internal.rundir.layout import RunDir
-from hpctrain._internal.allocation.supervisor import AttemptPlan, Supervisor
+from hpctrain.rundir.layout import RunDir
+from hpctrain.allocation.supervisor import AttemptPlan, Supervisor
 from hpctrain.errors import ConfigError
 from hpctrain.launchers import mpiexec as mpx
 from hpctrain.launchers.mpiexec import (
@@ -34,7 +34,7 @@ from hpctrain.launchers.mpiexec import (
 from hpctrain.run import Run, driver_pythonpath
 from hpctrain.result import result_or_raise
 
-CMD = ["/usr/bin/python3", "-m", "hpctrain._internal.worker", "/runs/r1"]
+CMD = ["/usr/bin/python3", "-m", "hpctrain.worker", "/runs/r1"]
 
 
 def test_module_doctests():

@@ -291,7 +291,7 @@ def _first_line(proc: subprocess.Popen) -> str:
 
 ALICE_GROUP = """
 import os, sys, json
-from hpctrain._internal.rendezvous import TcpGroup
+from hpctrain.rendezvous import TcpGroup
 rank, port, token = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 print("PID", os.getpid(), flush=True)
 g = TcpGroup(rank=rank, world_size=2, addr="127.0.0.1", port=port, token=token,
@@ -302,7 +302,7 @@ g.close()
 
 EVE_JOINS = """
 import os, socket, sys, time
-from hpctrain._internal.rendezvous import TcpGroup
+from hpctrain.rendezvous import TcpGroup
 port, token, pid = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 try:
     open(f"/proc/{pid}/environ", "rb").read()

@@ -88,7 +88,7 @@ def test_a_kill_9_in_the_middle_of_an_upload_leaves_nothing_restorable(s3_bucket
 
 
 def run_dir_of(result):
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
 
     return RunDir(result.path).path
 

@@ -16,7 +16,7 @@ import pytest
 import workloads
 from helpers import assert_same_state, final_state, run_state
 from hpctrain import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
-from hpctrain._internal.allocation.supervisor import AttemptPlan, Supervisor
+from hpctrain.allocation.supervisor import AttemptPlan, Supervisor
 from hpctrain.errors import ConfigError
 from hpctrain.launchers import pbsdsh as tm
 from hpctrain.launchers.pbsdsh import PbsdshLauncher
@@ -92,7 +92,7 @@ def test_one_task_per_node_trains_like_the_local_launcher(tmp_path, storage, pbs
     assert sorted(pbsdsh.read_text().splitlines()) == [  # both start at once
         f"-n {i} -- /bin/sh -c . \"$0\" && exec \"$@\" {result.path}/logs/"
         f"{run_state(result.path)['job_ids'][0]}/.tm-env.rank-{i} {sys.executable} -m "
-        f"hpctrain._internal.worker {result.path}" for i in (0, 1)]
+        f"hpctrain.worker {result.path}" for i in (0, 1)]
     import json
 
     infos = [json.load(open(os.path.join(result.path, "test-out", f"info-rank-{r}.json")))

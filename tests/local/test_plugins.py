@@ -53,7 +53,7 @@ packages = ["hpctrain_plugintest"]
 """
 
 GOOD = """\
-from hpctrain._internal.base.registry import BackendEntry
+from hpctrain.plugins import BackendEntry
 from hpctrain.launchers.local import LocalLauncher
 from hpctrain.schedulers.local import LocalScheduler as Local
 

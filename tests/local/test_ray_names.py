@@ -160,7 +160,7 @@ def test_metadata_context_and_sync_config_of_a_real_two_worker_run(storage):
     """Trainer metadata in every committed checkpoint (keys set on the checkpoint win),
     in get_checkpoint() after a restart and in result.checkpoint; get_context()'s names
     on both ranks and both attempts; a SyncConfig and trainer_resources change nothing."""
-    from hpctrain._internal.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.commit import verify_checkpoint
 
     with pytest.warns(UserWarning, match="trainer_resources"):
         scaling = ScalingConfig(num_workers=2, trainer_resources={"CPU": 1})

@@ -224,7 +224,7 @@ def test_local_mode_is_refused_with_nodes_and_for_a_batch_job(storage):
 def test_the_generic_broadcast_over_allreduce_max_keeps_every_byte():
     """What a backend's coordinator without a broadcast of its own does (torch's, MPI's):
     the bytes travel as integers of an element-wise max; here over a fake group of 3."""
-    from hpctrain._internal.base.context import Coordinator
+    from hpctrain.common.context import Coordinator
 
     class Group(Coordinator):
         """Three ranks' values, taken in turn: allreduce_max waits for all three."""
@@ -257,7 +257,7 @@ def test_the_generic_broadcast_over_allreduce_max_keeps_every_byte():
 def test_a_batch_job_that_ended_before_its_run_is_a_controller_error(storage):
     """What ``fit()`` with a batch scheduler raises when the job ended (cancelled, out of
     time) before the run did: no rank failed, so Ray's ControllerError."""
-    from hpctrain._internal.driver.submission import result_of
+    from hpctrain.driver.submission import result_of
 
     finished = fit(wl.local_mode, storage, workers=0, name="job-ended")
     with pytest.raises(ControllerError, match=r"job \S+ ended \(TIMEOUT\) before the "

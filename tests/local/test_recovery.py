@@ -15,9 +15,9 @@ import pytest
 
 import workloads
 from hpctrain import ConfigError, FailureConfig, RunConfig, ScalingConfig
-from hpctrain._internal.rundir.commit import verify_checkpoint
-from hpctrain._internal.allocation.recovery import MAX_IDLE_ALLOCATIONS, after_stop
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.rundir.commit import verify_checkpoint
+from hpctrain.allocation.recovery import MAX_IDLE_ALLOCATIONS, after_stop
+from hpctrain.rundir.layout import RunDir
 from hpctrain.torch import TorchTrainer
 from helpers import (SUPPORT, assert_same_state, final_state, run_state, wait_for, workload,
                      write_job)
@@ -240,7 +240,7 @@ def test_after_a_clean_stop_requeue_or_stop(tmp_path, config, can, progress, exp
     assert status == expected == state["status"]
     if why:
         assert why in state["stopped_because"]
-    from hpctrain._internal.allocation.budgets import exit_code
+    from hpctrain.allocation.budgets import exit_code
 
     # the batch job's exit code: 76 when it gave up for no progress
     assert exit_code(state, 0) == (76 if why and "no progress" in why else 0)

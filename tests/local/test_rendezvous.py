@@ -15,8 +15,8 @@ import pytest
 
 from helpers import hpctrain_log_to
 
-from hpctrain._internal import rendezvous
-from hpctrain._internal.rendezvous import TcpGroup, group_token, reserve_port
+from hpctrain import rendezvous
+from hpctrain.rendezvous import TcpGroup, group_token, reserve_port
 
 SECRET_VAR = "HPCTRAIN_GROUP_SECRET"
 SECRET = "5f0c2a9e4b7d61a38c2e90f1d4b6a7c3"  # what the supervisor would hand this attempt
@@ -451,8 +451,8 @@ def test_without_the_secret_a_group_of_two_is_refused_naming_the_variable(monkey
 
 def test_the_supervisor_hands_each_attempt_a_fresh_secret_in_the_environment_only(tmp_path):
     from hpctrain import FailureConfig
-    from hpctrain._internal.allocation.supervisor import AttemptPlan, Supervisor
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.allocation.supervisor import AttemptPlan, Supervisor
+    from hpctrain.rundir.layout import RunDir
     from hpctrain.launchers.base import ExitRecord, Launcher, WorkerGroup
 
     class Failed(WorkerGroup):  # both ranks failed at once
@@ -473,7 +473,7 @@ def test_the_supervisor_hands_each_attempt_a_fresh_secret_in_the_environment_onl
             self.launches.append((list(command), dict(env)))
             return Failed()
 
-    from hpctrain._internal.worker import entry
+    from hpctrain.worker import entry
 
     assert entry.ENV_GROUP_SECRET == rendezvous.ENV_GROUP_SECRET == SECRET_VAR
     run = RunDir(tmp_path / "run")

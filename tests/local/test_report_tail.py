@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 
-from hpctrain._internal.rundir.commit import verify_checkpoint
-from hpctrain._internal.worker.agreement import MAX_GAP, POSTED_DEPTH
+from hpctrain.rundir.commit import verify_checkpoint
+from hpctrain.worker.agreement import MAX_GAP, POSTED_DEPTH
 from helpers import run_state, workload, write_job
 
 STEPS, WARN_AT = 4000, 2000
@@ -70,9 +70,9 @@ def test_the_lines_a_report_writes_are_those_of_json_and_csv_whatever_the_values
     import numpy as np
     import torch
 
-    from hpctrain._internal.base.fsutil import json_default
-    from hpctrain._internal.base.metrics import flatten
-    from hpctrain._internal.rundir.layout import ResultWriter, RunDir
+    from hpctrain.common.fsutil import json_default
+    from hpctrain.common.metrics import flatten
+    from hpctrain.rundir.layout import ResultWriter, RunDir
 
     class Sub(dict):
         pass

@@ -116,7 +116,7 @@ def test_a_run_directory_of_an_earlier_version_restores_and_requeues(tmp_path):
     Such a run continues after the upgrade, its partition read as PBS's queue."""
     import tomli_w
 
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
     from hpctrain.cli.batch import load_spec
     from hpctrain.spec import load_job_spec
 

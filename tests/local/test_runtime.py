@@ -171,7 +171,7 @@ def test_many_fast_checkpoints_with_retention(storage):
                                        checkpoint_score_order="max"))
     names = sorted(os.listdir(os.path.join(result.path, "checkpoints")))
     assert names == ["checkpoint_000000", "checkpoint_000039"]  # best (40.0) + latest
-    from hpctrain._internal.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.commit import verify_checkpoint
 
     for name in names:
         path = os.path.join(result.path, "checkpoints", name)
@@ -192,7 +192,7 @@ def test_distributed_checkpoint_holds_every_ranks_shard(storage, staged):
     meta = ck.commit_record()
     assert meta["ranks"] == [0, 1] and meta["iteration"] == 2 and meta["index"] == 1
     assert set(meta["files"]) == {"shard-0.bin", "shard-1.bin"}
-    from hpctrain._internal.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.commit import verify_checkpoint
 
     assert verify_checkpoint(ck.path) == []
     # no temporary or staging leftovers once the run is over
@@ -218,7 +218,7 @@ def test_ranks_reporting_the_same_names_keep_rank_0s_copy_and_warn_once(storage,
     names = sorted(e for e in os.listdir(os.path.join(result.path, "checkpoints"))
                    if e != ".staging")
     assert names == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
-    from hpctrain._internal.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.commit import verify_checkpoint
 
     for step, name in enumerate(names):
         path = os.path.join(result.path, "checkpoints", name)
@@ -279,7 +279,7 @@ def test_single_worker_and_functions_without_config(storage):
 
 
 def test_second_live_run_of_the_same_directory_is_refused(storage):
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
 
     run = RunDir(os.path.join(storage, "busy"))
     run.create()
@@ -287,7 +287,7 @@ def test_second_live_run_of_the_same_directory_is_refused(storage):
     import sys
 
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from hpctrain._internal.rundir.layout import RunDir\n"
+        "import sys, time; from hpctrain.rundir.layout import RunDir\n"
         f"r = RunDir({run.path!r})\n"
         "with r.exclusive():\n    print('locked', flush=True); time.sleep(30)\n")],
         stdout=subprocess.PIPE, text=True)
@@ -346,7 +346,7 @@ def _ranks_of(run_dir):
                 cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
             except OSError:
                 continue
-            if b"hpctrain._internal.worker" in cmd and run_dir.encode() in cmd:
+            if b"hpctrain.worker" in cmd and run_dir.encode() in cmd:
                 found.append(int(pid))
     return found
 

@@ -4,9 +4,9 @@ import os
 import pytest
 
 from hpctrain import Checkpoint, CheckpointConfig
-from hpctrain._internal.rundir.commit import publish, stage_shard, verify_checkpoint
+from hpctrain.rundir.commit import publish, stage_shard, verify_checkpoint
 from hpctrain.errors import CheckpointError
-from hpctrain._internal.rundir.layout import (CheckpointRecord, ResultTail, RunDir,
+from hpctrain.rundir.layout import (CheckpointRecord, ResultTail, RunDir,
                                         checkpoints_to_delete, flatten, read_results)
 
 
@@ -50,7 +50,7 @@ def test_flatten_for_csv():
 
 def test_verify_checkpoint_finds_corruption(tmp_path):
     from hpctrain import Checkpoint, CheckpointConfig
-    from hpctrain._internal.rundir.commit import digest_shard, publish, stage_shard
+    from hpctrain.rundir.commit import digest_shard, publish, stage_shard
 
     run = RunDir(tmp_path / "run")
     run.create()
@@ -166,7 +166,7 @@ def test_a_disk_full_when_recording_metrics_is_a_clear_error_and_leaves_no_half_
         small_disk):
     """result.json and progress.csv get a report's line both or neither, never half of
     one, and a full disk says what to do."""
-    from hpctrain._internal.rundir.layout import ResultWriter
+    from hpctrain.rundir.layout import ResultWriter
     from hpctrain.errors import CheckpointError
 
     run = RunDir(os.path.join(small_disk, "run"))
@@ -197,7 +197,7 @@ def test_same_name_from_a_rank_that_came_first_is_replaced_by_the_lowest_ranks(t
     between agreement reports), ranks 2 and 1 may write a name before rank 0 does: the
     later ones write theirs aside, and the committed checkpoint still holds rank 0's copy
     (and, for a name rank 0 lacks, rank 1's), with digests that verify."""
-    from hpctrain._internal.rundir.commit import digest_shard
+    from hpctrain.rundir.commit import digest_shard
 
     run = RunDir(tmp_path / "run")
     run.create()
@@ -316,7 +316,7 @@ def test_the_payload_gives_its_backend_before_the_training_function(tmp_path):
 
     from hpctrain.backends.tensorflow import TensorflowConfig
     from hpctrain.config import ScalingConfig
-    from hpctrain._internal.rundir.payload import WorkerPayload
+    from hpctrain.rundir.payload import WorkerPayload
 
     run = RunDir(tmp_path / "run")
     run.create()

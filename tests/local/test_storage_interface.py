@@ -16,9 +16,9 @@ import pytest
 
 import hpctrain
 from hpctrain import Checkpoint, CheckpointConfig, RunConfig, ScalingConfig
-from hpctrain._internal.base.registry import STORAGES, register_storage, storage_for
-from hpctrain._internal.rundir.commit import publish, stage_shard
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.common.registry import STORAGES, register_storage, storage_for
+from hpctrain.rundir.commit import publish, stage_shard
+from hpctrain.rundir.layout import RunDir
 from hpctrain.errors import ConfigError
 from hpctrain.storage.base import Storage
 from hpctrain.storage.posix import PosixStorage

@@ -260,7 +260,7 @@ def test_results_plot_and_status_of_real_runs(tmp_path):
 
 def test_hpctrain_and_its_cli_import_no_tracking_or_data_library():
     code = ("import sys, hpctrain, hpctrain.callbacks, hpctrain.cli, hpctrain.spec, "
-            "hpctrain.cli.views, hpctrain._internal.allocation.tracking\n"
+            "hpctrain.cli.views, hpctrain.allocation.tracking\n"
             "heavy = [m for m in ('h5py', 'numpy', 'matplotlib', 'tensorboard', 'tensorboardX', 'mlflow', "
             "'wandb', 'torch', 'torchmetrics', 'tensorflow') if m in sys.modules]\n"
             "print(heavy)\n")
@@ -272,8 +272,8 @@ def test_a_later_supervisor_delivers_only_the_reports_it_has_not_delivered(tmp_p
     """A requeued job's batch step continues the callbacks where the previous one
     stopped (the offset in .hpctrain/tracking.json); MLflow resumes the same run."""
     pytest.importorskip("mlflow", reason="hpctrain[tracking] is not installed")
-    from hpctrain._internal.rundir.layout import ResultWriter, RunDir
-    from hpctrain._internal.allocation.tracking import CallbackRunner
+    from hpctrain.rundir.layout import ResultWriter, RunDir
+    from hpctrain.allocation.tracking import CallbackRunner
     from hpctrain.callbacks import Callback
 
     class Seen(Callback):
@@ -329,7 +329,7 @@ class Seen:
 
 
 def _run_with_rows(tmp_path, n):
-    from hpctrain._internal.rundir.layout import ResultWriter, RunDir
+    from hpctrain.rundir.layout import ResultWriter, RunDir
 
     run = RunDir(str(tmp_path / "run"))
     run.create()
@@ -340,7 +340,7 @@ def _run_with_rows(tmp_path, n):
 
 
 def test_tracking_trouble_never_stops_the_training(tmp_path, caplog, request):
-    from hpctrain._internal.allocation.tracking import TRACKING_FILE, CallbackRunner
+    from hpctrain.allocation.tracking import TRACKING_FILE, CallbackRunner
 
     # hpctrain's warnings, wherever logging sends them (stderr through the last resort in
     # a plain script; the CLI's handler, which stops propagation, once a CLI ran here)
@@ -372,9 +372,9 @@ def test_the_requeue_comes_before_the_callbacks_end(tmp_path, monkeypatch):
     sys.path.insert(0, os.path.join(SUPPORT, "fake_pbs"))
     import _fakepbs as fakepbs
 
-    from hpctrain._internal.allocation.attempts import end_allocation
-    from hpctrain._internal.allocation.recovery import requeue
-    from hpctrain._internal.allocation.tracking import CallbackRunner
+    from hpctrain.allocation.attempts import end_allocation
+    from hpctrain.allocation.recovery import requeue
+    from hpctrain.allocation.tracking import CallbackRunner
     from hpctrain.schedulers import get_scheduler
 
     pbs = fakepbs.FakePbs.install(tmp_path / "pbs", monkeypatch,
@@ -398,7 +398,7 @@ def test_mlflow_uses_the_run_s_store_and_keeps_credentials_out_of_the_run(tmp_pa
     pytest.importorskip("mlflow", reason="hpctrain[tracking] is not installed")
     from mlflow.tracking import MlflowClient
 
-    from hpctrain._internal.allocation.tracking import CALLBACKS_FILE, CallbackRunner, save_callbacks
+    from hpctrain.allocation.tracking import CALLBACKS_FILE, CallbackRunner, save_callbacks
 
     # a server in the compute node's environment is not picked up (unreachable here:
     # it would be retried; with MLflow's default retries, for minutes)

@@ -439,8 +439,8 @@ def test_the_warning_signal_stops_a_local_sweep_cleanly_and_a_rerun_continues_it
         tmp_path, storage):
     """`hpctrain sweep` inside a batch job (--signal=B:USR1@120): SIGUSR1 stops the running
     trials at a checkpoint (exit 75, like `hpctrain run`) instead of killing the sweep."""
-    from hpctrain._internal.rundir.commit import verify_checkpoint
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.layout import RunDir
 
     gate = tmp_path / "gate"
     job = sweep_file(tmp_path, storage, "warned", function="gated",
@@ -512,8 +512,8 @@ def test_search_space_values_json_cannot_hold_are_refused_before_anything_is_mad
 
 def test_pbs_rerun_runs_only_its_trials_and_a_trial_in_its_own_job_is_not_submitted_twice(
         tmp_path, storage, monkeypatch):
-    from hpctrain._internal.allocation.recovery import requeue
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.allocation.recovery import requeue
+    from hpctrain.rundir.layout import RunDir
     from hpctrain.schedulers import get_scheduler
 
     pbs = fakepbs.FakePbs.install(tmp_path / "pbs_state", monkeypatch,
@@ -610,8 +610,8 @@ def test_array_tasks_run_their_trial_when_the_manifest_lock_is_busy(tmp_path, st
     from filelock import FileLock
 
     from hpctrain.cli.batch import run_allocation
-    from hpctrain._internal.allocation.recovery import PendingStop
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.allocation.recovery import PendingStop
+    from hpctrain.rundir.layout import RunDir
     from hpctrain.tune import array_task as _batch
     from hpctrain.tune.jobfile import manifest_from_spec
     from hpctrain.tune.sweepdir import SweepDir

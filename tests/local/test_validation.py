@@ -15,7 +15,7 @@ import validation_workloads as wl
 from helpers import fit
 from hpctrain import (CheckpointConfig, ConfigError, ReportedCheckpointStatus, Result,
                       TrainingFailedError, ValidationConfig, ValidationTaskConfig)
-from hpctrain._internal.rundir.layout import CheckpointRecord, RunDir, checkpoints_to_delete
+from hpctrain.rundir.layout import CheckpointRecord, RunDir, checkpoints_to_delete
 
 
 def _kept(result):

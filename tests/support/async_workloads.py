@@ -62,13 +62,13 @@ def deterministic(config):
 
 
 def _wait_for_own_commit():
-    from hpctrain._internal.worker.session import get_session
+    from hpctrain.worker.session import get_session
 
     get_session().wait_for_commit()
 
 
 def _wait_committed(ctx, iteration):
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
 
     run = RunDir(ctx.get_run_dir())
     for _ in range(600):
@@ -81,7 +81,7 @@ def _wait_committed(ctx, iteration):
 def _die_in_background_commit(ctx, committed):
     """SIGKILL this process from the commit thread, after its first file is placed and
     once the checkpoint of report ``committed`` is published."""
-    import hpctrain._internal.rundir.commit as commit
+    import hpctrain.rundir.commit as commit
 
     real = commit._place
 
@@ -97,7 +97,7 @@ def _die_in_background_commit(ctx, committed):
 def _gate_commits(release_file, log):
     """From now on this rank's background commits wait (bounded) for ``release_file``
     before placing their files; ``log`` records whether each was released or timed out."""
-    import hpctrain._internal.rundir.commit as commit
+    import hpctrain.rundir.commit as commit
 
     real = commit._place
 
@@ -122,7 +122,7 @@ def waits(config):
     2. a report without a checkpoint returns too, and publishes nothing;
     3. after the release, report(B, async) waits for A's commit: A's shard is complete
        when it returns."""
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
 
     ctx = hpctrain.get_context()
     rank = ctx.get_world_rank()
@@ -157,7 +157,7 @@ def waits(config):
 def fails(config):
     """Checkpoint 1 commits; the background commit of checkpoint 2 fails on rank
     ``fail_rank`` (EIO on its second file); the loop goes on reporting."""
-    import hpctrain._internal.rundir.commit as commit
+    import hpctrain.rundir.commit as commit
 
     ctx = hpctrain.get_context()
     rank = ctx.get_world_rank()
@@ -239,8 +239,8 @@ def stopped(config):
     ``stop_at``: that report must wait for epoch ``stop_at - 1``'s commit in flight and
     commit its own; the next report's checkpoint (every rank was told by then) is the
     stop's, and the training ends there."""
-    import hpctrain._internal.rundir.commit as commit
-    from hpctrain._internal.worker.session import request_stop
+    import hpctrain.rundir.commit as commit
+    from hpctrain.worker.session import request_stop
 
     ctx = hpctrain.get_context()
     rank = ctx.get_world_rank()
@@ -277,7 +277,7 @@ def hands_back(config):
     """Commits a checkpoint, then hands the committed directory back in (asynchronously)
     as the next report's checkpoint: it must be copied, not taken apart. A symbolic link
     in a directory of the loop's own is committed as the content it points at."""
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
 
     ctx = hpctrain.get_context()
     rank = ctx.get_world_rank()

@@ -23,7 +23,7 @@ def killed_once(config):
     """``workloads.deterministic`` (same steps, data and checkpoints) whose rank
     ``crash_rank`` kills itself with SIGKILL at epoch ``crash_at`` of the first attempt,
     once the run's warm spares are ready. Every rank records which program it is
-    (``__main__.py`` of ``python -m hpctrain._internal.worker``: started cold, ``spare.py`` a warm spare)."""
+    (``__main__.py`` of ``python -m hpctrain.worker``: started cold, ``spare.py`` a warm spare)."""
     import torch
 
     ctx = hpctrain.get_context()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.rundir.layout import RunDir
 
 #: This folder (the workload modules: importable by name, tests/conftest.py puts it first on
 #: sys.path, and the workers and batch jobs inherit it), tests/, the repository.
@@ -51,7 +51,7 @@ def cli(*args, timeout=300, check=True, env=None, cwd=None):
 def assert_full_disk_failure(error, run_path):
     """A run met a full disk: the worker's error says so with its HINT, and every
     committed checkpoint (there is at least one) is intact."""
-    from hpctrain._internal.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.commit import verify_checkpoint
 
     assert "No space left on device" in error.worker_traceback
     # the disk fills while a checkpoint is written (usually) or, when the checkpoint
@@ -131,7 +131,7 @@ def assert_quickstart_checkpoints(run_path, *, epochs, world_size, width):
     import torch
 
     from hpctrain import Checkpoint
-    from hpctrain._internal.rundir.commit import verify_checkpoint
+    from hpctrain.rundir.commit import verify_checkpoint
 
     ckdir = os.path.join(run_path, "checkpoints")
     names = sorted(e for e in os.listdir(ckdir) if e.startswith("checkpoint_"))

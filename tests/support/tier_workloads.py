@@ -110,7 +110,7 @@ def torch_state(config):
     background, into the local tier, then drained. Notes each local copy's manifest."""
     import torch
 
-    from hpctrain._internal.worker.session import get_session
+    from hpctrain.worker.session import get_session
     from hpctrain.torch.checkpoints import state_dict_checkpoint
 
     ctx = hpctrain.get_context()

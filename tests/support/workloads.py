@@ -49,7 +49,7 @@ def _wait_until_committed(ctx, iteration):
     make the tests' "resumed from checkpoint N" depend on timing."""
     import time
 
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
 
     run = RunDir(ctx.get_run_dir())
     for _ in range(400):
@@ -195,7 +195,7 @@ def fail_on_rank(config):
 def kill_during_checkpoint(config):
     """Commit checkpoint 0, then SIGKILL this rank while checkpoint 1's files are being
     copied (after the first file); the restart must resume from checkpoint 0."""
-    import hpctrain._internal.rundir.commit as commit
+    import hpctrain.rundir.commit as commit
 
     ctx = hpctrain.get_context()
     ck = hpctrain.get_checkpoint()
@@ -356,7 +356,7 @@ def late_rank(config):
 
     import torch.distributed as dist
 
-    from hpctrain._internal.base.context import get_session
+    from hpctrain.common.context import get_session
 
     ctx = hpctrain.get_context()
     rank = ctx.get_world_rank()
@@ -524,7 +524,7 @@ def warned_while_checkpointing(config):
     import json
     import time
 
-    from hpctrain._internal.base.context import get_session
+    from hpctrain.common.context import get_session
 
     ctx = hpctrain.get_context()
     rank = ctx.get_world_rank()

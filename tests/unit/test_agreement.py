@@ -1,4 +1,4 @@
-"""The agreement (``_internal/worker/agreement.py``): what travels is a list of integers
+"""The agreement (``worker/agreement.py``): what travels is a list of integers
 whose element-wise max across ranks is the combined vote, and what every rank does after
 it is a pure function of that vote and the state every rank holds alike (``decide``):
 tested here without processes."""
@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from hpctrain._internal.base.checkpoint_interval import FrequencyPolicy
-from hpctrain._internal.base.deadline import SLACK_S, checkpoint_deadline, lateness
-from hpctrain._internal.base.context import Posted
-from hpctrain._internal.worker.agreement import (POSTED_DEPTH, Rounds, Vote, checkpoint_asked,
+from hpctrain.common.checkpoint_interval import FrequencyPolicy
+from hpctrain.common.deadline import SLACK_S, checkpoint_deadline, lateness
+from hpctrain.common.context import Posted
+from hpctrain.worker.agreement import (POSTED_DEPTH, Rounds, Vote, checkpoint_asked,
                                                  decide)
-from hpctrain._internal.rundir.handed_in import NOTHING_IN_FLIGHT
+from hpctrain.rundir.handed_in import NOTHING_IN_FLIGHT
 
 
 def _combine(*votes):

@@ -1,17 +1,15 @@
 """The shape of the package, enforced (issue 14; docs/architecture.md explains it).
 
 1. **No import cycle between folders.** The nodes are the sub-packages (``hpctrain.tune``,
-   ``hpctrain.backends``, ``hpctrain._internal.worker``…, each with everything below it)
-   and the modules directly in ``hpctrain/`` and ``hpctrain/_internal/`` (``spec``,
-   ``trainer``…). Every import counts, the ones inside functions too (grimp reads them
+   ``hpctrain.backends``, ``hpctrain.worker``…, each with everything below it)
+   and the modules directly in ``hpctrain/`` (``spec``, ``trainer``…). Every import counts, the ones inside functions too (grimp reads them
    all): a function-local import that dodges a cycle at import time is still a cycle in
    the design.
 2. **No module imports another module's private names** (``from x import _helper``): what
    another module needs gets a public name, or moves.
 3. **No module imports another package's private modules** (``hpctrain.tune._sweep`` from
    ``hpctrain.cli``): a package's ``_*`` modules are its insides; what others need is in
-   its public modules. ``hpctrain._internal`` is the exception: the library's own internal
-   package, used everywhere (its sub-packages' ``_*`` modules are still theirs alone).
+   its public modules.
 """
 import ast
 import glob
@@ -42,12 +40,11 @@ def graph():
 
 def node_of(graph, module: str) -> str:
     """The folder a module counts in: ``hpctrain.tune._sweep`` → ``hpctrain.tune``;
-    ``hpctrain._internal.worker.session`` → ``hpctrain._internal.worker``; a module
-    directly in ``hpctrain/`` or ``hpctrain/_internal/`` is a node of its own."""
+    ``hpctrain.worker.session`` → ``hpctrain.worker``; a module
+    directly in ``hpctrain/`` is a node of its own."""
     parts = module.split(".")
-    depth = 3 if parts[:2] == [PACKAGE, "_internal"] else 2
-    top = ".".join(parts[:depth])
-    if len(parts) > depth or graph.find_children(top):
+    top = ".".join(parts[:2])
+    if len(parts) > 2 or graph.find_children(top):
         return top
     return module
 
@@ -260,11 +257,11 @@ def test_the_checks_above_can_fail(tmp_path):
         ("hpctrain.cli.main", "hpctrain.tune._sweep"),                # another package's: no
         ("hpctrain.tune.tuner", "hpctrain.tune._sweep"),              # its own package's
         ("hpctrain.tune", "hpctrain.tune._control"),                  # (its __init__ too)
-        ("hpctrain.cli.main", "hpctrain._internal.base.log"),              # _internal: everyone's
-        ("hpctrain.run", "hpctrain._internal.worker._entry"),         # _internal.worker's own
-        ("hpctrain._internal.worker.session", "hpctrain._internal.worker._entry"),
+        ("hpctrain.cli.main", "hpctrain.common.log"),              # _internal: everyone's
+        ("hpctrain.run", "hpctrain.worker._entry"),         # worker's own
+        ("hpctrain.worker.session", "hpctrain.worker._entry"),
     ]) == [("hpctrain.cli.main", "hpctrain.tune._sweep"),
-           ("hpctrain.run", "hpctrain._internal.worker._entry")]
+           ("hpctrain.run", "hpctrain.worker._entry")]
     (pkg / "c.py").write_text("def f():\n    from .gone import x\n    from . import moved\n")
     assert missing_modules(str(pkg)) == [(os.path.join(PACKAGE, "c.py"), 2, "hpctrain.gone"),
                                          (os.path.join(PACKAGE, "c.py"), 3, "hpctrain.moved")]
@@ -344,7 +341,7 @@ CYCLES = [
      "__init__ → schedulers/__init__ → schedulers/base"),
     ("hpctrain/schedulers/base.py", "hpctrain.spec",
      "__init__ → schedulers/__init__ → schedulers/base → spec/__init__ → spec/jobspec → "
-     "config/scheduler → _internal/base/registry → schedulers"),
+     "config/scheduler → common/registry → schedulers"),
 ]
 
 
@@ -439,7 +436,7 @@ def loaded_by_the_command(modules, entry=f"{PACKAGE}.cli.main"):
 #: the processes whose start-up a function-local import may keep light: each loads its
 #: entry module and what that imports at the top
 START_UPS = {"hpctrain --help": f"{PACKAGE}.cli.main", "the batch step": f"{PACKAGE}.cli.batch",
-             "a rank": f"{PACKAGE}._internal.worker.entry", "import hpctrain": PACKAGE}
+             "a rank": f"{PACKAGE}.worker.entry", "import hpctrain": PACKAGE}
 
 
 def function_local_imports(root: str = ROOT):
@@ -613,9 +610,9 @@ def test_the_run_time_core_stays_small():
     agreement's Rounds, the commit pipeline, the data epochs), the supervisor takes one
     AttemptPlan."""
     sizes = {(rel, node.name): node for rel, node in _functions()}
-    session = sizes["_internal/worker/session.py", "Session"]
+    session = sizes["worker/session.py", "Session"]
     assert session.end_lineno - session.lineno + 1 <= 350
-    init = next(n for n in sizes["_internal/allocation/supervisor.py", "Supervisor"].body
+    init = next(n for n in sizes["allocation/supervisor.py", "Supervisor"].body
                 if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     params = init.args.args + init.args.kwonlyargs
     assert len(params) - 1 <= 8, [a.arg for a in params]

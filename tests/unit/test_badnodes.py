@@ -1,5 +1,5 @@
 """Which blamed nodes are kept out of the next allocation, and the bound."""
-from hpctrain._internal.allocation.badnodes import blame, exclusion_limit, to_exclude
+from hpctrain.allocation.badnodes import blame, exclusion_limit, to_exclude
 
 
 def test_the_newest_distinct_blamed_nodes_within_the_limit():

@@ -3,7 +3,7 @@ execs the old address, which forwards to it, so that a requeued old job still ru
 import subprocess
 import sys
 
-OLD_ADDRESS = "hpctrain._internal.batch"  # the forwarder
+OLD_ADDRESS = "hpctrain._internal.batch"  # the old address (hpctrain._internal maps it)
 
 
 def batch_step(module, *args, stdin=""):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from hpctrain._internal.base.terminal import markup, plain
+from hpctrain.common.terminal import markup, plain
 
 MARKUP = "[bold red]X[/]"
 CLEAR = "\x1b[2J"

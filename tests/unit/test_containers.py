@@ -21,7 +21,7 @@ from helpers import ROOT
 ENTRY = os.path.join(ROOT, "examples", "quickstart_train.py")
 RUN = "/scratch/me/runs/r1"
 SRUN = "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=4 --ntasks-per-node=2"
-WORKER = "python3 -m hpctrain._internal.worker /scratch/me/runs/r1"
+WORKER = "python3 -m hpctrain.worker /scratch/me/runs/r1"
 PODMAN_ENV = ("'--env=SLURM_*' --env=SLURMD_NODENAME '--env=PBS_*' '--env=PMI_*' "
               "'--env=PMIX_*' '--env=PALS_*' '--env=OMPI_*' '--env=MPI_*' '--env=HPCTRAIN_*' "
               "--env=MASTER_ADDR "
@@ -79,7 +79,7 @@ def launch_comment(script):
      f"--container-writable {WORKER}"),
     ('runtime = "charliecloud"\nimage = "/var/tmp/img"\npython = "/opt/py/bin/python3"',
      f"{SRUN} ch-run --bind=/scratch/me/runs:/scratch/me/runs /var/tmp/img -- "
-     "/opt/py/bin/python3 -m hpctrain._internal.worker /scratch/me/runs/r1"),
+     "/opt/py/bin/python3 -m hpctrain.worker /scratch/me/runs/r1"),
 ], ids=["apptainer", "singularity", "podman-hpc", "shifter", "pyxis", "charliecloud"])
 def test_each_runtime_renders_its_exact_rank_command(tmp_path, container, expected):
     spec = load(tmp_path, SLURM_2x2 + "[container]\n" + container + "\n")
@@ -137,7 +137,7 @@ def test_a_sites_runtime_waits_for_a_jobs_image(tmp_path, site_dir):
     spec = load(tmp_path, top='site = "center"\n',
                 body='[scaling]\nnum_workers = 4\nworkers_per_node = 2\n')
     assert launch_comment(BatchRequest(spec, RUN).materialize()) == (
-        f"{SRUN} {shlex.quote(sys.executable)} -m hpctrain._internal.worker {RUN}")
+        f"{SRUN} {shlex.quote(sys.executable)} -m hpctrain.worker {RUN}")
     with pytest.raises(ConfigError) as e:
         load(tmp_path, SLURM_2x2 + '[container]\nruntime = "shifter"\n')
     assert e.value.message == ('container.image: expected the image the ranks run in, since '
@@ -202,7 +202,7 @@ def test_scheduler_python_with_spaces_is_split_as_the_shell_would(tmp_path):
     assert ("\nexec '/opt/my env/bin/python3' -X dev -m hpctrain.cli.batch /scratch/me/runs/r1 "
             "--script \"$0\"") in script
     assert launch_comment(script) == (
-        f"{SRUN} '/opt/my env/bin/python3' -X dev -m hpctrain._internal.worker "
+        f"{SRUN} '/opt/my env/bin/python3' -X dev -m hpctrain.worker "
         "/scratch/me/runs/r1")
 
 

@@ -9,16 +9,17 @@ MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.pbsdsh", "hpctrain.lau
            "hpctrain.schedulers.pbs", "hpctrain.schedulers.lsf",
            "hpctrain.schedulers.base", "hpctrain.cluster_env", "hpctrain.units",
            "hpctrain.backends", "hpctrain.backends.tensorflow", "hpctrain.backends.horovod",
-           "hpctrain._internal.rundir.commit", "hpctrain._internal.worker.trial",
-           "hpctrain._internal.base.checkpoint_interval", "hpctrain._internal.base.registry",
-           "hpctrain._internal.base.deadline", "hpctrain._internal.worker.agreement",
+           "hpctrain.rundir.commit", "hpctrain.worker.trial",
+           "hpctrain.common.checkpoint_interval", "hpctrain.common.registry",
+           "hpctrain.common.deadline", "hpctrain.worker.agreement",
            "hpctrain.backends.xgboost", "hpctrain.backends.lightgbm",
-           "hpctrain._internal.nodezygote", "hpctrain.schema",
-           "hpctrain._internal.allocation.supervisor", "hpctrain.config.scheduler",
-           "hpctrain._internal.allocation.badnodes", "hpctrain._internal.allocation.lead",
+           "hpctrain.worker.nodezygote", "hpctrain.schema",
+           "hpctrain.allocation.supervisor", "hpctrain.config.scheduler",
+           "hpctrain.allocation.badnodes", "hpctrain.allocation.lead",
            "hpctrain.containers", "hpctrain.containers.base", "hpctrain.containers.apptainer",
            "hpctrain.containers.podman_hpc", "hpctrain.containers.shifter",
-           "hpctrain.containers.pyxis", "hpctrain.containers.charliecloud"]
+           "hpctrain.containers.pyxis", "hpctrain.containers.charliecloud",
+           "hpctrain._internal", "hpctrain.plugins"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -13,7 +13,7 @@ import goodput_sim as gs  # noqa: E402
 
 
 def test_auto_is_the_products_own_rule():
-    from hpctrain._internal.base.checkpoint_interval import young_daly_interval
+    from hpctrain.common.checkpoint_interval import young_daly_interval
 
     c, m = 30, 36000
     assert gs.young_daly(c, m) == young_daly_interval(c, m)
@@ -55,7 +55,7 @@ def test_auto_is_within_two_percent_of_the_scanned_optimum():
 def test_tiered_checkpoints_auto_and_bookkeeping():
     """A local tier: "auto" is the product's tiered rule (never below the drain); a
     checkpoint counts only once drained; restarts from the local copy raise goodput."""
-    from hpctrain._internal.base.checkpoint_interval import tiered_interval
+    from hpctrain.common.checkpoint_interval import tiered_interval
 
     sc = gs.Scenario("tier", 1000, 8760, 0, 2, 60, 120, drain_s=30, local_restart_s=20,
                      node_loss=0.5)

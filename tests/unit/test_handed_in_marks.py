@@ -1,9 +1,9 @@
 """The rule that decides which staged checkpoints the supervisor commits after the ranks
-ended (``_internal/rundir/handed_in.py``): a report every rank got past, with no
+ended (``rundir/handed_in.py``): a report every rank got past, with no
 background commit of it (or of an earlier one) unfinished; a missing mark commits nothing."""
 import os
 
-from hpctrain._internal.rundir.handed_in import (MARK_FILE, NOTHING_IN_FLIGHT, ReportMark,
+from hpctrain.rundir.handed_in import (MARK_FILE, NOTHING_IN_FLIGHT, ReportMark,
                                                  complete_through, read_marks)
 
 NONE = NOTHING_IN_FLIGHT

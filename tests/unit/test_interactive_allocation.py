@@ -3,7 +3,7 @@ ranks over the allocation's nodes with the batch system's launcher."""
 import pytest
 
 from hpctrain import ScalingConfig
-from hpctrain._internal.allocation.interactive import interactive_allocation
+from hpctrain.allocation.interactive import interactive_allocation
 from hpctrain.config import SchedulerConfig
 from hpctrain.errors import ConfigError
 from hpctrain.launchers import launcher_for

@@ -68,7 +68,7 @@ def test_detection_asks_each_scheduler_in_registration_order():
 
 
 def test_a_registered_scheduler_is_known_everywhere():
-    from hpctrain._internal.base.registry import SCHEDULERS
+    from hpctrain.common.registry import SCHEDULERS
     from hpctrain.cluster_env import worker_info_from_env
     from hpctrain.spec import spec_from_dict
 
@@ -116,7 +116,7 @@ def test_own_names_resolve_without_reading_the_installed_plugins():
             "md.entry_points = lambda *a, **k: scans.append(1) or real(*a, **k)\n"
             "from hpctrain.backends import get_backend\n"
             "from hpctrain.schedulers import scheduler_class\n"
-            "from hpctrain._internal.base.registry import LAUNCHERS\n"
+            "from hpctrain.common.registry import LAUNCHERS\n"
             "get_backend('torch'); get_backend('torch'); scheduler_class('slurm')\n"
             "LAUNCHERS.load('srun')\n"
             "print(len(scans))\n"
@@ -136,7 +136,7 @@ def test_own_names_resolve_without_reading_the_installed_plugins():
 @pytest.fixture
 def registries():
     """The backend and launcher registries, restored afterwards."""
-    from hpctrain._internal.base import registry
+    from hpctrain.common import registry
 
     with registry.BACKENDS.scoped(), registry.LAUNCHERS.scoped():
         yield registry
@@ -163,7 +163,7 @@ class ToyLauncher(Launcher):
 
 
 def test_every_registered_backend_loads():
-    from hpctrain._internal.base.registry import backend_entries, load
+    from hpctrain.common.registry import backend_entries, load
 
     assert [e.name for e in backend_entries()] == list(BACKENDS)
     for e in backend_entries():

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from hpctrain._internal.base.registry import describe, scheduler_names
+from hpctrain.common.registry import describe, scheduler_names
 from hpctrain.errors import ConfigError
 from hpctrain.schedulers import BatchRequest
 from hpctrain.sites import PACKAGE_SITE_DIR, SITE_PATH_ENV, available_sites

@@ -33,7 +33,7 @@ def test_eight_gpu_workers_on_four_gpu_nodes_take_two_nodes(tmp_path):
                                        "--cpus-per-task=32", "--gpus-per-node=4"]
     assert launch_comment(script) == [
         f"srun --kill-on-bad-exit=1 --nodes=2 --ntasks=8 --ntasks-per-node=4 "
-        f"--cpus-per-task=32 --gpu-bind=none {PY} -m hpctrain._internal.worker {RUN}"]
+        f"--cpus-per-task=32 --gpu-bind=none {PY} -m hpctrain.worker {RUN}"]
 
 
 def test_six_gpu_workers_spread_evenly_and_four_fit_one_node(tmp_path):
@@ -70,7 +70,7 @@ def test_a_cpu_job_gets_none_of_the_sites_gpu_launcher_options(tmp_path):
     assert "--gpus-per-node" not in script
     assert launch_comment(script) == [
         f"srun --kill-on-bad-exit=1 --nodes=2 --ntasks=4 --ntasks-per-node=2 "
-        f"--cpus-per-task=32 {PY} -m hpctrain._internal.worker {RUN}"]
+        f"--cpus-per-task=32 {PY} -m hpctrain.worker {RUN}"]
     # the same job with GPUs keeps them
     gpu = render(tmp_path, body.replace('"cpu"', '"gpu"') + "use_gpu = true\n",
                  site="perlmutter")
@@ -82,14 +82,14 @@ def test_the_job_files_own_gpu_launcher_options_also_leave_cpu_jobs(tmp_path):
             '"--cpu-bind=cores"]\n[scaling]\nnum_workers = 2\n')
     assert launch_comment(render(tmp_path, body)) == [
         f"srun --kill-on-bad-exit=1 --nodes=1 --ntasks=2 --ntasks-per-node=2 "
-        f"--cpu-bind=cores {PY} -m hpctrain._internal.worker {RUN}"]
+        f"--cpu-bind=cores {PY} -m hpctrain.worker {RUN}"]
 
 
 def test_the_launch_line_of_a_pbs_job_names_the_dialect(tmp_path):
     body = '[scheduler]\naccount = "p1"\n[scaling]\nnum_workers = 4\nworkers_per_node = 2\n'
     script = render(tmp_path, body, site="generic-pbs")
     line, note = launch_comment(script)
-    assert line.endswith(f" {PY} -m hpctrain._internal.worker {RUN}")
+    assert line.endswith(f" {PY} -m hpctrain.worker {RUN}")
     assert '"$PBS_NODEFILE"' in line
     assert note.startswith("(the mpiexec dialect is read from `mpiexec --version` in the job;")
 
@@ -101,7 +101,7 @@ def test_polaris_launch_line_is_pals_throughout(tmp_path):
             '[scaling]\nnum_workers = 8\nuse_gpu = true\n')
     assert launch_comment(render(tmp_path, body, site="polaris")) == [
         f'mpiexec -n 8 --ppn 4 --hostfile "$PBS_NODEFILE" --depth=8 --cpu-bind depth '
-        f"{PY} -m hpctrain._internal.worker {RUN}",
+        f"{PY} -m hpctrain.worker {RUN}",
         "(the mpiexec dialect is read from `mpiexec --version` in the job; shown: pals, as "
         "its launcher_args say; Open MPI adds -x NAME per variable)"]
 
@@ -113,7 +113,7 @@ def test_frontier_gpu_launch_line_has_each_option_once(tmp_path, gpus, per_task)
     nodes = 8 * gpus // 8
     assert line == (f"srun --kill-on-bad-exit=1 --nodes={nodes} --ntasks=8 "
                     f"--ntasks-per-node={8 // nodes} {per_task} --cpus-per-task=7 "
-                    f"--gpu-bind=closest {PY} -m hpctrain._internal.worker {RUN}")
+                    f"--gpu-bind=closest {PY} -m hpctrain.worker {RUN}")
 
 
 def test_a_job_files_srun_option_replaces_hpctrains_own(tmp_path):
@@ -121,7 +121,7 @@ def test_a_job_files_srun_option_replaces_hpctrains_own(tmp_path):
             '[scaling]\nnum_workers = 2\ncpus_per_worker = 4\n')
     assert launch_comment(render(tmp_path, body)) == [
         f"srun --kill-on-bad-exit=1 --nodes=1 --ntasks=2 --ntasks-per-node=2 "
-        f"--cpus-per-task 6 {PY} -m hpctrain._internal.worker {RUN}"]
+        f"--cpus-per-task 6 {PY} -m hpctrain.worker {RUN}"]
 
 
 def test_the_launch_line_comment_is_what_the_batch_step_runs(tmp_path):
@@ -134,7 +134,7 @@ def test_the_launch_line_comment_is_what_the_batch_step_runs(tmp_path):
     argv = srun_argv(nodes=launcher.nodes, workers_per_node=launcher.workers_per_node,
                      cpus_per_worker=launcher.cpus_per_worker,
                      gpus_per_worker=launcher.gpus_per_worker, extra_args=launcher.extra_args,
-                     command=[PY, "-m", "hpctrain._internal.worker", RUN])
+                     command=[PY, "-m", "hpctrain.worker", RUN])
     from hpctrain.schedulers import BatchRequest
 
     assert launch_comment(BatchRequest(spec, RUN).materialize()) == [" ".join(argv)]

@@ -19,7 +19,7 @@ from hpctrain.config import SchedulerConfig, scheduler_keys, toml
 from hpctrain.errors import ConfigError
 from hpctrain.schedulers import BatchRequest, register_scheduler
 from hpctrain.schedulers.base import Scheduler
-from hpctrain._internal.base.registry import SCHEDULERS
+from hpctrain.common.registry import SCHEDULERS
 from hpctrain.schema import json_schema
 from hpctrain.sites import SITE_PATH_ENV
 from hpctrain.spec import SECTIONS, load_job_spec

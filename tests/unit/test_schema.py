@@ -119,7 +119,7 @@ def test_unit_patterns_accept_what_the_parsers_accept(pattern, parse, samples):
 
 
 def test_schema_has_enums_patterns_and_refuses_unknown_keys():
-    from hpctrain._internal.base.registry import scheduler_names
+    from hpctrain.common.registry import scheduler_names
 
     s = json_schema()
     assert s["$schema"] == "https://json-schema.org/draft/2020-12/schema"

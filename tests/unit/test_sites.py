@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hpctrain._internal.base.registry import describe, scheduler_names
+from hpctrain.common.registry import describe, scheduler_names
 from hpctrain.cluster_env import gpu_binding
 from hpctrain.errors import ConfigError
 from hpctrain.launchers import launcher_for
@@ -206,7 +206,7 @@ def test_launcher_for_spec(tmp_path, site_dir):
 
 
 def test_restore_of_a_batch_run_keeps_its_scheduler_setup_and_env(tmp_path):
-    from hpctrain._internal.rundir.layout import RunDir
+    from hpctrain.rundir.layout import RunDir
     from hpctrain.schedulers import BatchRequest
     from hpctrain.run import Run
     from hpctrain.torch import TorchTrainer

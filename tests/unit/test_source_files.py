@@ -10,7 +10,7 @@ import textwrap
 SCRIPT = textwrap.dedent('''
     import functools, sys, traceback
     import cloudpickle
-    from hpctrain._internal.base.source_files import restore_source_files
+    from hpctrain.common.source_files import restore_source_files
 
     def lookup(d):
         return d["b"]

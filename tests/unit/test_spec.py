@@ -250,7 +250,7 @@ def test_unreadable_file(tmp_path: Path, monkeypatch) -> None:
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied", path)
 
-    from hpctrain._internal.base import tomlfile
+    from hpctrain.common import tomlfile
 
     monkeypatch.setattr(tomlfile, "open", denied, raising=False)  # works as root too
     with pytest.raises(ConfigError, match="job.toml: cannot read the job spec: permission denied"):

@@ -1,6 +1,6 @@
 """Step time per rank from heartbeat records: ranks at their own pace, and ranks in lock
 step whose late arrival names the slow one."""
-from hpctrain._internal.allocation.stragglers import Pace
+from hpctrain.allocation.stragglers import Pace
 
 
 def _feed(pace, rank, step_s, offset=0.0, steps=20, host="n1"):

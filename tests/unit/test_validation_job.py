@@ -7,8 +7,8 @@ import textwrap
 import pytest
 
 from helpers import ROOT
-from hpctrain._internal.allocation.validation import render_validation_job
-from hpctrain._internal.rundir.layout import RunDir
+from hpctrain.allocation.validation import render_validation_job
+from hpctrain.rundir.layout import RunDir
 from hpctrain.errors import ConfigError
 from hpctrain.spec import load_job_spec
 

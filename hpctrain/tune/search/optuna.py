@@ -50,8 +50,8 @@ from filelock import FileLock
 
 from . import Domain
 from ...errors import ConfigError
-from ..._internal.base.install import pip_install
-from ..._internal.base.trust import makedirs, modes_of
+from ...common.install import pip_install
+from ...common.trust import makedirs, modes_of
 
 JOURNAL = os.path.join("search", "optuna-journal.log")
 #: The Optuna trial's user attribute that names the sweep's trial (``trial_00003``).
