@@ -16,7 +16,7 @@ A site config is a TOML file named ``<name>.toml`` with:
 
 Sites are looked up, first match winning, in each directory of ``$HPCTRAIN_SITE_PATH``
 (``:``-separated), then ``/etc/hpctrain/sites/`` (a center-wide install), then the
-``site-configs/`` shipped inside the package.
+``site-configs/`` hpctrain ships (:mod:`hpctrain.common.shipped`).
 """
 from __future__ import annotations
 
@@ -27,13 +27,14 @@ from difflib import get_close_matches
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .common.registry import backend_names, describe, scheduler_names
+from .common.shipped import shipped_dir
 from .common.tomlfile import read_toml
 from .errors import ConfigError
 from .units import UnitError, format_walltime, parse_memory, parse_walltime
 
 SITE_PATH_ENV = "HPCTRAIN_SITE_PATH"
 SYSTEM_SITE_DIR = "/etc/hpctrain/sites"
-PACKAGE_SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site-configs")
+PACKAGE_SITE_DIR = shipped_dir("site-configs")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SITE_KEYS = {"name": str, "description": str, "scheduler": str, "docs": str}

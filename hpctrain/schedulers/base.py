@@ -4,7 +4,7 @@ A :class:`BatchRequest` is one run's resolved spec plus where its run directory 
 ``request.materialize()`` gives the exact batch script (``hpctrain render`` prints it,
 ``hpctrain submit`` writes it to ``<run>/job.sh`` and submits those bytes). Each
 scheduler turns the request into its directive lines; the rest of the script comes from
-``hpctrain/templates/<scheduler>.sh.j2``. Every value that reaches the script is checked
+``templates/<scheduler>.sh.j2`` (:mod:`hpctrain.common.shipped`). Every value that reaches the script is checked
 or quoted here, never in a template: none may hold CR, LF or NUL
 (:func:`check_script_context`), and a comment that shows a value prefixes each of its
 lines with ``#`` (the template filter :func:`comment`).
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..common.log import get_logger
+from ..common.shipped import shipped_dir
 from ..config import SchedulerConfig
 from ..errors import ConfigError
 from hpctrain._version import __version__
@@ -363,8 +364,7 @@ def _python_words(request: BatchRequest, spec: JobSpec) -> List[str]:
 def _environment(template_dir: Optional[str] = None):
     import jinja2
 
-    own = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "templates")
+    own = shipped_dir("templates")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([template_dir, own] if template_dir else own),
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,

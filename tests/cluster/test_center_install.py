@@ -112,7 +112,7 @@ def center(tmp_path_factory):
                         "--no-index", wheel], check=True)
         etc = os.path.join(base, "etc", "hpctrain")
         os.makedirs(os.path.join(etc, "sites"))
-        with open(os.path.join(ROOT, "hpctrain", "site-configs", "test-cluster.toml")) as f:
+        with open(os.path.join(ROOT, "site-configs", "test-cluster.toml")) as f:
             site = f.read().replace('name = "test-cluster"', 'name = "mycluster"')
         with open(os.path.join(etc, "sites", "mycluster.toml"), "w") as f:
             f.write(site)

@@ -19,7 +19,7 @@ MODULES = ["hpctrain.launchers.step", "hpctrain.launchers.pbsdsh", "hpctrain.lau
            "hpctrain.containers", "hpctrain.containers.base", "hpctrain.containers.apptainer",
            "hpctrain.containers.podman_hpc", "hpctrain.containers.shifter",
            "hpctrain.containers.pyxis", "hpctrain.containers.charliecloud",
-           "hpctrain._internal", "hpctrain.plugins"]
+           "hpctrain._internal", "hpctrain.plugins", "hpctrain.common.shipped"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import hpctrain
+from hpctrain.common.shipped import shipped_dir
 from hpctrain.errors import ConfigError
 from hpctrain.schedulers import (detect_scheduler, get_scheduler, register_scheduler,
                                  scheduler_class, scheduler_names)
@@ -50,7 +51,7 @@ def test_every_registered_scheduler_loads_and_names_itself():
         cls = scheduler_class(name)
         assert issubclass(cls, Scheduler) and cls.name == name
         if cls.template:
-            assert (PACKAGE / "templates" / cls.template).is_file(), name
+            assert (pathlib.Path(shipped_dir("templates")) / cls.template).is_file(), name
             assert cls.submit_command and cls.cancel_command and cls.job_id_var
 
 
