@@ -72,7 +72,7 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import List, NamedTuple, Optional
+from typing import Any, List, NamedTuple, Optional
 
 import hostlist
 
@@ -362,6 +362,51 @@ def detect_scheduler(env: Mapping[str, str]) -> str:
     """
 
     return detect(env)
+
+
+def task_variables(env: Mapping[str, str]) -> Any:
+    """The :class:`~hpctrain.schedulers.base.TaskVariables` of the scheduler that holds this
+    process, or None where it starts no ranks itself (PBS, LSF, local).
+
+    >>> task_variables({"SLURM_JOB_ID": "7"}).rank, task_variables({"PBS_JOBID": "7.s"})
+    ('SLURM_PROCID', None)
+    """
+    return scheduler_class(detect(env)).task_variables
+
+
+def launcher_set_up_mpi(env: Mapping[str, str]) -> bool:
+    """True when the scheduler's own launcher started this rank as part of one MPI job
+    (``srun --mpi=pmix|pmi2``: Slurm's ``SLURM_MPI_TYPE``), or PMIx did (``PMIX_RANK``).
+
+    >>> launcher_set_up_mpi({"SLURM_JOB_ID": "7", "SLURM_MPI_TYPE": "pmix"})
+    True
+    >>> launcher_set_up_mpi({"SLURM_JOB_ID": "7", "SLURM_MPI_TYPE": "none"}), launcher_set_up_mpi({})
+    (False, False)
+    """
+    if "PMIX_RANK" in env:
+        return True
+    names = task_variables(env)
+    return bool(names and names.mpi_type
+                and env.get(names.mpi_type, "none") not in ("", "none"))
+
+
+def rank_hint(env: Mapping[str, str]) -> int:
+    """This process's rank as far as the environment says without checking anything, for
+    the error record of a rank that failed before it knew its place: the most specific
+    launcher's rank variable (torchrun, Open MPI, PALS, PMI, the scheduler's task), else 0.
+
+    >>> rank_hint({"SLURM_JOB_ID": "7", "SLURM_PROCID": "3"}), rank_hint({"RANK": "2"})
+    (3, 2)
+    >>> rank_hint({"PMI_RANK": "x"}), rank_hint({})
+    (0, 0)
+    """
+    names = task_variables(env)
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PALS_RANKID", "PMI_RANK",
+                 *((names.rank,) if names else ())):
+        value = env_value(env, name)
+        if value is not None:
+            return int(value) if value.strip().isdigit() else 0
+    return 0
 
 
 # ------------------------------------------------------------ launcher layer

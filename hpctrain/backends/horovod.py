@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..cluster_env import WorkerInfo
+from ..cluster_env import WorkerInfo, launcher_set_up_mpi
 from ..config import toml
 from ..errors import ConfigError
 from .base import Backend
@@ -193,17 +193,15 @@ class HorovodBackend(Backend):
 
 def mpi_launched_here(launcher: str, env) -> bool:
     """True when this rank was started as part of one MPI job: by mpirun/mpiexec (the
-    launcher detected from the environment), or by ``srun --mpi=pmix|pmi2`` (Slurm sets
-    ``SLURM_MPI_TYPE``; PMIx sets ``PMIX_RANK``).
+    launcher detected from the environment), or by the scheduler's own launcher with MPI
+    set up (``srun --mpi=pmix|pmi2``: :func:`hpctrain.cluster_env.launcher_set_up_mpi`).
 
     >>> mpi_launched_here("openmpi", {}), mpi_launched_here("slurm", {"PMIX_RANK": "0"})
     (True, True)
-    >>> mpi_launched_here("slurm", {"SLURM_MPI_TYPE": "none"}), mpi_launched_here("local", {})
+    >>> mpi_launched_here("slurm", {"SLURM_JOB_ID": "7", "SLURM_MPI_TYPE": "none"}), mpi_launched_here("local", {})
     (False, False)
     """
-    if launcher in MPI_LAUNCHERS:
-        return True
-    return "PMIX_RANK" in env or env.get("SLURM_MPI_TYPE", "none") not in ("", "none")
+    return launcher in MPI_LAUNCHERS or launcher_set_up_mpi(env)
 
 
 def _mpi_built() -> bool:

@@ -15,15 +15,16 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
-from ..common.registry import CONTAINERS, container_runtime, register_container
+from ..common.registry import (CONTAINERS, container_runtime, register_container,
+                               scheduler_class, scheduler_names)
 from ..errors import ConfigError
 from .base import ContainerRuntime
 
 if TYPE_CHECKING:  # (for the hints only)
     from hpctrain.spec import JobSpec
 
-__all__ = ["CONTAINERS", "ContainerRuntime", "PASSED_ENV", "RankContainer", "rank_container",
-           "worker_command"]
+__all__ = ["CONTAINERS", "ContainerRuntime", "PASSED_ENV", "RankContainer", "passed_env",
+           "rank_container", "worker_command"]
 
 register_container("apptainer", "hpctrain.containers.apptainer:Apptainer")
 register_container("singularity", "hpctrain.containers.apptainer:Singularity")
@@ -33,14 +34,25 @@ register_container("pyxis", "hpctrain.containers.pyxis:Pyxis")
 register_container("charliecloud", "hpctrain.containers.charliecloud:Charliecloud")
 
 #: The host variables a rank needs, for a runtime that does not pass the environment
-#: (podman-hpc): the launchers' and schedulers' (where each rank learns its place,
-#: :mod:`hpctrain.cluster_env`), hpctrain's own (run directory, attempt, the group's
-#: secret), the interpreter's and the GPUs'. ``[env]``'s names and ``container.env`` add
-#: to them.
+#: (podman-hpc), after each scheduler's own (:func:`passed_env`): the launchers' (where
+#: each rank learns its place, :mod:`hpctrain.cluster_env`), hpctrain's own (run
+#: directory, attempt, the group's secret), the interpreter's and the GPUs'. ``[env]``'s
+#: names and ``container.env`` add to them.
 PASSED_ENV: Tuple[str, ...] = (
-    "SLURM_*", "SLURMD_NODENAME", "PBS_*", "PMI_*", "PMIX_*", "PALS_*", "OMPI_*", "MPI_*",
+    "PMI_*", "PMIX_*", "PALS_*", "OMPI_*", "MPI_*",
     "HPCTRAIN_*", "MASTER_ADDR", "MASTER_PORT", "PYTHONPATH", "PYTHONSAFEPATH",
     "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def passed_env() -> Tuple[str, ...]:
+    """Every registered scheduler's variables (:attr:`Scheduler.env_patterns
+    <hpctrain.schedulers.base.Scheduler.env_patterns>`), then :data:`PASSED_ENV`.
+
+    >>> passed_env()[:5]
+    ('SLURM_*', 'SLURMD_NODENAME', 'PBS_*', 'LSB_*', 'LSF_*')
+    """
+    own = (p for name in scheduler_names() for p in scheduler_class(name).env_patterns)
+    return tuple(dict.fromkeys([*own, *PASSED_ENV]))
 
 
 def worker_command(python: List[str], run_path: str) -> List[str]:
@@ -102,7 +114,7 @@ def rank_container(spec: "JobSpec", *, run_path: str,
         gpu = shlex.split(config.gpu) if config.gpu is not None else list(runtime.gpu_default)
     env_names: List[str] = []
     if not runtime.passes_env:
-        wanted = [*PASSED_ENV, spec.scheduler.gpu_binding_var, *sorted(spec.env),
+        wanted = [*passed_env(), spec.scheduler.gpu_binding_var, *sorted(spec.env),
                   *config.env]
         env_names = list(dict.fromkeys(wanted))
     return RankContainer(

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from ..cluster_env import check_below, env_value, first_set, required_int
 from ..common.log import get_logger
 from ..common.shipped import shipped_dir
 from ..config import SchedulerConfig
@@ -123,6 +124,26 @@ class Allocation(NamedTuple):
     restart_count: int = 0
 
 
+class TaskVariables(NamedTuple):
+    """The names under which a scheduler's own launcher (Slurm's ``srun``) tells each task
+    its place in the step. Declared once per scheduler, and read by everyone who needs
+    them: :meth:`Scheduler.task_ranks` (a rank's place, :mod:`hpctrain.cluster_env`), the
+    node zygote (which forks a node's ranks and gives each the names the launcher would
+    have, :meth:`Scheduler.forked_task_env`), the Horovod backend (did the launcher set
+    up MPI?) and a rank's error record. Where several names carry one value they are in
+    order of preference: the first one set is read, and all of them are written."""
+
+    rank: str                         # the task's rank in the step
+    local_rank: str                   # its rank on this node
+    node_rank: str                    # this node's index in the step
+    size: Tuple[str, ...]             # the step's number of tasks
+    tasks_per_node: Tuple[str, ...]   # the tasks on each node (the scheduler's own format)
+    num_nodes: Tuple[str, ...]        # the step's number of nodes
+    step: Tuple[str, ...]             # set only inside a step (a task, not the batch script)
+    cpus_per_task: Optional[str] = None
+    mpi_type: Optional[str] = None    # the MPI plugin the launcher set up ("none": none)
+
+
 class ArrayJob(NamedTuple):
     """How one job array runs a sweep's trials (:mod:`hpctrain.tune`'s job arrays)."""
 
@@ -176,6 +197,13 @@ class Scheduler:
     #: name and this says which program sets their variables (for error hints).
     task_source: Optional[str] = None
 
+    #: The names under which this scheduler's own launcher tells a task its place (None:
+    #: the scheduler starts no ranks itself; a launcher such as mpiexec does).
+    task_variables: Optional[TaskVariables] = None
+    #: The variables a job of this scheduler sees (shell-style patterns): a container
+    #: runtime that does not pass the environment passes these by name.
+    env_patterns: Tuple[str, ...] = ()
+
     @property
     def is_batch(self) -> bool:
         """True for a batch system (a job with a script), False for ``local``."""
@@ -201,14 +229,75 @@ class Scheduler:
 
     @classmethod
     def is_task(cls, env: Mapping[str, str]) -> bool:
-        """True when this scheduler's own launcher started this process as one rank."""
-        return False
+        """True when this scheduler's own launcher started this process as one rank: its
+        :attr:`task_variables` hold a rank *and* a step variable (Slurm's slurmstepd also
+        exports ``SLURM_PROCID=0`` to the batch script itself, which is no task)."""
+        names = cls.task_variables
+        return (names is not None and env_value(env, names.rank) is not None
+                and first_set(env, *names.step)[0] is not None)
 
     @classmethod
     def task_ranks(cls, env: Mapping[str, str]) -> Tuple[int, int, Optional[int], int, int]:
-        """(world rank, local rank, node rank or None, world size, local size) of a
-        task :meth:`is_task` recognises."""
-        raise NotImplementedError
+        """(world rank, local rank, node rank, world size, local size) of a task
+        :meth:`is_task` recognises, read by the :attr:`task_variables` names."""
+        la, names = cls.name, cls.task_variables
+        size_name, size = required_int(env, *names.size, what="the number of tasks (>= 1)",
+                                       launcher=la, minimum=1)
+        _, rank = required_int(env, names.rank, what="the task rank", launcher=la)
+        _, local = required_int(env, names.local_rank, what="the task rank on this node",
+                                launcher=la)
+        _, node = required_int(env, names.node_rank, what="the node index in the step",
+                               launcher=la)
+        tpn_name, tpn = first_set(env, *names.tasks_per_node)
+        if tpn_name is None or tpn is None:
+            raise ConfigError(f"{' or '.join(names.tasks_per_node)} is not set; expected the "
+                              f"tasks on each node, e.g. {cls.tasks_per_node_text(2, 3)!r}",
+                              hint=f"{cls.task_source or cls.title} sets it for every task; "
+                                   "was the variable removed?")
+        try:
+            counts = cls.tasks_per_node_counts(tpn)
+        except ConfigError as exc:
+            raise ConfigError(f"{tpn_name}: {exc.message}", hint=exc.hint) from None
+        if node >= len(counts):
+            raise ConfigError(f"{names.node_rank}={node} is past the {len(counts)} nodes of "
+                              f"{tpn_name}={tpn!r}; expected a node index below {len(counts)}",
+                              hint=f"{names.node_rank} and the tasks-per-node string come "
+                                   "from different steps; launch the workers with "
+                                   f"{cls.task_source or 'the scheduler'} directly")
+        local_size = counts[node]
+        check_below(names.rank, rank, size_name, size, la)
+        check_below(names.local_rank, local, f"{tpn_name}[{node}]", local_size, la)
+        return rank, local, node, size, local_size
+
+    @classmethod
+    def tasks_per_node_counts(cls, text: str) -> List[int]:
+        """The tasks on each node, from :attr:`TaskVariables.tasks_per_node`'s text;
+        ConfigError for a text the launcher would not write."""
+        raise NotImplementedError(f"{cls.title} starts no tasks itself")
+
+    @classmethod
+    def tasks_per_node_text(cls, per_node: int, nodes: int) -> str:
+        """``per_node`` tasks on each of ``nodes`` nodes, written as the launcher writes
+        it in :attr:`TaskVariables.tasks_per_node`."""
+        raise NotImplementedError(f"{cls.title} starts no tasks itself")
+
+    @classmethod
+    def forked_task_env(cls, *, node: int, nodes: int, per_node: int,
+                        local: int) -> Dict[str, str]:
+        """The :attr:`task_variables` the launcher would give task ``local`` on node ``node``
+        of a ``nodes`` × ``per_node`` step (the node zygote forks such tasks itself)."""
+        names = cls.task_variables
+        if names is None:
+            raise ConfigError(f"{cls.title} starts no tasks itself, so a node's ranks cannot "
+                              "be forked from one task per node",
+                              hint="unset HPCTRAIN_FORK_RANKS (each rank starts its own "
+                                   "interpreter)")
+        total, tpn = str(nodes * per_node), cls.tasks_per_node_text(per_node, nodes)
+        out = {names.rank: str(node * per_node + local), names.local_rank: str(local),
+               names.node_rank: str(node)}
+        out.update({name: total for name in names.size})
+        out.update({name: tpn for name in names.tasks_per_node})
+        return out
 
     def job_walltime(self, job_id: str) -> Optional[int]:
         """The walltime the scheduler gave the job (seconds) when the spec sets none."""

@@ -135,6 +135,7 @@ class LsfScheduler(Scheduler):
     cancel_command = "bkill"
     default_launcher = "mpiexec"
     hostfile_var = "LSB_DJOB_HOSTFILE"
+    env_patterns = ("LSB_*", "LSF_*")
     can_requeue = True
     phases = LSF_PHASES
     #: LSF's default MAX_JOB_ARRAY_SIZE (indices 1 … 1000; hpctrain's task t is t + 1).

@@ -131,6 +131,7 @@ class PbsScheduler(Scheduler):
     cancel_command = "qdel"
     default_launcher = "mpiexec"
     hostfile_var = "PBS_NODEFILE"
+    env_patterns = ("PBS_*",)
     #: PBS sends no signal before the walltime ends: the supervisor's timer warns.
     sends_warning = False
     can_requeue = True

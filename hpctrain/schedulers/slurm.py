@@ -17,11 +17,10 @@ from ..config import SchedulerConfig, kind_field, toml
 from ..errors import ConfigError
 from ..units import DAY, check_mib, check_seconds, clock, parse_memory
 from .base import (Allocation, ArrayJob, BatchRequest, JobPhase, JobState, Scheduler,
-                   array_ranges,
-                   check_directive, job_name, merge_directives, warning_seconds)
+                   TaskVariables, array_ranges, check_directive, job_name, merge_directives,
+                   warning_seconds)
 from .controller import run_controller
-from ..cluster_env import (check_below, env_int, env_value, expand_hostlist, first_set,
-                           parse_tasks_per_node, required_int)
+from ..cluster_env import env_int, env_value, expand_hostlist, first_set, parse_tasks_per_node
 
 
 def format_slurm_walltime(seconds: int) -> str:
@@ -138,6 +137,19 @@ class SlurmScheduler(Scheduler):
     max_array_size = 1001
     array_directive_keys = ("array", "a", "-a")
     task_source = "srun"
+    # srun(1) OUTPUT ENVIRONMENT VARIABLES: SLURM_PROCID "the MPI rank (or relative process
+    # ID)", SLURM_LOCALID "node local task ID", SLURM_NODEID "the relative node ID of the
+    # current node", SLURM_STEP_NUM_TASKS "number of processes in the step",
+    # SLURM_STEP_TASKS_PER_NODE "number of processes per node within the step".
+    # https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES
+    task_variables = TaskVariables(
+        rank="SLURM_PROCID", local_rank="SLURM_LOCALID", node_rank="SLURM_NODEID",
+        size=("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"),
+        tasks_per_node=("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"),
+        num_nodes=("SLURM_STEP_NUM_NODES", "SLURM_NNODES"),
+        step=("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS"),
+        cpus_per_task="SLURM_CPUS_PER_TASK", mpi_type="SLURM_MPI_TYPE")
+    env_patterns = ("SLURM_*", "SLURMD_NODENAME")
     #: Launchers whose ranks are exactly the tasks of the current Slurm step (srun's own,
     #: and Cray PALS through ``srun --mpi=cray_shasta``), so that the step's node list and
     #: step id are the same on every rank.
@@ -184,49 +196,17 @@ class SlurmScheduler(Scheduler):
         return Allocation(job_id, hosts, hosts_var if hosts else None, step, restart_count)
 
     @classmethod
-    def is_task(cls, env: Mapping[str, str]) -> bool:
-        """A task started by srun: ``SLURM_PROCID`` *and* a step variable.
-        ``SLURM_PROCID`` alone is not: slurmstepd exports ``SLURM_PROCID=0`` to the batch
-        script itself."""
-        return (env_value(env, "SLURM_PROCID") is not None
-                and first_set(env, "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS")[0]
-                is not None)
+    def tasks_per_node_counts(cls, text: str) -> List[int]:
+        return parse_tasks_per_node(text)
 
     @classmethod
-    def task_ranks(cls, env: Mapping[str, str]) -> Tuple[int, int, Optional[int], int, int]:
-        # srun(1) OUTPUT ENVIRONMENT VARIABLES: SLURM_PROCID "the MPI rank (or relative
-        # process ID)", SLURM_LOCALID "node local task ID", SLURM_NODEID "the relative
-        # node ID of the current node", SLURM_STEP_NUM_TASKS "number of processes in the
-        # step", SLURM_STEP_TASKS_PER_NODE "number of processes per node within the step".
-        # https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES
+    def tasks_per_node_text(cls, per_node: int, nodes: int) -> str:
+        """srun's ``SLURM_STEP_TASKS_PER_NODE`` format.
 
-        la = cls.name
-        size_name, size = required_int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
-                                       "SLURM_NPROCS", what="the number of tasks (>= 1)",
-                                       launcher=la, minimum=1)
-        _, rank = required_int(env, "SLURM_PROCID", what="the task rank", launcher=la)
-        _, local = required_int(env, "SLURM_LOCALID", what="the task rank on this node",
-                                launcher=la)
-        _, node = required_int(env, "SLURM_NODEID", what="the node index in the step",
-                               launcher=la)
-        tpn_name, tpn = first_set(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
-        if tpn_name is None or tpn is None:
-            raise ConfigError("SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE is not set; "
-                              "expected the tasks on each node, e.g. '2(x3),1'",
-                              hint="srun sets both for every task; was the variable removed?")
-        try:
-            counts = parse_tasks_per_node(tpn)
-        except ConfigError as exc:
-            raise ConfigError(f"{tpn_name}: {exc.message}", hint=exc.hint) from None
-        if node >= len(counts):
-            raise ConfigError(f"SLURM_NODEID={node} is past the {len(counts)} nodes of "
-                              f"{tpn_name}={tpn!r}; expected a node index below {len(counts)}",
-                              hint="SLURM_NODEID and the tasks-per-node string come from "
-                                   "different steps; launch the workers with srun directly")
-        local_size = counts[node]
-        check_below("SLURM_PROCID", rank, size_name, size, la)
-        check_below("SLURM_LOCALID", local, f"{tpn_name}[{node}]", local_size, la)
-        return rank, local, node, size, local_size
+        >>> SlurmScheduler.tasks_per_node_text(2, 1), SlurmScheduler.tasks_per_node_text(4, 3)
+        ('2', '4(x3)')
+        """
+        return str(per_node) if nodes == 1 else f"{per_node}(x{nodes})"
 
     # -- job arrays ----------------------------------------------------------------------
     def array_job(self, tasks: Sequence[int], offset: int,

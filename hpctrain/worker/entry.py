@@ -246,7 +246,7 @@ def record_failure(attempt_dir: str, rank: int, exc: BaseException) -> None:
     except OSError:
         pass  # the log is on a full disk: the error record below still may fit
     if rank < 0:
-        rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
+        rank = cluster_env.rank_hint(os.environ)
     try:
         os.makedirs(attempt_dir, exist_ok=True)
         atomic_write_json(os.path.join(attempt_dir, f"error.rank-{rank}.json"), {

@@ -8,8 +8,9 @@ and its filesystem (on Lustre, K × nodes processes reading the same thousands o
 With ``HPCTRAIN_FORK_RANKS=1`` the srun launcher starts one of these per node instead
 (:func:`hpctrain.launchers.srun.zygote_argv`); it does those imports once
 (:func:`hpctrain.worker.spare.preload`) and then forks the node's K ranks. Each child
-gets the ``SLURM_*`` variables a K-per-node step would have given it (``SLURM_PROCID``
-= node × K + i, ``SLURM_LOCALID`` = i, ``SLURM_STEP_NUM_TASKS`` = nodes × K…) and runs
+gets the task variables a K-per-node step would have given it, by the names the scheduler
+declares (:class:`~hpctrain.schedulers.base.TaskVariables`; under Slurm ``SLURM_PROCID``
+= node × K + i, ``SLURM_LOCALID`` = i, ``SLURM_STEP_NUM_TASKS`` = nodes × K…), and runs
 the ordinary worker (:func:`hpctrain.worker.main`).
 
 Why fork is safe here: nothing before the fork starts a Python thread, initialises CUDA,
@@ -33,7 +34,10 @@ import socket
 import sys
 import time
 
+from hpctrain.cluster_env import detect_scheduler, first_set, task_variables
 from hpctrain.common.fsutil import atomic_write_json
+from hpctrain.common.registry import scheduler_class
+from hpctrain.errors import ConfigError
 from hpctrain.common.trust import no_write_for_others
 from hpctrain.rundir.layout import RunDir
 from hpctrain.worker.spare import preload
@@ -50,24 +54,23 @@ def fork_requested(env=None) -> bool:
 
 
 def child_env(env, *, node: int, nodes: int, per_node: int, local: int) -> dict:
-    """The ``SLURM_*`` view of rank ``local`` on node ``node`` of a
-    ``nodes`` × ``per_node`` step.
+    """The view of rank ``local`` on node ``node`` of a ``nodes`` × ``per_node`` step: the
+    task variables the scheduler that holds ``env`` declares
+    (:attr:`~hpctrain.schedulers.base.Scheduler.task_variables`), as its launcher would set
+    them for such a step.
 
-    >>> e = child_env({"SLURM_NODEID": "1", "SLURM_PROCID": "1"}, node=1, nodes=2,
-    ...               per_node=2, local=1)
+    >>> e = child_env({"SLURM_JOB_ID": "7", "SLURM_NODEID": "1", "SLURM_PROCID": "1"},
+    ...               node=1, nodes=2, per_node=2, local=1)
     >>> e["SLURM_PROCID"], e["SLURM_LOCALID"], e["SLURM_STEP_NUM_TASKS"], e["SLURM_STEP_TASKS_PER_NODE"]
     ('3', '1', '4', '2(x2)')
     """
+    scheduler = scheduler_class(detect_scheduler(env))
     out = dict(env)
-    total = str(nodes * per_node)
-    tpn = str(per_node) if nodes == 1 else f"{per_node}(x{nodes})"
-    out.update(HPCTRAIN_FORKED_RANK="1",
-               SLURM_PROCID=str(node * per_node + local), SLURM_LOCALID=str(local),
-               SLURM_NODEID=str(node), SLURM_STEP_NUM_TASKS=total, SLURM_NTASKS=total,
-               SLURM_NPROCS=total, SLURM_STEP_TASKS_PER_NODE=tpn, SLURM_TASKS_PER_NODE=tpn)
+    out.update(scheduler.forked_task_env(node=node, nodes=nodes, per_node=per_node,
+                                         local=local), HPCTRAIN_FORKED_RANK="1")
     cpus = env.get("HPCTRAIN_CPUS_PER_RANK")
-    if cpus:
-        out["SLURM_CPUS_PER_TASK"] = cpus
+    if cpus and scheduler.task_variables.cpus_per_task:
+        out[scheduler.task_variables.cpus_per_task] = cpus
     return out
 
 
@@ -102,7 +105,7 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     run_dir = argv[0]
     no_write_for_others()
-    per_node, nodes, node = _step_shape()
+    per_node, nodes, node = step_shape(os.environ)
 
     preload(run_dir)
     children = _fork_ranks(run_dir, per_node=per_node, nodes=nodes, node=node)
@@ -113,12 +116,23 @@ def main(argv=None) -> None:
     os._exit(code)
 
 
-def _step_shape() -> tuple[int, int, int]:
-    """(ranks per node, nodes, this node's index) of the step, from the environment."""
-    per_node = int(os.environ[ENV_PER_NODE])
-    nodes = int(os.environ.get("SLURM_STEP_NUM_NODES") or os.environ.get("SLURM_NNODES")
-                or os.environ.get("SLURM_STEP_NUM_TASKS", "1"))
-    node = int(os.environ.get("SLURM_NODEID", "0"))
+def step_shape(env) -> tuple[int, int, int]:
+    """(ranks per node, nodes, this node's index) of the step, from the task variables of
+    the scheduler that started this process (one task per node).
+
+    >>> step_shape({"HPCTRAIN_RANKS_PER_NODE": "4", "SLURM_JOB_ID": "7", "SLURM_NODEID": "2",
+    ...             "SLURM_STEP_NUM_NODES": "3", "SLURM_STEP_NUM_TASKS": "3"})
+    (4, 3, 2)
+    """
+    per_node = int(env[ENV_PER_NODE])
+    names = task_variables(env)
+    if names is None:
+        raise ConfigError(f"{ENV_SWITCH}: the node zygote runs as a task of a scheduler that "
+                          "starts tasks itself (Slurm's srun); this process is in a job of "
+                          f"{detect_scheduler(env)!r}",
+                          hint=f"unset {ENV_SWITCH}")
+    nodes = int(first_set(env, *names.num_nodes, *names.size)[1] or "1")
+    node = int(env.get(names.node_rank, "0"))
     return per_node, nodes, node
 
 

@@ -22,8 +22,9 @@ ENTRY = os.path.join(ROOT, "examples", "quickstart_train.py")
 RUN = "/scratch/me/runs/r1"
 SRUN = "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=4 --ntasks-per-node=2"
 WORKER = "python3 -m hpctrain.worker /scratch/me/runs/r1"
-PODMAN_ENV = ("'--env=SLURM_*' --env=SLURMD_NODENAME '--env=PBS_*' '--env=PMI_*' "
-              "'--env=PMIX_*' '--env=PALS_*' '--env=OMPI_*' '--env=MPI_*' '--env=HPCTRAIN_*' "
+PODMAN_ENV = ("'--env=SLURM_*' --env=SLURMD_NODENAME '--env=PBS_*' '--env=LSB_*' "
+              "'--env=LSF_*' '--env=PMI_*' '--env=PMIX_*' '--env=PALS_*' '--env=OMPI_*' "
+              "'--env=MPI_*' '--env=HPCTRAIN_*' "
               "--env=MASTER_ADDR "
               "--env=MASTER_PORT --env=PYTHONPATH --env=PYTHONSAFEPATH --env=OMP_NUM_THREADS "
               "--env=CUDA_VISIBLE_DEVICES --env=ROCR_VISIBLE_DEVICES --env=HIP_VISIBLE_DEVICES")
