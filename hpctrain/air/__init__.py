@@ -10,8 +10,11 @@ for Ray (``from ray.air.integrations.keras import ReportCheckpointCallback`` →
 - ``hpctrain.air.integrations.mlflow`` / ``.wandb``: ``MLflowLoggerCallback``,
   ``WandbLoggerCallback`` (:mod:`hpctrain.callbacks`).
 
-Ray's ``ray.air.session``, ``ray.air.execution``, ``ray.air.util`` and ``DataBatchType``
-have no counterpart (docs/porting.md lists them).
+- ``hpctrain.air.session``: Ray 2.0–2.6's session functions (``session.report``,
+  ``session.get_world_rank``…).
+
+Ray's ``ray.air.execution``, ``ray.air.util`` and ``DataBatchType`` have no counterpart
+(docs/porting.md lists them).
 """
 from ..config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ..result import Result

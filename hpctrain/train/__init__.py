@@ -116,7 +116,7 @@ __all__ += ["ValidationConfig", "ValidationTaskConfig", "ReportedCheckpointStatu
 #: hpctrain.train as train``, as ``ray.train.torch``) so that importing this package
 #: imports no framework
 _FRAMEWORKS = ("torch", "tensorflow", "horovod", "lightning", "huggingface", "xgboost",
-               "lightgbm")
+               "lightgbm", "v2")
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,4 @@
+"""``ray.train.v2.api.callback``."""
+from ....user_callback import UserCallback
+
+__all__ = ["UserCallback"]

@@ -1,0 +1,4 @@
+"""``ray.train.v2.api.result``."""
+from ....result import Result
+
+__all__ = ["Result"]
