@@ -36,10 +36,12 @@ def source(tmp_path_factory):
     """A copy of what the package is built from: pip builds in its source tree (build/,
     *.egg-info), which must neither be the checkout nor hold a stale earlier build."""
     where = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
         shutil.copy(os.path.join(ROOT, name), where / name)
-    shutil.copytree(os.path.join(ROOT, "hpctrain"), where / "hpctrain",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    # the package and the folders the wheel carries inside it (setup.py's build_py)
+    for name in ("hpctrain", "templates", "site-configs"):
+        shutil.copytree(os.path.join(ROOT, name), where / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     return str(where)
 
 
