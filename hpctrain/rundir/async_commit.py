@@ -59,7 +59,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from hpctrain.checkpoint import METADATA_FILE, Checkpoint
 from hpctrain.config import CheckpointUploadMode, upload_mode
-from hpctrain.rundir.commit import copy_file, is_staged, stage_shard
+from hpctrain.rundir.commit import copy_file, is_staged, stage_shard, user_files
 from hpctrain.common.fsutil import walk_files
 from hpctrain.rundir.layout import RunDir
 
@@ -77,7 +77,7 @@ def snapshot(run: RunDir, rank: int, iteration: int, checkpoint: Checkpoint, *,
     src = os.path.abspath(checkpoint.path)
     if is_staged(run, src) and into is None:
         return src  # get_checkpoint_staging_dir(): already hpctrain's (a fresh one each call)
-    names = walk_files(src)
+    names = user_files(src)
     # a committed checkpoint handed back in (get_checkpoint(), Result.checkpoint) is never
     # taken apart: copied, as a synchronous report would
     committed = os.path.exists(os.path.join(src, METADATA_FILE))

@@ -68,13 +68,19 @@ def _source_dir(checkpoint: Checkpoint, rank: int) -> str:
     return src
 
 
-def _names_to_stage(src: str) -> List[str]:
-    """The files of ``src`` a shard takes: not hpctrain's own (the metadata of a
-    checkpoint handed back in, e.g. get_checkpoint()); the user's metadata travels in the
-    manifest and is merged at the commit."""
+def user_files(src: str) -> List[str]:
+    """The files of checkpoint directory ``src``, sorted, without hpctrain's own: the
+    commit record and the digests of a committed checkpoint handed back in (e.g.
+    get_checkpoint()), whose ranks may still be writing a digest there (a
+    ``….tmp-PID-TID`` that is renamed away while it is listed)."""
     return [rel for rel in walk_files(src)
-            if not os.path.basename(rel).startswith(INTERNAL_PREFIX)
-            and rel != USER_METADATA_FILE]
+            if not os.path.basename(rel).startswith(INTERNAL_PREFIX)]
+
+
+def _names_to_stage(src: str) -> List[str]:
+    """The files of ``src`` a shard takes: :func:`user_files`, less the user's
+    metadata, which travels in the manifest and is merged at the commit."""
+    return [rel for rel in user_files(src) if rel != USER_METADATA_FILE]
 
 
 def _finish_sync(flushes: List[Any], written: List[str], tmp: str, rank: int) -> None:

@@ -1,12 +1,15 @@
 """Asynchronous validation on the real test Slurm cluster (nodes n1, n2): a sweep whose
 trials validate their checkpoints in Slurm jobs of their own, separate from the trials'
 array tasks, whose results come back into each trial's run directory."""
+import glob
+import json
 import os
 
 import pytest
 
 import validation_workloads as wl
 from helpers import run_state, wait_for
+from slurm import wait_gone
 from hpctrain import (CheckpointConfig, RunConfig, ScalingConfig, ValidationConfig, tune)
 from hpctrain.rundir.layout import RunDir
 from hpctrain.torch import TorchTrainer
@@ -35,6 +38,12 @@ def test_a_sweep_whose_trials_validate_in_slurm_jobs_of_their_own(storage):
             return recs and all(rec.status != "PENDING_VALIDATION" for rec in recs) and recs
         # the trial's job has ended; its validation jobs finish on their own
         wait_for(validated, 45, f"the validations of {r.path}")
+        # each validation job writes its result, then applies retention with the new
+        # score: once its job has left the queue, retention has run
+        launches = glob.glob(os.path.join(r.path, ".hpctrain", "validation", "*.launch.json"))
+        assert len(launches) == 2, launches
+        for path in launches:
+            wait_gone(json.load(open(path))["job_id"], 45)
         recs = run.list_checkpoints()
         x = r.metrics["x"]
         training_jobs = set(run_state(r.path)["job_ids"])
